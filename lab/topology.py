@@ -1,0 +1,141 @@
+"""One description of a multi-node torchrun job, rendered into each node's command line.
+
+Every runtime (local processes, netns hosts, Docker, Kubernetes) renders its nodes'
+commands from a `Topology`; nothing else in the lab builds torchrun arguments.
+
+    >>> t = Topology(nodes=2, nproc_per_node=2, rdzv_host="node0")
+    >>> t.torchrun_args(1)[:3]
+    ['--nnodes=2', '--nproc-per-node=2', '--node-rank=1']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+
+from lab.errors import LabError
+
+BACKENDS = ("gloo", "nccl")
+RDZV_BACKENDS = ("c10d", "static", "etcd-v2")
+
+
+class TopologyError(LabError, ValueError):
+    """A field of the topology has a value the lab cannot run."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Topology:
+    nodes: int = 2
+    nproc_per_node: int = 2
+    # Elastic jobs: torchrun's --nnodes=MIN:MAX. None means a fixed-size job.
+    min_nodes: int | None = None
+    backend: str = "gloo"
+    rdzv_backend: str = "c10d"
+    # Node 0's name or address as the other nodes reach it; runtimes fill it in.
+    rdzv_host: str = "127.0.0.1"
+    rdzv_port: int = 29400
+    rdzv_id: str = "torchrun-lab"
+    max_restarts: int = 0
+    # How long an agent waits for the others to join a rendezvous round.
+    join_timeout_s: int = 120
+    # The workloads' process-group timeout. gloo's default is 30 minutes, which turns a
+    # hung rank into a half-hour silent wait; the lab wants a hang to fail fast.
+    pg_timeout_s: int = 60
+    monitor_interval_s: float = 0.1
+    # Keep torch's defaults instead of the lab's restart workaround (see lab.launch).
+    torch_defaults: bool = False
+
+    def __post_init__(self) -> None:
+        _at_least("nodes", self.nodes, 1)
+        _at_least("nproc_per_node", self.nproc_per_node, 1)
+        if self.min_nodes is not None:
+            _at_least("min_nodes", self.min_nodes, 1)
+            if self.min_nodes > self.nodes:
+                raise TopologyError(f"min_nodes must not exceed nodes ({self.min_nodes} > {self.nodes})")
+        _one_of("backend", self.backend, BACKENDS)
+        _one_of("rdzv_backend", self.rdzv_backend, RDZV_BACKENDS)
+        if not self.rdzv_host:
+            raise TopologyError("rdzv_host must not be empty")
+        if not 1 <= self.rdzv_port <= 65535:
+            raise TopologyError(f"rdzv_port must be a TCP port (1-65535), got {self.rdzv_port}")
+        _at_least("max_restarts", self.max_restarts, 0)
+        _at_least("join_timeout_s", self.join_timeout_s, 1)
+        _at_least("pg_timeout_s", self.pg_timeout_s, 1)
+        if not self.monitor_interval_s > 0:
+            raise TopologyError(f"monitor_interval_s must be positive, got {self.monitor_interval_s}")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    def replace(self, **changes) -> Topology:
+        return dataclasses.replace(self, **changes)
+
+    def torchrun_args(self, node_rank: int, *, log_dir: str | None = None) -> list[str]:
+        """torchrun's own flags for one node (everything before the script)."""
+        if not 0 <= node_rank < self.nodes:
+            raise TopologyError(f"node_rank must be in [0, {self.nodes}), got {node_rank}")
+        nnodes = f"{self.min_nodes}:{self.nodes}" if self.min_nodes else str(self.nodes)
+        args = [
+            f"--nnodes={nnodes}",
+            f"--nproc-per-node={self.nproc_per_node}",
+            f"--node-rank={node_rank}",
+            f"--max-restarts={self.max_restarts}",
+            f"--monitor-interval={self.monitor_interval_s:g}",
+        ]
+        if self.rdzv_backend == "static":
+            args += [f"--master-addr={self.rdzv_host}", f"--master-port={self.rdzv_port}"]
+        else:
+            conf = f"join_timeout={self.join_timeout_s}"
+            if self.rdzv_backend == "c10d":
+                # Say which node hosts the store instead of letting torch guess from the
+                # hostname: the guess is wrong on loopback nodes (every node "is" localhost)
+                # and in network namespaces whose hostname differs from the endpoint.
+                conf += f",is_host={1 if node_rank == 0 else 0}"
+            args += [
+                f"--rdzv-backend={self.rdzv_backend}",
+                f"--rdzv-endpoint={self.rdzv_host}:{self.rdzv_port}",
+                f"--rdzv-id={self.rdzv_id}",
+                f"--rdzv-conf={conf}",
+            ]
+        if log_dir:
+            args.append(f"--log-dir={log_dir}")
+        return args
+
+    def env(self, node_rank: int) -> dict[str, str]:
+        """Variables lab.launch sets on this node (it warns instead of overriding the user's)."""
+        return {"LAB_BACKEND": self.backend, "LAB_PG_TIMEOUT_S": str(self.pg_timeout_s)}
+
+    def launch_argv(
+        self,
+        node_rank: int,
+        script: str,
+        script_args: tuple[str, ...] | list[str] = (),
+        *,
+        python: str = sys.executable,
+        log_dir: str | None = None,
+    ) -> list[str]:
+        """The whole command a node runs: `python -m lab.launch [lab flags] <torchrun flags> script ...`.
+
+        The lab's own flags come first so lab.launch can take them off before torchrun parses.
+        """
+        lab_flags = [f"--env={k}={v}" for k, v in sorted(self.env(node_rank).items())]
+        if self.torch_defaults:
+            lab_flags.append("--torch-defaults")
+        return [
+            python, "-m", "lab.launch",
+            *lab_flags,
+            *self.torchrun_args(node_rank, log_dir=log_dir),
+            script, *script_args,
+        ]
+
+
+def _at_least(field: str, value: int, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise TopologyError(f"{field} must be an integer >= {low}, got {value!r}")
+
+
+def _one_of(field: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise TopologyError(f"{field} must be one of {', '.join(allowed)}; got {value!r}")

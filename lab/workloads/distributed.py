@@ -1,0 +1,76 @@
+"""Process-group setup and teardown for every workload, in one place.
+
+The five lines that make a script distributed are all here:
+
+    dist.init_process_group(backend)             # join the others (env:// from torchrun)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(local_rank)            # nccl only, before any CUDA tensor
+    model = DDP(model, device_ids=[local_rank])  # broadcast rank 0's weights, sync grads
+    dist.destroy_process_group()                 # in `finally`, also when training fails
+
+torchrun sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for each copy.
+The lab adds LAB_BACKEND (gloo or nccl) and LAB_PG_TIMEOUT_S: a short collective
+timeout, so a hung peer becomes an error in a minute, not gloo's 30.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Ctx:
+    rank: int
+    local_rank: int
+    world_size: int
+    backend: str
+    device: torch.device
+    host: str
+
+
+def default_backend() -> str:
+    return os.environ.get("LAB_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
+
+
+@contextmanager
+def process_group(backend: str | None = None):
+    """Join the job's process group for the duration of the block; always leave it."""
+    if "RANK" not in os.environ:
+        raise RuntimeError(
+            "RANK is not set: this script is meant to be started by torchrun, e.g. "
+            "`torchrun --nproc-per-node=2 SCRIPT` (or `lab run SCRIPT`)"
+        )
+    backend = backend or default_backend()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if backend == "nccl":
+        # Before any CUDA tensor exists: otherwise it lands on GPU 0 for every rank.
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    timeout = timedelta(seconds=float(os.environ.get("LAB_PG_TIMEOUT_S", "60")))
+    dist.init_process_group(backend=backend, timeout=timeout)
+    try:
+        yield Ctx(
+            rank=dist.get_rank(),
+            local_rank=local_rank,
+            world_size=dist.get_world_size(),
+            backend=backend,
+            device=device,
+            host=socket.gethostname(),
+        )
+    finally:
+        dist.destroy_process_group()
+
+
+def ddp(model: torch.nn.Module, ctx: Ctx, **kwargs) -> torch.nn.parallel.DistributedDataParallel:
+    """Wrap a model for this rank; on GPUs it names the rank's one device."""
+    device_ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids, **kwargs)
