@@ -4,8 +4,8 @@ Every runtime (local processes, netns hosts, Docker, Kubernetes) renders its nod
 commands from a `Topology`; nothing else in the lab builds torchrun arguments.
 
     >>> t = Topology(nodes=2, nproc_per_node=2, rdzv_host="node0")
-    >>> t.torchrun_args(1)[:3]
-    ['--nnodes=2', '--nproc-per-node=2', '--node-rank=1']
+    >>> t.torchrun_args(1)[:2]
+    ['--nnodes=2', '--nproc-per-node=2']
 """
 
 from __future__ import annotations
@@ -80,12 +80,12 @@ class Topology:
         args = [
             f"--nnodes={nnodes}",
             f"--nproc-per-node={self.nproc_per_node}",
-            f"--node-rank={node_rank}",
             f"--max-restarts={self.max_restarts}",
             f"--monitor-interval={self.monitor_interval_s:g}",
         ]
         if self.rdzv_backend == "static":
-            args += [f"--master-addr={self.rdzv_host}", f"--master-port={self.rdzv_port}"]
+            # Only static rendezvous uses the node rank; c10d and etcd assign ranks on joining.
+            args += [f"--node-rank={node_rank}", f"--master-addr={self.rdzv_host}", f"--master-port={self.rdzv_port}"]
         else:
             conf = f"join_timeout={self.join_timeout_s}"
             if self.rdzv_backend == "c10d":

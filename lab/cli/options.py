@@ -1,0 +1,52 @@
+"""Options shared by every subcommand that starts a job (`lab up`, `lab run`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from lab.rundir import RunDir
+from lab.runtimes import RUNTIME_NAMES
+from lab.runtimes.local import HOST_MODES
+from lab.topology import BACKENDS, RDZV_BACKENDS, Topology
+
+
+def add_run_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run-dir", help="where the lab keeps its state (default: $LAB_RUN_DIR or /tmp/torchrun-lab)")
+
+
+def add_topology_options(parser: argparse.ArgumentParser) -> None:
+    defaults = Topology()
+    g = parser.add_argument_group("topology")
+    g.add_argument("--nodes", type=int, default=defaults.nodes, help="number of hosts (default %(default)s)")
+    g.add_argument("--nproc-per-node", type=int, default=defaults.nproc_per_node, help="workers per host (default %(default)s)")
+    g.add_argument("--backend", choices=BACKENDS, default=defaults.backend)
+    g.add_argument("--rdzv-backend", choices=RDZV_BACKENDS, default=defaults.rdzv_backend)
+    g.add_argument("--rdzv-port", type=int, default=defaults.rdzv_port)
+    g.add_argument("--max-restarts", type=int, default=defaults.max_restarts)
+    g.add_argument("--pg-timeout", type=int, default=defaults.pg_timeout_s, metavar="SECONDS",
+                   help="collective timeout in the workloads (default %(default)s; gloo's own is 1800)")
+    g.add_argument("--torch-defaults", action="store_true",
+                   help="leave out the lab's restart workaround (pytorch/pytorch#135712)")
+    r = parser.add_argument_group("runtime")
+    r.add_argument("--runtime", choices=RUNTIME_NAMES, default="auto")
+    r.add_argument("--hosts", choices=HOST_MODES, default="auto",
+                   help="local runtime: netns hosts (root) or processes on loopback (default: netns when possible)")
+    r.add_argument("--dry-run", action="store_true", help="print each node's command and environment; start nothing")
+    add_run_dir_option(parser)
+
+
+def topology_from_args(args: argparse.Namespace) -> Topology:
+    return Topology(
+        nodes=args.nodes,
+        nproc_per_node=args.nproc_per_node,
+        backend=args.backend,
+        rdzv_backend=args.rdzv_backend,
+        rdzv_port=args.rdzv_port,
+        max_restarts=args.max_restarts,
+        pg_timeout_s=args.pg_timeout,
+        torch_defaults=args.torch_defaults,
+    )
+
+
+def run_dir_from_args(args: argparse.Namespace) -> RunDir:
+    return RunDir(args.run_dir)

@@ -1,0 +1,61 @@
+"""Bringing a job up, shared by `lab up` and `lab run`: check, plan or start, and clean up on failure."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from lab import runtimes
+from lab.cli.options import run_dir_from_args, topology_from_args
+from lab.errors import LabError
+from lab.launch import lab_environment
+
+
+def resolve_script(script: str) -> str:
+    path = Path(script)
+    if not path.is_file():
+        raise LabError(f"script not found: {script}")
+    return str(path.resolve())
+
+
+def start(args: argparse.Namespace, script: str, script_args: list[str], log=print):
+    """Start the job; returns (runtime, topology, nodes), or None after a dry run."""
+    topology = topology_from_args(args)
+    script = resolve_script(script)
+    runtime = runtimes.create(args.runtime, run_dir_from_args(args), hosts=args.hosts, log=log)
+    if args.dry_run:
+        print_plan(runtime, topology, script, script_args)
+        return None
+    refuse_if_running(runtime, log)
+    try:
+        topology, nodes = runtime.up(topology, script, script_args)
+    except BaseException:
+        runtime.down(grace_s=2.0)
+        raise
+    for node in nodes:
+        where = f"netns {node.netns}" if getattr(node, "netns", None) else "loopback"
+        log(f"started {node.name} at {node.address} ({where}), {topology.nproc_per_node} workers; log {node.log_path}")
+    return runtime, topology, nodes
+
+
+def refuse_if_running(runtime, log) -> None:
+    nodes = runtime.attach()
+    if any(node.exit_code() is None for node in nodes):
+        raise LabError(f"a lab is already running (run dir {runtime.run_dir.path}); stop it with `lab down`")
+    leftovers = runtime.down(grace_s=2.0)
+    if leftovers:
+        log(f"removed leftovers of an earlier lab: {', '.join(leftovers)}")
+
+
+def print_plan(runtime, topology, script: str, script_args: list[str]) -> None:
+    topology, nodes = runtime.plan(topology, runtime.host_mode())
+    for node in nodes:
+        where = f"netns {node.netns}, hostname {node.name}" if node.netns else "loopback"
+        print(f"# {node.name}: {node.address} ({where})")
+        env = lab_environment(topology.env(node.index), topology.torch_defaults)
+        for name, value in sorted(env.items()):
+            print(f"#   env {name}={value}  (set by lab.launch unless you set it)")
+        argv = topology.launch_argv(node.index, script, script_args, log_dir=str(node.dir / "torchelastic"))
+        print(f"#   wrapped in: {shlex.join(node.wrapper())} --")
+        print(shlex.join(argv))

@@ -1,0 +1,40 @@
+"""`lab up`: bring the lab's hosts up and run the lesson's DDP job across them."""
+
+from __future__ import annotations
+
+import argparse
+
+from lab import job, results
+from lab.cli.options import add_topology_options
+from lab.cli.starting import start
+from lab.workloads import script_path
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("up", help="start the lab and run the lesson's 2-node DDP job")
+    add_topology_options(parser)
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    started = start(args, script_path("ddp_train"), [])
+    if started is None:
+        return 0
+    runtime, topology, nodes = started
+    finished = False
+    try:
+        codes = job.wait(nodes, job.LogFollower(nodes))
+        finished = True
+    finally:
+        if not finished:  # interrupted: leave nothing running behind
+            runtime.down(grace_s=5.0)
+    ranks = results.collect(nodes)
+    ok, line = results.verdict(ranks, topology.world_size)
+    print()
+    if ranks:
+        print(results.table(ranks))
+    print(line)
+    if job.job_status(codes):
+        print(f"job failed: node exit codes {codes}")
+    print(f"the lab's hosts stay up for inspection: `lab status`, then `lab down`")
+    return 0 if ok and job.job_status(codes) == 0 else 1

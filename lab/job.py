@@ -1,0 +1,58 @@
+"""Watching a running job: follow every node's output and wait for all of them to end."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+from lab.runtimes.base import Node
+
+
+class LogFollower:
+    """Prints each node's new output lines, prefixed with the node's name."""
+
+    def __init__(self, nodes: Sequence[Node], out: TextIO = sys.stdout):
+        self.nodes = nodes
+        self.out = out
+        self.offsets = {node.name: 0 for node in nodes}
+        self.partial = {node.name: b"" for node in nodes}
+
+    def poll(self, final: bool = False) -> None:
+        for node in self.nodes:
+            try:
+                with open(node.log_path, "rb") as f:
+                    f.seek(self.offsets[node.name])
+                    chunk = f.read()
+            except FileNotFoundError:
+                continue
+            self.offsets[node.name] += len(chunk)
+            *lines, rest = (self.partial[node.name] + chunk).split(b"\n")
+            if final and rest:
+                lines, rest = [*lines, rest], b""
+            self.partial[node.name] = rest
+            for line in lines:
+                self.out.write(f"[{node.name}] {line.decode(errors='replace')}\n")
+        self.out.flush()
+
+
+def wait(nodes: Sequence[Node], follower: LogFollower | None = None, poll_s: float = 0.2) -> dict[str, int]:
+    """Block until every node's agent has exited; return each node's exit status."""
+    codes: dict[str, int] = {}
+    while len(codes) < len(nodes):
+        for node in nodes:
+            if node.name not in codes and (code := node.exit_code()) is not None:
+                codes[node.name] = code
+        if follower:
+            follower.poll()
+        if len(codes) < len(nodes):
+            time.sleep(poll_s)
+    if follower:
+        follower.poll(final=True)
+    return codes
+
+
+def job_status(codes: dict[str, int]) -> int:
+    """The job's exit status: the first failing node's, or 0."""
+    return next((code for code in codes.values() if code != 0), 0)

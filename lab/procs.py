@@ -1,0 +1,86 @@
+"""Starting, finding and stopping the lab's processes.
+
+torchrun starts every worker in a session of its own, so killing a node's process
+group misses the workers. The lab therefore marks every process it starts with
+MARKER in the environment (inherited by agents and workers alike) and sweeps by
+that mark: it works after a crash and from another shell.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from lab.rundir import MARKER, NODE_MARKER
+
+
+def spawn(argv: list[str], *, log_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start argv detached (own session, so Ctrl-C in the shell does not hit it), output to log_path."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=env, start_new_session=True,
+        )
+
+
+def alive(pid: int) -> bool:
+    """True while pid runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def marked_pids(run_dir: str | None = None, node: str | None = None) -> list[int]:
+    """Live pids carrying the lab's mark: of run_dir (or any run dir), of one node (or all)."""
+    me = os.getpid()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            raw = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        environ = dict(v.split(b"=", 1) for v in raw.split(b"\0") if b"=" in v)
+        mark = environ.get(MARKER.encode())
+        if mark is None or (run_dir is not None and mark != str(run_dir).encode()):
+            continue
+        if node is not None and environ.get(NODE_MARKER.encode()) != node.encode():
+            continue
+        if alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def wait_gone(pids: list[int], timeout_s: float) -> list[int]:
+    """Wait until every pid has exited; return those still alive at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    remaining = [p for p in pids if alive(p)]
+    while remaining and time.monotonic() < deadline:
+        time.sleep(0.05)
+        remaining = [p for p in remaining if alive(p)]
+    return remaining
+
+
+def terminate(pids: list[int], grace_s: float) -> list[int]:
+    """SIGTERM, then SIGKILL whatever outlives the grace period. Returns the pids signalled."""
+    pids = [p for p in pids if alive(p)]
+    signal_all(pids, signal.SIGTERM)
+    survivors = wait_gone(pids, grace_s)
+    signal_all(survivors, signal.SIGKILL)
+    wait_gone(survivors, 5)
+    return pids

@@ -1,0 +1,175 @@
+"""The local runtime: every node on this machine, each a real host when it can be.
+
+As root with iproute2, each node gets its own network namespace, address and
+hostname (see lab.runtimes.netns). Otherwise the nodes are plain processes on
+loopback, and the lab says so: that still runs a multi-node rendezvous, but no
+network fault can be injected.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from lab import procs
+from lab.errors import LabError
+from lab.rundir import MARKER, NODE_MARKER, RunDir
+from lab.runtimes import netns
+from lab.runtimes.base import Node
+from lab.topology import Topology
+
+HOST_MODES = ("auto", "netns", "loopback")
+
+
+@dataclass
+class LocalNode(Node):
+    name: str
+    index: int
+    address: str
+    netns: str | None
+    dir: Path
+    run_dir: str
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "node.log"
+
+    @property
+    def exit_file(self) -> Path:
+        return self.dir / "exit"
+
+    @property
+    def pid(self) -> int | None:
+        try:
+            return int((self.dir / "pid").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def wrapper(self) -> list[str]:
+        """What runs around the node's command: its host namespaces and the nodeproc shim."""
+        shim = [sys.executable, "-m", "lab.runtimes.nodeproc", f"--exit-file={self.exit_file}"]
+        if self.netns is None:
+            return shim
+        return [*netns.exec_prefix(netns.host_for(self.index)), *shim, f"--hostname={self.name}"]
+
+    def start(self, argv: list[str]) -> None:
+        self.exit_file.unlink(missing_ok=True)
+        env = {**os.environ, MARKER: self.run_dir, NODE_MARKER: self.name}
+        proc = procs.spawn([*self.wrapper(), "--", *argv], log_path=self.log_path, env=env)
+        (self.dir / "pid").write_text(str(proc.pid))
+
+    def exit_code(self) -> int | None:
+        code = self._recorded_exit()
+        if code is not None:
+            return code
+        pid = self.pid
+        if pid is not None and procs.alive(pid):
+            return None
+        time.sleep(0.05)  # the shim may have been writing the file as it exited
+        code = self._recorded_exit()
+        # No record: the shim itself was killed (or never started). Report it as SIGKILL.
+        return code if code is not None else 128 + signal.SIGKILL
+
+    def _recorded_exit(self) -> int | None:
+        try:
+            return int(self.exit_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        if self.pid is not None and procs.alive(self.pid):
+            os.kill(self.pid, signal.SIGTERM)  # the shim passes it to torchrun's agent
+            procs.wait_gone([self.pid], grace_s)
+        procs.terminate(procs.marked_pids(self.run_dir, self.name), grace_s=1.0)
+
+
+class LocalRuntime:
+    name = "local"
+
+    def __init__(self, run_dir: RunDir, hosts: str = "auto", log=print):
+        if hosts not in HOST_MODES:
+            raise LabError(f"--hosts must be one of {', '.join(HOST_MODES)}; got {hosts!r}")
+        self.run_dir = run_dir
+        self.hosts = hosts
+        self.log = log
+
+    def host_mode(self) -> str:
+        reason = netns.unavailable_reason()
+        if self.hosts == "netns" and reason:
+            raise LabError(f"netns hosts need root and iproute2: {reason}")
+        if self.hosts == "auto" and reason:
+            self.log(f"note: nodes run as processes on loopback ({reason}); network faults are unavailable")
+        return "loopback" if self.hosts == "loopback" or reason else "netns"
+
+    def plan(self, topology: Topology, mode: str) -> tuple[Topology, list[LocalNode]]:
+        """The nodes and the topology as they will run, without starting anything."""
+        nodes = []
+        for i in range(topology.nodes):
+            host = netns.host_for(i) if mode == "netns" else None
+            nodes.append(LocalNode(
+                name=f"node{i}", index=i,
+                address=host.address if host else "127.0.0.1",
+                netns=host.netns if host else None,
+                dir=self.run_dir.path / "nodes" / f"node{i}",
+                run_dir=str(self.run_dir.path),
+            ))
+        rdzv_host = "node0" if mode == "netns" else "127.0.0.1"
+        return topology.replace(rdzv_host=rdzv_host), nodes
+
+    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[LocalNode]]:
+        mode = self.host_mode()
+        topology, nodes = self.plan(topology, mode)
+        if mode == "loopback":
+            ensure_port_free("127.0.0.1", topology.rdzv_port)
+        # State first: if anything below fails or this process dies, `lab down` still knows.
+        self.run_dir.write_state({
+            "runtime": self.name, "hosts": mode, "lab_pid": os.getpid(), "started_at": time.time(),
+            "topology": asdict(topology), "script": script, "script_args": list(script_args),
+            "nodes": [{"name": n.name, "index": n.index, "address": n.address, "netns": n.netns} for n in nodes],
+        })
+        if mode == "netns":
+            netns.create(topology.nodes)
+        for node in nodes:
+            node.dir.mkdir(parents=True, exist_ok=True)
+            node.start(topology.launch_argv(node.index, script, script_args, log_dir=str(node.dir / "torchelastic")))
+        return topology, nodes
+
+    def attach(self) -> list[LocalNode]:
+        """The nodes of the lab recorded in the run directory (from any shell)."""
+        state = self.run_dir.read_state() or {}
+        return [
+            LocalNode(name=n["name"], index=n["index"], address=n["address"], netns=n["netns"],
+                      dir=self.run_dir.path / "nodes" / n["name"], run_dir=str(self.run_dir.path))
+            for n in state.get("nodes", [])
+        ]
+
+    def down(self, grace_s: float = 10.0) -> list[str]:
+        """Stop and remove everything the local runtime made, found by name and mark."""
+        removed = []
+        for node in self.attach():
+            if node.exit_code() is None:
+                node.stop(grace_s)
+                removed.append(f"node {node.name}")
+        stray = procs.marked_pids()
+        procs.terminate(stray, grace_s=2.0)
+        removed += [f"process {pid}" for pid in stray]
+        removed += netns.destroy_all()
+        if self.run_dir.exists():
+            removed.append(f"run dir {self.run_dir.path}")
+            self.run_dir.remove()
+        return removed
+
+
+def ensure_port_free(host: str, port: int) -> None:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            raise LabError(
+                f"rendezvous port {host}:{port} is already in use; pick another with --rdzv-port"
+            ) from None
