@@ -37,17 +37,41 @@ class LogFollower:
         self.out.flush()
 
 
-def wait(nodes: Sequence[Node], follower: LogFollower | None = None, poll_s: float = 0.2) -> dict[str, int]:
-    """Block until every node's agent has exited; return each node's exit status."""
+def wait(
+    nodes: Sequence[Node],
+    follower: LogFollower | None = None,
+    *,
+    poll_s: float = 0.2,
+    failure_grace_s: float | None = 30.0,
+    log=print,
+) -> dict[str, int]:
+    """Block until every node's agent has exited; return each node's exit status.
+
+    Once a node has failed, the others get failure_grace_s to notice. After that they are
+    stopped: a fixed-size job cannot succeed without that node, and its healthy agents
+    would otherwise sit in torchrun's exit barrier for 5 minutes. None waits forever
+    (elastic jobs, which are meant to carry on with fewer nodes).
+    """
     codes: dict[str, int] = {}
+    first_failure: float | None = None
     while len(codes) < len(nodes):
         for node in nodes:
             if node.name not in codes and (code := node.exit_code()) is not None:
                 codes[node.name] = code
+                if code != 0 and first_failure is None:
+                    first_failure = time.monotonic()
         if follower:
             follower.poll()
-        if len(codes) < len(nodes):
-            time.sleep(poll_s)
+        if len(codes) == len(nodes):
+            break
+        if failure_grace_s is not None and first_failure is not None \
+                and time.monotonic() - first_failure > failure_grace_s:
+            running = [n for n in nodes if n.name not in codes]
+            log(f"a node failed {failure_grace_s:g}s ago; stopping {', '.join(n.name for n in running)}")
+            for node in running:
+                node.stop(grace_s=5.0)
+            first_failure = None
+        time.sleep(poll_s)
     if follower:
         follower.poll(final=True)
     return codes

@@ -21,9 +21,9 @@ def handle(args: argparse.Namespace) -> int:
     started = start(args, args.script, args.script_args)
     if started is None:
         return 0
-    runtime, _topology, nodes = started
+    runtime, topology, nodes = started
     try:
-        codes = job.wait(nodes, job.LogFollower(nodes))
+        codes = job.wait(nodes, job.LogFollower(nodes), failure_grace_s=None if topology.min_nodes else 30.0)
     finally:
         runtime.down(grace_s=5.0)
     status = job.job_status(codes)

@@ -23,7 +23,7 @@ def handle(args: argparse.Namespace) -> int:
     runtime, topology, nodes = started
     finished = False
     try:
-        codes = job.wait(nodes, job.LogFollower(nodes))
+        codes = job.wait(nodes, job.LogFollower(nodes), failure_grace_s=None if topology.min_nodes else 30.0)
         finished = True
     finally:
         if not finished:  # interrupted: leave nothing running behind

@@ -66,6 +66,8 @@ def create(count: int) -> list[Host]:
         _ip("link", "set", BRIDGE, "up")
         _allow_bridge_forwarding()
         hosts_file = "127.0.0.1 localhost\n" + "".join(f"{h.address} {h.name}\n" for h in hosts)
+        # c10d reverse-resolves peers by their IPv4-mapped IPv6 form; list it to keep that quiet.
+        hosts_file += "".join(f"::ffff:{h.address} {h.name}\n" for h in hosts)
         for i, host in enumerate(hosts):
             _create_host(i, host, hosts_file)
     except BaseException:

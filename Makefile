@@ -1,0 +1,36 @@
+# torchrun lab. `make help` lists the targets; each installs what it needs.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+.DEFAULT_GOAL := help
+.PHONY: help venv host-deps lab-up lab-down lab-status test test-fast
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
+
+$(BIN)/lab: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(BIN)/lab ## create the project's virtual environment in .venv
+
+host-deps: ## install the host tools for netns hosts (iproute2, iptables) when root
+	@scripts/host-deps.sh
+
+lab-up: venv host-deps ## start the lab: a 2-node x 2-process DDP job, then the result table
+	$(BIN)/lab up
+
+lab-down: venv ## stop and remove everything the lab started
+	$(BIN)/lab down
+
+lab-status: venv ## show the lab's nodes
+	@$(BIN)/lab status || [ $$? -eq 3 ]
+
+test: venv host-deps ## the whole test suite (what CI runs)
+	$(BIN)/pytest -q
+
+test-fast: venv ## the quick inner loop: no multi-process jobs
+	$(BIN)/pytest -q -m "not slow"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install the host tools the local runtime uses for netns hosts, if they are missing.
+# Without root the lab runs its nodes on loopback instead, so there is nothing to do.
+set -euo pipefail
+missing=()
+command -v ip >/dev/null || missing+=(iproute2)
+command -v unshare >/dev/null || missing+=(util-linux)
+command -v iptables >/dev/null || missing+=(iptables)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+    echo "note: ${missing[*]} missing and cannot be installed here (needs root and apt); nodes will run on loopback"
+    exit 0
+fi
+echo "installing ${missing[*]} (apt-get)"
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -1,0 +1,54 @@
+"""Shared test helpers: run the real `lab` CLI with a private run directory, always take it down."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from lab.runtimes import netns
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+needs_netns = pytest.mark.skipif(netns.unavailable_reason() is not None,
+                                 reason=f"netns hosts unavailable: {netns.unavailable_reason()}")
+
+
+@dataclass
+class Lab:
+    run_dir: Path
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "LAB_RUN_DIR": str(self.run_dir)}
+
+    def cmd(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "lab", *args]
+
+    def __call__(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(self.cmd(*args), env=self.env(), capture_output=True, text=True,
+                              timeout=timeout, cwd=REPO)
+
+    def popen(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen(self.cmd(*args), env=self.env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, cwd=REPO)
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """The lab CLI bound to a fresh run dir; `lab down` runs afterwards even if the test failed."""
+    handle = Lab(run_dir=tmp_path / "run")
+    try:
+        yield handle
+    finally:
+        handle("down", timeout=120)
+
+
+def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Bare torchrun (no lab), the way the lesson runs its scripts."""
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO)

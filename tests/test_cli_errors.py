@@ -1,0 +1,58 @@
+"""Bad input: one line on stderr, a non-zero exit, no traceback, and nothing started."""
+
+import socket
+
+import pytest
+
+from lab.workloads import script_path
+
+
+def assert_one_line_error(out, *words):
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr + out.stdout
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["up", "--nodes", "0"], ["nodes", "0"]),
+    (["up", "--nproc-per-node", "-1"], ["nproc_per_node", "-1"]),
+    (["up", "--runtime", "nosuch"], ["--runtime", "nosuch"]),
+    (["run", "no/such/script.py"], ["script not found", "no/such/script.py"]),
+])
+def test_bad_input_is_one_line(lab, args, words):
+    out = lab(*args)
+    assert_one_line_error(out, *words)
+    assert not lab.run_dir.exists(), "nothing may be started on bad input"
+
+
+def test_a_rendezvous_port_in_use_is_named(lab):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = lab("run", "--hosts", "loopback", "--rdzv-port", str(port), script_path("ddp_train"))
+    assert_one_line_error(out, "port", str(port), "--rdzv-port")
+
+
+def test_down_with_nothing_running_says_so_and_succeeds(lab):
+    out = lab("down")
+    assert out.returncode == 0
+    assert "nothing to stop" in out.stdout
+
+
+def test_status_with_nothing_running_exits_3(lab):
+    out = lab("status")
+    assert out.returncode == 3 and "no lab is running" in out.stdout
+
+
+def test_dry_run_prints_every_nodes_command_and_starts_nothing(lab):
+    out = lab("up", "--nodes", "3", "--hosts", "loopback", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    commands = [line for line in out.stdout.splitlines() if " -m lab.launch " in line and not line.startswith("#")]
+    assert len(commands) == 3
+    assert all("--rdzv-endpoint=127.0.0.1:29400" in c for c in commands)
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in out.stdout
+    assert not lab.run_dir.exists()

@@ -1,0 +1,35 @@
+"""lab.launch sets what the lab needs loudly and never overrides what the user set."""
+
+import pytest
+
+from lab.launch import RESTART_WORKAROUND, apply_env, lab_environment, split_lab_flags
+
+
+def test_unset_variables_are_set_and_logged():
+    environ, log = {}, []
+    apply_env({"A": "1"}, environ, log.append)
+    assert environ == {"A": "1"}
+    assert log == ["[lab.launch] setting A=1"]
+
+
+def test_a_user_value_is_kept_with_a_warning_naming_both_values():
+    environ, log = {"A": "mine"}, []
+    apply_env({"A": "lab"}, environ, log.append)
+    assert environ == {"A": "mine"}
+    assert "WARNING" in log[0] and "A=mine" in log[0] and "lab" in log[0]
+
+
+def test_restart_workaround_is_on_by_default_and_off_with_torch_defaults():
+    assert lab_environment({}, torch_defaults=False) == RESTART_WORKAROUND
+    assert lab_environment({"X": "1"}, torch_defaults=True) == {"X": "1"}
+
+
+def test_lab_flags_stop_at_the_first_torchrun_flag():
+    env, defaults, rest = split_lab_flags(["--env=A=b=c", "--nnodes=2", "--env=B=1", "s.py"])
+    assert env == {"A": "b=c"} and defaults is False
+    assert rest == ["--nnodes=2", "--env=B=1", "s.py"]
+
+
+def test_malformed_env_flag_is_a_one_line_error():
+    with pytest.raises(SystemExit, match="NAME=VALUE"):
+        split_lab_flags(["--env=NOVALUE"])

@@ -1,0 +1,80 @@
+"""Real multi-node jobs: netns hosts (own address, hostname, hosts file) against one host."""
+
+import signal
+import time
+
+import pytest
+
+from conftest import SCRIPTS, needs_netns
+from lab import procs, results
+from lab.runtimes import netns
+from lab.workloads import script_path
+
+pytestmark = [pytest.mark.slow, needs_netns]
+
+
+def ranks_from(output: str) -> list[results.RankResult]:
+    found = []
+    for line in output.splitlines():
+        if line.startswith("[node"):
+            node, _, text = line[1:].partition("] ")
+            found += results.parse(text, node)
+    return sorted(found, key=lambda r: r.rank)
+
+
+def test_two_netns_nodes_match_one_node_bit_for_bit(lab):
+    one_node = lab("run", "--nodes", "1", "--nproc-per-node", "4", script_path("ddp_train"))
+    assert one_node.returncode == 0, one_node.stdout[-3000:]
+    reference = ranks_from(one_node.stdout)
+    assert len(reference) == 4 and {r.checksum for r in reference} == {"-4.676729"}
+
+    up = lab("up", "--nodes", "2", "--nproc-per-node", "2")
+    assert up.returncode == 0, up.stdout[-3000:]
+    assert "all 4 ranks hold the same weights" in up.stdout
+    two_nodes = ranks_from(up.stdout)
+    assert [r.rank for r in two_nodes] == [0, 1, 2, 3]
+    assert {r.exact for r in two_nodes} == {reference[0].exact}, "2x2 must equal 1x4 bit for bit"
+    for r in two_nodes:
+        assert r.host == r.node, f"rank {r.rank} ran on {r.node} but reported host {r.host}"
+    assert {r.node for r in two_nodes} == {"node0", "node1"}
+
+    status = lab("status")
+    assert status.returncode == 0
+    assert status.stdout.count("exited 0") == 2 and "10.213.0.11" in status.stdout
+
+
+def test_down_cleans_up_after_the_lab_process_is_killed(lab):
+    """SIGKILL `lab run` mid-job: the agents and workers live on; `lab down` must find them all."""
+    proc = lab.popen("run", "--nodes", "2", "--nproc-per-node", "2", str(SCRIPTS / "hold.py"))
+    try:
+        deadline = time.monotonic() + 120
+        ready = 0
+        while ready < 4 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            ready += " ready on " in line
+        assert ready == 4, "the job never came up"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        # 2 shims + 2 agents + 4 workers outlive the lab process
+        assert len(procs.marked_pids(str(lab.run_dir.resolve()))) >= 8
+        assert netns.leftovers()
+    finally:
+        proc.kill()
+        proc.stdout.close()
+
+    out = lab("down")
+    assert out.returncode == 0
+    assert "removed netns tlab-node0" in out.stdout
+    assert procs.marked_pids() == []
+    assert netns.leftovers() == []
+    assert not lab.run_dir.exists()
+
+
+def test_a_failed_node_fails_the_job_and_the_others_are_stopped(lab):
+    """Without this, node0's agent would wait out the process-group timeout (set to 10 min here)."""
+    out = lab("run", "--nodes", "2", "--nproc-per-node", "1", "--pg-timeout", "600",
+              str(SCRIPTS / "fail_on_node1.py"))
+    assert out.returncode != 0
+    assert "stopping node0" in out.stdout
+    assert "job failed" in out.stdout
+    assert procs.marked_pids() == []

@@ -1,0 +1,61 @@
+"""Topology renders torchrun's flags from one spec and rejects bad values by field name."""
+
+import dataclasses
+
+import pytest
+
+from lab.launch import split_lab_flags
+from lab.topology import Topology, TopologyError
+
+
+def test_c10d_names_node_zero_as_store_host_and_no_one_else():
+    t = Topology(nodes=3, nproc_per_node=2, rdzv_host="node0", rdzv_port=29411)
+    for rank in range(3):
+        args = t.torchrun_args(rank)
+        assert "--nnodes=3" in args and "--nproc-per-node=2" in args
+        assert "--rdzv-endpoint=node0:29411" in args
+        conf = next(a for a in args if a.startswith("--rdzv-conf="))
+        assert f"is_host={1 if rank == 0 else 0}" in conf
+        assert not any(a.startswith("--node-rank") for a in args)
+
+
+def test_static_rendezvous_uses_master_addr_and_node_rank():
+    args = Topology(rdzv_backend="static", rdzv_host="10.0.0.5").torchrun_args(1)
+    assert "--node-rank=1" in args and "--master-addr=10.0.0.5" in args
+    assert not any(a.startswith("--rdzv-") for a in args)
+
+
+def test_elastic_job_renders_min_max_nodes():
+    assert "--nnodes=1:4" in Topology(nodes=4, min_nodes=1).torchrun_args(0)
+
+
+def test_launch_argv_puts_lab_flags_first_so_lab_launch_can_strip_them():
+    t = Topology(pg_timeout_s=7, torch_defaults=True)
+    argv = t.launch_argv(0, "/x/train.py", ["--lr", "1"], python="py")
+    assert argv[:3] == ["py", "-m", "lab.launch"]
+    env, torch_defaults, rest = split_lab_flags(argv[3:])
+    assert env == {"LAB_BACKEND": "gloo", "LAB_PG_TIMEOUT_S": "7"}
+    assert torch_defaults is True
+    assert rest == [*t.torchrun_args(0), "/x/train.py", "--lr", "1"]
+
+
+@pytest.mark.parametrize("field, value", [
+    ("nodes", 0), ("nproc_per_node", -1), ("backend", "mpi"), ("rdzv_backend", "zk"),
+    ("rdzv_port", 70000), ("max_restarts", -1), ("pg_timeout_s", 0), ("min_nodes", 5),
+])
+def test_bad_values_are_rejected_naming_the_field(field, value):
+    with pytest.raises(TopologyError, match=field):
+        Topology(**{field: value})
+
+
+def test_topology_is_frozen_and_keyword_only():
+    t = Topology()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        t.nodes = 3
+    with pytest.raises(TypeError):
+        Topology(2, 2)
+
+
+def test_node_rank_outside_the_job_is_rejected():
+    with pytest.raises(TopologyError, match="node_rank"):
+        Topology(nodes=2).torchrun_args(2)
