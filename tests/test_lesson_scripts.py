@@ -20,7 +20,9 @@ def test_ddp_train_two_processes_matches_the_lesson():
     assert sorted(r.rank for r in ranks) == [0, 1]
     checksums = [float(r.checksum) for r in ranks]
     assert abs(checksums[0] - checksums[1]) <= 1e-6
-    assert checksums[0] == pytest.approx(-4.63506, abs=2e-6)
+    # The lesson printed -4.635065; torch 2.13 here gives -4.635064 (reduction order).
+    # "-4.63506 within 2e-6" in the issue would exclude both, so compare with the lesson's figure.
+    assert checksums[0] == pytest.approx(-4.635065, abs=2e-6)
 
 
 def test_ddp_broadcasts_rank_zeros_weights_at_construction():
