@@ -34,6 +34,8 @@ class Ctx:
     backend: str
     device: torch.device
     host: str
+    distributed: bool = True  # False: one plain process, no process group, no DDP
+    rendezvous_seconds: float = 0.0
 
 
 def default_backend() -> str:
@@ -41,9 +43,18 @@ def default_backend() -> str:
 
 
 @contextmanager
-def process_group(backend: str | None = None):
-    """Join the job's process group for the duration of the block; always leave it."""
+def process_group(backend: str | None = None, allow_single: bool = False):
+    """Join the job's process group for the duration of the block; always leave it.
+
+    With allow_single, a script started without torchrun runs as one plain process.
+    """
     if "RANK" not in os.environ:
+        if allow_single:
+            cuda = torch.cuda.is_available()
+            yield Ctx(rank=0, local_rank=0, world_size=1, backend="none",
+                      device=torch.device("cuda" if cuda else "cpu"), host=socket.gethostname(),
+                      distributed=False)
+            return
         raise RuntimeError(
             "RANK is not set: this script is meant to be started by torchrun, e.g. "
             "`torchrun --nproc-per-node=2 SCRIPT` (or `lab run SCRIPT`)"
@@ -57,7 +68,9 @@ def process_group(backend: str | None = None):
     else:
         device = torch.device("cpu")
     timeout = timedelta(seconds=float(os.environ.get("LAB_PG_TIMEOUT_S", "60")))
+    started = time.monotonic()
     dist.init_process_group(backend=backend, timeout=timeout)
+    rendezvous_seconds = time.monotonic() - started
     finished = False
     try:
         yield Ctx(
@@ -67,6 +80,7 @@ def process_group(backend: str | None = None):
             backend=backend,
             device=device,
             host=socket.gethostname(),
+            rendezvous_seconds=rendezvous_seconds,
         )
         finished = True
     finally:
@@ -98,7 +112,9 @@ def _leave_after_peers(store: dist.Store) -> None:
             left = store.add("lab/left", 0)
 
 
-def ddp(model: torch.nn.Module, ctx: Ctx, **kwargs) -> torch.nn.parallel.DistributedDataParallel:
-    """Wrap a model for this rank; on GPUs it names the rank's one device."""
+def ddp(model: torch.nn.Module, ctx: Ctx, **kwargs) -> torch.nn.Module:
+    """Wrap a model for this rank; on GPUs it names the rank's one device. Single process: as is."""
+    if not ctx.distributed:
+        return model
     device_ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
     return torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids, **kwargs)

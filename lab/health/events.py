@@ -1,0 +1,48 @@
+"""The event log: one JSON object per line, one file per rank, appended across restarts.
+
+Exercises and tests read these to reconstruct what happened and when: every record
+has the wall-clock time, the rank, the node and the restart attempt it belongs to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+
+class EventLog:
+    def __init__(self, directory: str | os.PathLike | None, rank: int, local_rank: int):
+        self.path = Path(directory) / f"rank{rank}.jsonl" if directory else None
+        self.common = {
+            "rank": rank,
+            "local_rank": local_rank,
+            "node": socket.gethostname(),
+            "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+            "pid": os.getpid(),
+        }
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, event: str, **fields) -> None:
+        if self.path is None:
+            return
+        record = {"time": time.time(), "event": event, **self.common, **fields}
+        # One write() of one line in append mode: lines from a dying process never interleave.
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def read_events(directory: str | os.PathLike) -> Iterator[dict]:
+    """Every record from every rank's file, in time order. A torn last line is skipped."""
+    records = []
+    for path in sorted(Path(directory).glob("rank*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return iter(sorted(records, key=lambda r: r["time"]))

@@ -1,0 +1,90 @@
+"""Per-rank metrics: every worker serves its own /metrics on base port + global rank.
+
+Names follow Prometheus conventions: one prefix (`lab_`), base units (`_seconds`),
+`_total` on counters, and no unbounded labels (rank and node are bounded by the job's
+size). Counters exist at 0 from start-up, so `rate()` and `increase()` work from the
+first scrape. Each rank also writes a file-based service-discovery entry, so the
+lab's Prometheus finds it wherever it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+COMM_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)
+
+
+class ExporterPortError(RuntimeError):
+    pass
+
+
+class RankMetrics:
+    def __init__(self, *, rank: int, local_rank: int, node: str, world_size: int, restart: int,
+                 registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        info = Gauge("lab_rank_info", "Always 1; labels say where this rank runs.",
+                     ["rank", "local_rank", "node"], registry=r)
+        info.labels(str(rank), str(local_rank), node).set(1)
+        Gauge("lab_world_size", "Ranks in the job.", registry=r).set(world_size)
+        Gauge("lab_restart_count", "Restarts of this worker group so far (TORCHELASTIC_RESTART_COUNT).",
+              registry=r).set(restart)
+        self.step = Gauge("lab_step", "The training step this rank completed last.", registry=r)
+        self.steps = Counter("lab_steps", "Training steps completed by this process.", registry=r)
+        self.samples = Counter("lab_samples", "Samples processed by this process.", registry=r)
+        self.last_step_time = Gauge("lab_last_step_timestamp_seconds", "When the last step completed.",
+                                    registry=r)
+        self.step_duration = Histogram("lab_step_duration_seconds", "Wall time of one training step.",
+                                       buckets=STEP_BUCKETS, registry=r)
+        self.allreduce_duration = Histogram("lab_allreduce_duration_seconds",
+                                            "Gradient all-reduce time per DDP bucket.",
+                                            buckets=COMM_BUCKETS, registry=r)
+        self.loss = Gauge("lab_loss", "Loss of the last step on this rank.", registry=r)
+        self.nonfinite_loss = Counter("lab_nonfinite_loss", "Steps whose loss was NaN or infinite.",
+                                      registry=r)
+        self.checkpoint_save = Histogram("lab_checkpoint_save_duration_seconds",
+                                         "Time to write one checkpoint.", registry=r)
+        self.last_checkpoint_time = Gauge("lab_last_checkpoint_timestamp_seconds",
+                                          "When the newest checkpoint was written or loaded.", registry=r)
+        self.checkpoint_failures = Counter("lab_checkpoint_failures", "Checkpoint writes that failed.",
+                                           registry=r)
+        self.rendezvous = Gauge("lab_rendezvous_duration_seconds",
+                                "Time this rank spent joining the process group.", registry=r)
+
+    def serve(self, port: int) -> None:
+        try:
+            start_http_server(port, addr="0.0.0.0", registry=self.registry)
+        except OSError as e:
+            raise ExporterPortError(
+                f"rank exporter port {port} is already in use ({e.strerror}); "
+                "choose another base with LAB_METRICS_PORT_BASE"
+            ) from None
+
+    def step_done(self, step: int, seconds: float, samples: int, loss: float) -> None:
+        self.step.set(step)
+        self.steps.inc()
+        self.samples.inc(samples)
+        self.step_duration.observe(seconds)
+        self.last_step_time.set(time.time())
+        if loss != loss or loss in (float("inf"), float("-inf")):
+            self.nonfinite_loss.inc()
+        else:
+            self.loss.set(loss)
+
+
+def register_target(targets_dir: str | os.PathLike, name: str, port: int, labels: dict[str, str]) -> Path:
+    """Write a file_sd entry for this exporter at the address its hostname resolves to."""
+    address = socket.gethostbyname(socket.gethostname())
+    path = Path(targets_dir) / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([{"targets": [f"{address}:{port}"], "labels": labels}]))
+    os.replace(tmp, path)  # Prometheus never reads half a file
+    return path

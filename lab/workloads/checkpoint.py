@@ -1,0 +1,105 @@
+"""Checkpoints that are written atomically, verified on load, and never silently wrong.
+
+A checkpoint is one file, `step_00000020.ckpt`:
+
+    MAGIC (8 bytes) | sha256 of the payload (32 bytes) | payload (torch.save bytes)
+
+It is written to a temporary file in the same directory, fsynced, then renamed over
+its final name, and the directory is fsynced: a crash leaves either the old set of
+checkpoints or the new one, never half a file under a checkpoint's name. Loading
+checks the digest, so a truncated or corrupted file is detected, not unpickled. The
+newest `KEEP` checkpoints are kept; a bad one is set aside as `*.bad`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+MAGIC = b"LABCKPT1"
+KEEP = 2
+NAME = re.compile(r"^step_(\d{8})\.ckpt$")
+
+
+class CheckpointError(Exception):
+    """The file is not a whole, valid checkpoint."""
+
+
+def path_for(directory: Path, step: int) -> Path:
+    return directory / f"step_{step:08d}.ckpt"
+
+
+def save(directory: Path, step: int, state: dict) -> Path:
+    """Write state as the checkpoint of `step`, atomically; drop all but the newest KEEP."""
+    directory.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getvalue()
+    final = path_for(directory, step)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(MAGIC + hashlib.sha256(payload).digest() + payload)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    _fsync_dir(directory)
+    for old in checkpoints(directory)[KEEP:]:
+        old.unlink(missing_ok=True)
+    return final
+
+
+def read(path: Path) -> dict:
+    """Load and verify one checkpoint; CheckpointError says what is wrong with it."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"unreadable: {e.strerror}") from None
+    header = len(MAGIC) + 32
+    if len(data) < header or not data.startswith(MAGIC):
+        raise CheckpointError(f"not a lab checkpoint or truncated ({len(data)} bytes)")
+    digest, payload = data[len(MAGIC):header], data[header:]
+    if hashlib.sha256(payload).digest() != digest:
+        raise CheckpointError(f"checksum mismatch: truncated or corrupted ({len(data)} bytes)")
+    return torch.load(io.BytesIO(payload), weights_only=False)
+
+
+def checkpoints(directory: Path) -> list[Path]:
+    """Checkpoint files in the directory, newest step first."""
+    if not directory.is_dir():
+        return []
+    found = [p for p in directory.iterdir() if NAME.match(p.name)]
+    return sorted(found, key=lambda p: int(NAME.match(p.name)[1]), reverse=True)
+
+
+def load_newest_valid(
+    directory: Path,
+    on_invalid: Callable[[Path, str], None],
+    set_aside: bool = True,
+) -> tuple[Path, dict] | None:
+    """The newest checkpoint that verifies, or None. Each bad one is reported, and set aside
+    (renamed *.bad) when set_aside is true -- only one process should do that."""
+    for path in checkpoints(directory):
+        try:
+            return path, read(path)
+        except CheckpointError as e:
+            on_invalid(path, str(e))
+            if set_aside:
+                try:
+                    os.replace(path, path.with_name(path.name + ".bad"))
+                except FileNotFoundError:
+                    pass
+    return None
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,217 @@
+"""The resumable trainer: the workload the lab's exercises break, and watch in Prometheus.
+
+    python lab/workloads/trainer.py --steps 50                        # one process, no DDP
+    torchrun --nproc-per-node=2 lab/workloads/trainer.py --steps 200 --ckpt-dir /tmp/ckpt
+    lab run --nodes 2 --nproc-per-node 2 lab/workloads/trainer.py --steps 200 --step-time 0.05
+
+A small MLP learns a fixed linear map from deterministic synthetic data. A
+`DistributedSampler` gives every rank its own slice; the training position is a pure
+function of the step, so a resumed run sees exactly the batches it would have seen.
+
+Every `--ckpt-every` steps rank 0 writes a checkpoint (atomically, newest two kept)
+holding the model, the optimizer, the step, the sampler position and every rank's
+torch, Python and NumPy RNG states. On start the trainer resumes from the newest
+checkpoint that verifies; a truncated or corrupted one is logged and set aside.
+
+With `--events-dir` each rank appends JSON lines (start, rendezvous_done, checkpoint_*,
+step, exit) to rankN.jsonl. With a metrics port base (`--metrics-port-base` or
+LAB_METRICS_PORT_BASE) each rank serves /metrics on base + rank, and with
+`--targets-dir` (or LAB_TARGETS_DIR) registers itself for Prometheus.
+At the end every rank prints `rank R step S checksum C (hex)`: equal hex, equal weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.utils.data import DistributedSampler, TensorDataset
+
+from lab.health.events import EventLog
+from lab.health.rank_exporter import RankMetrics, register_target
+from lab.workloads import checkpoint
+from lab.workloads.comm_hooks import timed_allreduce_hook
+from lab.workloads.distributed import Ctx, ddp, process_group
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    env = os.environ.get
+    p = argparse.ArgumentParser(description="the lab's resumable DDP trainer")
+    p.add_argument("--steps", type=int, default=100, help="train until this step")
+    p.add_argument("--step-time", type=float, default=0.0, help="pace each step to at least this many seconds")
+    p.add_argument("--ckpt-every", type=int, default=10, help="checkpoint interval in steps (0: never)")
+    p.add_argument("--ckpt-dir", default=env("LAB_CKPT_DIR"), help="where checkpoints live (default: none)")
+    p.add_argument("--events-dir", default=env("LAB_EVENTS_DIR"), help="where rankN.jsonl event logs go")
+    p.add_argument("--metrics-port-base", type=int, default=int(env("LAB_METRICS_PORT_BASE", "0")),
+                   help="serve /metrics on this port + rank (0: no exporter)")
+    p.add_argument("--targets-dir", default=env("LAB_TARGETS_DIR"), help="Prometheus file_sd directory")
+    p.add_argument("--batch-size", type=int, default=8, help="per rank")
+    p.add_argument("--samples", type=int, default=4096)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.steps < 1 or args.ckpt_every < 0 or args.step_time < 0:
+        p.error("--steps must be >= 1, --ckpt-every and --step-time >= 0")
+    return args
+
+
+def make_dataset(samples: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(samples, 16, generator=g)
+    w = torch.randn(16, 1, generator=g)
+    return TensorDataset(x, x @ w + 0.1 * torch.randn(samples, 1, generator=g))
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+
+
+def rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+def gather_rng(ctx: Ctx) -> list[dict]:
+    if not ctx.distributed:
+        return [rng_state()]
+    states = [None] * ctx.world_size if ctx.rank == 0 else None
+    dist.gather_object(rng_state(), states, dst=0)
+    return states
+
+
+def resume(args, ctx: Ctx, events: EventLog) -> dict | None:
+    """Rank 0 picks the newest valid checkpoint and tells the others which one it is."""
+    if not args.ckpt_dir:
+        return None
+    directory = Path(args.ckpt_dir)
+    chosen = None
+    if ctx.rank == 0:
+        def invalid(path, why):
+            events.write("checkpoint_invalid", path=str(path), reason=why)
+            print(f"rank 0: skipping checkpoint {path.name}: {why}; set aside as {path.name}.bad", flush=True)
+        found = checkpoint.load_newest_valid(directory, invalid)
+        chosen = str(found[0]) if found else None
+    if ctx.distributed:
+        box = [chosen]
+        dist.broadcast_object_list(box, src=0)
+        chosen = box[0]
+    if chosen is None:
+        events.write("no_checkpoint", directory=str(directory))
+        return None
+    state = found[1] if ctx.rank == 0 else checkpoint.read(Path(chosen))
+    return {**state, "path": chosen}
+
+
+def params_checksum(model: nn.Module) -> float:
+    return float(sum(p.detach().double().sum().item() for p in model.parameters()))
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
+    events = EventLog(args.events_dir, rank, local_rank)
+    events.write("start", world_size=int(os.environ.get("WORLD_SIZE", 1)), steps=args.steps)
+    metrics = None
+    if args.metrics_port_base:
+        metrics = RankMetrics(rank=rank, local_rank=local_rank, node=events.common["node"],
+                              world_size=int(os.environ.get("WORLD_SIZE", 1)),
+                              restart=events.common["restart"])
+        metrics.serve(args.metrics_port_base + rank)
+        if args.targets_dir:
+            register_target(args.targets_dir, f"rank{rank}", args.metrics_port_base + rank,
+                            {"rank": str(rank), "node": events.common["node"]})
+    step, reason = 0, "error"
+    try:
+        with process_group(allow_single=True) as ctx:
+            events.write("rendezvous_done", seconds=ctx.rendezvous_seconds, world_size=ctx.world_size)
+            if metrics:
+                metrics.rendezvous.set(ctx.rendezvous_seconds)
+            model = make_model().to(ctx.device)
+            ddp_model = ddp(model, ctx)
+            if metrics and ctx.distributed:
+                ddp_model.register_comm_hook(None, timed_allreduce_hook(metrics.allreduce_duration))
+            optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01, momentum=0.9)
+            dataset = make_dataset(args.samples)
+            sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
+                                         shuffle=True, seed=args.seed, drop_last=True)
+            steps_per_epoch = len(sampler) // args.batch_size
+
+            state = resume(args, ctx, events)
+            if state:
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+                step = state["step"]
+                if state["world_size"] == ctx.world_size:
+                    set_rng_state(state["rng"][ctx.rank])
+                events.write("checkpoint_loaded", step=step, path=state["path"])
+                if metrics:
+                    metrics.last_checkpoint_time.set(time.time())
+            loss_fn = nn.MSELoss()
+
+            while step < args.steps:
+                started = time.perf_counter()
+                epoch, batch = divmod(step, steps_per_epoch)
+                sampler.set_epoch(epoch)
+                indices = list(sampler)[batch * args.batch_size:(batch + 1) * args.batch_size]
+                x, y = (t.to(ctx.device) for t in dataset[indices])
+                optimizer.zero_grad()
+                loss = loss_fn(ddp_model(x), y)
+                loss.backward()
+                optimizer.step()
+                step += 1
+                value = loss.item()
+                if args.step_time:
+                    time.sleep(max(0.0, args.step_time - (time.perf_counter() - started)))
+                seconds = time.perf_counter() - started
+                events.write("step", step=step, loss=value, seconds=seconds)
+                if metrics:
+                    metrics.step_done(step, seconds, len(indices), value)
+                if args.ckpt_dir and args.ckpt_every and step % args.ckpt_every == 0:
+                    save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
+
+            checksum = params_checksum(model)
+            print(f"rank {ctx.rank} step {step} checksum {checksum:.6f} ({checksum.hex()})", flush=True)
+            events.write("exit", reason="completed", step=step, checksum=checksum.hex())
+            reason = "completed"
+    finally:
+        if reason != "completed":
+            events.write("exit", reason=reason, step=step)
+
+
+def save_checkpoint(args, ctx, model, optimizer, step, epoch, batch, events, metrics) -> None:
+    rngs = gather_rng(ctx)  # a collective: every rank takes part
+    if ctx.rank != 0:
+        return
+    started = time.perf_counter()
+    try:
+        path = checkpoint.save(Path(args.ckpt_dir), step, {
+            "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "sampler": {"epoch": epoch, "batch": batch, "seed": args.seed},
+            "world_size": ctx.world_size, "rng": rngs,
+        })
+    except OSError as e:
+        events.write("checkpoint_failed", step=step, reason=str(e))
+        if metrics:
+            metrics.checkpoint_failures.inc()
+        return
+    seconds = time.perf_counter() - started
+    events.write("checkpoint_saved", step=step, path=str(path), seconds=seconds)
+    if metrics:
+        metrics.checkpoint_save.observe(seconds)
+        metrics.last_checkpoint_time.set(time.time())
+
+
+if __name__ == "__main__":
+    main()
