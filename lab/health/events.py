@@ -26,6 +26,17 @@ class EventLog:
         }
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._end_torn_line()
+
+    def _end_torn_line(self) -> None:
+        """A process killed mid-write leaves a partial last line; start ours on a fresh one."""
+        try:
+            with open(self.path, "rb+") as f:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    f.write(b"\n")
+        except (FileNotFoundError, OSError):
+            pass
 
     def write(self, event: str, **fields) -> None:
         if self.path is None:
