@@ -78,7 +78,34 @@ def main(argv: list[str] | None = None) -> None:
     # Imported late: torch takes seconds to import and the flags above need none of it.
     from torch.distributed.run import main as torchrun_main
 
+    start_agent_exporter(torchrun_argv, log)
     torchrun_main(torchrun_argv)
+
+
+def start_agent_exporter(torchrun_argv: list[str], log) -> None:
+    """Export the agent's own health when the lab asked for it (LAB_AGENT_METRICS_PORT)."""
+    port = int(os.environ.get("LAB_AGENT_METRICS_PORT", "0"))
+    if not port:
+        return
+    import socket
+    from pathlib import Path
+
+    from torch.distributed.run import parse_args
+
+    from lab.health import agent_exporter
+    from lab.health.rank_exporter import ExporterPortError, register_target
+
+    node = socket.gethostname()
+    events_dir = os.environ.get("LAB_EVENTS_DIR")
+    metrics = agent_exporter.AgentMetrics(node=node, max_restarts=parse_args(torchrun_argv).max_restarts)
+    agent_exporter.install(metrics, Path(events_dir) / f"agent-{node}.jsonl" if events_dir else None, node)
+    try:
+        agent_exporter.serve(metrics, port)
+    except ExporterPortError as e:
+        raise SystemExit(f"lab.launch: error: {e}") from None
+    if os.environ.get("LAB_TARGETS_DIR"):
+        register_target(os.environ["LAB_TARGETS_DIR"], f"agent-{node}", port, {"node": node})
+    log(f"[lab.launch] agent metrics on :{port}/metrics")
 
 
 if __name__ == "__main__":

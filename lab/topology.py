@@ -43,6 +43,10 @@ class Topology:
     # hung rank into a half-hour silent wait; the lab wants a hang to fail fast.
     pg_timeout_s: int = 60
     monitor_interval_s: float = 0.1
+    # Exporters: node i's agent serves on agent_metrics_port + i, rank r on rank_metrics_port + r,
+    # so that nodes sharing one host (loopback) never collide. 0 turns the exporters off.
+    agent_metrics_port: int = 9400
+    rank_metrics_port: int = 9500
     # Keep torch's defaults instead of the lab's restart workaround (see lab.launch).
     torch_defaults: bool = False
 
@@ -64,6 +68,24 @@ class Topology:
         _at_least("pg_timeout_s", self.pg_timeout_s, 1)
         if not self.monitor_interval_s > 0:
             raise TopologyError(f"monitor_interval_s must be positive, got {self.monitor_interval_s}")
+        self._check_ports()
+
+    def _check_ports(self) -> None:
+        ranges = {"rdzv_port": range(self.rdzv_port, self.rdzv_port + 1)}
+        if self.agent_metrics_port:
+            ranges["agent_metrics_port"] = range(self.agent_metrics_port, self.agent_metrics_port + self.nodes)
+        if self.rank_metrics_port:
+            ranges["rank_metrics_port"] = range(self.rank_metrics_port, self.rank_metrics_port + self.world_size)
+        for field, ports in ranges.items():
+            if ports.start < 0 or ports.stop - 1 > 65535:
+                raise TopologyError(f"{field} must leave room for its ports in 1-65535, got {ports.start}")
+        names = list(ranges)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                if set(ranges[a]) & set(ranges[b]):
+                    raise TopologyError(
+                        f"{a} ({ranges[a].start}-{ranges[a].stop - 1}) overlaps {b} "
+                        f"({ranges[b].start}-{ranges[b].stop - 1})")
 
     @property
     def world_size(self) -> int:
@@ -101,11 +123,18 @@ class Topology:
             ]
         if log_dir:
             args.append(f"--log-dir={log_dir}")
+        # lab.launch registers an event handler under this name (lab.health.agent_exporter).
+        args.append("--event-log-handler=lab")
         return args
 
     def env(self, node_rank: int) -> dict[str, str]:
         """Variables lab.launch sets on this node (it warns instead of overriding the user's)."""
-        return {"LAB_BACKEND": self.backend, "LAB_PG_TIMEOUT_S": str(self.pg_timeout_s)}
+        env = {"LAB_BACKEND": self.backend, "LAB_PG_TIMEOUT_S": str(self.pg_timeout_s)}
+        if self.agent_metrics_port:
+            env["LAB_AGENT_METRICS_PORT"] = str(self.agent_metrics_port + node_rank)
+        if self.rank_metrics_port:
+            env["LAB_METRICS_PORT_BASE"] = str(self.rank_metrics_port)
+        return env
 
     def launch_argv(
         self,
@@ -115,12 +144,15 @@ class Topology:
         *,
         python: str = sys.executable,
         log_dir: str | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> list[str]:
         """The whole command a node runs: `python -m lab.launch [lab flags] <torchrun flags> script ...`.
 
         The lab's own flags come first so lab.launch can take them off before torchrun parses.
+        extra_env: runtime-specific variables (paths in its run directory, say).
         """
-        lab_flags = [f"--env={k}={v}" for k, v in sorted(self.env(node_rank).items())]
+        env = {**self.env(node_rank), **(extra_env or {})}
+        lab_flags = [f"--env={k}={v}" for k, v in sorted(env.items())]
         if self.torch_defaults:
             lab_flags.append("--torch-defaults")
         return [

@@ -34,7 +34,8 @@ def test_launch_argv_puts_lab_flags_first_so_lab_launch_can_strip_them():
     argv = t.launch_argv(0, "/x/train.py", ["--lr", "1"], python="py")
     assert argv[:3] == ["py", "-m", "lab.launch"]
     env, torch_defaults, rest = split_lab_flags(argv[3:])
-    assert env == {"LAB_BACKEND": "gloo", "LAB_PG_TIMEOUT_S": "7"}
+    assert env == {"LAB_BACKEND": "gloo", "LAB_PG_TIMEOUT_S": "7",
+                   "LAB_AGENT_METRICS_PORT": "9400", "LAB_METRICS_PORT_BASE": "9500"}
     assert torch_defaults is True
     assert rest == [*t.torchrun_args(0), "/x/train.py", "--lr", "1"]
 
@@ -59,3 +60,16 @@ def test_topology_is_frozen_and_keyword_only():
 def test_node_rank_outside_the_job_is_rejected():
     with pytest.raises(TopologyError, match="node_rank"):
         Topology(nodes=2).torchrun_args(2)
+
+
+def test_exporter_ports_are_per_node_and_per_rank():
+    t = Topology(nodes=3, nproc_per_node=4, agent_metrics_port=9000, rank_metrics_port=9100)
+    assert [t.env(i)["LAB_AGENT_METRICS_PORT"] for i in range(3)] == ["9000", "9001", "9002"]
+    assert Topology(agent_metrics_port=0, rank_metrics_port=0).env(0).keys() == {"LAB_BACKEND", "LAB_PG_TIMEOUT_S"}
+
+
+def test_overlapping_port_ranges_are_rejected_naming_both_fields():
+    with pytest.raises(TopologyError, match="agent_metrics_port .* overlaps rank_metrics_port"):
+        Topology(nodes=2, nproc_per_node=8, agent_metrics_port=9500, rank_metrics_port=9501)
+    with pytest.raises(TopologyError, match="rdzv_port .* overlaps rank_metrics_port"):
+        Topology(rdzv_port=9502)

@@ -1,7 +1,6 @@
 """The resumable trainer continues bit for bit from its checkpoints, also after a kill."""
 
 import json
-import re
 import os
 import signal
 import subprocess
@@ -11,6 +10,7 @@ import time
 import pytest
 
 from conftest import REPO
+from lab import results
 from lab.health.events import read_events
 from lab.workloads import script_path
 
@@ -26,7 +26,7 @@ def train(*args, env=None) -> subprocess.CompletedProcess:
 
 def final_checksums(stdout: str) -> set[str]:
     """The exact (hex) checksums in the trainer's closing lines, one per rank."""
-    return set(re.findall(r"^rank \d+ step \d+ checksum \S+ \((\S+)\)$", stdout, re.M))
+    return {r.exact for r in results.parse(stdout, node="local")}
 
 
 def test_truncated_newest_checkpoint_is_skipped_and_the_run_still_ends_identical(tmp_path):

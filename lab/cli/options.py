@@ -6,7 +6,7 @@ import argparse
 
 from lab.rundir import RunDir
 from lab.runtimes import RUNTIME_NAMES
-from lab.runtimes.local import HOST_MODES
+from lab.runtimes.local import HOST_MODES, PROMETHEUS_MODES
 from lab.topology import BACKENDS, RDZV_BACKENDS, Topology
 
 
@@ -25,12 +25,17 @@ def add_topology_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-restarts", type=int, default=defaults.max_restarts)
     g.add_argument("--pg-timeout", type=int, default=defaults.pg_timeout_s, metavar="SECONDS",
                    help="collective timeout in the workloads (default %(default)s; gloo's own is 1800)")
+    g.add_argument("--metrics-port", type=int, default=defaults.agent_metrics_port, metavar="PORT",
+                   help="node i's agent exporter serves on PORT+i, rank r's on PORT+100+r; 0: no exporters")
     g.add_argument("--torch-defaults", action="store_true",
                    help="leave out the lab's restart workaround (pytorch/pytorch#135712)")
     r = parser.add_argument_group("runtime")
     r.add_argument("--runtime", choices=RUNTIME_NAMES, default="auto")
     r.add_argument("--hosts", choices=HOST_MODES, default="auto",
                    help="local runtime: netns hosts (root) or processes on loopback (default: netns when possible)")
+    r.add_argument("--prometheus", choices=PROMETHEUS_MODES, default="auto",
+                   help="start a Prometheus server scraping every rank (auto: when installed)")
+    r.add_argument("--prometheus-port", type=int, default=9090)
     r.add_argument("--dry-run", action="store_true", help="print each node's command and environment; start nothing")
     add_run_dir_option(parser)
 
@@ -45,6 +50,8 @@ def topology_from_args(args: argparse.Namespace) -> Topology:
         max_restarts=args.max_restarts,
         pg_timeout_s=args.pg_timeout,
         torch_defaults=args.torch_defaults,
+        agent_metrics_port=args.metrics_port,
+        rank_metrics_port=args.metrics_port + 100 if args.metrics_port else 0,
     )
 
 

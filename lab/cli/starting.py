@@ -23,7 +23,8 @@ def start(args: argparse.Namespace, script: str, script_args: list[str], log=pri
     """Start the job; returns (runtime, topology, nodes), or None after a dry run."""
     topology = topology_from_args(args)
     script = resolve_script(script)
-    runtime = runtimes.create(args.runtime, run_dir_from_args(args), hosts=args.hosts, log=log)
+    runtime = runtimes.create(args.runtime, run_dir_from_args(args), hosts=args.hosts, log=log,
+                              monitoring=args.prometheus, prometheus_port=args.prometheus_port)
     if args.dry_run:
         print_plan(runtime, topology, script, script_args)
         return None
@@ -53,9 +54,9 @@ def print_plan(runtime, topology, script: str, script_args: list[str]) -> None:
     for node in nodes:
         where = f"netns {node.netns}, hostname {node.name}" if node.netns else "loopback"
         print(f"# {node.name}: {node.address} ({where})")
-        env = lab_environment(topology.env(node.index), topology.torch_defaults)
+        env = lab_environment({**topology.env(node.index), **runtime.node_env()}, topology.torch_defaults)
         for name, value in sorted(env.items()):
             print(f"#   env {name}={value}  (set by lab.launch unless you set it)")
-        argv = topology.launch_argv(node.index, script, script_args, log_dir=str(node.dir / "torchelastic"))
+        argv = runtime.node_argv(topology, node, script, script_args)
         print(f"#   wrapped in: {shlex.join(node.wrapper())} --")
         print(shlex.join(argv))

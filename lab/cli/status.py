@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from pathlib import Path
+
 from lab import runtimes
 from lab.cli.options import add_run_dir_option, run_dir_from_args
+from lab.health import prometheus, report
 
 
 def register(sub) -> None:
@@ -29,4 +32,22 @@ def handle(args: argparse.Namespace) -> int:
         code = node.exit_code()
         what = "running" if code is None else f"exited {code}"
         print(f"  {node.name:<6} {node.address:<15} pid {node.pid}  {what:<10} log {node.log_path}")
+    print_health(state.get("prometheus"), run_dir.path)
     return 0
+
+
+def print_health(url: str | None, run_path: Path) -> None:
+    if not url:
+        print(f"no Prometheus for this lab ({prometheus.INSTALL_HINT if prometheus.binary() is None else 'started with --prometheus off'})")
+        return
+    prom = prometheus.Prometheus(run_path / "prometheus", port=int(url.rsplit(":", 1)[1]))
+    try:
+        ranks, agents = report.rank_health(prom), report.agent_health(prom)
+    except OSError as e:
+        print(f"Prometheus at {url} does not answer ({e})")
+        return
+    print(f"health from Prometheus at {url}:")
+    for agent in agents:
+        print(f"  agent {agent['node']}: {'up' if agent['up'] == 1 else 'DOWN'}, worker group "
+              f"{agent['state']}, restarts used {agent['restarts_used']}")
+    print(report.format_ranks(ranks) if ranks else "  no rank has registered yet")

@@ -10,17 +10,33 @@ from lab.cli.starting import start
 from lab.workloads import script_path
 
 
+WORKLOADS = ("ddp_train", "trainer", "broadcast_demo")
+
+
 def register(sub) -> None:
     parser = sub.add_parser("up", help="start the lab and run the lesson's 2-node DDP job")
     add_topology_options(parser)
+    parser.add_argument("--workload", choices=WORKLOADS, default="ddp_train",
+                        help="what the ranks run (default: the lesson's ddp_train)")
+    parser.add_argument("--detach", action="store_true",
+                        help="return once the job is started; watch it with `lab status`")
+    parser.add_argument("workload_args", nargs=argparse.REMAINDER,
+                        help="arguments for the workload after --, e.g. -- --steps 500 --step-time 0.1")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    started = start(args, script_path("ddp_train"), [])
+    workload_args = args.workload_args[1:] if args.workload_args[:1] == ["--"] else args.workload_args
+    started = start(args, script_path(args.workload), workload_args)
     if started is None:
         return 0
     runtime, topology, nodes = started
+    state = runtime.run_dir.read_state() or {}
+    if state.get("prometheus"):
+        print(f"Prometheus: {state['prometheus']} (try lab_steps_total, or `lab status`)")
+    if args.detach:
+        print("the job runs in the background: `lab status` to watch it, `lab down` to stop it")
+        return 0
     finished = False
     try:
         codes = job.wait(nodes, job.LogFollower(nodes), failure_grace_s=None if topology.min_nodes else 30.0)

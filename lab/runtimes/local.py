@@ -18,12 +18,14 @@ from pathlib import Path
 
 from lab import procs
 from lab.errors import LabError
+from lab.health import prometheus
 from lab.rundir import MARKER, NODE_MARKER, RunDir
 from lab.runtimes import netns
 from lab.runtimes.base import Node
 from lab.topology import Topology
 
 HOST_MODES = ("auto", "netns", "loopback")
+PROMETHEUS_MODES = ("auto", "on", "off")
 
 
 @dataclass
@@ -91,12 +93,33 @@ class LocalNode(Node):
 class LocalRuntime:
     name = "local"
 
-    def __init__(self, run_dir: RunDir, hosts: str = "auto", log=print):
+    def __init__(self, run_dir: RunDir, hosts: str = "auto", log=print,
+                 monitoring: str = "auto", prometheus_port: int = 9090):
         if hosts not in HOST_MODES:
             raise LabError(f"--hosts must be one of {', '.join(HOST_MODES)}; got {hosts!r}")
         self.run_dir = run_dir
         self.hosts = hosts
         self.log = log
+        self.prometheus_mode = monitoring
+        self.prometheus = prometheus.Prometheus(run_dir.path / "prometheus", port=prometheus_port)
+
+    def node_env(self) -> dict[str, str]:
+        """Where the workloads keep their state in this runtime: all under the run directory."""
+        return {
+            "LAB_EVENTS_DIR": str(self.run_dir.path / "events"),
+            "LAB_CKPT_DIR": str(self.run_dir.path / "checkpoints"),
+            "LAB_TARGETS_DIR": str(self.prometheus.targets_dir),
+        }
+
+    def use_prometheus(self) -> bool:
+        if self.prometheus_mode == "off":
+            return False
+        if prometheus.binary() is None:
+            if self.prometheus_mode == "on":
+                raise LabError(prometheus.INSTALL_HINT)
+            self.log(f"note: {prometheus.INSTALL_HINT}")
+            return False
+        return True
 
     def host_mode(self) -> str:
         reason = netns.unavailable_reason()
@@ -124,20 +147,32 @@ class LocalRuntime:
     def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[LocalNode]]:
         mode = self.host_mode()
         topology, nodes = self.plan(topology, mode)
+        watch = self.use_prometheus()
+        if watch:
+            ensure_port_free("127.0.0.1", self.prometheus.port, "Prometheus port", "--prometheus-port")
         if mode == "loopback":
-            ensure_port_free("127.0.0.1", topology.rdzv_port)
+            ensure_port_free("127.0.0.1", topology.rdzv_port, "rendezvous port", "--rdzv-port")
+            for port in exporter_ports(topology):
+                ensure_port_free("0.0.0.0", port, "exporter port", "--metrics-port")
         # State first: if anything below fails or this process dies, `lab down` still knows.
         self.run_dir.write_state({
             "runtime": self.name, "hosts": mode, "lab_pid": os.getpid(), "started_at": time.time(),
+            "prometheus": self.prometheus.url if watch else None,
             "topology": asdict(topology), "script": script, "script_args": list(script_args),
             "nodes": [{"name": n.name, "index": n.index, "address": n.address, "netns": n.netns} for n in nodes],
         })
+        if watch:
+            self.prometheus.start(str(self.run_dir.path))
         if mode == "netns":
             netns.create(topology.nodes)
         for node in nodes:
             node.dir.mkdir(parents=True, exist_ok=True)
-            node.start(topology.launch_argv(node.index, script, script_args, log_dir=str(node.dir / "torchelastic")))
+            node.start(self.node_argv(topology, node, script, script_args))
         return topology, nodes
+
+    def node_argv(self, topology: Topology, node: LocalNode, script: str, script_args: list[str]) -> list[str]:
+        return topology.launch_argv(node.index, script, script_args, log_dir=str(node.dir / "torchelastic"),
+                                    extra_env=self.node_env())
 
     def attach(self) -> list[LocalNode]:
         """The nodes of the lab recorded in the run directory (from any shell)."""
@@ -165,11 +200,17 @@ class LocalRuntime:
         return removed
 
 
-def ensure_port_free(host: str, port: int) -> None:
+def exporter_ports(topology: Topology) -> list[int]:
+    agents = range(topology.agent_metrics_port, topology.agent_metrics_port + topology.nodes)
+    ranks = range(topology.rank_metrics_port, topology.rank_metrics_port + topology.world_size)
+    return [*(agents if topology.agent_metrics_port else []), *(ranks if topology.rank_metrics_port else [])]
+
+
+def ensure_port_free(host: str, port: int, what: str, option: str) -> None:
     with socket.socket() as s:
+        # As servers do: a port whose old connections linger in TIME_WAIT is still free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
-            raise LabError(
-                f"rendezvous port {host}:{port} is already in use; pick another with --rdzv-port"
-            ) from None
+            raise LabError(f"{what} {host}:{port} is already in use; pick another with {option}") from None

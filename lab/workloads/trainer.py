@@ -17,7 +17,8 @@ With `--events-dir` each rank appends JSON lines (start, rendezvous_done, checkp
 step, exit) to rankN.jsonl. With a metrics port base (`--metrics-port-base` or
 LAB_METRICS_PORT_BASE) each rank serves /metrics on base + rank, and with
 `--targets-dir` (or LAB_TARGETS_DIR) registers itself for Prometheus.
-At the end every rank prints `rank R step S checksum C (hex)`: equal hex, equal weights.
+At the end every rank prints `rank R local_rank L host H checksum C (hex) at step S`:
+equal hex, equal weights (the sum of all parameters, in float64).
 """
 
 from __future__ import annotations
@@ -182,7 +183,8 @@ def main(argv=None) -> None:
                     save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
 
             checksum = params_checksum(model)
-            print(f"rank {ctx.rank} step {step} checksum {checksum:.6f} ({checksum.hex()})", flush=True)
+            print(f"rank {ctx.rank} local_rank {ctx.local_rank} host {ctx.host} "
+                  f"checksum {checksum:.6f} ({checksum.hex()}) at step {step}", flush=True)
             events.write("exit", reason="completed", step=step, checksum=checksum.hex())
             reason = "completed"
     finally:

@@ -1,0 +1,126 @@
+"""Per-node agent metrics: what torchrun's elastic agent itself does, on a node port.
+
+torchelastic reports through two hooks, and in open-source torch both go nowhere by
+default: `metrics.configure(handler)` (the default handler drops everything) and
+named event handlers (`--event-log-handler`, a NullHandler). The lab registers its
+own for both. One figure torch does not report until the whole run is over is which
+workers exited with which code; the lab observes the agent's monitor loop for that.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from torch.distributed.elastic import metrics as elastic_metrics
+from torch.distributed.elastic.agent.server.api import WorkerState
+from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+from torch.distributed.elastic.events import handlers as event_handlers
+from torch.distributed.elastic.metrics.api import MetricData, MetricHandler
+
+from lab.health.rank_exporter import ExporterPortError
+
+STATES = [s.name for s in WorkerState]
+EVENT_HANDLER = "lab"  # the name torchrun's --event-log-handler selects
+
+
+class AgentMetrics(MetricHandler):
+    def __init__(self, *, node: str, max_restarts: int, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.max_restarts = max_restarts
+        Gauge("lab_agent_info", "Always 1; the node this agent runs on.", ["node"], registry=r).labels(node).set(1)
+        Gauge("lab_agent_max_restarts", "torchrun --max-restarts.", registry=r).set(max_restarts)
+        self.state = Gauge("lab_agent_worker_group_state", "1 for the worker group's current state.",
+                           ["state"], registry=r)
+        for state in STATES:
+            self.state.labels(state).set(1 if state == "INIT" else 0)
+        self.restarts_used = Gauge("lab_agent_restarts_used", "Worker-group restarts used so far.", registry=r)
+        self.restarts_left = Gauge("lab_agent_restarts_remaining", "Worker-group restarts left.", registry=r)
+        self.restarts_left.set(max_restarts)
+        self.rendezvous = Counter("lab_agent_rendezvous", "Rendezvous rounds this agent completed.", registry=r)
+        self.rendezvous_failures = Counter("lab_agent_rendezvous_failures", "Rendezvous rounds that failed.",
+                                           registry=r)
+        self.rendezvous_duration = Gauge("lab_agent_rendezvous_duration_seconds",
+                                         "Duration of the last rendezvous round.", registry=r)
+        self.worker_exits = Counter("lab_agent_worker_exits", "Worker processes that exited, by exit code.",
+                                    ["exit_code"], registry=r)
+        self._counted_pids: set[int] = set()
+
+    # -- torchelastic's metrics stream -------------------------------------------------
+    def emit(self, metric_data: MetricData) -> None:
+        name, value = metric_data.name, metric_data.value
+        if name.startswith("workers.") and name.endswith(".remaining_restarts"):
+            self.restarts_left.set(value)
+            self.restarts_used.set(self.max_restarts - value)
+        elif name.startswith("workers.") and name.rsplit(".", 1)[1].upper() in STATES:
+            current = name.rsplit(".", 1)[1].upper()
+            for state in STATES:
+                self.state.labels(state).set(1 if state == current else 0)
+        elif name == "SimpleElasticAgent._rendezvous.success":
+            self.rendezvous.inc()
+        elif name == "SimpleElasticAgent._rendezvous.failure":
+            self.rendezvous_failures.inc()
+        elif name == "SimpleElasticAgent._rendezvous.duration.ms":
+            self.rendezvous_duration.set(value / 1000.0)
+
+    # -- the agent's monitor loop ------------------------------------------------------
+    def observe_result(self, worker_group, result) -> None:
+        """Count each worker process's exit once, by code (from the agent's RunResult)."""
+        for failure in result.failures.values():
+            self._count(failure.pid, failure.exitcode)
+        if result.state == WorkerState.SUCCEEDED:
+            for worker in worker_group.workers:
+                if worker.global_rank in result.return_values:
+                    self._count(worker.id, 0)
+
+    def _count(self, pid, exit_code) -> None:
+        if pid not in self._counted_pids:
+            self._counted_pids.add(pid)
+            self.worker_exits.labels(str(exit_code)).inc()
+
+
+class EventFileHandler(logging.Handler):
+    """Appends torchelastic's agent and rendezvous events to a JSON-lines file."""
+
+    def __init__(self, path: Path, node: str):
+        super().__init__()
+        self.path, self.node = path, node
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            event = json.loads(record.getMessage())
+        except (TypeError, ValueError):
+            return
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"time": time.time(), "node": self.node, "torchelastic": event}) + "\n")
+
+
+def install(metrics: AgentMetrics, events_path: Path | None, node: str) -> None:
+    """Hook the metrics handler, the event handlers and the monitor observer into torchelastic."""
+    elastic_metrics.configure(metrics)  # every group, "torchelastic" included
+    handler = EventFileHandler(events_path, node) if events_path else logging.NullHandler()
+    event_handlers._log_handlers[EVENT_HANDLER] = handler  # selected by --event-log-handler=lab
+    event_handlers._log_handlers["dynamic_rendezvous"] = handler  # rendezvous rounds, joins, failures
+
+    original = LocalElasticAgent._monitor_workers
+
+    def monitor_and_observe(agent, worker_group):
+        result = original(agent, worker_group)
+        metrics.observe_result(worker_group, result)
+        return result
+
+    LocalElasticAgent._monitor_workers = monitor_and_observe
+
+
+def serve(metrics: AgentMetrics, port: int) -> None:
+    from prometheus_client import start_http_server
+
+    try:
+        start_http_server(port, addr="0.0.0.0", registry=metrics.registry)
+    except OSError as e:
+        raise ExporterPortError(f"agent exporter port {port} is already in use ({e.strerror})") from None

@@ -1,0 +1,91 @@
+"""The lab's Prometheus: a real server, scraping every rank and agent found by file_sd.
+
+Ranks and agents write their own target files into `targets/` as they start (see
+rank_exporter.register_target), so Prometheus follows them as they come, go and
+move between nodes after a restart. The alert rules are lab/health/rules.yml, the
+one file used everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from lab import procs
+from lab.errors import LabError
+from lab.rundir import MARKER
+
+RULES = Path(__file__).resolve().parent / "rules.yml"
+INSTALL_HINT = "prometheus is not installed: `apt-get install prometheus` (or `make host-deps`) to watch the ranks"
+
+
+def binary() -> str | None:
+    return shutil.which("prometheus")
+
+
+def config(targets_dir: Path, scrape_interval_s: float = 2.0) -> dict:
+    """prometheus.yml as a dict (written as JSON, which is YAML)."""
+    def job(name: str, pattern: str) -> dict:
+        return {"job_name": name,
+                "file_sd_configs": [{"files": [str(targets_dir / pattern)], "refresh_interval": "2s"}]}
+
+    return {
+        "global": {"scrape_interval": f"{scrape_interval_s:g}s", "scrape_timeout": "1s",
+                   "evaluation_interval": f"{scrape_interval_s:g}s"},
+        "rule_files": [str(RULES)],
+        "scrape_configs": [job("lab-ranks", "rank*.json"), job("lab-agents", "agent-*.json")],
+    }
+
+
+class Prometheus:
+    def __init__(self, directory: Path, port: int = 9090):
+        self.dir = directory
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    @property
+    def targets_dir(self) -> Path:
+        return self.dir / "targets"
+
+    @property
+    def config_path(self) -> Path:
+        return self.dir / "prometheus.yml"
+
+    def write_config(self) -> None:
+        self.targets_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(json.dumps(config(self.targets_dir), indent=2))
+
+    def start(self, run_dir: str, timeout_s: float = 30.0) -> None:
+        exe = binary()
+        if exe is None:
+            raise LabError(INSTALL_HINT)
+        self.write_config()
+        argv = [exe, f"--config.file={self.config_path}", f"--storage.tsdb.path={self.dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"]
+        procs.spawn(argv, log_path=self.dir / "prometheus.log", env={**os.environ, MARKER: run_dir})
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        log = (self.dir / "prometheus.log").read_text(errors="replace").strip().splitlines()
+        raise LabError(f"prometheus did not become ready on :{self.port}: {log[-1] if log else 'no output'}")
+
+    def query(self, expr: str) -> list[dict]:
+        """Instant query; [{'metric': {...}, 'value': float}, ...]."""
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=5) as response:
+            body = json.load(response)
+        return [{"metric": r["metric"], "value": float(r["value"][1])} for r in body["data"]["result"]]
+
+    def alerts(self) -> list[dict]:
+        with urllib.request.urlopen(f"{self.url}/api/v1/alerts", timeout=5) as response:
+            return json.load(response)["data"]["alerts"]
