@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Install the host tools the local runtime uses for netns hosts, if they are missing.
+# Install the host tools the lab uses, if they are missing: iproute2 and iptables for netns
+# hosts, prometheus (with promtool) to watch the ranks.
 # Without root the lab runs its nodes on loopback instead, so there is nothing to do.
 set -euo pipefail
 missing=()
 command -v ip >/dev/null || missing+=(iproute2)
 command -v unshare >/dev/null || missing+=(util-linux)
 command -v iptables >/dev/null || missing+=(iptables)
+command -v prometheus >/dev/null || missing+=(prometheus)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
     echo "note: ${missing[*]} missing and cannot be installed here (needs root and apt); nodes will run on loopback"
