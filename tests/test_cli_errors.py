@@ -1,9 +1,13 @@
 """Bad input: one line on stderr, a non-zero exit, no traceback, and nothing started."""
 
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
+from conftest import REPO
 from lab.workloads import script_path
 
 
@@ -56,3 +60,31 @@ def test_dry_run_prints_every_nodes_command_and_starts_nothing(lab):
     assert all("--rdzv-endpoint=127.0.0.1:29400" in c for c in commands)
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in out.stdout
     assert not lab.run_dir.exists()
+
+
+def test_a_taken_exporter_port_is_named_by_the_trainer():
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = subprocess.run([sys.executable, script_path("trainer"), "--steps", "1",
+                              "--metrics-port-base", str(port)], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr
+    assert f"port {port} is already in use" in out.stderr.strip().splitlines()[-1]
+
+
+def test_lab_refuses_a_taken_exporter_port_before_starting(lab):
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = lab("up", "--hosts", "loopback", "--prometheus", "off", "--metrics-port", str(port))
+    assert_one_line_error(out, f":{port} is already in use", "--metrics-port")
+
+
+def test_missing_prometheus_gives_a_one_line_install_hint(lab):
+    env = {**lab.env(), "PATH": os.path.dirname(sys.executable)}
+    out = subprocess.run(lab.cmd("up", "--hosts", "loopback", "--prometheus", "on"), env=env,
+                         capture_output=True, text=True, cwd=REPO)
+    assert_one_line_error(out, "prometheus is not installed", "apt-get install prometheus")

@@ -52,5 +52,5 @@ def handle(args: argparse.Namespace) -> int:
     print(line)
     if job.job_status(codes):
         print(f"job failed: node exit codes {codes}")
-    print(f"the lab's hosts stay up for inspection: `lab status`, then `lab down`")
+    print("the lab's hosts stay up for inspection: `lab status`, then `lab down`")
     return 0 if ok and job.job_status(codes) == 0 else 1

@@ -24,9 +24,12 @@ class EventLog:
             "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
             "pid": os.getpid(),
         }
+        self._file = None
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._end_torn_line()
+            # Line-buffered append: each record reaches the file in one write() as it ends.
+            self._file = open(self.path, "a", buffering=1)
 
     def _end_torn_line(self) -> None:
         """A process killed mid-write leaves a partial last line; start ours on a fresh one."""
@@ -39,12 +42,10 @@ class EventLog:
             pass
 
     def write(self, event: str, **fields) -> None:
-        if self.path is None:
+        if self._file is None:
             return
         record = {"time": time.time(), "event": event, **self.common, **fields}
-        # One write() of one line in append mode: lines from a dying process never interleave.
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        self._file.write(json.dumps(record) + "\n")
 
 
 def read_events(directory: str | os.PathLike) -> Iterator[dict]:

@@ -22,37 +22,41 @@ The hex form is the exact float, to compare runs bit for bit.
 import torch
 import torch.nn as nn
 
-from lab.workloads.distributed import ddp, process_group
+from lab.workloads.distributed import Ctx, ddp, process_group
 
 STEPS = 3
 
 
 def main() -> None:
     with process_group() as ctx:
-        torch.manual_seed(0)  # the model's seed: same on every rank (DDP broadcasts rank 0's anyway)
-        model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 1)).to(ctx.device)
-        ddp_model = ddp(model, ctx)
-        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
-        loss_fn = nn.MSELoss()
+        train(ctx)  # in its own function, so the DDP model is freed before the group is destroyed
 
-        torch.manual_seed(100 + ctx.rank)  # the data's seed: each rank sees its own batch
-        x = torch.randn(16, 10).to(ctx.device)
-        y = torch.randn(16, 1).to(ctx.device)
 
-        for step in range(STEPS):
-            optimizer.zero_grad()
-            loss = loss_fn(ddp_model(x), y)
-            loss.backward()  # DDP all-reduces (averages) the gradients here
-            optimizer.step()
-            if ctx.rank == 0:
-                print(f"step {step} loss {loss.item():.4f}", flush=True)
+def train(ctx: Ctx) -> None:
+    torch.manual_seed(0)  # the model's seed: same on every rank (DDP broadcasts rank 0's anyway)
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 1)).to(ctx.device)
+    ddp_model = ddp(model, ctx)
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+    loss_fn = nn.MSELoss()
 
-        checksum = model[0].weight.sum().item()
-        print(
-            f"rank {ctx.rank} local_rank {ctx.local_rank} host {ctx.host} "
-            f"checksum {checksum:.6f} ({checksum.hex()})",
-            flush=True,
-        )
+    torch.manual_seed(100 + ctx.rank)  # the data's seed: each rank sees its own batch
+    x = torch.randn(16, 10).to(ctx.device)
+    y = torch.randn(16, 1).to(ctx.device)
+
+    for step in range(STEPS):
+        optimizer.zero_grad()
+        loss = loss_fn(ddp_model(x), y)
+        loss.backward()  # DDP all-reduces (averages) the gradients here
+        optimizer.step()
+        if ctx.rank == 0:
+            print(f"step {step} loss {loss.item():.4f}", flush=True)
+
+    checksum = model[0].weight.sum().item()
+    print(
+        f"rank {ctx.rank} local_rank {ctx.local_rank} host {ctx.host} "
+        f"checksum {checksum:.6f} ({checksum.hex()})",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

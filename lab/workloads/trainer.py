@@ -36,7 +36,7 @@ import torch.nn as nn
 from torch.utils.data import DistributedSampler, TensorDataset
 
 from lab.health.events import EventLog
-from lab.health.rank_exporter import RankMetrics, register_target
+from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_target
 from lab.workloads import checkpoint
 from lab.workloads.comm_hooks import timed_allreduce_hook
 from lab.workloads.distributed import Ctx, ddp, process_group
@@ -129,67 +129,86 @@ def main(argv=None) -> None:
         metrics = RankMetrics(rank=rank, local_rank=local_rank, node=events.common["node"],
                               world_size=int(os.environ.get("WORLD_SIZE", 1)),
                               restart=events.common["restart"])
-        metrics.serve(args.metrics_port_base + rank)
+        try:
+            metrics.serve(args.metrics_port_base + rank)
+        except ExporterPortError as e:
+            raise SystemExit(f"trainer rank {rank}: error: {e}") from None
         if args.targets_dir:
             register_target(args.targets_dir, f"rank{rank}", args.metrics_port_base + rank,
                             {"rank": str(rank), "node": events.common["node"]})
-    step, reason = 0, "error"
+    progress = {"step": 0}
+    completed = False
     try:
         with process_group(allow_single=True) as ctx:
-            events.write("rendezvous_done", seconds=ctx.rendezvous_seconds, world_size=ctx.world_size)
-            if metrics:
-                metrics.rendezvous.set(ctx.rendezvous_seconds)
-            model = make_model().to(ctx.device)
-            ddp_model = ddp(model, ctx)
-            if metrics and ctx.distributed:
-                ddp_model.register_comm_hook(None, timed_allreduce_hook(metrics.allreduce_duration))
-            optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01, momentum=0.9)
-            dataset = make_dataset(args.samples)
-            sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
-                                         shuffle=True, seed=args.seed, drop_last=True)
-            steps_per_epoch = len(sampler) // args.batch_size
-
-            state = resume(args, ctx, events)
-            if state:
-                model.load_state_dict(state["model"])
-                optimizer.load_state_dict(state["optimizer"])
-                step = state["step"]
-                if state["world_size"] == ctx.world_size:
-                    set_rng_state(state["rng"][ctx.rank])
-                events.write("checkpoint_loaded", step=step, path=state["path"])
-                if metrics:
-                    metrics.last_checkpoint_time.set(time.time())
-            loss_fn = nn.MSELoss()
-
-            while step < args.steps:
-                started = time.perf_counter()
-                epoch, batch = divmod(step, steps_per_epoch)
-                sampler.set_epoch(epoch)
-                indices = list(sampler)[batch * args.batch_size:(batch + 1) * args.batch_size]
-                x, y = (t.to(ctx.device) for t in dataset[indices])
-                optimizer.zero_grad()
-                loss = loss_fn(ddp_model(x), y)
-                loss.backward()
-                optimizer.step()
-                step += 1
-                value = loss.item()
-                if args.step_time:
-                    time.sleep(max(0.0, args.step_time - (time.perf_counter() - started)))
-                seconds = time.perf_counter() - started
-                events.write("step", step=step, loss=value, seconds=seconds)
-                if metrics:
-                    metrics.step_done(step, seconds, len(indices), value)
-                if args.ckpt_dir and args.ckpt_every and step % args.ckpt_every == 0:
-                    save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
-
-            checksum = params_checksum(model)
-            print(f"rank {ctx.rank} local_rank {ctx.local_rank} host {ctx.host} "
-                  f"checksum {checksum:.6f} ({checksum.hex()}) at step {step}", flush=True)
-            events.write("exit", reason="completed", step=step, checksum=checksum.hex())
-            reason = "completed"
+            # Everything that holds the process group (the DDP model above all) lives in
+            # train()'s frame, so it is freed before the group is destroyed.
+            train(args, ctx, events, metrics, progress)
+        completed = True
     finally:
-        if reason != "completed":
-            events.write("exit", reason=reason, step=step)
+        if not completed:
+            events.write("exit", reason="error", step=progress["step"])
+
+
+def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progress: dict) -> None:
+    events.write("rendezvous_done", seconds=ctx.rendezvous_seconds, world_size=ctx.world_size)
+    if metrics:
+        metrics.rendezvous.set(ctx.rendezvous_seconds)
+    model = make_model().to(ctx.device)
+    ddp_model = ddp(model, ctx)
+    if metrics and ctx.distributed:
+        ddp_model.register_comm_hook(None, timed_allreduce_hook(metrics.allreduce_duration))
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01, momentum=0.9)
+    dataset = make_dataset(args.samples)
+    sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
+                                 shuffle=True, seed=args.seed, drop_last=True)
+    steps_per_epoch = len(sampler) // args.batch_size
+
+    step = 0
+    state = resume(args, ctx, events)
+    if state:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step = state["step"]
+        if state["world_size"] == ctx.world_size:
+            set_rng_state(state["rng"][ctx.rank])
+        events.write("checkpoint_loaded", step=step, path=state["path"])
+        if metrics:
+            metrics.last_checkpoint_time.set(time.time())
+    loss_fn = nn.MSELoss()
+
+    first_step, loop_started = step, time.perf_counter()
+    while step < args.steps:
+        started = time.perf_counter()
+        epoch, batch = divmod(step, steps_per_epoch)
+        sampler.set_epoch(epoch)
+        indices = list(sampler)[batch * args.batch_size:(batch + 1) * args.batch_size]
+        x, y = (t.to(ctx.device) for t in dataset[indices])
+        optimizer.zero_grad()
+        loss = loss_fn(ddp_model(x), y)
+        loss.backward()
+        optimizer.step()
+        step += 1
+        progress["step"] = step
+        value = loss.item()
+        if args.step_time:
+            time.sleep(max(0.0, args.step_time - (time.perf_counter() - started)))
+        seconds = time.perf_counter() - started
+        events.write("step", step=step, loss=value, seconds=seconds)
+        if metrics:
+            metrics.step_done(step, seconds, len(indices), value)
+        if args.ckpt_dir and args.ckpt_every and step % args.ckpt_every == 0:
+            save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
+
+    loop_seconds = time.perf_counter() - loop_started
+    if ctx.rank == 0 and step > first_step:
+        print(f"rank 0 trained {step - first_step} steps in {loop_seconds:.3f} s "
+              f"({1000 * loop_seconds / (step - first_step):.3f} ms/step)", flush=True)
+    checksum = params_checksum(model)
+    print(f"rank {ctx.rank} local_rank {ctx.local_rank} host {ctx.host} "
+          f"checksum {checksum:.6f} ({checksum.hex()}) at step {step}", flush=True)
+    events.write("exit", reason="completed", step=step, checksum=checksum.hex())
+
+
 
 
 def save_checkpoint(args, ctx, model, optimizer, step, epoch, batch, events, metrics) -> None:

@@ -1,0 +1,79 @@
+"""Exporter cost: the trainer's step time with the rank exporter and event log on and off.
+
+    python -m lab.bench.overhead [--trials 5] [--steps 2000]
+
+Two processes under torchrun on this host, the trainer unpaced (so the step is as
+short as it gets and any per-step cost shows), alternating on/off trial by trial.
+Also times a scrape of one rank's /metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from lab.health.rank_exporter import RankMetrics
+from lab.workloads import script_path
+
+MS_PER_STEP = re.compile(r"\(([\d.]+) ms/step\)")
+
+
+def free_port_block(size: int) -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        base = s.getsockname()[1]
+    return base if base + size < 65535 else 20000
+
+
+def trial(steps: int, exporters: bool, tmp: str) -> float:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+            script_path("trainer"), "--steps", str(steps), "--ckpt-every", "0"]
+    if exporters:
+        argv += ["--metrics-port-base", str(free_port_block(2)), "--events-dir", f"{tmp}/ev-{time.time()}"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return float(MS_PER_STEP.search(out.stdout)[1])
+
+
+def scrape_ms(samples: int = 200) -> float:
+    metrics = RankMetrics(rank=0, local_rank=0, node="bench", world_size=1, restart=0)
+    port = free_port_block(1)
+    metrics.serve(port)
+    for _ in range(50):
+        metrics.step_done(1, 0.01, 8, 0.5)
+    times = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as response:
+            response.read()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=2000)
+    args = parser.parse_args()
+    on, off = [], []
+    with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
+        for i in range(args.trials):
+            off.append(trial(args.steps, False, tmp))
+            on.append(trial(args.steps, True, tmp))
+            print(f"trial {i + 1}: off {off[-1]:.3f} ms/step, on {on[-1]:.3f} ms/step", flush=True)
+    m_off, m_on = statistics.median(off), statistics.median(on)
+    print(f"\nmedian step time, {args.steps} unpaced steps, 2 ranks, {args.trials} alternating trials:")
+    print(f"  exporters off {m_off:.3f} ms   on {m_on:.3f} ms   overhead {100 * (m_on / m_off - 1):+.2f}%")
+    print(f"  one /metrics scrape of a rank exporter: {scrape_ms():.2f} ms (median of 200)")
+
+
+if __name__ == "__main__":
+    main()
