@@ -1,10 +1,12 @@
 """Exporter cost: the trainer's step time with the rank exporter and event log on and off.
 
-    python -m lab.bench.overhead [--trials 5] [--steps 2000]
+    python -m lab.bench.overhead [--trials 5]
 
-Two processes under torchrun on this host, the trainer unpaced (so the step is as
-short as it gets and any per-step cost shows), alternating on/off trial by trial.
-Also times a scrape of one rank's /metrics.
+Two processes under torchrun on this host, the trainer unpaced, alternating on/off
+trial by trial, for two models: the default tiny one (about 1.5 ms a step, where any
+per-step cost shows) and a wide one (about 25 ms a step, closer to real training).
+The exporters' cost is a fixed amount per step, so it is reported in microseconds
+too. Also times a scrape of one rank's /metrics.
 """
 
 from __future__ import annotations
@@ -32,9 +34,15 @@ def free_port_block(size: int) -> int:
     return base if base + size < 65535 else 20000
 
 
-def trial(steps: int, exporters: bool, tmp: str) -> float:
+MODELS = {
+    "tiny (width 64, batch 8)": ["--steps", "2000"],
+    "wide (width 16384, batch 256)": ["--steps", "300", "--width", "16384", "--batch-size", "256"],
+}
+
+
+def trial(model_args: list[str], exporters: bool, tmp: str) -> float:
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-            script_path("trainer"), "--steps", str(steps), "--ckpt-every", "0"]
+            script_path("trainer"), *model_args, "--ckpt-every", "0"]
     if exporters:
         argv += ["--metrics-port-base", str(free_port_block(2)), "--events-dir", f"{tmp}/ev-{time.time()}"]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
@@ -61,17 +69,20 @@ def scrape_ms(samples: int = 200) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=2000)
     args = parser.parse_args()
-    on, off = [], []
+    summary = []
     with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
-        for i in range(args.trials):
-            off.append(trial(args.steps, False, tmp))
-            on.append(trial(args.steps, True, tmp))
-            print(f"trial {i + 1}: off {off[-1]:.3f} ms/step, on {on[-1]:.3f} ms/step", flush=True)
-    m_off, m_on = statistics.median(off), statistics.median(on)
-    print(f"\nmedian step time, {args.steps} unpaced steps, 2 ranks, {args.trials} alternating trials:")
-    print(f"  exporters off {m_off:.3f} ms   on {m_on:.3f} ms   overhead {100 * (m_on / m_off - 1):+.2f}%")
+        for name, model_args in MODELS.items():
+            on, off = [], []
+            for i in range(args.trials):
+                off.append(trial(model_args, False, tmp))
+                on.append(trial(model_args, True, tmp))
+                print(f"{name} trial {i + 1}: off {off[-1]:.3f} ms/step, on {on[-1]:.3f} ms/step", flush=True)
+            m_off, m_on = statistics.median(off), statistics.median(on)
+            summary.append(f"  {name:<30} off {m_off:7.3f} ms  on {m_on:7.3f} ms  "
+                           f"{100 * (m_on / m_off - 1):+6.2f}%  ({1000 * (m_on - m_off):+.0f} us/step)")
+    print(f"\nmedian step time, 2 ranks, exporters and event log off/on, {args.trials} alternating trials:")
+    print("\n".join(summary))
     print(f"  one /metrics scrape of a rank exporter: {scrape_ms():.2f} ms (median of 200)")
 
 

@@ -2,7 +2,13 @@
 
 It does what DDP's default does (divide the bucket by the world size, all-reduce,
 hand the result back), and observes the time from launching the all-reduce to its
-completion, per bucket, into a histogram.
+completion, per bucket, into a histogram (or nowhere, when given None).
+
+Measured on the lab machine (torch 2.13 CPU, gloo, 2 ranks, one 1 MB bucket): this
+Python hook made a step *faster* than DDP's built-in all-reduce path, 23.4 against
+32.6 ms (`python -m lab.bench.overhead`, first version), with bit-identical results.
+Not investigated further; the trainer always installs the hook so that turning
+monitoring on or off never changes the communication path being compared.
 """
 
 # No `from __future__ import annotations` here: DDP checks the hook's annotations as objects.
@@ -19,7 +25,8 @@ def timed_allreduce_hook(histogram):
         future = dist.all_reduce(tensor, async_op=True).get_future()
 
         def done(fut: torch.futures.Future) -> torch.Tensor:
-            histogram.observe(time.perf_counter() - started)
+            if histogram is not None:
+                histogram.observe(time.perf_counter() - started)
             return fut.value()[0]
 
         return future.then(done)

@@ -54,6 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="serve /metrics on this port + rank (0: no exporter)")
     p.add_argument("--targets-dir", default=env("LAB_TARGETS_DIR"), help="Prometheus file_sd directory")
     p.add_argument("--batch-size", type=int, default=8, help="per rank")
+    p.add_argument("--width", type=int, default=64, help="hidden units (a wider model makes longer steps)")
     p.add_argument("--samples", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -69,9 +70,9 @@ def make_dataset(samples: int) -> TensorDataset:
     return TensorDataset(x, x @ w + 0.1 * torch.randn(samples, 1, generator=g))
 
 
-def make_model() -> nn.Module:
+def make_model(width: int) -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+    return nn.Sequential(nn.Linear(16, width), nn.ReLU(), nn.Linear(width, 1))
 
 
 def rng_state() -> dict:
@@ -153,10 +154,11 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
     events.write("rendezvous_done", seconds=ctx.rendezvous_seconds, world_size=ctx.world_size)
     if metrics:
         metrics.rendezvous.set(ctx.rendezvous_seconds)
-    model = make_model().to(ctx.device)
+    model = make_model(args.width).to(ctx.device)
     ddp_model = ddp(model, ctx)
-    if metrics and ctx.distributed:
-        ddp_model.register_comm_hook(None, timed_allreduce_hook(metrics.allreduce_duration))
+    if ctx.distributed:
+        # Installed with or without metrics, so monitoring never changes how the job communicates.
+        ddp_model.register_comm_hook(None, timed_allreduce_hook(metrics.allreduce_duration if metrics else None))
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01, momentum=0.9)
     dataset = make_dataset(args.samples)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
