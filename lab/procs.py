@@ -36,6 +36,15 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def environ(pid: int) -> dict[str, str]:
+    """The environment pid started with ({} if it is gone or not ours to read)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(v.decode(errors="replace").split("=", 1) for v in raw.split(b"\0") if b"=" in v)
+
+
 def marked_pids(run_dir: str | None = None, node: str | None = None) -> list[int]:
     """Live pids carrying the lab's mark: of run_dir (or any run dir), of one node (or all)."""
     me = os.getpid()
@@ -43,15 +52,11 @@ def marked_pids(run_dir: str | None = None, node: str | None = None) -> list[int
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
-        try:
-            raw = (entry / "environ").read_bytes()
-        except OSError:
+        env = environ(int(entry.name))
+        mark = env.get(MARKER)
+        if mark is None or (run_dir is not None and mark != str(run_dir)):
             continue
-        environ = dict(v.split(b"=", 1) for v in raw.split(b"\0") if b"=" in v)
-        mark = environ.get(MARKER.encode())
-        if mark is None or (run_dir is not None and mark != str(run_dir).encode()):
-            continue
-        if node is not None and environ.get(NODE_MARKER.encode()) != node.encode():
+        if node is not None and env.get(NODE_MARKER) != node:
             continue
         if alive(int(entry.name)):
             found.append(int(entry.name))

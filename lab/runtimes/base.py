@@ -5,8 +5,54 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from lab.errors import LabError
 
-class Node(ABC):
+
+class FaultUnsupported(LabError):
+    """This runtime cannot inject that fault; the message says which and why."""
+
+
+class Faults:
+    """The faults a Node can suffer. A runtime overrides the ones it supports."""
+
+    def _unsupported(self, what: str):
+        raise FaultUnsupported(f"the {type(self).__name__} runtime cannot {what}")
+
+    def worker_pids(self) -> dict[int, int]:
+        """{local_rank: pid} of the workers running now."""
+        self._unsupported("list its workers")
+
+    def kill_worker(self, local_rank: int, sig: int) -> int:
+        """Signal one worker; returns its pid."""
+        self._unsupported("kill a worker")
+
+    def kill_node(self) -> None:
+        """SIGKILL the agent and every worker at once, as a machine that loses power."""
+        self._unsupported("kill a node")
+
+    def restart(self) -> None:
+        """Start the node's agent again with the command it last ran."""
+        self._unsupported("restart a node")
+
+    def pause_worker(self, local_rank: int) -> int:
+        self._unsupported("pause a worker")
+
+    def resume_worker(self, local_rank: int) -> int:
+        self._unsupported("resume a worker")
+
+    def partition(self) -> None:
+        """Drop all of the node's network traffic (loopback stays)."""
+        self._unsupported("partition a node")
+
+    def heal(self) -> None:
+        self._unsupported("heal a partition")
+
+    def preempt(self, grace_s: float) -> None:
+        """SIGTERM the agent, SIGKILL what is left after grace_s, as a preempted VM."""
+        self._unsupported("preempt a node")
+
+
+class Node(ABC, Faults):
     name: str  # e.g. node0: the node's hostname where the runtime can give it one
     index: int  # the node's index in the topology (node 0 hosts the rendezvous)
     address: str  # where the other nodes (and Prometheus) reach it
@@ -27,3 +73,4 @@ class Node(ABC):
     @abstractmethod
     def log_path(self) -> Path:
         """The agent's and its workers' combined output."""
+

@@ -22,6 +22,7 @@ from lab.health import prometheus
 from lab.rundir import MARKER, NODE_MARKER, RunDir
 from lab.runtimes import netns
 from lab.runtimes.base import Node
+from lab.runtimes.local_faults import LocalFaults
 from lab.topology import Topology
 
 HOST_MODES = ("auto", "netns", "loopback")
@@ -29,7 +30,7 @@ PROMETHEUS_MODES = ("auto", "on", "off")
 
 
 @dataclass
-class LocalNode(Node):
+class LocalNode(LocalFaults, Node):
     name: str
     index: int
     address: str
@@ -60,6 +61,7 @@ class LocalNode(Node):
         return [*netns.exec_prefix(netns.host_for(self.index)), *shim, f"--hostname={self.name}"]
 
     def start(self, argv: list[str]) -> None:
+        self.remember_argv(argv)
         self.exit_file.unlink(missing_ok=True)
         env = {**os.environ, MARKER: self.run_dir, NODE_MARKER: self.name}
         proc = procs.spawn([*self.wrapper(), "--", *argv], log_path=self.log_path, env=env)

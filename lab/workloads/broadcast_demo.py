@@ -14,7 +14,7 @@ Wrapping the model in DDP broadcasts rank 0's parameters to everyone:
 import torch
 import torch.nn as nn
 
-from lab.workloads.distributed import ddp, process_group
+from lab.workloads.distributed import ddp, process_group, say
 
 
 def main() -> None:
@@ -24,7 +24,7 @@ def main() -> None:
         before = layer.weight[0][0].item()
         ddp(layer, ctx)  # construction broadcasts rank 0's parameters and buffers
         after = layer.weight[0][0].item()
-        print(f"rank {ctx.rank} weight[0][0] before DDP {before:+.4f} after DDP {after:+.4f}", flush=True)
+        say(f"rank {ctx.rank} weight[0][0] before DDP {before:+.4f} after DDP {after:+.4f}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ The hex form is the exact float, to compare runs bit for bit.
 import torch
 import torch.nn as nn
 
-from lab.workloads.distributed import Ctx, ddp, process_group
+from lab.workloads.distributed import Ctx, ddp, process_group, say
 
 STEPS = 3
 
@@ -49,14 +49,10 @@ def train(ctx: Ctx) -> None:
         loss.backward()  # DDP all-reduces (averages) the gradients here
         optimizer.step()
         if ctx.rank == 0:
-            print(f"step {step} loss {loss.item():.4f}", flush=True)
+            say(f"step {step} loss {loss.item():.4f}")
 
     checksum = model[0].weight.sum().item()
-    print(
-        f"rank {ctx.rank} local_rank {ctx.local_rank} host {ctx.host} "
-        f"checksum {checksum:.6f} ({checksum.hex()})",
-        flush=True,
-    )
+    say(f"rank {ctx.rank} local_rank {ctx.local_rank} host {ctx.host} checksum {checksum:.6f} ({checksum.hex()})")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import os
 import socket
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -103,3 +104,14 @@ def ddp(model: torch.nn.Module, ctx: Ctx, **kwargs) -> torch.nn.Module:
         return model
     device_ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
     return torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids, **kwargs)
+
+
+def say(line: str) -> None:
+    """Print one line in one write(), so lines from ranks sharing a terminal never merge.
+
+    print() writes the text and the newline separately when Python runs unbuffered
+    (PYTHONUNBUFFERED=1, as on the lab machines), and two ranks then interleave:
+    "rank 0 ...rank 1 ...\\n\\n".
+    """
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()

@@ -39,7 +39,7 @@ from lab.health.events import EventLog
 from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_target
 from lab.workloads import checkpoint
 from lab.workloads.comm_hooks import timed_allreduce_hook
-from lab.workloads.distributed import Ctx, ddp, process_group
+from lab.workloads.distributed import Ctx, ddp, process_group, say
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -102,7 +102,7 @@ def resume(args, ctx: Ctx, events: EventLog) -> dict | None:
     if ctx.rank == 0:
         def invalid(path, why):
             events.write("checkpoint_invalid", path=str(path), reason=why)
-            print(f"rank 0: skipping checkpoint {path.name}: {why}; set aside as {path.name}.bad", flush=True)
+            say(f"rank 0: skipping checkpoint {path.name}: {why}; set aside as {path.name}.bad")
         found = checkpoint.load_newest_valid(directory, invalid)
         chosen = str(found[0]) if found else None
     if ctx.distributed:
@@ -203,11 +203,11 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
 
     loop_seconds = time.perf_counter() - loop_started
     if ctx.rank == 0 and step > first_step:
-        print(f"rank 0 trained {step - first_step} steps in {loop_seconds:.3f} s "
-              f"({1000 * loop_seconds / (step - first_step):.3f} ms/step)", flush=True)
+        say(f"rank 0 trained {step - first_step} steps in {loop_seconds:.3f} s "
+              f"({1000 * loop_seconds / (step - first_step):.3f} ms/step)")
     checksum = params_checksum(model)
-    print(f"rank {ctx.rank} local_rank {ctx.local_rank} host {ctx.host} "
-          f"checksum {checksum:.6f} ({checksum.hex()}) at step {step}", flush=True)
+    say(f"rank {ctx.rank} local_rank {ctx.local_rank} host {ctx.host} "
+          f"checksum {checksum:.6f} ({checksum.hex()}) at step {step}")
     events.write("exit", reason="completed", step=step, checksum=checksum.hex())
 
 

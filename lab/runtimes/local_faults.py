@@ -1,0 +1,83 @@
+"""Faults on local nodes: signals to the node's marked processes, iptables inside its netns."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+from lab import procs
+from lab.runtimes.base import FaultUnsupported, Faults
+
+PARTITION_COMMENT = "torchrun-lab-partition"
+
+
+class LocalFaults(Faults):
+    """Mixed into LocalNode: needs .name, .run_dir, .dir, .netns, .pid, .start()."""
+
+    def worker_pids(self) -> dict[int, int]:
+        workers = {}
+        for pid in procs.marked_pids(self.run_dir, self.name):
+            env = procs.environ(pid)
+            # Workers carry LOCAL_RANK and TORCHELASTIC_RESTART_COUNT; the agent does not.
+            if "LOCAL_RANK" in env and "TORCHELASTIC_RESTART_COUNT" in env:
+                workers[int(env["LOCAL_RANK"])] = pid
+        return workers
+
+    def _worker(self, local_rank: int) -> int:
+        workers = self.worker_pids()
+        if local_rank not in workers:
+            raise FaultUnsupported(f"{self.name} has no running worker with local rank {local_rank} "
+                                   f"(running: {sorted(workers)})")
+        return workers[local_rank]
+
+    def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
+        pid = self._worker(local_rank)
+        os.kill(pid, sig)
+        return pid
+
+    def pause_worker(self, local_rank: int) -> int:
+        return self.kill_worker(local_rank, signal.SIGSTOP)
+
+    def resume_worker(self, local_rank: int) -> int:
+        return self.kill_worker(local_rank, signal.SIGCONT)
+
+    def kill_node(self) -> None:
+        pids = procs.marked_pids(self.run_dir, self.name)
+        procs.signal_all(pids, signal.SIGKILL)
+        procs.wait_gone(pids, 5)
+
+    def preempt(self, grace_s: float) -> None:
+        if self.pid is not None and procs.alive(self.pid):
+            os.kill(self.pid, signal.SIGTERM)  # the shim hands it to torchrun, which TERMs the workers
+        survivors = procs.wait_gone(procs.marked_pids(self.run_dir, self.name), grace_s)
+        procs.signal_all(survivors, signal.SIGKILL)
+
+    def remember_argv(self, argv: list[str]) -> None:
+        (self.dir / "argv.json").write_text(json.dumps(argv))
+
+    def restart(self) -> None:
+        if self.exit_code() is None:
+            raise FaultUnsupported(f"{self.name} is still running; kill it before restarting it")
+        self.start(json.loads((self.dir / "argv.json").read_text()))
+
+    def _netns_iptables(self, *args: str) -> subprocess.CompletedProcess:
+        if self.netns is None:
+            raise FaultUnsupported("loopback nodes share the host's network: partitions need netns hosts "
+                                   "(run as root with iproute2, --hosts netns)")
+        return subprocess.run(["ip", "netns", "exec", self.netns, "iptables", "-w", *args],
+                              capture_output=True, text=True)
+
+    def partition(self) -> None:
+        for chain, flag in (("INPUT", "-i"), ("OUTPUT", "-o")):
+            out = self._netns_iptables("-I", chain, "1", "!", flag, "lo", "-m", "comment",
+                                       "--comment", PARTITION_COMMENT, "-j", "DROP")
+            if out.returncode != 0:
+                raise FaultUnsupported(f"cannot partition {self.name}: {out.stderr.strip()}")
+
+    def heal(self) -> None:
+        for chain, flag in (("INPUT", "-i"), ("OUTPUT", "-o")):
+            while self._netns_iptables("-D", chain, "!", flag, "lo", "-m", "comment",
+                                       "--comment", PARTITION_COMMENT, "-j", "DROP").returncode == 0:
+                pass  # delete until none is left
