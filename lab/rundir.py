@@ -43,8 +43,24 @@ class RunDir:
         tmp.write_text(json.dumps(state, indent=2))
         os.replace(tmp, self.state_file)
 
+    @property
+    def reports(self) -> Path:
+        """Exercise reports: the one thing `lab down` keeps."""
+        return self.path / "reports"
+
     def exists(self) -> bool:
-        return self.path.exists()
+        """True while the run directory holds anything besides reports."""
+        return self.path.exists() and any(p.name != "reports" for p in self.path.iterdir())
 
     def remove(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+        if not self.path.exists():
+            return
+        for entry in self.path.iterdir():
+            if entry.name == "reports":
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        if not any(self.path.iterdir()):
+            self.path.rmdir()

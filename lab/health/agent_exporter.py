@@ -108,10 +108,18 @@ def install(metrics: AgentMetrics, events_path: Path | None, node: str) -> None:
     event_handlers._log_handlers["dynamic_rendezvous"] = handler  # rendezvous rounds, joins, failures
 
     original = LocalElasticAgent._monitor_workers
+    reported_rounds: set[tuple] = set()
 
     def monitor_and_observe(agent, worker_group):
         result = original(agent, worker_group)
         metrics.observe_result(worker_group, result)
+        # The moment the agent notices a failure: torch records no event for it.
+        round_key = tuple(w.id for w in worker_group.workers)  # the worker pids: new every round
+        if result.is_failed() and round_key not in reported_rounds:
+            reported_rounds.add(round_key)
+            handler.emit(logging.makeLogRecord({"msg": json.dumps({
+                "name": "lab.failure_detected", "state": result.state.name,
+                "exit_codes": {str(r): f.exitcode for r, f in result.failures.items()}})}))
         return result
 
     LocalElasticAgent._monitor_workers = monitor_and_observe

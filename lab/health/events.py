@@ -20,7 +20,8 @@ class EventLog:
         self.common = {
             "rank": rank,
             "local_rank": local_rank,
-            "node": socket.gethostname(),
+            # The lab's node name where the lab started us (loopback nodes share a hostname).
+            "node": os.environ.get("TORCHRUN_LAB_NODE") or socket.gethostname(),
             "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
             "pid": os.getpid(),
         }

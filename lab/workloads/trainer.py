@@ -177,6 +177,8 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
         if metrics:
             metrics.last_checkpoint_time.set(time.time())
     loss_fn = nn.MSELoss()
+    if ctx.distributed:
+        settle_buckets(ddp_model, dataset, args.batch_size, loss_fn, optimizer, ctx)
 
     first_step, loop_started = step, time.perf_counter()
     while step < args.steps:
@@ -211,6 +213,21 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
     events.write("exit", reason="completed", step=step, checksum=checksum.hex())
 
 
+
+
+def settle_buckets(ddp_model, dataset, batch_size, loss_fn, optimizer, ctx: Ctx) -> None:
+    """One throw-away backward, so every run trains in DDP's rebuilt bucket layout.
+
+    DDP regroups its gradient buckets after the first backward. With more than two ranks
+    the all-reduce's summation order depends on where a gradient sits in its bucket, so
+    a resumed run whose first step used the initial layout would drift from the
+    uninterrupted run in the last bits (measured: 4 ranks, resumed at step 20, checksum
+    -2.855061 against -2.855063). Running this in every run, fresh or resumed, makes
+    the first real step of both use the same layout.
+    """
+    x, y = (t.to(ctx.device) for t in dataset[list(range(batch_size))])
+    loss_fn(ddp_model(x), y).backward()
+    optimizer.zero_grad(set_to_none=True)
 
 
 def save_checkpoint(args, ctx, model, optimizer, step, epoch, batch, events, metrics) -> None:

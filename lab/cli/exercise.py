@@ -1,0 +1,68 @@
+"""`lab exercise list | explain NAME | run NAME`: break a running job on purpose and judge it."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from lab import exercises
+from lab.cli.options import add_run_dir_option, run_dir_from_args
+from lab.errors import LabError
+from lab.runtimes.local import HOST_MODES, PROMETHEUS_MODES
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("exercise", help="fault-injection drills, judged with a verdict")
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=type(parser))
+    verbs.add_parser("list", help="list the exercises").set_defaults(handler=handle_list)
+    explain = verbs.add_parser("explain", help="the hypothesis, the command and what to watch")
+    explain.add_argument("name")
+    explain.set_defaults(handler=handle_explain)
+    run = verbs.add_parser("run", help="run one exercise; exit 0 on pass, 1 on fail")
+    run.add_argument("name")
+    run.add_argument("--target-rank", type=int, help="the rank the fault hits (default: the exercise's)")
+    run.add_argument("--at-step", type=int, help="inject when the target rank reaches this step")
+    run.add_argument("--runtime", choices=("local",), default="local")
+    run.add_argument("--hosts", choices=HOST_MODES, default="auto")
+    run.add_argument("--prometheus", choices=PROMETHEUS_MODES, default="off")
+    run.add_argument("--torch-defaults", action="store_true", help="leave out the lab's restart workaround")
+    run.add_argument("--ray-address", help="join this Ray cluster instead of starting a local instance")
+    run.add_argument("--report-dir", help="where report.json and timeline.png go (default: under the run dir)")
+    add_run_dir_option(run)
+    run.set_defaults(handler=handle_run)
+
+
+def handle_list(args: argparse.Namespace) -> int:
+    for name, module in exercises.all_exercises().items():
+        print(f"{name:<22} {module.SUMMARY}")
+    return 0
+
+
+def handle_explain(args: argparse.Namespace) -> int:
+    print(exercises.load(args.name).__doc__.strip())
+    return 0
+
+
+def handle_run(args: argparse.Namespace) -> int:
+    from lab.exercises.engine import run_drill
+
+    exercise = exercises.load(args.name)
+    args.target_rank = exercise.DEFAULT_TARGET_RANK if args.target_rank is None else args.target_rank
+    args.at_step = exercise.DEFAULT_AT_STEP if args.at_step is None else args.at_step
+    world = exercise.topology(args).world_size
+    if not 0 <= args.target_rank < world:
+        raise LabError(f"--target-rank must be in [0, {world}) for {args.name}; got {args.target_rank}")
+    if not 1 <= args.at_step < exercise.STEPS:
+        raise LabError(f"--at-step must be in [1, {exercise.STEPS}) for {args.name}; got {args.at_step}")
+    run_dir = run_dir_from_args(args)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    report_dir = Path(args.report_dir) if args.report_dir else run_dir.reports / f"{args.name}-{stamp}"
+
+    def finish(report, drill):
+        report.write(report_dir, drill.events())
+
+    report = run_drill(exercise, args, run_dir, on_report=finish)
+    report.summary()
+    print(f"report: {report_dir / 'report.json'}, timeline: {report_dir / 'timeline.png'}")
+    return 0 if report.verdict == "pass" else 1

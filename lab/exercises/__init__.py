@@ -1,0 +1,22 @@
+"""Fault-injection exercises: one module each, found by name."""
+
+from __future__ import annotations
+
+import importlib
+
+from lab.errors import LabError
+
+MODULES = ("kill_worker",)
+
+
+def load(name: str):
+    """The exercise module called `name` (e.g. kill-worker)."""
+    exercises = all_exercises()
+    if name not in exercises:
+        raise LabError(f"unknown exercise {name!r}; choose one of: {', '.join(exercises)}")
+    return exercises[name]
+
+
+def all_exercises() -> dict:
+    modules = [importlib.import_module(f"lab.exercises.{m}") for m in MODULES]
+    return {m.NAME: m for m in modules}

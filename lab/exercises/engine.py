@@ -1,0 +1,133 @@
+"""The exercise engine: Ray drives the drill, one node-agent actor per lab node.
+
+The driver brings the lab up, creates a `NodeAgent` actor per node (it owns that
+node through the runtime's Node handle and injects faults there), runs the
+exercise's timeline, and always tears everything down: Ray, every process, every
+namespace, also on failure or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.errors import LabError
+from lab.health.events import read_events
+from lab.rundir import MARKER, RunDir
+from lab.runtimes.local import LocalRuntime
+from lab.topology import Topology
+from lab.workloads import script_path
+
+
+class NodeAgent:
+    """A Ray actor that owns one lab node. Created with ray.remote(num_cpus=0)(NodeAgent)."""
+
+    def __init__(self, run_dir: str, node_name: str):
+        nodes = LocalRuntime(RunDir(run_dir)).attach()
+        self.node = next(n for n in nodes if n.name == node_name)
+
+    def inject(self, fault: str, **kwargs) -> dict:
+        started = time.time()
+        result = getattr(self.node, fault)(**kwargs)
+        return {"fault": fault, "node": self.node.name, "time": started, "args": kwargs, "result": result}
+
+    def exit_code(self) -> int | None:
+        return self.node.exit_code()
+
+
+@dataclass
+class Drill:
+    """What an exercise's timeline works with: the nodes' agents, the events, the clock."""
+
+    runtime: LocalRuntime
+    topology: Topology
+    agents: dict  # node name -> Ray actor handle
+    events_dir: Path
+    ckpt_dir: Path
+    ray: object
+    started: float = field(default_factory=time.time)
+    faults: list[dict] = field(default_factory=list)
+    out: object = sys.stdout
+
+    def progress(self, message: str) -> None:
+        self.out.write(f"[{time.time() - self.started:6.1f}s] {message}\n")
+        self.out.flush()
+
+    def events(self) -> list[dict]:
+        return list(read_events(self.events_dir)) if self.events_dir.exists() else []
+
+    def wait_for(self, condition, timeout_s: float, what: str):
+        self.progress(f"waiting for {what}")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            time.sleep(0.05)
+        raise LabError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+    def last_step(self, rank: int) -> int:
+        steps = [e["step"] for e in self.events() if e["event"] == "step" and e["rank"] == rank]
+        return max(steps, default=0)
+
+    def locate(self, rank: int) -> tuple[str, int]:
+        """(node name, local rank) where a global rank runs now."""
+        starts = [e for e in self.events() if e["event"] == "start" and e["rank"] == rank]
+        if not starts:
+            raise LabError(f"rank {rank} has not started")
+        return starts[-1]["node"], starts[-1]["local_rank"]
+
+    def inject(self, node: str, fault: str, **kwargs) -> dict:
+        record = self.ray.get(self.agents[node].inject.remote(fault, **kwargs))
+        self.faults.append(record)
+        self.progress(f"injected {fault} on {node} {kwargs or ''}".rstrip())
+        return record
+
+    def wait_job(self, timeout_s: float) -> dict[str, int]:
+        def codes():
+            found = {name: self.ray.get(agent.exit_code.remote()) for name, agent in self.agents.items()}
+            return found if all(c is not None for c in found.values()) else None
+        return self.wait_for(codes, timeout_s, "the job to end")
+
+    def rerun(self, trainer_args: list[str]) -> None:
+        """Start the trainer again on the same hosts (they stay up between runs)."""
+        for node in self.runtime.attach():
+            node.start(self.runtime.node_argv(self.topology, node, script_path("trainer"), trainer_args))
+
+
+def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout):
+    """Bring the lab up, run exercise.run(drill, options), hand the report to on_report(report, drill)
+    while the events still exist, then tear everything down. Returns the report."""
+    import ray
+
+    topology = exercise.topology(options)
+    runtime = LocalRuntime(run_dir, hosts=options.hosts, log=lambda m: out.write(m + "\n"),
+                           monitoring=options.prometheus)
+    # Ray's own processes inherit the lab's mark, so `lab down` finds them after a crash too.
+    os.environ[MARKER] = str(run_dir.path)
+    drill = None
+    try:
+        if options.ray_address:
+            ray.init(address=options.ray_address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        topology, nodes = runtime.up(topology, script_path("trainer"), exercise.trainer_args(options))
+        actor = ray.remote(num_cpus=0)(NodeAgent)
+        agents = {n.name: actor.remote(str(run_dir.path), n.name) for n in nodes}
+        drill = Drill(runtime=runtime, topology=topology, agents=agents, events_dir=run_dir.path / "events",
+                      ckpt_dir=run_dir.path / "checkpoints", ray=ray, out=out)
+        drill.progress(f"{exercise.NAME}: {len(nodes)} nodes x {topology.nproc_per_node} workers up")
+        report = exercise.run(drill, options)
+        if on_report:
+            on_report(report, drill)
+        return report
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        os.environ.pop(MARKER, None)
+        if drill is not None:
+            drill.progress("tearing down")
+        runtime.down(grace_s=5.0)

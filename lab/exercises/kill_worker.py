@@ -1,0 +1,106 @@
+"""kill-worker: SIGKILL one worker mid-run; the group restarts and resumes from its checkpoint.
+
+Hypothesis: with `--max-restarts` above 0, torchrun's agent sees the dead worker, stops
+the others, runs a new rendezvous round and starts a fresh worker group. The trainer
+resumes from its newest checkpoint, so at most one checkpoint interval of steps is
+redone, and the job ends with weights bit-identical to an uninterrupted run.
+
+    lab exercise run kill-worker [--target-rank 1] [--at-step 25]
+    lab exercise run kill-worker --torch-defaults    # the upstream restart failure
+
+Look for: in the node logs, "failed (exitcode: -9)" and "will restart worker group";
+in the events, restart 1's checkpoint_loaded; in Prometheus, `lab_agent_restarts_used`
+becoming 1, `lab_restart_count` 1 on every rank, a gap in `lab_steps_total`.
+
+With --torch-defaults (no TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1) the restarted workers
+read the previous round's gloo addresses from the agent's shared store and fail in
+connectFullMesh, until the restarts run out: pytorch/pytorch#135712.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from lab.exercises import observe
+from lab.exercises.report import Report
+from lab.topology import Topology
+
+NAME = "kill-worker"
+SUMMARY = "SIGKILL one worker; the group restarts and resumes bit-identical"
+DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 25
+STEPS, CKPT_EVERY = 60, 10
+
+
+def topology(options) -> Topology:
+    return Topology(nodes=2, nproc_per_node=2, max_restarts=2, torch_defaults=options.torch_defaults)
+
+
+def trainer_args(options) -> list[str]:
+    return ["--steps", str(STEPS), "--ckpt-every", str(CKPT_EVERY), "--step-time", "0.1"]
+
+
+def run(drill, options) -> Report:
+    report = Report(NAME, drill.runtime.name, drill.topology.world_size)
+    target = options.target_rank
+    drill.wait_for(lambda: drill.last_step(target) >= options.at_step, 120, f"rank {target} at step {options.at_step}")
+    node, local_rank = drill.locate(target)
+    fault = drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL))
+    fault["rank"] = target
+    codes = drill.wait_job(240)
+    events = drill.events()
+    report.faults = drill.faults
+
+    if options.torch_defaults:
+        return judge_torch_defaults(drill, report, codes, events)
+
+    before = [e for e in events if e["time"] < fault["time"]]
+    saved = [e["step"] for e in before if e["event"] == "checkpoint_saved"]
+    reached = max((e["step"] for e in before if e["event"] == "step"), default=0)
+    loaded = [e["step"] for e in events if e["event"] == "checkpoint_loaded" and e["restart"] == 1 and e["rank"] == 0]
+    report.facts["restarts"] = observe.restarts(events)
+    report.facts["lost_steps"] = reached - loaded[0] if loaded else None
+    report.facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir),
+                                                          fault["time"])
+    report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
+    report.check("the worker group restarted once", report.facts["restarts"] == 1,
+                 f"restart count {report.facts['restarts']}")
+    report.check("resumed from the newest checkpoint", bool(loaded) and bool(saved) and loaded[0] == max(saved),
+                 f"newest before the kill: {max(saved, default=None)}, loaded: {loaded[:1]}")
+    lost = report.facts["lost_steps"]
+    report.check(f"lost at most one checkpoint interval ({CKPT_EVERY} steps)",
+                 lost is not None and 0 <= lost <= CKPT_EVERY, f"lost {lost} steps")
+
+    drill.progress("running the uninterrupted reference")
+    reference = reference_checksums(drill)
+    final = observe.final_checksums(events)
+    match = len(final) == 1 and final == reference
+    report.facts["final_weights_match_reference"] = match
+    report.check("final weights bit-identical to an uninterrupted run", match,
+                 f"{sorted(final)} vs {sorted(reference)}")
+    return report
+
+
+def reference_checksums(drill) -> set[str]:
+    ref = drill.runtime.run_dir.path / "reference"
+    drill.rerun(["--steps", str(STEPS), "--ckpt-every", str(CKPT_EVERY),
+                 "--ckpt-dir", str(ref / "checkpoints"), "--events-dir", str(ref / "events")])
+    drill.wait_job(240)
+    from lab.health.events import read_events
+
+    return observe.final_checksums(list(read_events(ref / "events")))
+
+
+def judge_torch_defaults(drill, report: Report, codes: dict, events: list[dict]) -> Report:
+    logs = "".join(n.log_path.read_text(errors="replace") for n in drill.runtime.attach())
+    report.facts["restarts"] = observe.restarts(events)
+    report.facts["lost_steps"] = None
+    report.facts["final_weights_match_reference"] = False
+    report.check("with torch's defaults the job fails", any(c != 0 for c in codes.values()), f"exit codes {codes}")
+    report.check("the restarted workers failed in connectFullMesh", "connectFullMesh" in logs)
+    report.check("no restarted group ever completed a step",
+                 not any(e["event"] == "step" and e["restart"] > 0 for e in events))
+    report.explanation = (
+        "torchrun shares its rendezvous TCPStore with the workers; the restarted group reads the previous "
+        "round's gloo addresses from it and cannot connect (pytorch/pytorch#135712). lab.launch sets "
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 to give every round a fresh store.")
+    return report

@@ -1,0 +1,54 @@
+"""Reading a drill's outcome from the event logs: restarts, lost steps, the recovery breakdown."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def agent_events(events_dir: Path) -> list[dict]:
+    """torchelastic's agent and rendezvous events as lab.launch recorded them, in time order."""
+    records = []
+    for path in sorted(Path(events_dir).glob("agent-*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            event = record.get("torchelastic", {})
+            records.append({"time": record["time"], "node": record["node"], "name": event.get("name", ""),
+                            "message": event.get("message", ""), "event": event})
+    return sorted(records, key=lambda r: r["time"])
+
+
+def first_time(records: list[dict], after: float, predicate) -> float | None:
+    return min((r["time"] for r in records if r["time"] >= after and predicate(r)), default=None)
+
+
+def recovery_breakdown(events: list[dict], agents: list[dict], fault_time: float, restart: int = 1) -> dict:
+    """Seconds from the fault to the first completed step of worker-group round `restart`.
+
+    detect: fault until an agent's monitor loop sees the failure; teardown: until an agent
+    asks to join the next rendezvous round; rendezvous: until it has joined; worker init:
+    until the new workers have a process group (process start, torch import,
+    init_process_group); checkpoint load; first step. The earliest node counts at each stage.
+    """
+    detect = first_time(agents, fault_time, lambda r: r["name"] == "lab.failure_detected")
+    join = first_time(agents, detect or fault_time, lambda r: "attempts to join" in r["message"])
+    joined = first_time(agents, join or fault_time, lambda r: "has joined round" in r["message"])
+    rounds = [e for e in events if e["restart"] == restart]
+    ready = min((e["time"] for e in rounds if e["event"] == "rendezvous_done"), default=None)
+    loaded = min((e["time"] for e in rounds if e["event"] in ("checkpoint_loaded", "no_checkpoint")), default=None)
+    first_step = min((e["time"] for e in rounds if e["event"] == "step"), default=None)
+    stages = [("detect", fault_time, detect), ("teardown", detect, join), ("rendezvous", join, joined),
+              ("worker_init", joined, ready), ("checkpoint_load", ready, loaded), ("first_step", loaded, first_step),
+              ("total", fault_time, first_step)]
+    return {name: (end - start if start is not None and end is not None else None) for name, start, end in stages}
+
+
+def restarts(events: list[dict]) -> int:
+    return max((e["restart"] for e in events), default=0)
+
+
+def final_checksums(events: list[dict]) -> set[str]:
+    return {e["checksum"] for e in events if e["event"] == "exit" and e.get("reason") == "completed"}
