@@ -88,3 +88,23 @@ def test_missing_prometheus_gives_a_one_line_install_hint(lab):
     out = subprocess.run(lab.cmd("up", "--hosts", "loopback", "--prometheus", "on"), env=env,
                          capture_output=True, text=True, cwd=REPO)
     assert_one_line_error(out, "prometheus is not installed", "apt-get install prometheus")
+
+
+def test_an_unknown_exercise_lists_the_valid_names(lab):
+    out = lab("exercise", "run", "no-such-drill")
+    assert_one_line_error(out, "no-such-drill", "kill-worker", "corrupt-checkpoint")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--target-rank", "4"], ["--target-rank", "[0, 4)", "4"]),
+    (["--at-step", "500"], ["--at-step", "500"]),
+])
+def test_exercise_targets_outside_the_run_are_one_line_errors(lab, args, words):
+    out = lab("exercise", "run", "kill-worker", *args)
+    assert_one_line_error(out, *words)
+
+
+def test_exercise_explain_names_the_command(lab):
+    for name in ("kill-worker", "corrupt-checkpoint"):
+        out = lab("exercise", "explain", name)
+        assert out.returncode == 0 and f"lab exercise run {name}" in out.stdout

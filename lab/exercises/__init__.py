@@ -6,7 +6,7 @@ import importlib
 
 from lab.errors import LabError
 
-MODULES = ("kill_worker",)
+MODULES = ("kill_worker", "corrupt_checkpoint")
 
 
 def load(name: str):

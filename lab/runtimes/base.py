@@ -51,6 +51,10 @@ class Faults:
         """SIGTERM the agent, SIGKILL what is left after grace_s, as a preempted VM."""
         self._unsupported("preempt a node")
 
+    def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
+        """Damage the newest checkpoint in directory (truncate it, or flip bytes); returns its path."""
+        self._unsupported("reach its checkpoints")
+
 
 class Node(ABC, Faults):
     name: str  # e.g. node0: the node's hostname where the runtime can give it one

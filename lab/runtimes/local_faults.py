@@ -54,6 +54,26 @@ class LocalFaults(Faults):
         survivors = procs.wait_gone(procs.marked_pids(self.run_dir, self.name), grace_s)
         procs.signal_all(survivors, signal.SIGKILL)
 
+    def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
+        from pathlib import Path
+
+        from lab.workloads import checkpoint
+
+        found = checkpoint.checkpoints(Path(directory))
+        if not found:
+            raise FaultUnsupported(f"no checkpoint in {directory} to corrupt")
+        newest = found[0]
+        data = bytearray(newest.read_bytes())
+        if mode == "truncate":
+            data = data[: len(data) // 2]
+        elif mode == "flip":
+            for i in range(len(data) // 2, len(data), 97):
+                data[i] ^= 0xFF
+        else:
+            raise FaultUnsupported(f"unknown corruption mode {mode!r} (truncate or flip)")
+        newest.write_bytes(bytes(data))
+        return str(newest)
+
     def remember_argv(self, argv: list[str]) -> None:
         (self.dir / "argv.json").write_text(json.dumps(argv))
 

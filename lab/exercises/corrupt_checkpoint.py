@@ -1,0 +1,67 @@
+"""corrupt-checkpoint: damage the newest checkpoint, then kill a worker; resume falls back.
+
+Hypothesis: the trainer verifies every checkpoint (a sha256 over its payload) before
+trusting it. When the newest one is truncated, the restarted group logs it, sets it
+aside as *.bad and resumes from the previous one: it redoes up to two intervals of
+steps, and still ends bit-identical to an uninterrupted run.
+
+    lab exercise run corrupt-checkpoint [--target-rank 1] [--at-step 35]
+
+Look for: a `checkpoint_invalid` event naming the file and "checksum mismatch" or
+"truncated"; the next `checkpoint_loaded` one interval older; `step_000000NN.ckpt.bad`
+in the checkpoint directory.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from lab.exercises import observe
+from lab.exercises.kill_worker import reference_checksums
+from lab.exercises.report import Report
+from lab.topology import Topology
+
+NAME = "corrupt-checkpoint"
+SUMMARY = "truncate the newest checkpoint and kill a worker; resume falls back to the previous one"
+DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 35
+STEPS, CKPT_EVERY = 60, 10
+
+
+def topology(options) -> Topology:
+    return Topology(nodes=2, nproc_per_node=2, max_restarts=1, torch_defaults=options.torch_defaults)
+
+
+def trainer_args(options) -> list[str]:
+    return ["--steps", str(STEPS), "--ckpt-every", str(CKPT_EVERY), "--step-time", "0.1"]
+
+
+def run(drill, options) -> Report:
+    report = Report(NAME, drill.runtime.name, drill.topology.world_size)
+    target = options.target_rank
+    drill.wait_for(lambda: drill.last_step(target) >= options.at_step, 120, f"rank {target} at step {options.at_step}")
+    node, local_rank = drill.locate(target)
+    damaged = drill.inject(node, "corrupt_checkpoint", directory=str(drill.ckpt_dir), mode="truncate")
+    kill = drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL))
+    codes = drill.wait_job(240)
+    events = drill.events()
+    report.faults = drill.faults
+
+    saved = sorted(e["step"] for e in events if e["event"] == "checkpoint_saved" and e["time"] < kill["time"])
+    invalid = [e for e in events if e["event"] == "checkpoint_invalid"]
+    loaded = [e["step"] for e in events if e["event"] == "checkpoint_loaded" and e["restart"] == 1 and e["rank"] == 0]
+    reached = max((e["step"] for e in events if e["event"] == "step" and e["time"] < kill["time"]), default=0)
+    report.facts["restarts"] = observe.restarts(events)
+    report.facts["lost_steps"] = reached - loaded[0] if loaded else None
+    report.facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir), kill["time"])
+    report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
+    report.check("the damaged checkpoint was detected", bool(invalid) and invalid[0]["path"] == damaged["result"],
+                 invalid[0]["reason"] if invalid else "no checkpoint_invalid event")
+    previous = saved[-2] if len(saved) >= 2 else None
+    report.check("resumed from the previous checkpoint", loaded[:1] == [previous],
+                 f"saved {saved[-2:]}, loaded {loaded[:1]}")
+    drill.progress("running the uninterrupted reference")
+    final, reference = observe.final_checksums(events), reference_checksums(drill)
+    report.facts["final_weights_match_reference"] = len(final) == 1 and final == reference
+    report.check("final weights bit-identical to an uninterrupted run",
+                 report.facts["final_weights_match_reference"], f"{sorted(final)} vs {sorted(reference)}")
+    return report

@@ -1,0 +1,78 @@
+"""Exercises run for real on netns hosts, driven by a real local Ray; their verdicts are asserted."""
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import needs_netns
+from lab import procs
+from lab.runtimes import netns
+
+pytestmark = [pytest.mark.slow, needs_netns]
+
+
+def report_of(out) -> dict:
+    line = next(line for line in out.stdout.splitlines() if line.startswith("report: "))
+    return json.loads(open(line.split()[1].rstrip(",")).read())
+
+
+def assert_nothing_left(lab) -> None:
+    assert procs.marked_pids() == []
+    assert netns.leftovers() == []
+    assert subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True).returncode == 1
+    assert not lab.run_dir.exists() or [p.name for p in lab.run_dir.iterdir()] == ["reports"]
+
+
+def test_kill_worker_restarts_resumes_and_matches_the_reference(lab):
+    out = lab("exercise", "run", "kill-worker", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass" and report["world_size"] == 4
+    assert report["restarts"] == 1
+    assert 0 <= report["lost_steps"] <= 10
+    assert report["final_weights_match_reference"] is True
+    assert report["faults"][0]["fault"] == "kill_worker" and report["faults"][0]["rank"] == 1
+    recovery = report["recovery"]
+    assert set(recovery) == {"detect", "teardown", "rendezvous", "worker_init", "checkpoint_load",
+                             "first_step", "total"}
+    assert all(v is not None and v >= 0 for v in recovery.values()), recovery
+    assert recovery["total"] >= recovery["worker_init"]
+    assert_nothing_left(lab)
+
+
+def test_kill_worker_with_torch_defaults_shows_the_upstream_restart_failure(lab):
+    out = lab("exercise", "run", "kill-worker", "--torch-defaults", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass"
+    assert "135712" in report["explanation"]
+    assert "connectFullMesh" in out.stdout
+
+
+def test_corrupt_checkpoint_falls_back_to_the_previous_one(lab):
+    out = lab("exercise", "run", "corrupt-checkpoint", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass" and report["final_weights_match_reference"] is True
+    assert [c["name"] for c in report["checks"] if not c["ok"]] == []
+
+
+def test_an_interrupted_exercise_leaves_nothing_behind(lab):
+    proc = lab.popen("exercise", "run", "kill-worker")
+    try:
+        deadline = time.monotonic() + 120
+        for line in proc.stdout:
+            if "waiting for rank" in line or time.monotonic() > deadline:
+                break
+        time.sleep(3)  # the job and Ray are running now
+        assert procs.marked_pids(), "the exercise should be running"
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        proc.wait(60)
+    finally:
+        proc.kill()
+        proc.stdout.close()
+    assert proc.returncode == 130
+    assert_nothing_left(lab)
