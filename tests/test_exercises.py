@@ -1,9 +1,12 @@
 """Exercises run for real on netns hosts, driven by a real local Ray; their verdicts are asserted."""
 
 import json
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +27,7 @@ def assert_nothing_left(lab) -> None:
     assert netns.leftovers() == []
     assert subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True).returncode == 1
     assert not lab.run_dir.exists() or [p.name for p in lab.run_dir.iterdir()] == ["reports"]
+    assert list(Path(tempfile.gettempdir()).glob("tlab-ray-*")) == []
 
 
 def test_kill_worker_restarts_resumes_and_matches_the_reference(lab):
@@ -58,6 +62,24 @@ def test_corrupt_checkpoint_falls_back_to_the_previous_one(lab):
     report = report_of(out)
     assert report["verdict"] == "pass" and report["final_weights_match_reference"] is True
     assert [c["name"] for c in report["checks"] if not c["ok"]] == []
+
+
+def test_preempt_checkpoints_together_and_the_rerun_loses_no_step(lab):
+    out = lab("exercise", "run", "preempt", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass" and report["lost_steps"] == 0
+    assert report["final_weights_match_reference"] is True
+    assert out.stdout.count("preempted: checkpointed step") == 4
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="hang-rank watches the rank in Prometheus")
+def test_hang_rank_is_seen_in_prometheus_and_ended_by_the_short_timeout(lab):
+    out = lab("exercise", "run", "hang-rank", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass" and report["restarts"] == 1
+    assert report["seconds_until_prometheus_saw_it"] < report["seconds_until_the_timeout_fired"] < 25
 
 
 def test_an_interrupted_exercise_leaves_nothing_behind(lab):

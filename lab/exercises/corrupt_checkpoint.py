@@ -17,7 +17,6 @@ from __future__ import annotations
 import signal
 
 from lab.exercises import observe
-from lab.exercises.kill_worker import reference_checksums
 from lab.exercises.report import Report
 from lab.topology import Topology
 
@@ -59,9 +58,5 @@ def run(drill, options) -> Report:
     previous = saved[-2] if len(saved) >= 2 else None
     report.check("resumed from the previous checkpoint", loaded[:1] == [previous],
                  f"saved {saved[-2:]}, loaded {loaded[:1]}")
-    drill.progress("running the uninterrupted reference")
-    final, reference = observe.final_checksums(events), reference_checksums(drill)
-    report.facts["final_weights_match_reference"] = len(final) == 1 and final == reference
-    report.check("final weights bit-identical to an uninterrupted run",
-                 report.facts["final_weights_match_reference"], f"{sorted(final)} vs {sorted(reference)}")
+    observe.check_matches_reference(report, drill, events, trainer_args(options))
     return report

@@ -9,17 +9,23 @@ namespace, also on failure or Ctrl-C.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.exercises import observe
 from lab.health.events import read_events
 from lab.rundir import MARKER, RunDir
 from lab.runtimes.local import LocalRuntime
 from lab.topology import Topology
 from lab.workloads import script_path
+
+
+RAY_TMP_PREFIX = "tlab-ray-"
 
 
 class NodeAgent:
@@ -92,6 +98,15 @@ class Drill:
             return found if all(c is not None for c in found.values()) else None
         return self.wait_for(codes, timeout_s, "the job to end")
 
+    def reference_checksums(self, trainer_args: list[str]) -> set[str]:
+        """Final weights of an uninterrupted, unpaced run of the same job, in its own directories."""
+        self.progress("running the uninterrupted reference")
+        ref = self.runtime.run_dir.path / "reference"
+        self.rerun([*trainer_args, "--step-time", "0", "--ckpt-dir", str(ref / "checkpoints"),
+                    "--events-dir", str(ref / "events")])
+        self.wait_job(240)
+        return observe.final_checksums(list(read_events(ref / "events")))
+
     def rerun(self, trainer_args: list[str]) -> None:
         """Start the trainer again on the same hosts (they stay up between runs)."""
         for node in self.runtime.attach():
@@ -104,16 +119,20 @@ def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout
     import ray
 
     topology = exercise.topology(options)
-    runtime = LocalRuntime(run_dir, hosts=options.hosts, log=lambda m: out.write(m + "\n"),
-                           monitoring=options.prometheus)
+    monitoring = "on" if getattr(exercise, "NEEDS_PROMETHEUS", False) else options.prometheus
+    runtime = LocalRuntime(run_dir, hosts=options.hosts, log=lambda m: out.write(m + "\n"), monitoring=monitoring)
     # Ray's own processes inherit the lab's mark, so `lab down` finds them after a crash too.
     os.environ[MARKER] = str(run_dir.path)
     drill = None
+    # Ray's session files go to a lab-named temp dir (short: it holds Unix sockets), removed below
+    # and by `lab down` after a crash.
+    ray_tmp = tempfile.mkdtemp(prefix=RAY_TMP_PREFIX)
     try:
         if options.ray_address:
             ray.init(address=options.ray_address, log_to_driver=False)
         else:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                     _temp_dir=ray_tmp)
         topology, nodes = runtime.up(topology, script_path("trainer"), exercise.trainer_args(options))
         actor = ray.remote(num_cpus=0)(NodeAgent)
         agents = {n.name: actor.remote(str(run_dir.path), n.name) for n in nodes}
@@ -131,3 +150,4 @@ def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout
         if drill is not None:
             drill.progress("tearing down")
         runtime.down(grace_s=5.0)
+        shutil.rmtree(ray_tmp, ignore_errors=True)

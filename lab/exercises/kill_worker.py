@@ -70,24 +70,8 @@ def run(drill, options) -> Report:
     report.check(f"lost at most one checkpoint interval ({CKPT_EVERY} steps)",
                  lost is not None and 0 <= lost <= CKPT_EVERY, f"lost {lost} steps")
 
-    drill.progress("running the uninterrupted reference")
-    reference = reference_checksums(drill)
-    final = observe.final_checksums(events)
-    match = len(final) == 1 and final == reference
-    report.facts["final_weights_match_reference"] = match
-    report.check("final weights bit-identical to an uninterrupted run", match,
-                 f"{sorted(final)} vs {sorted(reference)}")
+    observe.check_matches_reference(report, drill, events, trainer_args(options))
     return report
-
-
-def reference_checksums(drill) -> set[str]:
-    ref = drill.runtime.run_dir.path / "reference"
-    drill.rerun(["--steps", str(STEPS), "--ckpt-every", str(CKPT_EVERY),
-                 "--ckpt-dir", str(ref / "checkpoints"), "--events-dir", str(ref / "events")])
-    drill.wait_job(240)
-    from lab.health.events import read_events
-
-    return observe.final_checksums(list(read_events(ref / "events")))
 
 
 def judge_torch_defaults(drill, report: Report, codes: dict, events: list[dict]) -> Report:

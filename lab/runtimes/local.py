@@ -9,9 +9,11 @@ network fault can be injected.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -196,6 +198,9 @@ class LocalRuntime:
         procs.terminate(stray, grace_s=2.0)
         removed += [f"process {pid}" for pid in stray]
         removed += netns.destroy_all()
+        for leftover in Path(tempfile.gettempdir()).glob("tlab-ray-*"):  # an exercise's Ray session
+            shutil.rmtree(leftover, ignore_errors=True)
+            removed.append(f"dir {leftover}")
         if self.run_dir.exists():
             removed.append(f"run dir {self.run_dir.path}")
             self.run_dir.remove()

@@ -13,8 +13,9 @@ holding the model, the optimizer, the step, the sampler position and every rank'
 torch, Python and NumPy RNG states. On start the trainer resumes from the newest
 checkpoint that verifies; a truncated or corrupted one is logged and set aside.
 
-With `--events-dir` each rank appends JSON lines (start, rendezvous_done, checkpoint_*,
-step, exit) to rankN.jsonl. With a metrics port base (`--metrics-port-base` or
+On SIGTERM the ranks agree to stop at the next step, checkpoint it, and exit 0, so a
+preempted job loses no step. With `--events-dir` each rank appends JSON lines (start,
+rendezvous_done, checkpoint_*, step, exit) to rankN.jsonl. With a metrics port base (`--metrics-port-base` or
 LAB_METRICS_PORT_BASE) each rank serves /metrics on base + rank, and with
 `--targets-dir` (or LAB_TARGETS_DIR) registers itself for Prometheus.
 At the end every rank prints `rank R local_rank L host H checksum C (hex) at step S`:
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import time
 from pathlib import Path
 
@@ -180,6 +182,7 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
     if ctx.distributed:
         settle_buckets(ddp_model, dataset, args.batch_size, loss_fn, optimizer, ctx)
 
+    preemption = Preemption(ctx)
     first_step, loop_started = step, time.perf_counter()
     while step < args.steps:
         started = time.perf_counter()
@@ -200,6 +203,12 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
         events.write("step", step=step, loss=value, seconds=seconds)
         if metrics:
             metrics.step_done(step, seconds, len(indices), value)
+        if preemption.agreed():
+            if args.ckpt_dir:
+                save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
+            events.write("exit", reason="preempted", step=step)
+            say(f"rank {ctx.rank} preempted: checkpointed step {step} and stopped")
+            return
         if args.ckpt_dir and args.ckpt_every and step % args.ckpt_every == 0:
             save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
 
@@ -213,6 +222,28 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
     events.write("exit", reason="completed", step=step, checksum=checksum.hex())
 
 
+
+
+class Preemption:
+    """SIGTERM (torchrun passes on its own, a preempted VM's, `kubectl delete pod`'s) asks the
+    job to stop at the next step boundary. The ranks agree with one tiny all-reduce per
+    step, so every rank checkpoints the same step and stops, even those whose node was
+    not the one told to go."""
+
+    def __init__(self, ctx: Ctx):
+        self.ctx = ctx
+        self.requested = False
+        signal.signal(signal.SIGTERM, self._request)
+
+    def _request(self, _signum, _frame) -> None:
+        self.requested = True
+
+    def agreed(self) -> bool:
+        if not self.ctx.distributed:
+            return self.requested
+        flag = torch.tensor([1 if self.requested else 0], device=self.ctx.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
 
 
 def settle_buckets(ddp_model, dataset, batch_size, loss_fn, optimizer, ctx: Ctx) -> None:

@@ -1,0 +1,75 @@
+"""hang-rank: freeze one rank (SIGSTOP); its peers block in the all-reduce until a timeout.
+
+Hypothesis: a hung rank fails nobody by itself: its peers wait inside the gradient
+all-reduce. gloo's default timeout would make them wait 30 minutes; the lab's
+process-group timeout (10 s in this drill, `--pg-timeout`) turns the hang into an
+error, the agent restarts the group (after torchrun's 30 s SIGTERM-to-SIGKILL wait
+for the frozen process), and the job resumes from its checkpoint. Before any of
+that, Prometheus already shows the frozen rank: its exporter stops answering.
+
+    lab exercise run hang-rank [--target-rank 1] [--at-step 25]
+
+Look for: the frozen rank's target going down in Prometheus (`up{rank="1"} == 0`),
+then the peers' "Timed out" / gloo errors in the node logs, "will restart worker
+group", and restart 1's `checkpoint_loaded`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from lab.exercises import observe
+from lab.exercises.report import Report
+from lab.topology import Topology
+
+NAME = "hang-rank"
+SUMMARY = "SIGSTOP one rank; a short process-group timeout turns the hang into a restart"
+DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 25
+STEPS, CKPT_EVERY, PG_TIMEOUT_S = 60, 10, 10
+NEEDS_PROMETHEUS = True
+
+
+def topology(options) -> Topology:
+    return Topology(nodes=2, nproc_per_node=2, max_restarts=1, pg_timeout_s=PG_TIMEOUT_S,
+                    torch_defaults=options.torch_defaults)
+
+
+def trainer_args(options) -> list[str]:
+    return ["--steps", str(STEPS), "--ckpt-every", str(CKPT_EVERY), "--step-time", "0.1"]
+
+
+def run(drill, options) -> Report:
+    report = Report(NAME, drill.runtime.name, drill.topology.world_size)
+    target = options.target_rank
+    drill.wait_for(lambda: drill.last_step(target) >= options.at_step, 120, f"rank {target} at step {options.at_step}")
+    node, local_rank = drill.locate(target)
+    fault = drill.inject(node, "pause_worker", local_rank=local_rank)
+    prom = drill.runtime.prometheus
+    seen_down = drill.wait_for(
+        lambda: any(s["value"] == 0 for s in prom.query(f'up{{job="lab-ranks", rank="{target}"}}')) and time.time(),
+        30, f"Prometheus to see rank {target} down")
+    codes = drill.wait_job(240)
+    events = drill.events()
+    agents = observe.agent_events(drill.events_dir)
+    report.faults = drill.faults
+    detected = observe.first_time(agents, fault["time"], lambda r: r["name"] == "lab.failure_detected")
+    first_step = min((e["time"] for e in events if e["event"] == "step" and e["restart"] == 1), default=None)
+    report.facts["restarts"] = observe.restarts(events)
+    report.facts["recovery"] = observe.recovery_breakdown(events, agents, fault["time"])
+    report.facts["seconds_until_prometheus_saw_it"] = seen_down - fault["time"]
+    report.facts["seconds_until_the_timeout_fired"] = detected - fault["time"] if detected else None
+    report.check("Prometheus saw the frozen rank down before the group restarted",
+                 first_step is None or seen_down < first_step, f"{seen_down - fault['time']:.1f} s after the freeze")
+    waited = report.facts["seconds_until_the_timeout_fired"]
+    report.check(f"the {PG_TIMEOUT_S} s process-group timeout, not gloo's 30 minutes, ended the wait",
+                 waited is not None and waited < PG_TIMEOUT_S + 15, f"failure detected after {waited or 0:.1f} s")
+    loaded = [e["step"] for e in events if e["event"] == "checkpoint_loaded" and e["restart"] == 1 and e["rank"] == 0]
+    report.check("the group restarted and resumed from a checkpoint",
+                 report.facts["restarts"] == 1 and bool(loaded), f"restarts {report.facts['restarts']}, loaded {loaded[:1]}")
+    report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
+    observe.check_matches_reference(report, drill, events, trainer_args(options))
+    report.explanation = (
+        f"the peers' all-reduce timed out after the {PG_TIMEOUT_S} s process-group timeout; the frozen "
+        "worker cannot handle SIGTERM, so its agent waits torchrun's 30 s before SIGKILL, and the other "
+        "agents wait that long in the next rendezvous round")
+    return report
