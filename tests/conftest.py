@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,10 @@ def lab(tmp_path):
 
 
 def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Bare torchrun (no lab), the way the lesson runs its scripts."""
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    """Bare torchrun (no lab), the way the lesson runs its scripts.
+
+    --log-dir keeps torchrun from leaving a /tmp/torchelastic_* directory behind.
+    """
+    with tempfile.TemporaryDirectory(prefix="lab-test-") as logs:
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--log-dir={logs}", *args],
+                              capture_output=True, text=True, timeout=timeout, cwd=REPO)

@@ -49,7 +49,8 @@ def test_truncated_newest_checkpoint_is_skipped_and_the_run_still_ends_identical
 def test_killed_four_rank_run_resumes_bit_identical_to_an_uninterrupted_one(tmp_path):
     """Four ranks, not two: with two the all-reduce sum is order-free and hides layout drift."""
     steps, every = 60, 10
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4", TRAINER,
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
+                f"--log-dir={tmp_path / 'torchrun-logs'}", TRAINER,
                 "--steps", str(steps), "--ckpt-every", str(every)]
     reference = subprocess.run([*torchrun, "--ckpt-dir", str(tmp_path / "ref")], capture_output=True,
                                text=True, timeout=300, cwd=REPO)

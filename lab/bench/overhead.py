@@ -42,7 +42,7 @@ MODELS = {
 
 def trial(model_args: list[str], exporters: bool, tmp: str) -> float:
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-            script_path("trainer"), *model_args, "--ckpt-every", "0"]
+            f"--log-dir={tmp}/torchrun", script_path("trainer"), *model_args, "--ckpt-every", "0"]
     if exporters:
         argv += ["--metrics-port-base", str(free_port_block(2)), "--events-dir", f"{tmp}/ev-{time.time()}"]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600)

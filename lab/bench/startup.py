@@ -55,9 +55,10 @@ def lab_run(hosts: str, run_dir: str) -> list[list[str]]:
              "--rdzv-port", str(free_port()), script_path("ddp_train")]]
 
 
-def bare_torchrun() -> list[list[str]]:
+def bare_torchrun(tmp: str) -> list[list[str]]:
     endpoint = f"127.0.0.1:{free_port()}"
     return [[sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
+             f"--log-dir={tmp}/torchrun-{i}",
              "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-conf=is_host={int(i == 0)}",
              script_path("ddp_train")] for i in range(2)]
 
@@ -67,8 +68,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     args = parser.parse_args()
     env = dict(os.environ)
-    variants = {"bare torchrun (loopback)": bare_torchrun}
     with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
+        variants = {"bare torchrun (loopback)": lambda: bare_torchrun(tmp)}
         variants["lab run (loopback)"] = lambda: lab_run("loopback", tmp)
         if os.geteuid() == 0:
             variants["lab run (netns hosts)"] = lambda: lab_run("netns", tmp)
