@@ -39,6 +39,8 @@ class Topology:
     max_restarts: int = 0
     # How long an agent waits for the others to join a rendezvous round.
     join_timeout_s: int = 120
+    # Elastic jobs: how long a round with at least min_nodes waits for more before it closes.
+    last_call_timeout_s: int = 30
     # The workloads' process-group timeout. gloo's default is 30 minutes, which turns a
     # hung rank into a half-hour silent wait; the lab wants a hang to fail fast.
     pg_timeout_s: int = 60
@@ -65,6 +67,7 @@ class Topology:
             raise TopologyError(f"rdzv_port must be a TCP port (1-65535), got {self.rdzv_port}")
         _at_least("max_restarts", self.max_restarts, 0)
         _at_least("join_timeout_s", self.join_timeout_s, 1)
+        _at_least("last_call_timeout_s", self.last_call_timeout_s, 0)
         _at_least("pg_timeout_s", self.pg_timeout_s, 1)
         if not self.monitor_interval_s > 0:
             raise TopologyError(f"monitor_interval_s must be positive, got {self.monitor_interval_s}")
@@ -110,6 +113,8 @@ class Topology:
             args += [f"--node-rank={node_rank}", f"--master-addr={self.rdzv_host}", f"--master-port={self.rdzv_port}"]
         else:
             conf = f"join_timeout={self.join_timeout_s}"
+            if self.min_nodes:
+                conf += f",last_call_timeout={self.last_call_timeout_s}"
             if self.rdzv_backend == "c10d":
                 # Say which node hosts the store instead of letting torch guess from the
                 # hostname: the guess is wrong on loopback nodes (every node "is" localhost)

@@ -82,6 +82,23 @@ def test_hang_rank_is_seen_in_prometheus_and_ended_by_the_short_timeout(lab):
     assert report["seconds_until_prometheus_saw_it"] < report["seconds_until_the_timeout_fired"] < 25
 
 
+def test_kill_node_fixed_job_recovers_when_the_node_comes_back(lab):
+    out = lab("exercise", "run", "kill-node", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass" and report["world_size_after"] == [4]
+    assert [f["fault"] for f in report["faults"]] == ["kill_node", "restart"]
+    assert report["final_weights_match_reference"] is True
+
+
+def test_kill_node_elastic_job_carries_on_with_fewer_ranks(lab):
+    out = lab("exercise", "run", "kill-node", "--elastic", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass" and report["world_size_after"] == [2]
+    assert "fewer ranks" in out.stdout
+
+
 def test_an_interrupted_exercise_leaves_nothing_behind(lab):
     proc = lab.popen("exercise", "run", "kill-worker")
     try:

@@ -27,6 +27,7 @@ def register(sub) -> None:
     run.add_argument("--hosts", choices=HOST_MODES, default="auto")
     run.add_argument("--prometheus", choices=PROMETHEUS_MODES, default="off")
     run.add_argument("--torch-defaults", action="store_true", help="leave out the lab's restart workaround")
+    run.add_argument("--elastic", action="store_true", help="kill-node: an elastic job (--nnodes=1:N)")
     run.add_argument("--ray-address", help="join this Ray cluster instead of starting a local instance")
     run.add_argument("--report-dir", help="where report.json and timeline.png go (default: under the run dir)")
     add_run_dir_option(run)

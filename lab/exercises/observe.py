@@ -25,21 +25,22 @@ def first_time(records: list[dict], after: float, predicate) -> float | None:
     return min((r["time"] for r in records if r["time"] >= after and predicate(r)), default=None)
 
 
-def recovery_breakdown(events: list[dict], agents: list[dict], fault_time: float, restart: int = 1) -> dict:
-    """Seconds from the fault to the first completed step of worker-group round `restart`.
+def recovery_breakdown(events: list[dict], agents: list[dict], fault_time: float) -> dict:
+    """Seconds from the fault to the first completed step of the next worker group.
 
     detect: fault until an agent's monitor loop sees the failure; teardown: until an agent
     asks to join the next rendezvous round; rendezvous: until it has joined; worker init:
     until the new workers have a process group (process start, torch import,
-    init_process_group); checkpoint load; first step. The earliest node counts at each stage.
+    init_process_group); checkpoint load; first step. The earliest node counts at each
+    stage. Stages are found by time, not restart count: a node brought back by the
+    runtime starts its count at 0 again.
     """
     detect = first_time(agents, fault_time, lambda r: r["name"] == "lab.failure_detected")
     join = first_time(agents, detect or fault_time, lambda r: "attempts to join" in r["message"])
     joined = first_time(agents, join or fault_time, lambda r: "has joined round" in r["message"])
-    rounds = [e for e in events if e["restart"] == restart]
-    ready = min((e["time"] for e in rounds if e["event"] == "rendezvous_done"), default=None)
-    loaded = min((e["time"] for e in rounds if e["event"] in ("checkpoint_loaded", "no_checkpoint")), default=None)
-    first_step = min((e["time"] for e in rounds if e["event"] == "step"), default=None)
+    ready = first_time(events, joined or fault_time, lambda e: e["event"] == "rendezvous_done")
+    loaded = first_time(events, ready or fault_time, lambda e: e["event"] in ("checkpoint_loaded", "no_checkpoint"))
+    first_step = first_time(events, loaded or ready or fault_time, lambda e: e["event"] == "step")
     stages = [("detect", fault_time, detect), ("teardown", detect, join), ("rendezvous", join, joined),
               ("worker_init", joined, ready), ("checkpoint_load", ready, loaded), ("first_step", loaded, first_step),
               ("total", fault_time, first_step)]

@@ -1,0 +1,83 @@
+"""kill-node: a whole node dies at once (agent and workers), as a machine losing power.
+
+Hypothesis, fixed-size job (`--nnodes=2`): the surviving agent sees its workers fail
+(their peers are gone), restarts its group and waits in a new rendezvous round;
+when the runtime brings the node back, the round completes and training resumes
+from the newest checkpoint, ending bit-identical to an uninterrupted run.
+
+Hypothesis, elastic job (`--elastic`, `--nnodes=1:2`): nobody brings the node back;
+after the rendezvous' last call the survivors carry on with fewer ranks (4 -> 2),
+resume from the checkpoint and finish. Their weights differ from a 4-rank run's, as
+they must: the same steps now average two ranks' gradients, not four.
+
+    lab exercise run kill-node [--target-rank 3] [--at-step 25] [--elastic]
+
+The target rank's node must not be node0, which hosts the c10d rendezvous store:
+that is `kill-rendezvous-host`. Look for: "failed (exitcode" on the survivor, a new
+rendezvous round in its log, and in the events the next round's world size.
+"""
+
+from __future__ import annotations
+
+from lab.errors import LabError
+from lab.exercises import observe
+from lab.exercises.report import Report
+from lab.topology import Topology
+
+NAME = "kill-node"
+SUMMARY = "SIGKILL a whole node; a fixed job recovers when it returns, an elastic one shrinks"
+DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 3, 25
+STEPS, CKPT_EVERY = 60, 10
+
+
+def topology(options) -> Topology:
+    elastic = getattr(options, "elastic", False)
+    return Topology(nodes=2, nproc_per_node=2, max_restarts=2, min_nodes=1 if elastic else None,
+                    last_call_timeout_s=5, torch_defaults=options.torch_defaults)
+
+
+def trainer_args(options) -> list[str]:
+    return ["--steps", str(STEPS), "--ckpt-every", str(CKPT_EVERY), "--step-time", "0.1"]
+
+
+def run(drill, options) -> Report:
+    report = Report(NAME, drill.runtime.name, drill.topology.world_size)
+    target = options.target_rank
+    drill.wait_for(lambda: drill.last_step(target) >= options.at_step, 120, f"rank {target} at step {options.at_step}")
+    node, _ = drill.locate(target)
+    if node == "node0":
+        raise LabError(f"rank {target} runs on node0, which hosts the rendezvous: that drill is kill-rendezvous-host")
+    fault = drill.inject(node, "kill_node")
+    elastic = drill.topology.min_nodes is not None
+    if not elastic:
+        drill.wait_for(lambda: observe.first_time(observe.agent_events(drill.events_dir), fault["time"],
+                                                  lambda r: r["name"] == "lab.failure_detected"),
+                       60, "the surviving agent to notice")
+        drill.inject(node, "restart")
+    codes = drill.wait_job(240)
+    events = drill.events()
+    report.faults = drill.faults
+    after = [e for e in events if e["time"] > fault["time"]]
+    worlds = sorted({e["world_size"] for e in after if e["event"] == "rendezvous_done"})
+    saved = [e["step"] for e in events if e["event"] == "checkpoint_saved" and e["time"] < fault["time"]]
+    loaded = [e["step"] for e in after if e["event"] == "checkpoint_loaded" and e["rank"] == 0]
+    reached = max((e["step"] for e in events if e["event"] == "step" and e["time"] < fault["time"]), default=0)
+    report.facts["restarts"] = observe.restarts(events)
+    report.facts["lost_steps"] = reached - loaded[0] if loaded else None
+    report.facts["world_size_after"] = worlds
+    report.facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir),
+                                                          fault["time"])
+    report.check("resumed from the newest checkpoint", bool(loaded) and bool(saved) and loaded[0] == max(saved),
+                 f"newest before the kill {max(saved, default=None)}, loaded {loaded[:1]}")
+    if elastic:
+        survivor = "node0"
+        report.check("the survivor finished the job", codes.get(survivor) == 0, f"exit codes {codes}")
+        report.check("the job carried on with fewer ranks", worlds == [2], f"world size after the kill: {worlds}")
+        report.explanation = ("an elastic job (--nnodes=1:2) closes its next rendezvous round after the last call "
+                              "with the nodes it has; the survivors resume from the checkpoint with world size 2")
+    else:
+        report.check("the job succeeded once the node was back", all(c == 0 for c in codes.values()),
+                     f"exit codes {codes}")
+        report.check("the restarted group had all 4 ranks again", worlds == [4], f"world size after: {worlds}")
+        observe.check_matches_reference(report, drill, events, trainer_args(options))
+    return report
