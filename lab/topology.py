@@ -51,6 +51,8 @@ class Topology:
     rank_metrics_port: int = 9500
     # Keep torch's defaults instead of the lab's restart workaround (see lab.launch).
     torch_defaults: bool = False
+    # TORCH_DISTRIBUTED_DEBUG for the workers: OFF, INFO or DETAIL (checks every collective).
+    distributed_debug: str | None = None
 
     def __post_init__(self) -> None:
         _at_least("nodes", self.nodes, 1)
@@ -71,6 +73,8 @@ class Topology:
         _at_least("pg_timeout_s", self.pg_timeout_s, 1)
         if not self.monitor_interval_s > 0:
             raise TopologyError(f"monitor_interval_s must be positive, got {self.monitor_interval_s}")
+        if self.distributed_debug is not None:
+            _one_of("distributed_debug", self.distributed_debug, ("OFF", "INFO", "DETAIL"))
         self._check_ports()
 
     def _check_ports(self) -> None:
@@ -139,6 +143,8 @@ class Topology:
             env["LAB_AGENT_METRICS_PORT"] = str(self.agent_metrics_port + node_rank)
         if self.rank_metrics_port:
             env["LAB_METRICS_PORT_BASE"] = str(self.rank_metrics_port)
+        if self.distributed_debug:
+            env["TORCH_DISTRIBUTED_DEBUG"] = self.distributed_debug
         return env
 
     def launch_argv(

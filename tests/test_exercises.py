@@ -99,6 +99,14 @@ def test_kill_node_elastic_job_carries_on_with_fewer_ranks(lab):
     assert "fewer ranks" in out.stdout
 
 
+def test_collective_mismatch_fails_fast_naming_the_mismatch(lab):
+    out = lab("exercise", "run", "collective-mismatch", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass" and report["seconds_to_failure"] < 30
+    assert "Detected mismatch between collectives" in out.stdout
+
+
 def test_an_interrupted_exercise_leaves_nothing_behind(lab):
     proc = lab.popen("exercise", "run", "kill-worker")
     try:

@@ -6,7 +6,7 @@ import importlib
 
 from lab.errors import LabError
 
-MODULES = ("kill_worker", "kill_node", "corrupt_checkpoint", "preempt", "hang_rank")
+MODULES = ("kill_worker", "kill_node", "corrupt_checkpoint", "preempt", "hang_rank", "collective_mismatch")
 
 
 def load(name: str):

@@ -133,7 +133,8 @@ def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout
         else:
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
                      _temp_dir=ray_tmp)
-        topology, nodes = runtime.up(topology, script_path("trainer"), exercise.trainer_args(options))
+        workload = script_path(getattr(exercise, "WORKLOAD", "trainer"))
+        topology, nodes = runtime.up(topology, workload, exercise.trainer_args(options))
         actor = ray.remote(num_cpus=0)(NodeAgent)
         agents = {n.name: actor.remote(str(run_dir.path), n.name) for n in nodes}
         drill = Drill(runtime=runtime, topology=topology, agents=agents, events_dir=run_dir.path / "events",
