@@ -99,6 +99,16 @@ def test_kill_node_elastic_job_carries_on_with_fewer_ranks(lab):
     assert "fewer ranks" in out.stdout
 
 
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="the straggler alert fires in Prometheus")
+def test_straggler_slows_everyone_and_the_alert_names_it(lab):
+    out = lab("exercise", "run", "straggler", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass"
+    busy = {int(k): v for k, v in report["busy_seconds_per_step"].items()}
+    assert max(busy, key=busy.get) == 1
+
+
 def test_collective_mismatch_fails_fast_naming_the_mismatch(lab):
     out = lab("exercise", "run", "collective-mismatch", timeout=400)
     assert out.returncode == 0, out.stdout[-3000:]

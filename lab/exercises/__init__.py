@@ -6,7 +6,8 @@ import importlib
 
 from lab.errors import LabError
 
-MODULES = ("kill_worker", "kill_node", "corrupt_checkpoint", "preempt", "hang_rank", "collective_mismatch")
+MODULES = ("kill_worker", "kill_node", "corrupt_checkpoint", "preempt", "hang_rank", "straggler",
+           "collective_mismatch")
 
 
 def load(name: str):

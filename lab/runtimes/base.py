@@ -40,6 +40,13 @@ class Faults:
     def resume_worker(self, local_rank: int) -> int:
         self._unsupported("resume a worker")
 
+    def slow_worker(self, local_rank: int, stopped_fraction: float = 0.75, period_s: float = 0.2) -> int:
+        """Make one worker a straggler: it runs only (1 - stopped_fraction) of the time."""
+        self._unsupported("slow a worker")
+
+    def unslow_worker(self) -> None:
+        self._unsupported("stop slowing a worker")
+
     def partition(self) -> None:
         """Drop all of the node's network traffic (loopback stays)."""
         self._unsupported("partition a node")

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 
 from lab import procs
 from lab.runtimes.base import FaultUnsupported, Faults
@@ -42,6 +43,38 @@ class LocalFaults(Faults):
 
     def resume_worker(self, local_rank: int) -> int:
         return self.kill_worker(local_rank, signal.SIGCONT)
+
+    def slow_worker(self, local_rank: int, stopped_fraction: float = 0.75, period_s: float = 0.2) -> int:
+        """SIGSTOP/SIGCONT on a duty cycle, from a thread of the calling process (the node agent)."""
+        pid = self._worker(local_rank)
+        self.unslow_worker()
+        stop = threading.Event()
+
+        def duty_cycle():
+            while not stop.is_set():
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                    stop.wait(period_s * stopped_fraction)
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    return
+                stop.wait(period_s * (1 - stopped_fraction))
+
+        self._slowing = (stop, threading.Thread(target=duty_cycle, daemon=True), pid)
+        self._slowing[1].start()
+        return pid
+
+    def unslow_worker(self) -> None:
+        slowing = getattr(self, "_slowing", None)
+        if slowing:
+            stop, thread, pid = slowing
+            stop.set()
+            thread.join()
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            self._slowing = None
 
     def kill_node(self) -> None:
         pids = procs.marked_pids(self.run_dir, self.name)

@@ -1,0 +1,81 @@
+"""straggler: one slow rank slows every rank, and the straggler alert names it.
+
+Hypothesis: DDP steps in lockstep, so when one rank runs at a quarter of its speed
+(SIGSTOP/SIGCONT on a duty cycle: stopped 0.75 s of every second) every rank's step rate
+drops with it: the others wait inside the gradient all-reduce. Step time alone cannot
+say who is slow (it is the same everywhere); time spent *outside* the all-reduce can.
+The alert LabStraggler compares exactly that against the median rank, and fires in
+the lab's real Prometheus for the slowed rank only.
+
+    lab exercise run straggler [--target-rank 1] [--at-step 25]
+
+Look for: `rate(lab_steps_total[30s])` falling on every rank together;
+`lab:busy_seconds_per_step:rate1m` high for one rank; the LabStraggler alert at
+http://127.0.0.1:9090/alerts.
+"""
+
+from __future__ import annotations
+
+import time
+
+from lab.exercises.report import Report
+from lab.topology import Topology
+
+NAME = "straggler"
+SUMMARY = "slow one rank to a quarter speed; every rank slows, the alert names the straggler"
+DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 25
+STEPS = 2000
+NEEDS_PROMETHEUS = True
+WINDOW_S = 5.0
+
+
+def topology(options) -> Topology:
+    return Topology(nodes=2, nproc_per_node=2, torch_defaults=options.torch_defaults)
+
+
+def trainer_args(options) -> list[str]:
+    return ["--steps", str(STEPS), "--ckpt-every", "0", "--step-time", "0.1"]
+
+
+def step_rates(drill, since: float, until: float) -> dict[int, float]:
+    steps: dict[int, list[int]] = {}
+    for e in drill.events():
+        if e["event"] == "step" and since <= e["time"] <= until:
+            steps.setdefault(e["rank"], []).append(e["step"])
+    return {rank: (max(s) - min(s)) / (until - since) for rank, s in sorted(steps.items()) if s}
+
+
+def run(drill, options) -> Report:
+    report = Report(NAME, drill.runtime.name, drill.topology.world_size)
+    target = options.target_rank
+    drill.wait_for(lambda: drill.last_step(target) >= options.at_step, 120, f"rank {target} at step {options.at_step}")
+    node, local_rank = drill.locate(target)
+    fault = drill.inject(node, "slow_worker", local_rank=local_rank, stopped_fraction=0.75, period_s=1.0)
+    fault["rank"] = target
+    before = step_rates(drill, fault["time"] - WINDOW_S, fault["time"])
+    prom = drill.runtime.prometheus
+
+    def straggler_alert():
+        return [a for a in prom.alerts() if a["labels"].get("alertname") == "LabStraggler" and a["state"] == "firing"]
+
+    firing = drill.wait_for(straggler_alert, 150, "the LabStraggler alert to fire")
+    fired_after = time.time() - fault["time"]
+    after = step_rates(drill, time.time() - WINDOW_S, time.time())
+    busy = {int(s["metric"]["rank"]): s["value"] for s in prom.query("lab:busy_seconds_per_step:rate1m")}
+    report.faults = drill.faults
+    report.facts.update(restarts=0, step_rate_before=before, step_rate_after=after,
+                        busy_seconds_per_step=busy, alert_fired_after_s=fired_after)
+    report.check("every rank slowed down together",
+                 len(after) == drill.topology.world_size and all(after[r] < 0.6 * before.get(r, 0) for r in after),
+                 f"steps/s before {fmt(before)}, after {fmt(after)}")
+    named = sorted({int(a["labels"]["rank"]) for a in firing})
+    report.check("LabStraggler fired for the slowed rank only", named == [target],
+                 f"firing for ranks {named} after {fired_after:.0f} s")
+    report.check("the slowed rank is the busiest outside the all-reduce",
+                 bool(busy) and max(busy, key=busy.get) == target, f"busy seconds per step {fmt(busy)}")
+    drill.inject(node, "unslow_worker")
+    return report
+
+
+def fmt(values: dict) -> str:
+    return "{" + ", ".join(f"{k}: {v:.2f}" for k, v in values.items()) + "}"
