@@ -109,6 +109,14 @@ def test_straggler_slows_everyone_and_the_alert_names_it(lab):
     assert max(busy, key=busy.get) == 1
 
 
+def test_partition_times_out_at_the_process_group_timeout_and_recovers_after_the_heal(lab):
+    out = lab("exercise", "run", "partition-node", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass" and report["restarts"] >= 1
+    assert any("Timed out" in e for e in report["errors_seen"])
+
+
 def test_collective_mismatch_fails_fast_naming_the_mismatch(lab):
     out = lab("exercise", "run", "collective-mismatch", timeout=400)
     assert out.returncode == 0, out.stdout[-3000:]

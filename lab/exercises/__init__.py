@@ -6,7 +6,7 @@ import importlib
 
 from lab.errors import LabError
 
-MODULES = ("kill_worker", "kill_node", "corrupt_checkpoint", "preempt", "hang_rank", "straggler",
+MODULES = ("kill_worker", "kill_node", "corrupt_checkpoint", "preempt", "hang_rank", "partition_node", "straggler",
            "collective_mismatch")
 
 
