@@ -117,6 +117,13 @@ def test_partition_times_out_at_the_process_group_timeout_and_recovers_after_the
     assert any("Timed out" in e for e in report["errors_seen"])
 
 
+def test_killing_the_rendezvous_host_fails_the_whole_job(lab):
+    out = lab("exercise", "run", "kill-rendezvous-host", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass" and "node0" in report["explanation"]
+
+
 def test_collective_mismatch_fails_fast_naming_the_mismatch(lab):
     out = lab("exercise", "run", "collective-mismatch", timeout=400)
     assert out.returncode == 0, out.stdout[-3000:]

@@ -6,8 +6,10 @@ import importlib
 
 from lab.errors import LabError
 
-MODULES = ("kill_worker", "kill_node", "corrupt_checkpoint", "preempt", "hang_rank", "partition_node", "straggler",
-           "collective_mismatch")
+MODULES = (
+    "kill_worker", "kill_node", "kill_rendezvous_host", "hang_rank", "partition_node",
+    "straggler", "preempt", "corrupt_checkpoint", "collective_mismatch",
+)
 
 
 def load(name: str):
