@@ -41,8 +41,7 @@ def trainer_args(options) -> list[str]:
 def run(drill, options) -> Report:
     report = Report(NAME, drill.runtime.name, drill.topology.world_size)
     target = options.target_rank
-    drill.wait_for(lambda: drill.last_step(target) >= options.at_step, 120, f"rank {target} at step {options.at_step}")
-    node, local_rank = drill.locate(target)
+    node, local_rank = drill.reach(target, options.at_step)
     fault = drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGUSR1))
     fault["rank"] = target
     codes = drill.wait_job(PG_TIMEOUT_S * 3)

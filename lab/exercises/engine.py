@@ -28,6 +28,11 @@ from lab.workloads import script_path
 RAY_TMP_PREFIX = "tlab-ray-"
 
 
+def paced_trainer(steps: int, ckpt_every: int, step_time: float = 0.1) -> list[str]:
+    """The trainer arguments most drills use: a short run, paced so a drill can act mid-way."""
+    return ["--steps", str(steps), "--ckpt-every", str(ckpt_every), "--step-time", str(step_time)]
+
+
 class NodeAgent:
     """A Ray actor that owns one lab node. Created with ray.remote(num_cpus=0)(NodeAgent)."""
 
@@ -78,6 +83,11 @@ class Drill:
     def last_step(self, rank: int) -> int:
         steps = [e["step"] for e in self.events() if e["event"] == "step" and e["rank"] == rank]
         return max(steps, default=0)
+
+    def reach(self, rank: int, step: int, timeout_s: float = 120) -> tuple[str, int]:
+        """Wait until `rank` has completed `step`; return where it runs: (node name, local rank)."""
+        self.wait_for(lambda: self.last_step(rank) >= step, timeout_s, f"rank {rank} at step {step}")
+        return self.locate(rank)
 
     def locate(self, rank: int) -> tuple[str, int]:
         """(node name, local rank) where a global rank runs now."""

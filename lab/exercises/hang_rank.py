@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 
 from lab.exercises import observe
+from lab.exercises.engine import paced_trainer
 from lab.exercises.report import Report
 from lab.topology import Topology
 
@@ -35,14 +36,13 @@ def topology(options) -> Topology:
 
 
 def trainer_args(options) -> list[str]:
-    return ["--steps", str(STEPS), "--ckpt-every", str(CKPT_EVERY), "--step-time", "0.1"]
+    return paced_trainer(STEPS, CKPT_EVERY)
 
 
 def run(drill, options) -> Report:
     report = Report(NAME, drill.runtime.name, drill.topology.world_size)
     target = options.target_rank
-    drill.wait_for(lambda: drill.last_step(target) >= options.at_step, 120, f"rank {target} at step {options.at_step}")
-    node, local_rank = drill.locate(target)
+    node, local_rank = drill.reach(target, options.at_step)
     fault = drill.inject(node, "pause_worker", local_rank=local_rank)
     prom = drill.runtime.prometheus
     seen_down = drill.wait_for(

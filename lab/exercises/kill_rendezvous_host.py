@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from lab.exercises import observe
+from lab.exercises.engine import paced_trainer
 from lab.exercises.report import Report
 from lab.topology import Topology
 
@@ -32,13 +33,12 @@ def topology(options) -> Topology:
 
 
 def trainer_args(options) -> list[str]:
-    return ["--steps", str(STEPS), "--ckpt-every", str(CKPT_EVERY), "--step-time", "0.1"]
+    return paced_trainer(STEPS, CKPT_EVERY)
 
 
 def run(drill, options) -> Report:
     report = Report(NAME, drill.runtime.name, drill.topology.world_size)
-    drill.wait_for(lambda: drill.last_step(options.target_rank) >= options.at_step, 120,
-                   f"rank {options.target_rank} at step {options.at_step}")
+    drill.reach(options.target_rank, options.at_step)
     drill.inject("node0", "kill_node")
     codes = drill.wait_job(240)
     report.faults = drill.faults

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 
+from lab.exercises.engine import paced_trainer
 from lab.exercises.report import Report
 from lab.topology import Topology
 
@@ -34,7 +35,7 @@ def topology(options) -> Topology:
 
 
 def trainer_args(options) -> list[str]:
-    return ["--steps", str(STEPS), "--ckpt-every", "0", "--step-time", "0.1"]
+    return paced_trainer(STEPS, 0)
 
 
 def step_rates(drill, since: float, until: float) -> dict[int, float]:
@@ -48,8 +49,7 @@ def step_rates(drill, since: float, until: float) -> dict[int, float]:
 def run(drill, options) -> Report:
     report = Report(NAME, drill.runtime.name, drill.topology.world_size)
     target = options.target_rank
-    drill.wait_for(lambda: drill.last_step(target) >= options.at_step, 120, f"rank {target} at step {options.at_step}")
-    node, local_rank = drill.locate(target)
+    node, local_rank = drill.reach(target, options.at_step)
     fault = drill.inject(node, "slow_worker", local_rank=local_rank, stopped_fraction=0.75, period_s=1.0)
     fault["rank"] = target
     before = step_rates(drill, fault["time"] - WINDOW_S, fault["time"])

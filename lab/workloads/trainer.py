@@ -26,12 +26,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import signal
 import time
-from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -39,9 +36,9 @@ from torch.utils.data import DistributedSampler, TensorDataset
 
 from lab.health.events import EventLog
 from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_target
-from lab.workloads import checkpoint
 from lab.workloads.comm_hooks import timed_allreduce_hook
 from lab.workloads.distributed import Ctx, ddp, process_group, say
+from lab.workloads.trainer_state import resume, save_checkpoint, set_rng_state
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -75,47 +72,6 @@ def make_dataset(samples: int) -> TensorDataset:
 def make_model(width: int) -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(16, width), nn.ReLU(), nn.Linear(width, 1))
-
-
-def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-
-
-def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-
-
-def gather_rng(ctx: Ctx) -> list[dict]:
-    if not ctx.distributed:
-        return [rng_state()]
-    states = [None] * ctx.world_size if ctx.rank == 0 else None
-    dist.gather_object(rng_state(), states, dst=0)
-    return states
-
-
-def resume(args, ctx: Ctx, events: EventLog) -> dict | None:
-    """Rank 0 picks the newest valid checkpoint and tells the others which one it is."""
-    if not args.ckpt_dir:
-        return None
-    directory = Path(args.ckpt_dir)
-    chosen = None
-    if ctx.rank == 0:
-        def invalid(path, why):
-            events.write("checkpoint_invalid", path=str(path), reason=why)
-            say(f"rank 0: skipping checkpoint {path.name}: {why}; set aside as {path.name}.bad")
-        found = checkpoint.load_newest_valid(directory, invalid)
-        chosen = str(found[0]) if found else None
-    if ctx.distributed:
-        box = [chosen]
-        dist.broadcast_object_list(box, src=0)
-        chosen = box[0]
-    if chosen is None:
-        events.write("no_checkpoint", directory=str(directory))
-        return None
-    state = found[1] if ctx.rank == 0 else checkpoint.read(Path(chosen))
-    return {**state, "path": chosen}
 
 
 def params_checksum(model: nn.Module) -> float:
@@ -261,27 +217,6 @@ def settle_buckets(ddp_model, dataset, batch_size, loss_fn, optimizer, ctx: Ctx)
     optimizer.zero_grad(set_to_none=True)
 
 
-def save_checkpoint(args, ctx, model, optimizer, step, epoch, batch, events, metrics) -> None:
-    rngs = gather_rng(ctx)  # a collective: every rank takes part
-    if ctx.rank != 0:
-        return
-    started = time.perf_counter()
-    try:
-        path = checkpoint.save(Path(args.ckpt_dir), step, {
-            "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "sampler": {"epoch": epoch, "batch": batch, "seed": args.seed},
-            "world_size": ctx.world_size, "rng": rngs,
-        })
-    except OSError as e:
-        events.write("checkpoint_failed", step=step, reason=str(e))
-        if metrics:
-            metrics.checkpoint_failures.inc()
-        return
-    seconds = time.perf_counter() - started
-    events.write("checkpoint_saved", step=step, path=str(path), seconds=seconds)
-    if metrics:
-        metrics.checkpoint_save.observe(seconds)
-        metrics.last_checkpoint_time.set(time.time())
 
 
 if __name__ == "__main__":
