@@ -4,7 +4,8 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 .DEFAULT_GOAL := help
-.PHONY: help venv host-deps lab-up lab-down lab-status test test-fast
+.PHONY: help venv host-deps lab-up lab-down lab-status exercise test test-fast
+NAME ?= kill-worker
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -28,6 +29,9 @@ lab-down: venv ## stop and remove everything the lab started
 
 lab-status: venv ## show the lab's nodes
 	@$(BIN)/lab status || [ $$? -eq 3 ]
+
+exercise: venv host-deps ## run a fault-injection drill: make exercise NAME=kill-worker (see lab exercise list)
+	$(BIN)/lab exercise run $(NAME)
 
 test: venv host-deps ## the whole test suite (what CI runs)
 	$(BIN)/pytest -q

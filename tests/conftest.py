@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,3 +59,16 @@ def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory(prefix="lab-test-") as logs:
         return subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--log-dir={logs}", *args],
                               capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def wait_for_output(proc, text: str, count: int, timeout_s: float) -> bool:
+    """Read proc's output until `text` has appeared `count` times; never block past the deadline."""
+    deadline, seen, buffer = time.monotonic() + timeout_s, 0, ""
+    while seen < count and time.monotonic() < deadline:
+        if select.select([proc.stdout], [], [], 0.5)[0]:
+            chunk = os.read(proc.stdout.fileno(), 65536).decode(errors="replace")
+            if not chunk:
+                break
+            buffer += chunk
+            seen = buffer.count(text)
+    return seen >= count

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_netns
+from conftest import needs_netns, wait_for_output
 from lab import procs
 from lab.runtimes import netns
 
@@ -132,13 +132,19 @@ def test_collective_mismatch_fails_fast_naming_the_mismatch(lab):
     assert "Detected mismatch between collectives" in out.stdout
 
 
+def test_an_exercise_that_errors_mid_drill_leaves_nothing_behind(lab):
+    """kill-node refuses to kill the rendezvous host, but only once the job runs and rank 0 is found on node0."""
+    out = lab("exercise", "run", "kill-node", "--target-rank", "0", timeout=300)
+    assert out.returncode == 1
+    assert "kill-rendezvous-host" in out.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in out.stderr
+    assert_nothing_left(lab)
+
+
 def test_an_interrupted_exercise_leaves_nothing_behind(lab):
     proc = lab.popen("exercise", "run", "kill-worker")
     try:
-        deadline = time.monotonic() + 120
-        for line in proc.stdout:
-            if "waiting for rank" in line or time.monotonic() > deadline:
-                break
+        assert wait_for_output(proc, "waiting for rank", count=1, timeout_s=120)
         time.sleep(3)  # the job and Ray are running now
         assert procs.marked_pids(), "the exercise should be running"
         proc.send_signal(signal.SIGINT)  # Ctrl-C

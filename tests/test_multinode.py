@@ -1,11 +1,10 @@
 """Real multi-node jobs: netns hosts (own address, hostname, hosts file) against one host."""
 
 import signal
-import time
 
 import pytest
 
-from conftest import SCRIPTS, needs_netns
+from conftest import SCRIPTS, needs_netns, wait_for_output
 from lab import procs, results
 from lab.runtimes import netns
 from lab.workloads import script_path
@@ -47,12 +46,7 @@ def test_down_cleans_up_after_the_lab_process_is_killed(lab):
     """SIGKILL `lab run` mid-job: the agents and workers live on; `lab down` must find them all."""
     proc = lab.popen("run", "--nodes", "2", "--nproc-per-node", "2", str(SCRIPTS / "hold.py"))
     try:
-        deadline = time.monotonic() + 120
-        ready = 0
-        while ready < 4 and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            ready += " ready on " in line
-        assert ready == 4, "the job never came up"
+        assert wait_for_output(proc, " ready on ", count=4, timeout_s=120), "the job never came up"
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         # 2 shims + 2 agents + 4 workers outlive the lab process

@@ -2,8 +2,8 @@
 
 import time
 
-from lab.workloads.distributed import process_group
+from lab.workloads.distributed import process_group, say
 
 with process_group() as ctx:
-    print(f"rank {ctx.rank} ready on {ctx.host}", flush=True)
+    say(f"rank {ctx.rank} ready on {ctx.host}")
     time.sleep(600)
