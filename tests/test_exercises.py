@@ -70,7 +70,8 @@ def test_preempt_checkpoints_together_and_the_rerun_loses_no_step(lab):
     report = report_of(out)
     assert report["verdict"] == "pass" and report["lost_steps"] == 0
     assert report["final_weights_match_reference"] is True
-    assert out.stdout.count("preempted: checkpointed step") == 4
+    stopped = next(c for c in report["checks"] if c["name"].startswith("every rank stopped"))
+    assert stopped["ok"] and stopped["detail"].count("'preempted'") == 4
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="hang-rank watches the rank in Prometheus")
