@@ -95,7 +95,8 @@ def start_agent_exporter(torchrun_argv: list[str], log) -> None:
     from lab.health import agent_exporter
     from lab.health.rank_exporter import ExporterPortError, register_target
 
-    node = socket.gethostname()
+    # The lab's node name where the lab started us: loopback nodes all share one hostname.
+    node = os.environ.get("TORCHRUN_LAB_NODE") or socket.gethostname()
     events_dir = os.environ.get("LAB_EVENTS_DIR")
     metrics = agent_exporter.AgentMetrics(node=node, max_restarts=parse_args(torchrun_argv).max_restarts)
     agent_exporter.install(metrics, Path(events_dir) / f"agent-{node}.jsonl" if events_dir else None, node)

@@ -72,3 +72,11 @@ def test_a_failed_node_fails_the_job_and_the_others_are_stopped(lab):
     assert "stopping node0" in out.stdout
     assert "job failed" in out.stdout
     assert procs.marked_pids() == []
+
+
+def test_loopback_nodes_run_the_trainer_with_exporters(lab):
+    """Loopback nodes share a hostname: their exporters and event logs must still not collide."""
+    out = lab("run", "--hosts", "loopback", "--prometheus", "off", "--metrics-port", "19400",
+              script_path("trainer"), "--steps", "20")
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert len({r.exact for r in ranks_from(out.stdout)}) == 1 and len(ranks_from(out.stdout)) == 4

@@ -88,7 +88,7 @@ def register_target(targets_dir: str | os.PathLike, name: str, port: int, labels
     address = socket.gethostbyname(socket.gethostname())
     path = Path(targets_dir) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps([{"targets": [f"{address}:{port}"], "labels": labels}]))
     os.replace(tmp, path)  # Prometheus never reads half a file
     return path
