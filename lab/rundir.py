@@ -25,11 +25,6 @@ class RunDir:
     def state_file(self) -> Path:
         return self.path / "state.json"
 
-    def node_dir(self, name: str) -> Path:
-        path = self.path / "nodes" / name
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
     def read_state(self) -> dict | None:
         try:
             return json.loads(self.state_file.read_text())
