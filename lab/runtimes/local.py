@@ -194,13 +194,22 @@ class LocalRuntime:
             if node.exit_code() is None:
                 node.stop(grace_s)
                 removed.append(f"node {node.name}")
-        stray = procs.marked_pids()
+        stray = procs.marked_pids(str(self.run_dir.path))
         procs.terminate(stray, grace_s=2.0)
         removed += [f"process {pid}" for pid in stray]
+        others = procs.marked_pids()
+        if others:
+            # A lab with another run directory still runs: its hosts and Ray session stay.
+            dirs = sorted({procs.environ(pid).get(MARKER, "?") for pid in others})
+            self.log(f"note: leaving the netns hosts to the lab still running in {', '.join(dirs)}")
+            return self._remove_run_dir(removed)
         removed += netns.destroy_all()
         for leftover in Path(tempfile.gettempdir()).glob("tlab-ray-*"):  # an exercise's Ray session
             shutil.rmtree(leftover, ignore_errors=True)
             removed.append(f"dir {leftover}")
+        return self._remove_run_dir(removed)
+
+    def _remove_run_dir(self, removed: list[str]) -> list[str]:
         if self.run_dir.exists():
             removed.append(f"run dir {self.run_dir.path}")
             self.run_dir.remove()
