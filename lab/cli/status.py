@@ -50,4 +50,4 @@ def print_health(url: str | None, run_path: Path) -> None:
     for agent in agents:
         print(f"  agent {agent['node']}: {'up' if agent['up'] == 1 else 'DOWN'}, worker group "
               f"{agent['state']}, restarts used {agent['restarts_used']}")
-    print(report.format_ranks(ranks) if ranks else "  no rank has registered yet")
+    print(report.format_ranks(ranks) if ranks else "  no rank exporter has registered (the trainer workload has them; ddp_train does not)")
