@@ -77,6 +77,11 @@ def wait(
     return codes
 
 
+def failure_grace_s(topology) -> float | None:
+    """How long the other nodes get after one fails: 30 s for fixed-size jobs, forever for elastic ones."""
+    return None if topology.min_nodes else 30.0
+
+
 def job_status(codes: dict[str, int]) -> int:
     """The job's exit status: the first failing node's, or 0."""
     return next((code for code in codes.values() if code != 0), 0)

@@ -23,7 +23,7 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     runtime, topology, nodes = started
     try:
-        codes = job.wait(nodes, job.LogFollower(nodes), failure_grace_s=None if topology.min_nodes else 30.0)
+        codes = job.wait(nodes, job.LogFollower(nodes), failure_grace_s=job.failure_grace_s(topology))
     finally:
         runtime.down(grace_s=5.0)
     status = job.job_status(codes)

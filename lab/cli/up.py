@@ -39,7 +39,7 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     finished = False
     try:
-        codes = job.wait(nodes, job.LogFollower(nodes), failure_grace_s=None if topology.min_nodes else 30.0)
+        codes = job.wait(nodes, job.LogFollower(nodes), failure_grace_s=job.failure_grace_s(topology))
         finished = True
     finally:
         if not finished:  # interrupted: leave nothing running behind

@@ -39,13 +39,12 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = Report(NAME, drill.runtime.name, drill.topology.world_size)
+    report = drill.new_report(NAME)
     target = options.target_rank
     node, local_rank = drill.reach(target, options.at_step)
     fault = drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGUSR1))
     fault["rank"] = target
     codes = drill.wait_job(PG_TIMEOUT_S * 3)
-    report.faults = drill.faults
     events = drill.events()
     failed_at = min((e["time"] for e in events if e["event"] == "exit" and e.get("reason") == "error"), default=None)
     logs = "".join(n.log_path.read_text(errors="replace") for n in drill.runtime.attach())

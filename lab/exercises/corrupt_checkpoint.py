@@ -36,19 +36,16 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = Report(NAME, drill.runtime.name, drill.topology.world_size)
+    report = drill.new_report(NAME)
     target = options.target_rank
     node, local_rank = drill.reach(target, options.at_step)
     damaged = drill.inject(node, "corrupt_checkpoint", directory=str(drill.ckpt_dir), mode="truncate")
     kill = drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL))
     codes = drill.wait_job(240)
     events = drill.events()
-    report.faults = drill.faults
 
-    saved = sorted(e["step"] for e in events if e["event"] == "checkpoint_saved" and e["time"] < kill["time"])
+    saved, reached, loaded = observe.checkpoint_progress(events, kill["time"])
     invalid = [e for e in events if e["event"] == "checkpoint_invalid"]
-    loaded = [e["step"] for e in events if e["event"] == "checkpoint_loaded" and e["restart"] == 1 and e["rank"] == 0]
-    reached = max((e["step"] for e in events if e["event"] == "step" and e["time"] < kill["time"]), default=0)
     report.facts["restarts"] = observe.restarts(events)
     report.facts["lost_steps"] = reached - loaded[0] if loaded else None
     report.facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir), kill["time"])

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.exercises import observe
+from lab.exercises.report import Report
 from lab.health.events import read_events
 from lab.rundir import MARKER, RunDir
 from lab.runtimes.local import LocalRuntime
@@ -62,6 +63,10 @@ class Drill:
     started: float = field(default_factory=time.time)
     faults: list[dict] = field(default_factory=list)
     out: object = sys.stdout
+
+    def new_report(self, exercise: str) -> Report:
+        """The exercise's report; it shares the drill's list of injected faults."""
+        return Report(exercise, self.runtime.name, self.topology.world_size, faults=self.faults)
 
     def progress(self, message: str) -> None:
         self.out.write(f"[{time.time() - self.started:6.1f}s] {message}\n")

@@ -40,7 +40,7 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = Report(NAME, drill.runtime.name, drill.topology.world_size)
+    report = drill.new_report(NAME)
     target = options.target_rank
     node, local_rank = drill.reach(target, options.at_step)
     fault = drill.inject(node, "pause_worker", local_rank=local_rank)
@@ -51,7 +51,6 @@ def run(drill, options) -> Report:
     codes = drill.wait_job(240)
     events = drill.events()
     agents = observe.agent_events(drill.events_dir)
-    report.faults = drill.faults
     detected = observe.first_time(agents, fault["time"], lambda r: r["name"] == "lab.failure_detected")
     first_step = min((e["time"] for e in events if e["event"] == "step" and e["restart"] == 1), default=None)
     report.facts["restarts"] = observe.restarts(events)

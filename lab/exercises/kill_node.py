@@ -42,7 +42,7 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = Report(NAME, drill.runtime.name, drill.topology.world_size)
+    report = drill.new_report(NAME)
     target = options.target_rank
     node, _ = drill.reach(target, options.at_step)
     if node == "node0":
@@ -56,12 +56,9 @@ def run(drill, options) -> Report:
         drill.inject(node, "restart")
     codes = drill.wait_job(240)
     events = drill.events()
-    report.faults = drill.faults
     after = [e for e in events if e["time"] > fault["time"]]
     worlds = sorted({e["world_size"] for e in after if e["event"] == "rendezvous_done"})
-    saved = [e["step"] for e in events if e["event"] == "checkpoint_saved" and e["time"] < fault["time"]]
-    loaded = [e["step"] for e in after if e["event"] == "checkpoint_loaded" and e["rank"] == 0]
-    reached = max((e["step"] for e in events if e["event"] == "step" and e["time"] < fault["time"]), default=0)
+    saved, reached, loaded = observe.checkpoint_progress(events, fault["time"])
     report.facts["restarts"] = observe.restarts(events)
     report.facts["lost_steps"] = reached - loaded[0] if loaded else None
     report.facts["world_size_after"] = worlds

@@ -37,11 +37,10 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = Report(NAME, drill.runtime.name, drill.topology.world_size)
+    report = drill.new_report(NAME)
     drill.reach(options.target_rank, options.at_step)
     drill.inject("node0", "kill_node")
     codes = drill.wait_job(240)
-    report.faults = drill.faults
     events = drill.events()
     survivor = next(n for n in drill.runtime.attach() if n.name != "node0")
     log = survivor.log_path.read_text(errors="replace")

@@ -41,22 +41,18 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = Report(NAME, drill.runtime.name, drill.topology.world_size)
+    report = drill.new_report(NAME)
     target = options.target_rank
     node, local_rank = drill.reach(target, options.at_step)
     fault = drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL))
     fault["rank"] = target
     codes = drill.wait_job(240)
     events = drill.events()
-    report.faults = drill.faults
 
     if options.torch_defaults:
         return judge_torch_defaults(drill, report, codes, events)
 
-    before = [e for e in events if e["time"] < fault["time"]]
-    saved = [e["step"] for e in before if e["event"] == "checkpoint_saved"]
-    reached = max((e["step"] for e in before if e["event"] == "step"), default=0)
-    loaded = [e["step"] for e in events if e["event"] == "checkpoint_loaded" and e["restart"] == 1 and e["rank"] == 0]
+    saved, reached, loaded = observe.checkpoint_progress(events, fault["time"])
     report.facts["restarts"] = observe.restarts(events)
     report.facts["lost_steps"] = reached - loaded[0] if loaded else None
     report.facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir),

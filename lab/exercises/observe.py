@@ -47,6 +47,17 @@ def recovery_breakdown(events: list[dict], agents: list[dict], fault_time: float
     return {name: (end - start if start is not None and end is not None else None) for name, start, end in stages}
 
 
+def checkpoint_progress(events: list[dict], fault_time: float) -> tuple[list[int], int, list[int]]:
+    """(checkpoints saved before the fault, oldest first; the last step reached before it;
+    the steps rank 0 loaded after it)."""
+    before = [e for e in events if e["time"] < fault_time]
+    saved = sorted(e["step"] for e in before if e["event"] == "checkpoint_saved")
+    reached = max((e["step"] for e in before if e["event"] == "step"), default=0)
+    loaded = [e["step"] for e in events
+              if e["time"] > fault_time and e["event"] == "checkpoint_loaded" and e["rank"] == 0]
+    return saved, reached, loaded
+
+
 def restarts(events: list[dict]) -> int:
     return max((e["restart"] for e in events), default=0)
 

@@ -43,7 +43,7 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = Report(NAME, drill.runtime.name, drill.topology.world_size)
+    report = drill.new_report(NAME)
     target = options.target_rank
     node, _ = drill.reach(target, options.at_step)
     fault = drill.inject(node, "partition")
@@ -51,7 +51,6 @@ def run(drill, options) -> Report:
     drill.inject(node, "heal")
     codes = drill.wait_job(300)
     events, agents = drill.events(), observe.agent_events(drill.events_dir)
-    report.faults = drill.faults
     detected = {}
     for name in sorted({a["node"] for a in agents}):
         t = observe.first_time([a for a in agents if a["node"] == name], fault["time"],

@@ -36,7 +36,7 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = Report(NAME, drill.runtime.name, drill.topology.world_size)
+    report = drill.new_report(NAME)
     target = options.target_rank
     node, _ = drill.reach(target, options.at_step)
     fault = drill.inject(node, "preempt", grace_s=GRACE_S)
@@ -47,7 +47,6 @@ def run(drill, options) -> Report:
         60, "every rank to stop")
     for other in drill.runtime.attach():  # healthy agents would wait out torchrun's 5-minute exit barrier
         other.stop(grace_s=5.0)
-    report.faults = drill.faults
     stopped_at = {e["step"] for e in exits if e.get("reason") == "preempted"}
     report.check(f"{node} was gone within the {GRACE_S:g} s grace period", gone_after < GRACE_S,
                  f"{gone_after:.2f} s")

@@ -47,7 +47,7 @@ def step_rates(drill, since: float, until: float) -> dict[int, float]:
 
 
 def run(drill, options) -> Report:
-    report = Report(NAME, drill.runtime.name, drill.topology.world_size)
+    report = drill.new_report(NAME)
     target = options.target_rank
     node, local_rank = drill.reach(target, options.at_step)
     fault = drill.inject(node, "slow_worker", local_rank=local_rank, stopped_fraction=0.75, period_s=1.0)
@@ -62,7 +62,6 @@ def run(drill, options) -> Report:
     fired_after = time.time() - fault["time"]
     after = step_rates(drill, time.time() - WINDOW_S, time.time())
     busy = {int(s["metric"]["rank"]): s["value"] for s in prom.query("lab:busy_seconds_per_step:rate1m")}
-    report.faults = drill.faults
     report.facts.update(restarts=0, step_rate_before=before, step_rate_after=after,
                         busy_seconds_per_step=busy, alert_fired_after_s=fired_after)
     report.check("every rank slowed down together",
