@@ -13,8 +13,14 @@ in the events, restart 1's checkpoint_loaded; in Prometheus, `lab_agent_restarts
 becoming 1, `lab_restart_count` 1 on every rank, a gap in `lab_steps_total`.
 
 With --torch-defaults (no TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1) the restarted workers
-read the previous round's gloo addresses from the agent's shared store and fail in
-connectFullMesh, until the restarts run out: pytorch/pytorch#135712.
+share the agent's store with the previous round, whose gloo addresses are still in it
+(pytorch/pytorch#135712). A worker that looks a peer up before that peer has written its
+new address connects to a dead port and fails in connectFullMesh. Which rounds lose this
+race depends on start-up order: left alone, about one round in ten wins it (7 unattended
+runs here: 2 recovered at the second restart; 1 was still failing rounds, each waiting
+out the 60 s process-group timeout, when the drill gave up at 240 s). So the drill makes the order
+certain, as a loaded machine would: node0's restarted workers start 4 s late. The same
+delay is harmless with the lab's fresh store per round, where a late peer is waited for.
 """
 
 from __future__ import annotations
@@ -30,10 +36,13 @@ NAME = "kill-worker"
 SUMMARY = "SIGKILL one worker; the group restarts and resumes bit-identical"
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 25
 STEPS, CKPT_EVERY = 60, 10
+LATE_START_S = 4.0
 
 
 def topology(options) -> Topology:
-    return Topology(nodes=2, nproc_per_node=2, max_restarts=2, torch_defaults=options.torch_defaults)
+    # --torch-defaults: a failing round waits the process-group timeout in gloo's connect retry.
+    return Topology(nodes=2, nproc_per_node=2, max_restarts=2, torch_defaults=options.torch_defaults,
+                    pg_timeout_s=10 if options.torch_defaults else Topology.pg_timeout_s)
 
 
 def trainer_args(options) -> list[str]:
@@ -44,6 +53,8 @@ def run(drill, options) -> Report:
     report = drill.new_report(NAME)
     target = options.target_rank
     node, local_rank = drill.reach(target, options.at_step)
+    if options.torch_defaults:
+        drill.inject("node0", "delay_restarted_workers", seconds=LATE_START_S)
     fault = drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL))
     fault["rank"] = target
     codes = drill.wait_job(240)
@@ -81,6 +92,7 @@ def judge_torch_defaults(drill, report: Report, codes: dict, events: list[dict])
                  not any(e["event"] == "step" and e["restart"] > 0 for e in events))
     report.explanation = (
         "torchrun shares its rendezvous TCPStore with the workers; the restarted group reads the previous "
-        "round's gloo addresses from it and cannot connect (pytorch/pytorch#135712). lab.launch sets "
+        f"round's gloo addresses from it and cannot connect (pytorch/pytorch#135712); node0's restarted "
+        f"workers started {LATE_START_S:.0f} s late, so their peers always read a stale address. lab.launch sets "
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 to give every round a fresh store.")
     return report

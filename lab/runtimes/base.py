@@ -47,6 +47,11 @@ class Faults:
     def unslow_worker(self) -> None:
         self._unsupported("stop slowing a worker")
 
+    def delay_restarted_workers(self, seconds: float) -> None:
+        """From now on, every worker of a restarted group on this node starts `seconds` late,
+        as on a loaded machine: stopped the moment it appears, continued after `seconds`."""
+        self._unsupported("delay its restarted workers")
+
     def partition(self) -> None:
         """Drop all of the node's network traffic (loopback stays)."""
         self._unsupported("partition a node")

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import threading
+import time
 
 from lab import procs
 from lab.runtimes.base import FaultUnsupported, Faults
 
 PARTITION_COMMENT = "torchrun-lab-partition"
+
+
+def _continue(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
 
 
 class LocalFaults(Faults):
@@ -75,6 +82,24 @@ class LocalFaults(Faults):
             except ProcessLookupError:
                 pass
             self._slowing = None
+
+    def delay_restarted_workers(self, seconds: float) -> None:
+        """A watcher thread in the calling process (the node agent) stops each new restarted
+        worker within ~50 ms of its spawn, long before `import torch` is done."""
+        seen: set[int] = set()
+
+        def watch():
+            while self.exit_code() is None:
+                for pid in procs.marked_pids(self.run_dir, self.name):
+                    restart = procs.environ(pid).get("TORCHELASTIC_RESTART_COUNT", "0")
+                    if pid not in seen and restart != "0":
+                        seen.add(pid)
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGSTOP)
+                        threading.Timer(seconds, _continue, args=(pid,)).start()
+                time.sleep(0.02)
+
+        threading.Thread(target=watch, daemon=True).start()
 
     def kill_node(self) -> None:
         pids = procs.marked_pids(self.run_dir, self.name)
