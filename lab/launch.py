@@ -13,6 +13,8 @@ restarts, the new workers read the previous round's gloo addresses from that
 store and fail in `connectFullMesh`, so `--max-restarts` never recovers.
 `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` gives every round a fresh store and the
 restart works. `--torch-defaults` leaves it unset, to show the failure.
+
+`--preload-workers` makes restarts (and start-up) faster: see preload_workers().
 """
 
 from __future__ import annotations
@@ -20,19 +22,35 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 RESTART_WORKAROUND = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
+# What the fork server imports once per node, so that its workers start with it loaded:
+# torch itself, and what a DDP trainer imports lazily on its first steps (torch._dynamo
+# alone is about a second, imported by the optimizer's first step).
+PRELOAD_MODULES = ["torch", "torch.distributed", "torch.nn.parallel", "torch.optim", "torch._dynamo",
+                   "torch.utils.data", "numpy"]
 
-def split_lab_flags(argv: list[str]) -> tuple[dict[str, str], bool, list[str]]:
-    """Take the lab's leading flags off argv: (env to set, torch_defaults, torchrun argv)."""
-    env: dict[str, str] = {}
-    torch_defaults = False
+
+@dataclass
+class LabFlags:
+    env: dict[str, str] = field(default_factory=dict)
+    torch_defaults: bool = False
+    preload_workers: bool = False
+
+
+def split_lab_flags(argv: list[str]) -> tuple[LabFlags, list[str]]:
+    """Take the lab's leading flags off argv: (the lab's flags, torchrun's argv)."""
+    flags = LabFlags()
+    env = flags.env
     rest = list(argv)
     while rest:
         flag = rest[0]
         if flag == "--torch-defaults":
-            torch_defaults = True
+            flags.torch_defaults = True
+        elif flag == "--preload-workers":
+            flags.preload_workers = True
         elif flag.startswith("--env="):
             name, sep, value = flag[len("--env="):].partition("=")
             if not name or not sep:
@@ -41,7 +59,7 @@ def split_lab_flags(argv: list[str]) -> tuple[dict[str, str], bool, list[str]]:
         else:
             break
         rest.pop(0)
-    return env, torch_defaults, rest
+    return flags, rest
 
 
 def apply_env(wanted: Mapping[str, str], environ: dict[str, str], log=print) -> dict[str, str]:
@@ -68,18 +86,43 @@ def lab_environment(extra: Mapping[str, str], torch_defaults: bool) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> None:
-    extra, torch_defaults, torchrun_argv = split_lab_flags(sys.argv[1:] if argv is None else argv)
+    flags, torchrun_argv = split_lab_flags(sys.argv[1:] if argv is None else argv)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    apply_env(lab_environment(extra, torch_defaults), os.environ, log)
-    if torch_defaults:
+    apply_env(lab_environment(flags.env, flags.torch_defaults), os.environ, log)
+    if flags.torch_defaults:
         log("[lab.launch] --torch-defaults: restarts reuse the shared rendezvous store "
             "(pytorch/pytorch#135712); expect a restarted group to fail in connectFullMesh")
 
     # Imported late: torch takes seconds to import and the flags above need none of it.
     from torch.distributed.run import main as torchrun_main
 
+    if flags.preload_workers:
+        preload_workers(torchrun_argv, log)
+    if os.environ.get("LAB_WORKERS_FILE"):
+        from lab import worker_record
+
+        worker_record.install(os.environ["LAB_WORKERS_FILE"])
     start_agent_exporter(torchrun_argv, log)
     torchrun_main(torchrun_argv)
+
+
+def preload_workers(torchrun_argv: list[str], log) -> None:
+    """Have torchrun's fork server import torch once, before it forks any worker.
+
+    torchrun runs a --run-path script in a process forked from a multiprocessing fork
+    server when --start-method=forkserver; the server starts with the first worker group
+    and outlives restarts, so every restarted worker begins with torch imported.
+    """
+    import multiprocessing
+
+    from torch.distributed.run import parse_args
+
+    args = parse_args(torchrun_argv)
+    if not (args.run_path and args.start_method == "forkserver"):
+        raise SystemExit("lab.launch: error: --preload-workers needs torchrun's --run-path "
+                         "and --start-method=forkserver")
+    multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD_MODULES)
+    log(f"[lab.launch] workers fork from a server that preloads {', '.join(PRELOAD_MODULES)}")
 
 
 def start_agent_exporter(torchrun_argv: list[str], log) -> None:

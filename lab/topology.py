@@ -18,6 +18,7 @@ from lab.errors import LabError
 
 BACKENDS = ("gloo", "nccl")
 RDZV_BACKENDS = ("c10d", "static", "etcd-v2")
+WORKER_STARTS = ("auto", "preload", "spawn")
 
 
 class TopologyError(LabError, ValueError):
@@ -51,6 +52,12 @@ class Topology:
     rank_metrics_port: int = 9500
     # Keep torch's defaults instead of the lab's restart workaround (see lab.launch).
     torch_defaults: bool = False
+    # How workers start. "spawn" is torchrun's default: a fresh interpreter per worker that
+    # imports torch itself, at every restart (seconds on a small machine). "preload" is
+    # torchrun's own --run-path with --start-method=forkserver, whose server imports torch
+    # once per node (lab.launch --preload-workers), so a worker starts in milliseconds.
+    # "auto": preload, or spawn with torch_defaults.
+    worker_start: str = "auto"
     # TORCH_DISTRIBUTED_DEBUG for the workers: OFF, INFO or DETAIL (checks every collective).
     distributed_debug: str | None = None
 
@@ -73,6 +80,7 @@ class Topology:
         _at_least("pg_timeout_s", self.pg_timeout_s, 1)
         if not self.monitor_interval_s > 0:
             raise TopologyError(f"monitor_interval_s must be positive, got {self.monitor_interval_s}")
+        _one_of("worker_start", self.worker_start, WORKER_STARTS)
         if self.distributed_debug is not None:
             _one_of("distributed_debug", self.distributed_debug, ("OFF", "INFO", "DETAIL"))
         self._check_ports()
@@ -97,6 +105,12 @@ class Topology:
     @property
     def world_size(self) -> int:
         return self.nodes * self.nproc_per_node
+
+    @property
+    def preloads_workers(self) -> bool:
+        if self.worker_start == "auto":
+            return not self.torch_defaults
+        return self.worker_start == "preload"
 
     def replace(self, **changes) -> Topology:
         return dataclasses.replace(self, **changes)
@@ -130,6 +144,8 @@ class Topology:
                 f"--rdzv-id={self.rdzv_id}",
                 f"--rdzv-conf={conf}",
             ]
+        if self.preloads_workers:
+            args += ["--run-path", "--start-method=forkserver"]
         if log_dir:
             args.append(f"--log-dir={log_dir}")
         # lab.launch registers an event handler under this name (lab.health.agent_exporter).
@@ -166,6 +182,8 @@ class Topology:
         lab_flags = [f"--env={k}={v}" for k, v in sorted(env.items())]
         if self.torch_defaults:
             lab_flags.append("--torch-defaults")
+        if self.preloads_workers:
+            lab_flags.append("--preload-workers")
         return [
             python, "-m", "lab.launch",
             *lab_flags,

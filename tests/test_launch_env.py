@@ -25,8 +25,8 @@ def test_restart_workaround_is_on_by_default_and_off_with_torch_defaults():
 
 
 def test_lab_flags_stop_at_the_first_torchrun_flag():
-    env, defaults, rest = split_lab_flags(["--env=A=b=c", "--nnodes=2", "--env=B=1", "s.py"])
-    assert env == {"A": "b=c"} and defaults is False
+    flags, rest = split_lab_flags(["--env=A=b=c", "--nnodes=2", "--env=B=1", "s.py"])
+    assert flags.env == {"A": "b=c"} and flags.torch_defaults is False
     assert rest == ["--nnodes=2", "--env=B=1", "s.py"]
 
 

@@ -33,15 +33,24 @@ def test_launch_argv_puts_lab_flags_first_so_lab_launch_can_strip_them():
     t = Topology(pg_timeout_s=7, torch_defaults=True)
     argv = t.launch_argv(0, "/x/train.py", ["--lr", "1"], python="py")
     assert argv[:3] == ["py", "-m", "lab.launch"]
-    env, torch_defaults, rest = split_lab_flags(argv[3:])
-    assert env == {"LAB_BACKEND": "gloo", "LAB_PG_TIMEOUT_S": "7",
-                   "LAB_AGENT_METRICS_PORT": "9400", "LAB_METRICS_PORT_BASE": "9500"}
-    assert torch_defaults is True
+    flags, rest = split_lab_flags(argv[3:])
+    assert flags.env == {"LAB_BACKEND": "gloo", "LAB_PG_TIMEOUT_S": "7",
+                         "LAB_AGENT_METRICS_PORT": "9400", "LAB_METRICS_PORT_BASE": "9500"}
+    assert flags.torch_defaults is True
+    assert flags.preload_workers is False  # torch's defaults: torchrun's own worker start
     assert rest == [*t.torchrun_args(0), "/x/train.py", "--lr", "1"]
 
 
+def test_workers_are_preloaded_by_default_through_torchruns_own_flags():
+    t = Topology()
+    flags, rest = split_lab_flags(t.launch_argv(0, "/x/train.py", python="py")[3:])
+    assert flags.preload_workers is True
+    assert "--run-path" in rest and "--start-method=forkserver" in rest
+    assert "--run-path" not in Topology(worker_start="spawn").torchrun_args(0)
+
+
 @pytest.mark.parametrize("field, value", [
-    ("nodes", 0), ("nproc_per_node", -1), ("backend", "mpi"), ("rdzv_backend", "zk"),
+    ("worker_start", "fork"), ("nodes", 0), ("nproc_per_node", -1), ("backend", "mpi"), ("rdzv_backend", "zk"),
     ("rdzv_port", 70000), ("max_restarts", -1), ("pg_timeout_s", 0), ("min_nodes", 5),
 ])
 def test_bad_values_are_rejected_naming_the_field(field, value):

@@ -54,7 +54,7 @@ def print_plan(runtime, topology, script: str, script_args: list[str]) -> None:
     for node in nodes:
         where = f"netns {node.netns}, hostname {node.name}" if node.netns else "loopback"
         print(f"# {node.name}: {node.address} ({where})")
-        env = lab_environment({**topology.env(node.index), **runtime.node_env()}, topology.torch_defaults)
+        env = lab_environment({**topology.env(node.index), **runtime.node_env(node)}, topology.torch_defaults)
         for name, value in sorted(env.items()):
             print(f"#   env {name}={value}  (set by lab.launch unless you set it)")
         argv = runtime.node_argv(topology, node, script, script_args)

@@ -24,7 +24,7 @@ from lab.health import prometheus
 from lab.rundir import MARKER, NODE_MARKER, RunDir
 from lab.runtimes import netns
 from lab.runtimes.base import Node
-from lab.runtimes.local_faults import LocalFaults
+from lab.runtimes.local_faults import WORKERS_FILE, LocalFaults
 from lab.topology import Topology
 
 HOST_MODES = ("auto", "netns", "loopback")
@@ -65,6 +65,7 @@ class LocalNode(LocalFaults, Node):
     def start(self, argv: list[str]) -> None:
         self.remember_argv(argv)
         self.exit_file.unlink(missing_ok=True)
+        (self.dir / WORKERS_FILE).unlink(missing_ok=True)  # the last run's workers
         env = {**os.environ, MARKER: self.run_dir, NODE_MARKER: self.name}
         proc = procs.spawn([*self.wrapper(), "--", *argv], log_path=self.log_path, env=env)
         (self.dir / "pid").write_text(str(proc.pid))
@@ -107,12 +108,13 @@ class LocalRuntime:
         self.prometheus_mode = monitoring
         self.prometheus = prometheus.Prometheus(run_dir.path / "prometheus", port=prometheus_port)
 
-    def node_env(self) -> dict[str, str]:
-        """Where the workloads keep their state in this runtime: all under the run directory."""
+    def node_env(self, node: LocalNode) -> dict[str, str]:
+        """Where a node's agent and workloads keep their state: all under the run directory."""
         return {
             "LAB_EVENTS_DIR": str(self.run_dir.path / "events"),
             "LAB_CKPT_DIR": str(self.run_dir.path / "checkpoints"),
             "LAB_TARGETS_DIR": str(self.prometheus.targets_dir),
+            "LAB_WORKERS_FILE": str(node.dir / WORKERS_FILE),
         }
 
     def use_prometheus(self) -> bool:
@@ -176,7 +178,7 @@ class LocalRuntime:
 
     def node_argv(self, topology: Topology, node: LocalNode, script: str, script_args: list[str]) -> list[str]:
         return topology.launch_argv(node.index, script, script_args, log_dir=str(node.dir / "torchelastic"),
-                                    extra_env=self.node_env())
+                                    extra_env=self.node_env(node))
 
     def attach(self) -> list[LocalNode]:
         """The nodes of the lab recorded in the run directory (from any shell)."""

@@ -10,10 +10,11 @@ import subprocess
 import threading
 import time
 
-from lab import procs
+from lab import procs, worker_record
 from lab.runtimes.base import FaultUnsupported, Faults
 
 PARTITION_COMMENT = "torchrun-lab-partition"
+WORKERS_FILE = "workers.json"  # in the node's directory; lab.launch writes it (LAB_WORKERS_FILE)
 
 
 def _continue(pid: int) -> None:
@@ -25,6 +26,9 @@ class LocalFaults(Faults):
     """Mixed into LocalNode: needs .name, .run_dir, .dir, .netns, .pid, .start()."""
 
     def worker_pids(self) -> dict[int, int]:
+        recorded = worker_record.read(self.dir / WORKERS_FILE)
+        if recorded:  # the agent's own record: the only way to know forked workers' ranks
+            return {rank: pid for rank, pid in recorded[1].items() if procs.alive(pid)}
         workers = {}
         for pid in procs.marked_pids(self.run_dir, self.name):
             env = procs.environ(pid)
@@ -85,7 +89,9 @@ class LocalFaults(Faults):
 
     def delay_restarted_workers(self, seconds: float) -> None:
         """A watcher thread in the calling process (the node agent) stops each new restarted
-        worker within ~50 ms of its spawn, long before `import torch` is done."""
+        worker within ~50 ms of its spawn, long before `import torch` is done. Spawned
+        workers only: it finds them by their environment, and a preloaded worker has done
+        its imports before anyone could stop it."""
         seen: set[int] = set()
 
         def watch():

@@ -1,0 +1,43 @@
+"""The agent writes down its workers' pids, so the lab's faults can find them.
+
+A spawned worker carries LOCAL_RANK in its environment, which /proc shows; a worker forked
+from torchrun's fork server (preloaded workers) shows only the server's environment. The
+agent itself knows each worker's pid the moment it starts the group: lab.launch wraps
+LocalElasticAgent._start_workers to write {"restart": n, "pids": {local_rank: pid}} to
+LAB_WORKERS_FILE, atomically, after every start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def install(path: str | Path) -> None:
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    path = Path(path)
+    original = LocalElasticAgent._start_workers
+
+    def start_and_record(agent, worker_group):
+        pids = original(agent, worker_group)
+        write(path, worker_group.spec.max_restarts - agent._remaining_restarts, pids)
+        return pids
+
+    LocalElasticAgent._start_workers = start_and_record
+
+
+def write(path: Path, restart: int, pids: dict[int, int]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"restart": restart, "pids": {str(r): p for r, p in pids.items()}}))
+    os.replace(tmp, path)
+
+
+def read(path: Path) -> tuple[int, dict[int, int]] | None:
+    """(restart, {local_rank: pid}) as last written, or None."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return record["restart"], {int(r): p for r, p in record["pids"].items()}
