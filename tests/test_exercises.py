@@ -125,6 +125,16 @@ def test_killing_the_rendezvous_host_fails_the_whole_job(lab):
     assert report["verdict"] == "pass" and "node0" in report["explanation"]
 
 
+def test_with_etcd_v2_the_survivor_waits_for_the_rendezvous_host_to_return(lab):
+    out = lab("exercise", "run", "kill-rendezvous-host", "--rdzv-backend", "etcd-v2", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass" and report["final_weights_match_reference"] is True
+    assert "started etcd (v2 API)" in out.stderr + out.stdout
+    assert "the survivor waited in the next round" in out.stdout
+    assert_nothing_left(lab)  # etcd carries the lab's mark like every process it starts
+
+
 def test_collective_mismatch_fails_fast_naming_the_mismatch(lab):
     out = lab("exercise", "run", "collective-mismatch", timeout=400)
     assert out.returncode == 0, out.stdout[-3000:]

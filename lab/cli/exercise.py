@@ -28,6 +28,8 @@ def register(sub) -> None:
     run.add_argument("--prometheus", choices=PROMETHEUS_MODES, default="off")
     run.add_argument("--torch-defaults", action="store_true", help="leave out the lab's restart workaround")
     run.add_argument("--elastic", action="store_true", help="kill-node: an elastic job (--nnodes=1:N)")
+    run.add_argument("--rdzv-backend", choices=("c10d", "etcd-v2"), default="c10d",
+                     help="kill-rendezvous-host: where the rendezvous lives (etcd-v2: a lab-run etcd on the host)")
     run.add_argument("--ray-address", help="join this Ray cluster instead of starting a local instance")
     run.add_argument("--report-dir", help="where report.json and timeline.png go (default: under the run dir)")
     add_run_dir_option(run)

@@ -7,14 +7,14 @@ import argparse
 from lab.rundir import RunDir
 from lab.runtimes import RUNTIME_NAMES
 from lab.runtimes.local import HOST_MODES, PROMETHEUS_MODES
-from lab.topology import BACKENDS, RDZV_BACKENDS, Topology
+from lab.topology import BACKENDS, RDZV_BACKENDS, WORKER_STARTS, Topology
 
 
 def add_run_dir_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", help="where the lab keeps its state (default: $LAB_RUN_DIR or /tmp/torchrun-lab)")
 
 
-def add_topology_options(parser: argparse.ArgumentParser) -> None:
+def add_topology_options(parser: argparse.ArgumentParser, worker_start: str = "auto") -> None:
     defaults = Topology()
     g = parser.add_argument_group("topology")
     g.add_argument("--nodes", type=int, default=defaults.nodes, help="number of hosts (default %(default)s)")
@@ -28,7 +28,11 @@ def add_topology_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--metrics-port", type=int, default=defaults.agent_metrics_port, metavar="PORT",
                    help="node i's agent exporter serves on PORT+i, rank r's on PORT+100+r; 0: no exporters")
     g.add_argument("--torch-defaults", action="store_true",
-                   help="leave out the lab's restart workaround (pytorch/pytorch#135712)")
+                   help="leave out the lab's restart workaround (pytorch/pytorch#135712) and worker preloading")
+    g.add_argument("--worker-start", choices=WORKER_STARTS, default=worker_start,
+                   help="preload: workers fork from a server that imported torch once per node (torchrun's "
+                        "--run-path --start-method=forkserver); spawn: torchrun's default, a fresh interpreter "
+                        "per worker; auto: preload unless --torch-defaults (default %(default)s)")
     r = parser.add_argument_group("runtime")
     r.add_argument("--runtime", choices=RUNTIME_NAMES, default="auto")
     r.add_argument("--hosts", choices=HOST_MODES, default="auto",
@@ -50,6 +54,7 @@ def topology_from_args(args: argparse.Namespace) -> Topology:
         max_restarts=args.max_restarts,
         pg_timeout_s=args.pg_timeout,
         torch_defaults=args.torch_defaults,
+        worker_start=args.worker_start,
         agent_metrics_port=args.metrics_port,
         rank_metrics_port=args.metrics_port + 100 if args.metrics_port else 0,
     )

@@ -11,7 +11,9 @@ from lab.cli.starting import start
 
 def register(sub) -> None:
     parser = sub.add_parser("run", help="run any script across the lab's nodes, then take the lab down")
-    add_topology_options(parser)
+    # Any script: torchrun's own worker start by default, since --run-path does not put the
+    # script's directory on sys.path (a script importing its neighbours would break).
+    add_topology_options(parser, worker_start="spawn")
     parser.add_argument("script", help="the training script, as you would give it to torchrun")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     parser.set_defaults(handler=handle)

@@ -118,14 +118,16 @@ class Drill:
         self.progress("running the uninterrupted reference")
         ref = self.runtime.run_dir.path / "reference"
         self.rerun([*trainer_args, "--step-time", "0", "--ckpt-dir", str(ref / "checkpoints"),
-                    "--events-dir", str(ref / "events")])
+                    "--events-dir", str(ref / "events")], run_name="reference")
         self.wait_job(240)
         return observe.final_checksums(list(read_events(ref / "events")))
 
-    def rerun(self, trainer_args: list[str]) -> None:
-        """Start the trainer again on the same hosts (they stay up between runs)."""
+    def rerun(self, trainer_args: list[str], run_name: str = "rerun") -> None:
+        """Start the trainer again on the same hosts (they stay up between runs), as a job of
+        its own: an etcd rendezvous outlives the first job and stays closed under its id."""
+        topology = self.topology.replace(rdzv_id=f"{self.topology.rdzv_id}-{run_name}")
         for node in self.runtime.attach():
-            node.start(self.runtime.node_argv(self.topology, node, script_path("trainer"), trainer_args))
+            node.start(self.runtime.node_argv(topology, node, script_path("trainer"), trainer_args))
 
 
 def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout):

@@ -4,18 +4,28 @@ Hypothesis: with c10d rendezvous the store that every agent meets in lives insid
 node0's agent. Kill that node and the survivors' workers fail (their peers are gone),
 their agents try to open the next rendezvous round, and cannot: the store is gone with
 its host. Restarts left or not, the whole job fails. The c10d backend has no
-protection against losing that node. (An external store such as etcd-v2 is the usual
-answer; the lab has not yet shown what torch does with it.)
+protection against losing that node.
 
-    lab exercise run kill-rendezvous-host [--at-step 25]
+With `--rdzv-backend etcd-v2` the rendezvous lives in an etcd server the lab runs on the
+host, outside every node. Measured: the survivor's workers still fail (their peers are
+gone), but its agent opens the next round in etcd and waits there, sending keep-alives,
+for up to the join timeout (120 s). When the runtime brings node0 back, the round
+completes with 4 ranks, the job resumes from its newest checkpoint and finishes
+bit-identical to an uninterrupted run. Node0 stops being special: any node can die.
 
-Look for: in the survivor's log, RendezvousConnectionError / "The connection to the
-C10d store has failed", and the survivor's agent exiting although it had restarts left.
+    lab exercise run kill-rendezvous-host [--at-step 25] [--rdzv-backend etcd-v2]
+
+Look for, c10d: in the survivor's log, RendezvousConnectionError / "The connection to
+the C10d store has failed", and the survivor's agent exiting although it had restarts
+left. etcd-v2: the survivor's agent events "attempts to join the next round" and
+keep-alive heartbeats while node0 is down, then "has joined round 1"; its node log has
+no store error.
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 from lab.exercises import observe
 from lab.exercises.engine import paced_trainer
@@ -23,13 +33,17 @@ from lab.exercises.report import Report
 from lab.topology import Topology
 
 NAME = "kill-rendezvous-host"
-SUMMARY = "kill node0, which hosts the c10d store; the whole job fails, and why"
+SUMMARY = "kill node0, which hosts the c10d store; the job fails (c10d) or waits for it (etcd-v2)"
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 0, 25
 STEPS, CKPT_EVERY = 60, 10
+STORE_ERROR = re.compile(r"(RendezvousConnectionError[^\n]*|The connection to the C10d store has failed[^\n]*)")
+# How long the drill leaves node0 dead under etcd-v2: past the moment c10d's survivor failed.
+DOWN_S = 10
 
 
 def topology(options) -> Topology:
-    return Topology(nodes=2, nproc_per_node=2, max_restarts=2, torch_defaults=options.torch_defaults)
+    return Topology(nodes=2, nproc_per_node=2, max_restarts=2, torch_defaults=options.torch_defaults,
+                    rdzv_backend=getattr(options, "rdzv_backend", "c10d"))
 
 
 def trainer_args(options) -> list[str]:
@@ -39,12 +53,14 @@ def trainer_args(options) -> list[str]:
 def run(drill, options) -> Report:
     report = drill.new_report(NAME)
     drill.reach(options.target_rank, options.at_step)
-    drill.inject("node0", "kill_node")
+    fault = drill.inject("node0", "kill_node")
+    survivor = next(n for n in drill.runtime.attach() if n.name != "node0")
+    if drill.topology.rdzv_backend == "etcd-v2":
+        return judge_etcd(drill, report, fault, survivor)
     codes = drill.wait_job(240)
     events = drill.events()
-    survivor = next(n for n in drill.runtime.attach() if n.name != "node0")
     log = survivor.log_path.read_text(errors="replace")
-    error = re.search(r"(RendezvousConnectionError[^\n]*|The connection to the C10d store has failed[^\n]*)", log)
+    error = STORE_ERROR.search(log)
     report.facts.update(restarts=observe.restarts(events), lost_steps=None, final_weights_match_reference=False)
     report.check("the surviving node failed too", codes.get(survivor.name, 0) != 0, f"exit codes {codes}")
     report.check("because it could not reach the rendezvous store", error is not None,
@@ -53,4 +69,31 @@ def run(drill, options) -> Report:
                  not any(e["event"] == "rendezvous_done" and e["restart"] > 0 for e in events))
     report.explanation = ("c10d rendezvous keeps its store in node0's agent: with node0 gone, the next round has "
                           "nowhere to meet, so the restarts left are useless")
+    return report
+
+
+def judge_etcd(drill, report: Report, fault: dict, survivor) -> Report:
+    joining = drill.wait_for(lambda: observe.first_time(
+        observe.agent_events(drill.events_dir), fault["time"],
+        lambda r: r["node"] == survivor.name and "attempts to join" in r["message"]), 60,
+        "the survivor's agent to open the next round")
+    time.sleep(max(0.0, joining + DOWN_S - time.time()))
+    waiting = survivor.exit_code() is None
+    drill.progress(f"after {time.time() - fault['time']:.0f}s the survivor is {'waiting' if waiting else 'gone'}")
+    drill.inject("node0", "restart")
+    codes = drill.wait_job(240)
+    events = drill.events()
+    saved, reached, loaded = observe.checkpoint_progress(events, fault["time"])
+    error = STORE_ERROR.search(survivor.log_path.read_text(errors="replace"))
+    report.facts.update(restarts=observe.restarts(events), lost_steps=reached - loaded[0] if loaded else None,
+                        recovery=observe.recovery_breakdown(events, observe.agent_events(drill.events_dir),
+                                                            fault["time"]))
+    report.check(f"the survivor waited in the next round while node0 was down ({DOWN_S} s and more)", waiting)
+    report.check("its log has no store error", error is None, error[0][:200] if error else "")
+    report.check("the job succeeded once node0 came back", all(c == 0 for c in codes.values()), f"exit codes {codes}")
+    report.check("resumed from the newest checkpoint", bool(loaded) and bool(saved) and loaded[0] == max(saved),
+                 f"newest before the kill {max(saved, default=None)}, loaded {loaded[:1]}")
+    observe.check_matches_reference(report, drill, events, trainer_args(None))
+    report.explanation = ("etcd-v2 keeps the rendezvous in etcd, outside every node: the survivor's agent waits "
+                          "there (up to the join timeout) and the job re-forms when node0 returns")
     return report

@@ -22,7 +22,7 @@ from lab import procs
 from lab.errors import LabError
 from lab.health import prometheus
 from lab.rundir import MARKER, NODE_MARKER, RunDir
-from lab.runtimes import netns
+from lab.runtimes import etcd, netns
 from lab.runtimes.base import Node
 from lab.runtimes.local_faults import WORKERS_FILE, LocalFaults
 from lab.topology import Topology
@@ -147,13 +147,20 @@ class LocalRuntime:
                 dir=self.run_dir.path / "nodes" / f"node{i}",
                 run_dir=str(self.run_dir.path),
             ))
-        rdzv_host = "node0" if mode == "netns" else "127.0.0.1"
+        if topology.rdzv_backend == "etcd-v2":
+            # The lab's etcd runs on the host, outside every node (see lab.runtimes.etcd).
+            rdzv_host = netns.GATEWAY if mode == "netns" else "127.0.0.1"
+        else:
+            rdzv_host = "node0" if mode == "netns" else "127.0.0.1"
         return topology.replace(rdzv_host=rdzv_host), nodes
 
     def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[LocalNode]]:
         mode = self.host_mode()
         topology, nodes = self.plan(topology, mode)
         watch = self.use_prometheus()
+        if topology.rdzv_backend == "etcd-v2":
+            etcd.check_installed()
+            ensure_port_free("127.0.0.1", topology.rdzv_port + 1, "etcd peer port", "--rdzv-port")
         if watch:
             ensure_port_free("127.0.0.1", self.prometheus.port, "Prometheus port", "--prometheus-port")
         if mode == "loopback":
@@ -171,6 +178,9 @@ class LocalRuntime:
             self.prometheus.start(str(self.run_dir.path))
         if mode == "netns":
             netns.create(topology.nodes)
+        if topology.rdzv_backend == "etcd-v2":
+            url = etcd.start(self.run_dir.path / "etcd", topology.rdzv_host, topology.rdzv_port, str(self.run_dir.path))
+            self.log(f"started etcd (v2 API) for the rendezvous at {url}")
         for node in nodes:
             node.dir.mkdir(parents=True, exist_ok=True)
             node.start(self.node_argv(topology, node, script, script_args))
