@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 .DEFAULT_GOAL := help
-.PHONY: help venv host-deps lab-up lab-down lab-status exercise test test-fast
+.PHONY: help venv host-deps lab-up lab-down lab-status exercise test test-fast bench
 NAME ?= kill-worker
 
 help: ## list the targets
@@ -18,7 +18,7 @@ $(BIN)/lab: pyproject.toml
 
 venv: $(BIN)/lab ## create the project's virtual environment in .venv
 
-host-deps: ## install the host tools for netns hosts (iproute2, iptables) when root
+host-deps: ## install the host tools (iproute2, iptables, prometheus, etcd) when root
 	@scripts/host-deps.sh
 
 lab-up: venv host-deps ## start the lab: a 2-node x 2-process DDP job, then the result table
@@ -38,3 +38,11 @@ test: venv host-deps ## the whole test suite (what CI runs)
 
 test-fast: venv ## the quick inner loop: no multi-process jobs
 	$(BIN)/pytest -q -m "not slow"
+
+BENCH_OUT := docs/bench
+bench: venv host-deps ## measure everything (about 15 min) and write docs/benchmarks.md
+	$(BIN)/lab bench collectives --out $(BENCH_OUT)
+	$(BIN)/lab bench recovery --out $(BENCH_OUT)
+	$(BIN)/lab bench startup --out $(BENCH_OUT)
+	$(BIN)/lab bench overhead --out $(BENCH_OUT)
+	$(BIN)/lab bench docs --out $(BENCH_OUT) --output docs/benchmarks.md

@@ -1,6 +1,8 @@
-"""Recovery time after a worker kill: the lab's job against a bare torchrun job, alternately.
+"""`lab bench recovery`: kill a worker, time until the restarted group's first step, lab vs bare.
 
-    python -m lab.bench.recovery [--trials 5] [--hosts loopback|netns]
+The lab's job and a bare torchrun job of the same trainer, alternately.
+
+    lab bench recovery [--trials 5] [--hosts loopback|netns]
 
 Both run the trainer on 2 nodes x 2 workers with --max-restarts 2 and the restart
 workaround (bare torchrun never recovers without it). When rank 1 reaches step 25
@@ -10,7 +12,6 @@ the restarted group, read from the event log, with the lab's breakdown by stage.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import socket
@@ -21,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from lab.bench.result import BenchResult, goal_line, this_command
+from lab.errors import LabError
 from lab.exercises import observe
 from lab.health.events import read_events
 from lab.rundir import RunDir
@@ -87,11 +90,14 @@ def bare_trial(tmp: Path) -> tuple[float, dict]:
             agent.wait(60)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--hosts", choices=("loopback", "netns"), default="loopback")
-    args = parser.parse_args()
+def add_arguments(p) -> None:
+    p.add_argument("--trials", type=int, default=5)
+    p.add_argument("--hosts", choices=("loopback", "netns"), default="loopback")
+
+
+def run(args, out_dir: Path) -> BenchResult:
+    if args.trials < 1:
+        raise LabError("--trials must be at least 1")
     lab, bare, stages = [], [], []
     with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
         for i in range(args.trials):
@@ -100,12 +106,18 @@ def main() -> None:
             stages.append(breakdown)
             bare.append(bare_trial(Path(tmp))[0])
             print(f"trial {i + 1}: lab {lab[-1]:.2f} s, bare torchrun {bare[-1]:.2f} s", flush=True)
-    print(f"\nkill to first step after restart, median of {args.trials} ({args.hosts} hosts, 2 x 2, trainer):")
-    print(f"  lab            {statistics.median(lab):.2f} s (range {min(lab):.2f}-{max(lab):.2f})")
-    print(f"  bare torchrun  {statistics.median(bare):.2f} s (range {min(bare):.2f}-{max(bare):.2f})")
-    print("  lab breakdown, medians: " + ", ".join(
-        f"{k} {statistics.median(s[k] for s in stages if s[k] is not None):.2f}" for k in stages[0]))
-
-
-if __name__ == "__main__":
-    main()
+    lab_median, bare_median = statistics.median(lab), statistics.median(bare)
+    medians = {k: statistics.median(s[k] for s in stages if s[k] is not None) for k in stages[0]}
+    lines = [
+        f"Kill to the first step after the restart, median of {args.trials} alternating trials "
+        f"({args.hosts} hosts, 2 x 2, the trainer, `--max-restarts 2`, bare torchrun with the restart workaround):",
+        "", "| job | median | range |", "|---|---|---|",
+        f"| lab | {lab_median:.2f} s | {min(lab):.2f}-{max(lab):.2f} |",
+        f"| bare torchrun | {bare_median:.2f} s | {min(bare):.2f}-{max(bare):.2f} |", "",
+        "The lab's breakdown, medians: " + ", ".join(f"{k} {v:.2f}" for k, v in medians.items()) + " s.",
+        goal_line("recovery faster than bare torchrun, target half its time", lab_median <= bare_median / 2,
+                  f"{100 * lab_median / bare_median:.0f}% of bare torchrun's time"),
+    ]
+    figures = {"lab_s": lab_median, "bare_s": bare_median, "lab_trials": lab, "bare_trials": bare,
+               "breakdown": medians}
+    return BenchResult("recovery", this_command(), lines, figures)

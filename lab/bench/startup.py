@@ -1,16 +1,17 @@
-"""Start-up cost: time from the launch command to the first completed training step.
+"""`lab bench startup`: time from the launch command to the first completed training step.
 
-    python -m lab.bench.startup [--trials 3]
+    lab bench startup [--trials 3]
 
-Runs the lesson's 2-node x 2-process job three ways, interleaved trial by trial so
-machine noise hits all of them alike: `lab run` on netns hosts, `lab run` on
-loopback, and two bare `torchrun` agents started by hand on loopback. Prints the
-median and range of each and the lab's overhead against bare torchrun.
+Runs the lesson's 2-node x 2-process job several ways, interleaved trial by trial so
+machine noise hits all of them alike: two bare `torchrun` agents started by hand on
+loopback; `lab up` on loopback and on netns hosts without Prometheus (the same job);
+and `lab up` as a user runs it, on netns hosts with its Prometheus server. Each lab
+trial is followed by `lab down`. Prints the median and range of each and the lab's
+overhead against bare torchrun.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import statistics
@@ -18,7 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
+from lab.bench.result import BenchResult, goal_line, this_command
+from lab.errors import LabError
 from lab.workloads import script_path
 
 FIRST_STEP = b"step 0 loss"
@@ -50,9 +54,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def lab_run(hosts: str, run_dir: str) -> list[list[str]]:
-    return [[sys.executable, "-m", "lab", "run", "--hosts", hosts, "--run-dir", run_dir,
-             "--rdzv-port", str(free_port()), script_path("ddp_train")]]
+def lab_up(run_dir: str, *options: str) -> list[list[str]]:
+    return [[sys.executable, "-m", "lab", "up", "--run-dir", run_dir, "--rdzv-port", str(free_port()), *options]]
+
+
+def lab_down(run_dir: str) -> None:
+    subprocess.run([sys.executable, "-m", "lab", "down", "--run-dir", run_dir], capture_output=True, timeout=120)
 
 
 def bare_torchrun(tmp: str) -> list[list[str]]:
@@ -63,28 +70,44 @@ def bare_torchrun(tmp: str) -> list[list[str]]:
              script_path("ddp_train")] for i in range(2)]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=3)
-    args = parser.parse_args()
+def add_arguments(p) -> None:
+    p.add_argument("--trials", type=int, default=3)
+
+
+def run(args, out_dir: Path) -> BenchResult:
+    if args.trials < 1:
+        raise LabError("--trials must be at least 1")
     env = dict(os.environ)
+    bare = "bare torchrun (loopback)"
     with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
-        variants = {"bare torchrun (loopback)": lambda: bare_torchrun(tmp)}
-        variants["lab run (loopback)"] = lambda: lab_run("loopback", tmp)
+        run_dir = f"{tmp}/run"
+        variants = {bare: lambda: bare_torchrun(tmp),
+                    "lab up (loopback, no Prometheus)": lambda: lab_up(run_dir, "--hosts", "loopback",
+                                                                       "--prometheus", "off")}
         if os.geteuid() == 0:
-            variants["lab run (netns hosts)"] = lambda: lab_run("netns", tmp)
+            variants["lab up (netns hosts, no Prometheus)"] = lambda: lab_up(run_dir, "--hosts", "netns",
+                                                                            "--prometheus", "off")
+            variants["lab up (netns hosts, Prometheus)"] = lambda: lab_up(run_dir, "--hosts", "netns")
         times: dict[str, list[float]] = {name: [] for name in variants}
         for trial in range(args.trials):
             for name, commands in variants.items():
-                times[name].append(time_to_line(commands(), env))
+                try:
+                    times[name].append(time_to_line(commands(), env))
+                finally:
+                    if name != bare:
+                        lab_down(run_dir)
                 print(f"trial {trial + 1}: {name}: {times[name][-1]:.2f} s", flush=True)
-    base = statistics.median(times["bare torchrun (loopback)"])
-    print(f"\nmedian seconds from launch to the first step ({args.trials} trials, 2 nodes x 2 processes)")
+    base = statistics.median(times[bare])
+    lines = [f"Seconds from the launch command to the first step, median of {args.trials} interleaved trials, "
+             "the lesson's script on 2 nodes x 2 processes:", "",
+             "| how | median | range | against bare torchrun |", "|---|---|---|---|"]
+    figures = {}
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"  {name:<26} {median:6.2f}  (range {min(values):.2f}-{max(values):.2f})  "
-              f"{100 * (median / base - 1):+5.1f}% vs bare torchrun")
-
-
-if __name__ == "__main__":
-    main()
+        figures[name] = {"median_s": median, "trials": values}
+        lines.append(f"| {name} | {median:.2f} s | {min(values):.2f}-{max(values):.2f} | "
+                     f"{100 * (median / base - 1):+.1f}% |")
+    worst = max(statistics.median(v) for n, v in times.items() if n != bare)
+    lines += ["", goal_line("start-up within 20% of bare torchrun", worst <= 1.2 * base,
+                            f"slowest lab variant {100 * (worst / base - 1):+.1f}%")]
+    return BenchResult("startup", this_command(), lines, figures)

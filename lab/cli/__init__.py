@@ -16,11 +16,11 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> Parser:
-    from lab.cli import down, exercise, run, status, up
+    from lab.cli import bench, down, exercise, run, status, up
 
     parser = Parser(prog="lab", description="Run, break and watch multi-node torchrun jobs.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for module in (up, down, status, run, exercise):
+    for module in (up, down, status, run, exercise, bench):
         module.register(sub)
     return parser
 

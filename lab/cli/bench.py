@@ -1,0 +1,48 @@
+"""`lab bench NAME`: the lab's benchmarks, each measured side by side with its reference.
+
+    lab bench collectives | recovery | startup | overhead [--out DIR]
+    lab bench docs [--out DIR] [--output docs/benchmarks.md]
+
+Each benchmark prints its progress and table, and saves NAME.json (its command, figures
+and a Markdown section) in --out; `lab bench docs` writes the page from those files.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lab.bench import collectives, overhead, recovery, startup
+from lab.bench.docs import write_page
+
+BENCHES = {"collectives": collectives, "recovery": recovery, "startup": startup, "overhead": overhead}
+DEFAULT_OUT = "bench-results"
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("bench", help="measure collectives, recovery, start-up and exporter overhead")
+    benches = parser.add_subparsers(dest="bench", required=True, parser_class=type(parser))
+    for name, module in BENCHES.items():
+        p = benches.add_parser(name, help=module.__doc__.splitlines()[0].split(": ", 1)[-1])
+        module.add_arguments(p)
+        p.add_argument("--out", default=DEFAULT_OUT, help="where results go (default %(default)s)")
+        p.set_defaults(handler=handle, module=module)
+    docs = benches.add_parser("docs", help="write the benchmarks page from the saved results")
+    docs.add_argument("--out", default=DEFAULT_OUT, help="where the results are (default %(default)s)")
+    docs.add_argument("--output", default="docs/benchmarks.md")
+    docs.set_defaults(handler=handle_docs)
+
+
+def handle(args: argparse.Namespace) -> int:
+    out_dir = Path(args.out)
+    result = args.module.run(args, out_dir)
+    path = result.save(out_dir)
+    print("\n" + "\n".join(result.markdown))
+    print(f"\nsaved {path}" + "".join(f", {out_dir / f}" for f in result.files))
+    return 0
+
+
+def handle_docs(args: argparse.Namespace) -> int:
+    page = write_page(Path(args.out), Path(args.output), order=list(BENCHES))
+    print(f"wrote {page}")
+    return 0

@@ -1,0 +1,91 @@
+"""`lab bench`: correctness, not speed. Formulas against hand-computed values, a tiny real
+sweep on the lab's hosts with its CSV and plot, and a wrong result caught as an error."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lab.bench import bandwidth
+from lab.bench.result import BenchResult
+
+
+def test_bus_bandwidth_follows_nccl_tests_definitions():
+    # 64 MiB in 0.5 s among 4 ranks: algbw 134217728 B/s.
+    size, seconds = 64 << 20, 0.5
+    assert bandwidth.algbw(size, seconds) == 134217728.0
+    assert bandwidth.busbw("all_reduce", size, seconds, 4) == 134217728.0 * 1.5     # 2(n-1)/n = 6/4
+    assert bandwidth.busbw("all_gather", size, seconds, 4) == 134217728.0 * 0.75    # (n-1)/n
+    assert bandwidth.busbw("reduce_scatter", size, seconds, 8) == 134217728.0 * 7 / 8
+    assert bandwidth.busbw("broadcast", size, seconds, 4) == 134217728.0
+    assert bandwidth.busbw("all_reduce", size, seconds, 2) == 134217728.0  # 2 ranks: factor 1
+
+
+def test_sizes_parse_and_sweep_in_even_float32_chunks():
+    assert [bandwidth.parse_size(s) for s in ("4096", "1K", "256M", "1g")] == [4096, 1024, 268435456, 1 << 30]
+    with pytest.raises(ValueError, match="not a size"):
+        bandwidth.parse_size("12X")
+    sizes = bandwidth.sweep(1024, 256 << 20, 4, ranks=4)
+    assert sizes[0] == 1024 and sizes[-1] == 256 << 20 and len(sizes) == 10
+    assert all(s % 16 == 0 for s in bandwidth.sweep(100, 10000, 3, ranks=4))
+
+
+def run_bench(tmp_path, *args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "lab", "bench", "collectives", "--out", str(tmp_path / "out"),
+                           "--min-bytes", "1K", "--max-bytes", "64K", "--ceiling-bytes", "4M", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_a_tiny_sweep_on_the_lab_hosts_writes_table_csv_and_plot(tmp_path):
+    out = run_bench(tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    result = BenchResult.load(tmp_path / "out" / "collectives.json")
+    with open(tmp_path / "out" / "collectives.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["op"] for r in rows} == set(bandwidth.OPS)
+    assert {int(r["bytes"]) for r in rows} == {1024, 4096, 16384, 65536}
+    for r in rows:
+        assert r["error"] == ""
+        seconds, algbw, busbw = float(r["seconds"]), float(r["algbw_GBps"]), float(r["busbw_GBps"])
+        assert algbw == pytest.approx(int(r["bytes"]) / seconds / 1e9, rel=1e-4)
+        assert busbw == pytest.approx(algbw * bandwidth.bus_factor(r["op"], 4), rel=1e-4)
+    assert (tmp_path / "out" / "collectives.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert result.figures["tcp_GBps"] > 0 and result.figures["memcpy_GBps"] > 0
+    assert "| all_reduce | 64K |" in out.stdout
+
+
+@pytest.mark.slow
+def test_a_wrong_collective_result_is_reported_as_an_error_not_a_bandwidth(tmp_path):
+    out = run_bench(tmp_path, "--ops", "all_reduce,reduce_scatter", "--inject-error", "reduce_scatter")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "out" / "collectives-rows.jsonl").read_text().splitlines()]
+    bad = [r for r in rows if r["op"] == "reduce_scatter"]
+    assert bad and all(r["error"] and r["busbw"] is None for r in bad)
+    assert all(r["error"] is None and r["busbw"] > 0 for r in rows if r["op"] == "all_reduce")
+    assert "**error**" in out.stdout and "rows had wrong results" in out.stdout
+
+
+def test_docs_page_is_written_from_saved_results(tmp_path):
+    out_dir = tmp_path / "results"
+    BenchResult("recovery", "lab bench recovery --trials 5", ["| lab | 2.89 s |"], {"lab_s": 2.89}).save(out_dir)
+    BenchResult("collectives", "lab bench collectives", ["![plot](collectives.png)"], {},
+                ["collectives.png"]).save(out_dir)
+    page = tmp_path / "docs" / "benchmarks.md"
+    done = subprocess.run([sys.executable, "-m", "lab", "bench", "docs", "--out", str(out_dir), "--output", str(page)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    text = page.read_text()
+    assert text.index("## collectives") < text.index("## recovery")  # the page's fixed order
+    assert "    lab bench recovery --trials 5" in text and "| lab | 2.89 s |" in text
+    assert "](../results/collectives.png)" in text
+    assert "cores" in text and "torch" in text
+
+
+def test_docs_without_results_is_a_one_line_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "lab", "bench", "docs", "--out", str(tmp_path / "none")],
+                          capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.strip().count("\n") == 0 and "no benchmark results" in done.stderr
