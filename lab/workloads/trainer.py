@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -95,7 +96,7 @@ def main(argv=None) -> None:
         if args.targets_dir:
             register_target(args.targets_dir, f"rank{rank}", args.metrics_port_base + rank,
                             {"rank": str(rank), "node": events.common["node"]})
-    progress = {"step": 0}
+    progress = {"step": 0, "preempted": False}
     completed = False
     try:
         with process_group(allow_single=True) as ctx:
@@ -106,6 +107,15 @@ def main(argv=None) -> None:
     finally:
         if not completed:
             events.write("exit", reason="error", step=progress["step"])
+    if progress["preempted"]:
+        # Leave the process now, with everything saved and flushed. A worker that torchrun
+        # runs as a function (--run-path, the lab's preloaded workers) and that returns waits
+        # for its agent to collect the return value; an agent shutting down on SIGTERM never
+        # does, so the worker would sit out the grace period until SIGKILLed. SystemExit(0)
+        # does not help: torch's @record turns it into a return.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progress: dict) -> None:
@@ -164,6 +174,7 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
                 save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
             events.write("exit", reason="preempted", step=step)
             say(f"rank {ctx.rank} preempted: checkpointed step {step} and stopped")
+            progress["preempted"] = True
             return
         if args.ckpt_dir and args.ckpt_every and step % args.ckpt_every == 0:
             save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
