@@ -14,7 +14,7 @@ store and fail in `connectFullMesh`, so `--max-restarts` never recovers.
 `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` gives every round a fresh store and the
 restart works. `--torch-defaults` leaves it unset, to show the failure.
 
-`--preload-workers` makes restarts (and start-up) faster: see preload_workers().
+`--preload-workers` makes restarts (and start-up) faster: see lab/preload.py.
 """
 
 from __future__ import annotations
@@ -25,13 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 RESTART_WORKAROUND = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-
-# What the fork server imports once per node, so that its workers start with it loaded:
-# torch itself, and what a DDP trainer imports lazily on its first steps (torch._dynamo
-# alone is about a second, imported by the optimizer's first step).
-PRELOAD_MODULES = ["torch", "torch.distributed", "torch.nn.parallel", "torch.optim", "torch._dynamo",
-                   "torch.utils.data", "numpy"]
-
 
 @dataclass
 class LabFlags:
@@ -97,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     from torch.distributed.run import main as torchrun_main
 
     if flags.preload_workers:
+        from lab.preload import preload_workers
+
         preload_workers(torchrun_argv, log)
     if os.environ.get("LAB_WORKERS_FILE"):
         from lab import worker_record
@@ -106,30 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     torchrun_main(torchrun_argv)
 
 
-def preload_workers(torchrun_argv: list[str], log) -> None:
-    """Have torchrun's fork server import torch once, before it forks any worker.
-
-    torchrun runs a --run-path script in a process forked from a multiprocessing fork
-    server when --start-method=forkserver; the server starts with the first worker group
-    and outlives restarts, so every restarted worker begins with torch imported.
-    """
-    import multiprocessing
-
-    from torch.distributed.run import parse_args
-
-    args = parse_args(torchrun_argv)
-    if not (args.run_path and args.start_method == "forkserver"):
-        raise SystemExit("lab.launch: error: --preload-workers needs torchrun's --run-path "
-                         "and --start-method=forkserver")
-    multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD_MODULES)
-    log(f"[lab.launch] workers fork from a server that preloads {', '.join(PRELOAD_MODULES)}")
-
-
 def start_agent_exporter(torchrun_argv: list[str], log) -> None:
-    """Export the agent's own health when the lab asked for it (LAB_AGENT_METRICS_PORT)."""
-    port = int(os.environ.get("LAB_AGENT_METRICS_PORT", "0"))
-    if not port:
-        return
+    """Record the agent's events (LAB_EVENTS_DIR) and export its health (LAB_AGENT_METRICS_PORT)."""
     import socket
     from pathlib import Path
 
@@ -138,11 +111,15 @@ def start_agent_exporter(torchrun_argv: list[str], log) -> None:
     from lab.health import agent_exporter
     from lab.health.rank_exporter import ExporterPortError, register_target
 
+    port = int(os.environ.get("LAB_AGENT_METRICS_PORT", "0"))
     # The lab's node name where the lab started us: loopback nodes all share one hostname.
     node = os.environ.get("TORCHRUN_LAB_NODE") or socket.gethostname()
     events_dir = os.environ.get("LAB_EVENTS_DIR")
-    metrics = agent_exporter.AgentMetrics(node=node, max_restarts=parse_args(torchrun_argv).max_restarts)
+    metrics = agent_exporter.AgentMetrics(node=node, max_restarts=parse_args(torchrun_argv).max_restarts) \
+        if port else None
     agent_exporter.install(metrics, Path(events_dir) / f"agent-{node}.jsonl" if events_dir else None, node)
+    if not port:
+        return
     try:
         agent_exporter.serve(metrics, port)
     except ExporterPortError as e:

@@ -50,6 +50,11 @@ class Topology:
     # so that nodes sharing one host (loopback) never collide. 0 turns the exporters off.
     agent_metrics_port: int = 9400
     rank_metrics_port: int = 9500
+    # "offset": as above, for nodes that share one network (loopback, one netns per node is
+    # fine too). "fixed": every node has an address of its own (pods, containers), so every
+    # agent serves on agent_metrics_port and rank r on rank_metrics_port + its local rank:
+    # the same ports on every node, which a pod template can declare.
+    metrics_ports: str = "offset"
     # Keep torch's defaults instead of the lab's restart workaround (see lab.launch).
     torch_defaults: bool = False
     # How workers start. "spawn" is torchrun's default: a fresh interpreter per worker that
@@ -58,6 +63,8 @@ class Topology:
     # once per node (lab.launch --preload-workers), so a worker starts in milliseconds.
     # "auto": preload, or spawn with torch_defaults.
     worker_start: str = "auto"
+    # More torchrun flags, passed through as given (say --tee=3 or --local-ranks-filter=0).
+    torchrun_extra: tuple[str, ...] = ()
     # TORCH_DISTRIBUTED_DEBUG for the workers: OFF, INFO or DETAIL (checks every collective).
     distributed_debug: str | None = None
 
@@ -81,16 +88,20 @@ class Topology:
         if not self.monitor_interval_s > 0:
             raise TopologyError(f"monitor_interval_s must be positive, got {self.monitor_interval_s}")
         _one_of("worker_start", self.worker_start, WORKER_STARTS)
+        _one_of("metrics_ports", self.metrics_ports, ("offset", "fixed"))
         if self.distributed_debug is not None:
             _one_of("distributed_debug", self.distributed_debug, ("OFF", "INFO", "DETAIL"))
         self._check_ports()
 
     def _check_ports(self) -> None:
         ranges = {"rdzv_port": range(self.rdzv_port, self.rdzv_port + 1)}
+        fixed = self.metrics_ports == "fixed"
         if self.agent_metrics_port:
-            ranges["agent_metrics_port"] = range(self.agent_metrics_port, self.agent_metrics_port + self.nodes)
+            ranges["agent_metrics_port"] = range(self.agent_metrics_port,
+                                                 self.agent_metrics_port + (1 if fixed else self.nodes))
         if self.rank_metrics_port:
-            ranges["rank_metrics_port"] = range(self.rank_metrics_port, self.rank_metrics_port + self.world_size)
+            ranges["rank_metrics_port"] = range(self.rank_metrics_port, self.rank_metrics_port
+                                                + (self.nproc_per_node if fixed else self.world_size))
         for field, ports in ranges.items():
             if ports.start < 0 or ports.stop - 1 > 65535:
                 raise TopologyError(f"{field} must leave room for its ports in 1-65535, got {ports.start}")
@@ -148,6 +159,7 @@ class Topology:
             args += ["--run-path", "--start-method=forkserver"]
         if log_dir:
             args.append(f"--log-dir={log_dir}")
+        args += list(self.torchrun_extra)
         # lab.launch registers an event handler under this name (lab.health.agent_exporter).
         args.append("--event-log-handler=lab")
         return args
@@ -155,10 +167,13 @@ class Topology:
     def env(self, node_rank: int) -> dict[str, str]:
         """Variables lab.launch sets on this node (it warns instead of overriding the user's)."""
         env = {"LAB_BACKEND": self.backend, "LAB_PG_TIMEOUT_S": str(self.pg_timeout_s)}
+        fixed = self.metrics_ports == "fixed"
         if self.agent_metrics_port:
-            env["LAB_AGENT_METRICS_PORT"] = str(self.agent_metrics_port + node_rank)
+            env["LAB_AGENT_METRICS_PORT"] = str(self.agent_metrics_port + (0 if fixed else node_rank))
         if self.rank_metrics_port:
             env["LAB_METRICS_PORT_BASE"] = str(self.rank_metrics_port)
+            if fixed:
+                env["LAB_METRICS_PORT_BY"] = "local_rank"
         if self.distributed_debug:
             env["TORCH_DISTRIBUTED_DEBUG"] = self.distributed_debug
         return env

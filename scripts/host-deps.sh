@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the host tools the lab uses, if they are missing: iproute2 and iptables for netns
-# hosts, prometheus (with promtool) to watch the ranks, etcd for the etcd-v2 rendezvous.
+# hosts, prometheus (with promtool) to watch the ranks, etcd for the etcd-v2 rendezvous,
+# kubectl to render (kustomize) and apply the Kubernetes manifests.
 # Without root they cannot be installed here: the lab then runs its nodes on loopback and
 # goes without Prometheus, and says so.
 set -euo pipefail
@@ -10,11 +11,18 @@ command -v unshare >/dev/null || missing+=(util-linux)
 command -v iptables >/dev/null || missing+=(iptables)
 command -v prometheus >/dev/null || missing+=(prometheus)
 command -v etcd >/dev/null || missing+=(etcd-server)
-[ ${#missing[@]} -eq 0 ] && exit 0
-if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
-    echo "note: ${missing[*]} missing and cannot be installed here (needs root and apt)"
-    exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+        echo "note: ${missing[*]} missing and cannot be installed here (needs root and apt)"
+        exit 0
+    fi
+    echo "installing ${missing[*]} (apt-get)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "installing ${missing[*]} (apt-get)"
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# kubectl comes from Kubernetes' own apt repository, which not every machine has: try it,
+# and say so when it is not there (the manifest tests then skip, saying why).
+if ! command -v kubectl >/dev/null; then
+    [ "$(id -u)" -eq 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubectl >/dev/null 2>&1 \
+        || echo "note: kubectl is not installed (https://kubernetes.io/docs/tasks/tools/); the k8s tests will skip"
+fi

@@ -80,3 +80,13 @@ def test_loopback_nodes_run_the_trainer_with_exporters(lab):
               script_path("trainer"), "--steps", "20")
     assert out.returncode == 0, out.stdout[-3000:]
     assert len({r.exact for r in ranks_from(out.stdout)}) == 1 and len(ranks_from(out.stdout)) == 4
+
+
+def test_preloaded_workers_run_a_script_like_python_does(lab):
+    """Under --worker-start preload (torchrun's --run-path) a script still imports the module
+    next to it, and ending with sys.exit(None) ends the job instead of hanging its agent."""
+    out = lab("run", "--worker-start", "preload", "--nodes", "2", "--nproc-per-node", "1", "--prometheus", "off",
+              str(SCRIPTS / "neighbours" / "exit_none.py"), timeout=180)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert out.stdout.count("hello from a neighbour module") == 2
+    assert "job succeeded" in out.stdout

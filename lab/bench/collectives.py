@@ -112,8 +112,8 @@ def write_csv(rows: list[dict], path: Path) -> None:
         writer = csv.writer(f)
         writer.writerow(["op", "bytes", "ranks", "reps", "seconds", "algbw_GBps", "busbw_GBps", "error"])
         for r in rows:
-            gb = (lambda v: "" if v is None else f"{v / 1e9:.6f}")
-            writer.writerow([r["op"], r["bytes"], r["ranks"], r["reps"], f"{r['seconds']:.9f}",
+            gb = (lambda v: "" if v is None else f"{v / 1e9:.9g}")
+            writer.writerow([r["op"], r["bytes"], r["ranks"], r["reps"], f"{r['seconds']:.9g}",
                              gb(r["algbw"]), gb(r["busbw"]), r["error"] or ""])
 
 

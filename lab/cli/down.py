@@ -15,7 +15,8 @@ def register(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    removed = runtimes.create("local", run_dir_from_args(args)).down()
+    run_dir = run_dir_from_args(args)
+    removed = runtimes.for_run_dir(run_dir).down()
     if not removed:
         print("nothing to stop: no lab is running")
         return 0

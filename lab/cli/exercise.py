@@ -1,4 +1,8 @@
-"""`lab exercise list | explain NAME | run NAME`: break a running job on purpose and judge it."""
+"""`lab exercise list | explain NAME | run NAME`: fault drills and the lesson's claims, judged.
+
+Two kinds share these commands: fault drills (lab.exercises: break a running job on
+purpose) and lesson exercises (lab.lessons: run small jobs side by side and compare).
+"""
 
 from __future__ import annotations
 
@@ -9,15 +13,18 @@ from pathlib import Path
 from lab import exercises
 from lab.cli.options import add_run_dir_option, run_dir_from_args
 from lab.errors import LabError
+from lab.lessons.runner import DEPTHS, explain, run_lesson
 from lab.runtimes.local import HOST_MODES, PROMETHEUS_MODES
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("exercise", help="fault-injection drills, judged with a verdict")
+    parser = sub.add_parser("exercise", help="fault drills and lesson exercises, judged with a verdict")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=type(parser))
     verbs.add_parser("list", help="list the exercises").set_defaults(handler=handle_list)
     explain = verbs.add_parser("explain", help="the hypothesis, the command and what to watch")
     explain.add_argument("name")
+    explain.add_argument("--depth", choices=DEPTHS,
+                         help="lesson exercises: the explanation for a beginner, a developer or a researcher")
     explain.set_defaults(handler=handle_explain)
     run = verbs.add_parser("run", help="run one exercise; exit 0 on pass, 1 on fail")
     run.add_argument("name")
@@ -37,13 +44,23 @@ def register(sub) -> None:
 
 
 def handle_list(args: argparse.Namespace) -> int:
-    for name, module in exercises.all_exercises().items():
-        print(f"{name:<22} {module.SUMMARY}")
+    found = exercises.all_exercises()
+    for title, kind in (("fault drills", "drill"), ("lesson exercises (see the README's learning path)", "lesson")):
+        print(f"{title}:")
+        for name, module in found.items():
+            if exercises.kind(module) == kind:
+                print(f"  {name:<26} {module.SUMMARY}")
     return 0
 
 
 def handle_explain(args: argparse.Namespace) -> int:
-    print(exercises.load(args.name).__doc__.strip())
+    exercise = exercises.load(args.name)
+    if exercises.kind(exercise) == "lesson":
+        print(explain(exercise, args.depth) if args.depth else exercise.__doc__.strip())
+    elif args.depth:
+        raise LabError(f"{args.name} is a fault drill: it has one explanation (drop --depth)")
+    else:
+        print(exercise.__doc__.strip())
     return 0
 
 
@@ -51,6 +68,8 @@ def handle_run(args: argparse.Namespace) -> int:
     from lab.exercises.engine import run_drill
 
     exercise = exercises.load(args.name)
+    if exercises.kind(exercise) == "lesson":
+        return run_lesson_exercise(exercise, args)
     args.target_rank = exercise.DEFAULT_TARGET_RANK if args.target_rank is None else args.target_rank
     args.at_step = exercise.DEFAULT_AT_STEP if args.at_step is None else args.at_step
     world = exercise.topology(args).world_size
@@ -69,3 +88,16 @@ def handle_run(args: argparse.Namespace) -> int:
     report.summary()
     print(f"report: {report_dir / 'report.json'}, timeline: {report_dir / 'timeline.png'}")
     return 0 if report.verdict == "pass" else 1
+
+
+def run_lesson_exercise(exercise, args: argparse.Namespace) -> int:
+    if args.target_rank is not None or args.at_step is not None:
+        raise LabError(f"{args.name} is a lesson exercise: --target-rank and --at-step are for fault drills")
+    run_dir = run_dir_from_args(args)
+    report_dir = Path(args.report_dir) if args.report_dir else \
+        run_dir.reports / f"{args.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    report = run_lesson(exercise, args, run_dir)
+    report.write(report_dir, [])
+    report.summary()
+    print(f"report: {report_dir / 'report.json'}")
+    return 1 if report.verdict == "fail" else 0

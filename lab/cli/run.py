@@ -11,8 +11,8 @@ from lab.cli.starting import start
 
 def register(sub) -> None:
     parser = sub.add_parser("run", help="run any script across the lab's nodes, then take the lab down")
-    # Any script: torchrun's own worker start by default, since --run-path does not put the
-    # script's directory on sys.path (a script importing its neighbours would break).
+    # Any script: torchrun's own worker start by default, a fresh interpreter per worker, as
+    # bare torchrun runs it (--worker-start preload is there to ask for the lab's).
     add_topology_options(parser, worker_start="spawn")
     parser.add_argument("script", help="the training script, as you would give it to torchrun")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")

@@ -24,7 +24,11 @@ def start(args: argparse.Namespace, script: str, script_args: list[str], log=pri
     topology = topology_from_args(args)
     script = resolve_script(script)
     runtime = runtimes.create(args.runtime, run_dir_from_args(args), hosts=args.hosts, log=log,
-                              monitoring=args.prometheus, prometheus_port=args.prometheus_port)
+                              monitoring=args.prometheus, prometheus_port=args.prometheus_port,
+                              context=args.context, namespace=args.namespace, overlay=args.overlay)
+    if args.dry_run and runtime.name == "k8s":
+        print(runtime.plan_manifests(topology, script, script_args), end="")
+        return None
     if args.dry_run:
         print_plan(runtime, topology, script, script_args)
         return None
@@ -35,7 +39,8 @@ def start(args: argparse.Namespace, script: str, script_args: list[str], log=pri
         runtime.down(grace_s=2.0)
         raise
     for node in nodes:
-        where = f"netns {node.netns}" if getattr(node, "netns", None) else "loopback"
+        where = f"netns {node.netns}" if getattr(node, "netns", None) else (
+            "pod" if runtime.name == "k8s" else "loopback")
         log(f"started {node.name} at {node.address} ({where}), {topology.nproc_per_node} workers; log {node.log_path}")
     return runtime, topology, nodes
 

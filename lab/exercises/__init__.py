@@ -1,4 +1,4 @@
-"""Fault-injection exercises: one module each, found by name."""
+"""Exercises, one module each, found by name: the fault drills here, the lesson's in lab.lessons."""
 
 from __future__ import annotations
 
@@ -21,5 +21,13 @@ def load(name: str):
 
 
 def all_exercises() -> dict:
+    from lab import lessons
+
     modules = [importlib.import_module(f"lab.exercises.{m}") for m in MODULES]
+    modules += [importlib.import_module(f"lab.lessons.{m}") for m in lessons.MODULES]
     return {m.NAME: m for m in modules}
+
+
+def kind(module) -> str:
+    """"drill" (breaks one running job) or "lesson" (runs small jobs and compares them)."""
+    return getattr(module, "KIND", "drill")

@@ -24,6 +24,7 @@ class Report:
     faults: list[dict] = field(default_factory=list)
     facts: dict = field(default_factory=dict)  # restarts, lost_steps, recovery, ...
     explanation: str = ""
+    skipped: str = ""  # why the exercise could not run here (a GPU-only lesson on a CPU machine)
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         self.checks.append(Check(name, bool(ok), detail))
@@ -31,6 +32,8 @@ class Report:
 
     @property
     def verdict(self) -> str:
+        if self.skipped:
+            return "skip"
         return "pass" if self.checks and all(c.ok for c in self.checks) else "fail"
 
     def to_json(self) -> dict:
@@ -38,6 +41,7 @@ class Report:
             "exercise": self.exercise, "runtime": self.runtime, "verdict": self.verdict,
             "world_size": self.world_size, "faults": self.faults, **self.facts,
             "checks": [c.__dict__ for c in self.checks], "explanation": self.explanation,
+            **({"skipped": self.skipped} if self.skipped else {}),
         }
 
     def write(self, directory: Path, events: list[dict]) -> None:
@@ -53,6 +57,8 @@ class Report:
         if recovery:
             out.write("  recovery, seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in recovery.items()
                                                         if v is not None) + "\n")
+        if self.skipped:
+            out.write(f"  skipped: {self.skipped}\n")
         if self.explanation:
             out.write(f"  why: {self.explanation}\n")
         out.write(f"verdict: {self.verdict.upper()}\n")

@@ -100,9 +100,12 @@ class EventFileHandler(logging.Handler):
             f.write(json.dumps({"time": time.time(), "node": self.node, "torchelastic": event}) + "\n")
 
 
-def install(metrics: AgentMetrics, events_path: Path | None, node: str) -> None:
-    """Hook the metrics handler, the event handlers and the monitor observer into torchelastic."""
-    elastic_metrics.configure(metrics)  # every group, "torchelastic" included
+def install(metrics: AgentMetrics | None, events_path: Path | None, node: str) -> None:
+    """Hook the metrics handler (when exporting), the event handlers and the monitor
+    observer into torchelastic. The "lab" event handler is always registered: the
+    Topology always renders --event-log-handler=lab."""
+    if metrics:
+        elastic_metrics.configure(metrics)  # every group, "torchelastic" included
     handler = EventFileHandler(events_path, node) if events_path else logging.NullHandler()
     event_handlers._log_handlers[EVENT_HANDLER] = handler  # selected by --event-log-handler=lab
     event_handlers._log_handlers["dynamic_rendezvous"] = handler  # rendezvous rounds, joins, failures
@@ -112,7 +115,8 @@ def install(metrics: AgentMetrics, events_path: Path | None, node: str) -> None:
 
     def monitor_and_observe(agent, worker_group):
         result = original(agent, worker_group)
-        metrics.observe_result(worker_group, result)
+        if metrics:
+            metrics.observe_result(worker_group, result)
         # The moment the agent notices a failure: torch records no event for it.
         round_key = tuple(w.id for w in worker_group.workers)  # the worker pids: new every round
         if result.is_failed() and round_key not in reported_rounds:

@@ -4,13 +4,26 @@ from __future__ import annotations
 
 from lab.errors import LabError
 
-RUNTIME_NAMES = ("auto", "local")
+RUNTIME_NAMES = ("auto", "local", "k8s")
 
 
 def create(name: str, run_dir, *, hosts: str = "auto", log=print, **options):
-    """The runtime called `name`; "auto" picks Docker when a daemon answers, else local."""
+    """The runtime called `name`. "auto" is the local runtime (the Docker one is to come);
+    k8s is chosen only by name, since it needs a cluster."""
     if name not in RUNTIME_NAMES:
         raise LabError(f"unknown runtime {name!r}; choose one of: {', '.join(RUNTIME_NAMES)}")
-    from lab.runtimes.local import LocalRuntime  # the only runtime so far
+    if name == "k8s":
+        from lab.runtimes.k8s import KubernetesRuntime
 
-    return LocalRuntime(run_dir, hosts=hosts, log=log, **options)
+        k8s_options = {k: options[k] for k in ("context", "namespace", "overlay") if options.get(k)}
+        return KubernetesRuntime(run_dir, log=log, **k8s_options)
+    from lab.runtimes.local import LocalRuntime
+
+    local_options = {k: v for k, v in options.items() if k in ("monitoring", "prometheus_port")}
+    return LocalRuntime(run_dir, hosts=hosts, log=log, **local_options)
+
+
+def for_run_dir(run_dir, log=print):
+    """The runtime that started the lab recorded in run_dir (local when none is recorded)."""
+    state = run_dir.read_state() or {}
+    return create(state.get("runtime", "local"), run_dir, log=log)

@@ -57,17 +57,21 @@ def host_for(index: int) -> Host:
     return Host(name=f"node{index}", netns=f"{PREFIX}node{index}", address=f"{SUBNET}.{10 + index}")
 
 
-def create(count: int) -> list[Host]:
-    """Build `count` hosts on a fresh bridge. On failure, remove what was made and raise."""
+def create(count: int, aliases: dict[int, list[str]] | None = None) -> list[Host]:
+    """Build `count` hosts on a fresh bridge. On failure, remove what was made and raise.
+
+    aliases: more names for host i in every host's hosts file (a pod's DNS names, say).
+    """
     hosts = [host_for(i) for i in range(count)]
+    names = {h.name: " ".join([h.name, *(aliases or {}).get(i, [])]) for i, h in enumerate(hosts)}
     try:
         _ip("link", "add", BRIDGE, "type", "bridge")
         _ip("addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
         _ip("link", "set", BRIDGE, "up")
         _allow_bridge_forwarding()
-        hosts_file = "127.0.0.1 localhost\n" + "".join(f"{h.address} {h.name}\n" for h in hosts)
+        hosts_file = "127.0.0.1 localhost\n" + "".join(f"{h.address} {names[h.name]}\n" for h in hosts)
         # c10d reverse-resolves peers by their IPv4-mapped IPv6 form; list it to keep that quiet.
-        hosts_file += "".join(f"::ffff:{h.address} {h.name}\n" for h in hosts)
+        hosts_file += "".join(f"::ffff:{h.address} {names[h.name]}\n" for h in hosts)
         for i, host in enumerate(hosts):
             _create_host(i, host, hosts_file)
     except BaseException:

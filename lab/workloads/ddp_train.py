@@ -16,8 +16,11 @@ With 2 processes it prints (rank 0 prints the loss; every rank prints its checks
 The checksum is the sum of the first layer's weights. It is identical on every rank
 because DDP averages the gradients before each step. With 4 processes (1x4 or 2x2)
 every rank prints -4.676729: a different world size averages different data.
-The hex form is the exact float, to compare runs bit for bit.
+The hex form is the exact float, to compare runs bit for bit. With --no-ddp each rank
+trains its copy on its own batch and the checksums drift apart.
 """
+
+import sys
 
 import torch
 import torch.nn as nn
@@ -28,14 +31,16 @@ STEPS = 3
 
 
 def main() -> None:
+    # --no-ddp: the lesson's counter-example, every rank training its own copy alone.
+    use_ddp = "--no-ddp" not in sys.argv[1:]
     with process_group() as ctx:
-        train(ctx)  # in its own function, so the DDP model is freed before the group is destroyed
+        train(ctx, use_ddp)  # in its own function, so the DDP model is freed before the group is destroyed
 
 
-def train(ctx: Ctx) -> None:
+def train(ctx: Ctx, use_ddp: bool = True) -> None:
     torch.manual_seed(0)  # the model's seed: same on every rank (DDP broadcasts rank 0's anyway)
     model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 1)).to(ctx.device)
-    ddp_model = ddp(model, ctx)
+    ddp_model = ddp(model, ctx) if use_ddp else model
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
     loss_fn = nn.MSELoss()
 

@@ -57,6 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--width", type=int, default=64, help="hidden units (a wider model makes longer steps)")
     p.add_argument("--samples", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size (default 25)")
     args = p.parse_args(argv)
     if args.steps < 1 or args.ckpt_every < 0 or args.step_time < 0:
         p.error("--steps must be >= 1, --ckpt-every and --step-time >= 0")
@@ -86,15 +87,18 @@ def main(argv=None) -> None:
     events.write("start", world_size=int(os.environ.get("WORLD_SIZE", 1)), steps=args.steps)
     metrics = None
     if args.metrics_port_base:
+        # Nodes with their own address (pods) all use the same ports: keyed by local rank.
+        by_local = os.environ.get("LAB_METRICS_PORT_BY") == "local_rank"
+        port = args.metrics_port_base + (local_rank if by_local else rank)
         metrics = RankMetrics(rank=rank, local_rank=local_rank, node=events.common["node"],
                               world_size=int(os.environ.get("WORLD_SIZE", 1)),
                               restart=events.common["restart"])
         try:
-            metrics.serve(args.metrics_port_base + rank)
+            metrics.serve(port)
         except ExporterPortError as e:
             raise SystemExit(f"trainer rank {rank}: error: {e}") from None
         if args.targets_dir:
-            register_target(args.targets_dir, f"rank{rank}", args.metrics_port_base + rank,
+            register_target(args.targets_dir, f"rank{rank}", port,
                             {"rank": str(rank), "node": events.common["node"]})
     progress = {"step": 0, "preempted": False}
     completed = False
@@ -123,7 +127,7 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
     if metrics:
         metrics.rendezvous.set(ctx.rendezvous_seconds)
     model = make_model(args.width).to(ctx.device)
-    ddp_model = ddp(model, ctx)
+    ddp_model = ddp(model, ctx, bucket_cap_mb=args.bucket_cap_mb)
     if ctx.distributed:
         # Installed with or without metrics, so monitoring never changes how the job communicates.
         ddp_model.register_comm_hook(None, timed_allreduce_hook(metrics.allreduce_duration if metrics else None))

@@ -1,0 +1,33 @@
+"""The lesson's claims as exercises: each one small module, run by lab.lessons.runner.
+
+A lesson module has NAME, SUMMARY, KIND = "lesson", COMMAND (the exact command),
+DEPTHS (its explanation for a beginner, a developer and a researcher) and
+run(lesson, options), which runs jobs and fills lesson.report.
+"""
+
+from __future__ import annotations
+
+import re
+
+MODULES = (
+    "hello_ddp", "broadcast_at_construction", "no_ddp_drift", "forgot_torchrun", "print_from_every_rank",
+    "same_data_every_rank", "buffers", "determinism", "rank_vs_local_rank", "bucket_size", "set_device_first",
+)
+
+
+def checksums(output) -> dict[int, str]:
+    """{rank: exact checksum} from the lesson scripts' `rank R ... checksum C (HEX)` lines."""
+    return {int(m["rank"]): m["exact"] for m in output.matches(
+        r"rank (?P<rank>\d+) local_rank \d+ host \S+ checksum \S+ \((?P<exact>[^)]+)\)")}
+
+
+def all_equal(values) -> bool:
+    return len(set(values)) == 1
+
+
+def losses(output) -> list[str]:
+    return [m[1] for m in output.matches(r"step \d+ loss (\S+)")]
+
+
+def numbers(text: str) -> list[str]:
+    return re.findall(r"-?\d+\.\d+", text)

@@ -1,0 +1,191 @@
+"""The Kubernetes runtime: `lab up --runtime k8s [--context C] [--namespace NS] [--overlay O]`.
+
+It renders an overlay of k8s/ with `kubectl kustomize`, writes the job's Topology into
+the rendered ConfigMap (and the node count into the Job), applies it with kubectl, streams
+every pod's log into the run directory and waits like any runtime. `lab down` deletes
+exactly the objects it applied. Faults act through the API: deleting a pod is losing a
+node; `kubectl exec` kills a worker. Nothing here talks to a cluster until `up`, so
+`--dry-run` prints the manifests offline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from lab import procs
+from lab.errors import LabError
+from lab.rundir import MARKER, RunDir
+from lab.runtimes.base import Node
+from lab.topology import Topology
+
+K8S_DIR = Path(__file__).resolve().parents[2] / "k8s"
+OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos")
+JOB = "torchrun-lab"
+WORKERS_FILE = "/tmp/lab-workers.json"  # LAB_WORKERS_FILE in k8s/base/job.yaml
+
+
+class Kubectl:
+    def __init__(self, context: str | None, namespace: str):
+        self.context, self.namespace = context, namespace
+
+    def argv(self, *args: str) -> list[str]:
+        exe = shutil.which("kubectl")
+        if exe is None:
+            raise LabError("kubectl is not installed (https://kubernetes.io/docs/tasks/tools/): "
+                           "the k8s runtime drives the cluster with it")
+        context = [f"--context={self.context}"] if self.context else []
+        return [exe, *context, f"--namespace={self.namespace}", *args]
+
+    def __call__(self, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
+        done = subprocess.run(self.argv(*args), input=stdin, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or ["no output"])[0]
+            raise LabError(f"kubectl {args[0]} failed: {first}")
+        return done.stdout
+
+    def check_cluster(self) -> None:
+        done = subprocess.run(self.argv("version", "--request-timeout=5s", "-o", "json"),
+                              capture_output=True, text=True, timeout=30)
+        if done.returncode != 0 or '"serverVersion"' not in done.stdout:
+            first = (done.stderr.strip().splitlines() or ["no answer"])[0]
+            where = f"context {self.context!r}" if self.context else "the current kubectl context"
+            raise LabError(f"no reachable Kubernetes cluster in {where}: {first}")
+
+
+def render(overlay: str, topology: Topology, script: str, script_args: list[str]) -> list[dict]:
+    """The overlay's objects, with this job's topology, node count and workload in them."""
+    if overlay not in OVERLAYS:
+        raise LabError(f"unknown overlay {overlay!r}; choose one of: {', '.join(OVERLAYS)}")
+    exe = shutil.which("kubectl")
+    if exe is None:
+        raise LabError("kubectl is not installed: it renders the manifests (kubectl kustomize)")
+    done = subprocess.run([exe, "kustomize", str(K8S_DIR / "overlays" / overlay)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise LabError(f"kubectl kustomize failed: {done.stderr.strip().splitlines()[0]}")
+    objects = [o for o in yaml.safe_load_all(done.stdout) if o]
+    for obj in objects:
+        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == "torchrun-lab-topology":
+            rendered = json.loads(obj["data"]["LAB_TOPOLOGY"])
+            fields = {**rendered, **pod_fields(topology, rendered)}
+            obj["data"].update(LAB_TOPOLOGY=json.dumps(fields), LAB_WORKLOAD=script,
+                               LAB_WORKLOAD_ARGS=" ".join(script_args))
+        if obj["kind"] == "Job":
+            obj["spec"]["completions"] = obj["spec"]["parallelism"] = topology.nodes
+    return objects
+
+
+def pod_fields(topology: Topology, rendered: dict) -> dict:
+    """The user's topology choices, keeping what the overlay decides (endpoint, backend, ports)."""
+    keep = {"rdzv_host", "rdzv_port", "rdzv_backend", "metrics_ports", "backend"}
+    chosen = {k: v for k, v in topology.__dict__.items() if k not in keep}
+    if rendered.get("nproc_per_node") == "gpu":
+        chosen.pop("nproc_per_node")
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in chosen.items()}
+
+
+class PodNode(Node):
+    def __init__(self, kubectl: Kubectl, index: int, run_dir: Path):
+        self.kubectl, self.index = kubectl, index
+        self.name = f"{JOB}-{index}"
+        self.address = f"{JOB}-{index}.{JOB}"
+        self.dir = run_dir / "nodes" / self.name
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "node.log"
+
+    def pod(self) -> str:
+        out = self.kubectl("get", "pods", "-l", f"job-name={JOB},batch.kubernetes.io/job-completion-index={self.index}",
+                           "-o", "jsonpath={.items[-1:].metadata.name}")
+        if not out.strip():
+            raise LabError(f"no pod for node {self.index} (yet)")
+        return out.strip()
+
+    def start(self, argv: list[str]) -> None:
+        raise LabError("pods are started by their Job: apply the manifests (lab up --runtime k8s)")
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        self.kubectl("delete", "pod", self.pod(), f"--grace-period={int(grace_s)}", "--wait=false")
+
+    def exit_code(self) -> int | None:
+        phase = self.kubectl("get", "pod", self.pod(), "-o",
+                             "jsonpath={.status.phase} {.status.containerStatuses[0].state.terminated.exitCode}")
+        state = phase.split()
+        if state[:1] == ["Succeeded"]:
+            return 0
+        if state[:1] == ["Failed"]:
+            return int(state[1]) if len(state) > 1 else 1
+        return None
+
+    def kill_node(self) -> None:
+        self.kubectl("delete", "pod", self.pod(), "--grace-period=0", "--force", "--wait=false")
+
+    def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
+        code = (f"import json,os; pid=json.load(open({WORKERS_FILE!r}))['pids'][{str(local_rank)!r}]; "
+                f"os.kill(pid, {int(sig)}); print(pid)")
+        return int(self.kubectl("exec", self.pod(), "-c", "node", "--", "python", "-c", code).strip())
+
+
+class KubernetesRuntime:
+    name = "k8s"
+
+    def __init__(self, run_dir: RunDir, *, context: str | None = None, namespace: str = "default",
+                 overlay: str = "cpu-gloo", log=print, **_ignored):
+        self.run_dir, self.overlay, self.log = run_dir, overlay, log
+        self.kubectl = Kubectl(context, namespace)
+
+    def plan_manifests(self, topology: Topology, script: str, script_args: list[str]) -> str:
+        return yaml.safe_dump_all(render(self.overlay, topology, _in_image(script), script_args), sort_keys=False)
+
+    def up(self, topology: Topology, script: str, script_args: list[str]):
+        manifests = self.plan_manifests(topology, script, script_args)
+        self.kubectl.check_cluster()
+        self.run_dir.path.mkdir(parents=True, exist_ok=True)
+        applied = self.run_dir.path / "applied.yaml"
+        applied.write_text(manifests)
+        self.run_dir.write_state({"runtime": self.name, "context": self.kubectl.context,
+                                  "namespace": self.kubectl.namespace, "nodes": topology.nodes,
+                                  "manifests": str(applied)})
+        self.kubectl("apply", "-f", "-", stdin=manifests)
+        self.kubectl("wait", "--for=create", "pod", "-l", f"job-name={JOB}", "--timeout=120s", timeout=150)
+        nodes = self.attach()
+        for node in nodes:
+            node.dir.mkdir(parents=True, exist_ok=True)
+            with open(node.log_path, "ab") as log:  # kubectl streams the pod's log into the run dir
+                subprocess.Popen(self.kubectl.argv("logs", "-f", f"job/{JOB}", "-c", "node",
+                                                   "-l", f"batch.kubernetes.io/job-completion-index={node.index}"),
+                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                 env={**os.environ, MARKER: str(self.run_dir.path)})
+        return topology, nodes
+
+    def attach(self) -> list[PodNode]:
+        state = self.run_dir.read_state() or {}
+        if state.get("runtime") != self.name:
+            return []
+        kubectl = Kubectl(state.get("context"), state.get("namespace", "default"))
+        return [PodNode(kubectl, i, self.run_dir.path) for i in range(state["nodes"])]
+
+    def down(self, grace_s: float = 10.0) -> list[str]:
+        state = self.run_dir.read_state() or {}
+        removed = []
+        if state.get("runtime") == self.name and Path(state["manifests"]).exists():
+            kubectl = Kubectl(state.get("context"), state.get("namespace", "default"))
+            kubectl("delete", "-f", state["manifests"], "--ignore-not-found", "--wait=false")
+            removed.append(f"the objects in {state['manifests']}")
+        procs.signal_all(procs.marked_pids(str(self.run_dir.path)), signal.SIGTERM)  # the log streams
+        self.run_dir.remove()
+        return removed
+
+
+def _in_image(script: str) -> str:
+    """The workload as the image knows it: the lab's own scripts by name, others as given."""
+    path = Path(script)
+    workloads = Path(__file__).resolve().parents[1] / "workloads"
+    return path.stem if path.parent == workloads else script

@@ -1,0 +1,241 @@
+"""The Kubernetes manifests, checked as closely as honest tests can without a cluster.
+
+No Kubernetes API server can run on this machine, so nothing here applies the manifests
+to one. Instead: every overlay renders with the real `kubectl kustomize`; every rendered
+core object validates against the Kubernetes 1.29 and 1.33 OpenAPI schemas
+(kubernetes-validate, strict); the Prometheus Operator objects, which have no schema
+there, are checked for their required fields; every pod passes the Pod Security
+"restricted" checks (chaos excepted, on purpose); golden renders catch unintended change;
+and test_rendered_pod_template_trains_on_netns_hosts runs the rendered pod template
+itself as a multi-node job. The k8s runtime's cluster path (apply, logs, faults through
+the API) is not exercised here; its offline half (--dry-run, the errors) is.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, needs_netns
+from lab.health import prometheus_rule
+from lab.runtimes import k8s_pod, netns
+
+OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos")
+GOLDEN = Path(__file__).parent / "golden" / "k8s"
+CRD_KINDS = {"PodMonitor", "PrometheusRule"}
+needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed (make host-deps)")
+
+
+def kustomize(overlay: str) -> str:
+    done = subprocess.run(["kubectl", "kustomize", str(REPO / "k8s" / "overlays" / overlay)],
+                          capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def objects(overlay: str) -> list[dict]:
+    return [o for o in yaml.safe_load_all(kustomize(overlay)) if o]
+
+
+def pod_specs(objs: list[dict]) -> list[tuple[str, dict]]:
+    return [(f"{o['kind']}/{o['metadata']['name']}", o["spec"]["template"]["spec"])
+            for o in objs if o["kind"] in ("Job", "Deployment", "StatefulSet", "DaemonSet")]
+
+
+def restricted_violations(spec: dict) -> list[str]:
+    """The Pod Security Standards' "restricted" profile, as the checks it lists."""
+    bad = []
+    pod_sc = spec.get("securityContext", {})
+    for flag in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(flag):
+            bad.append(f"{flag} is set")
+    allowed_volumes = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                       "projected", "secret"}
+    for volume in spec.get("volumes", []):
+        kinds = set(volume) - {"name"}
+        if not kinds <= allowed_volumes:
+            bad.append(f"volume {volume['name']} is {sorted(kinds)}")
+    for c in spec.get("containers", []) + spec.get("initContainers", []):
+        sc = c.get("securityContext", {})
+        if sc.get("privileged"):
+            bad.append(f"{c['name']}: privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            bad.append(f"{c['name']}: allowPrivilegeEscalation is not false")
+        caps = sc.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []):
+            bad.append(f"{c['name']}: capabilities do not drop ALL")
+        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            bad.append(f"{c['name']}: adds capabilities {caps['add']}")
+        if not sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")):
+            bad.append(f"{c['name']}: runAsNonRoot is not true")
+        if sc.get("runAsUser", pod_sc.get("runAsUser")) == 0:
+            bad.append(f"{c['name']}: runs as user 0")
+        seccomp = sc.get("seccompProfile", pod_sc.get("seccompProfile", {})).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            bad.append(f"{c['name']}: seccompProfile is {seccomp}")
+    return bad
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_renders_and_validates_against_kubernetes_1_29_to_1_33(overlay):
+    import kubernetes_validate
+
+    objs = objects(overlay)
+    assert objs
+    for obj in objs:
+        if obj["kind"] in CRD_KINDS:
+            assert obj["apiVersion"] == "monitoring.coreos.com/v1" and obj["spec"]
+            continue
+        for version in ("1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0"):
+            kubernetes_validate.validate(obj, version, strict=True)  # raises on any error
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", [o for o in OVERLAYS if o != "chaos"])
+def test_every_pod_meets_the_restricted_profile(overlay):
+    specs = pod_specs(objects(overlay))
+    assert specs
+    for name, spec in specs:
+        assert restricted_violations(spec) == [], name
+
+
+@needs_kubectl
+def test_chaos_alone_adds_net_admin_and_the_checker_catches_it():
+    (name, spec), = pod_specs(objects("chaos"))
+    assert "NET_ADMIN" in spec["containers"][0]["securityContext"]["capabilities"]["add"]
+    assert restricted_violations(spec) == ["node: adds capabilities ['NET_ADMIN']"]
+    for overlay in ("cpu-gloo", "cuda-nccl", "elastic", "monitoring"):
+        assert "NET_ADMIN" not in kustomize(overlay)
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_render_matches_the_golden_file(overlay):
+    """UPDATE_GOLDEN=1 rewrites the golden files after an intended change."""
+    rendered, golden = kustomize(overlay), GOLDEN / f"{overlay}.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(rendered)
+    assert rendered == golden.read_text()
+
+
+@needs_kubectl
+def test_the_base_is_a_gang_of_indexed_pods_with_stable_names():
+    objs = objects("cpu-gloo")
+    job = next(o for o in objs if o["kind"] == "Job")
+    service = next(o for o in objs if o["kind"] == "Service")
+    topology = json.loads(next(o for o in objs if o["kind"] == "ConfigMap")["data"]["LAB_TOPOLOGY"])
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == topology["nodes"]
+    assert job["spec"]["template"]["spec"]["subdomain"] == service["metadata"]["name"]
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert topology["rdzv_host"] == f"{job['metadata']['name']}-0.{service['metadata']['name']}"
+    assert job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 30  # torchrun's SIGTERM wait
+
+
+def test_the_prometheus_rule_is_generated_from_the_lab_rules():
+    committed = (REPO / "k8s" / "overlays" / "monitoring" / "prometheusrule.yaml").read_text()
+    assert committed == prometheus_rule.render()
+    rules = yaml.safe_load(committed)["spec"]["groups"]
+    assert rules == yaml.safe_load(prometheus_rule.RULES.read_text())["groups"]
+
+
+def test_pod_entry_renders_the_node_command_from_the_configmap():
+    env = {"LAB_TOPOLOGY": json.dumps({"nodes": 2, "nproc_per_node": 2, "rdzv_host": "torchrun-lab-0.torchrun-lab",
+                                       "metrics_ports": "fixed"}),
+           "JOB_COMPLETION_INDEX": "1", "LAB_WORKLOAD": "trainer", "LAB_WORKLOAD_ARGS": "--steps 5"}
+    argv = k8s_pod.argv_from_env(env)
+    assert "--rdzv-endpoint=torchrun-lab-0.torchrun-lab:29400" in argv
+    assert "--rdzv-conf=join_timeout=120,is_host=0" in argv  # index 1 does not host the store
+    assert "--env=LAB_AGENT_METRICS_PORT=9400" in argv and "--env=LAB_METRICS_PORT_BY=local_rank" in argv
+    assert argv[-3:] == [str(REPO / "lab" / "workloads" / "trainer.py"), "--steps", "5"]
+    with pytest.raises(SystemExit, match="JOB_COMPLETION_INDEX"):
+        k8s_pod.argv_from_env({**env, "JOB_COMPLETION_INDEX": ""})
+    with pytest.raises(SystemExit, match="sees no GPU"):
+        k8s_pod.argv_from_env({**env, "LAB_TOPOLOGY": json.dumps({"nodes": 2, "nproc_per_node": "gpu"})})
+
+
+@needs_kubectl
+def test_k8s_dry_run_prints_the_manifests_with_the_chosen_topology(lab):
+    out = lab("up", "--runtime", "k8s", "--dry-run", "--nodes", "3", "--max-restarts", "1")
+    assert out.returncode == 0, out.stderr
+    objs = [o for o in yaml.safe_load_all(out.stdout) if o]
+    job = next(o for o in objs if o["kind"] == "Job")
+    config = next(o for o in objs if o["kind"] == "ConfigMap")["data"]
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
+    assert json.loads(config["LAB_TOPOLOGY"])["max_restarts"] == 1 and config["LAB_WORKLOAD"] == "ddp_train"
+
+
+def test_k8s_without_kubectl_or_a_cluster_is_a_one_line_error(lab, tmp_path):
+    no_kubectl = lab.env() | {"PATH": str(Path(sys.executable).parent)}
+    out = subprocess.run(lab.cmd("up", "--runtime", "k8s"), env=no_kubectl, capture_output=True, text=True)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1 and "kubectl is not installed" in out.stderr
+    if shutil.which("kubectl"):
+        config = tmp_path / "kubeconfig"
+        config.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+                          "contexts: [{name: c, context: {cluster: c}}]\ncurrent-context: c\nusers: []\n")
+        out = subprocess.run(lab.cmd("up", "--runtime", "k8s"), env=lab.env() | {"KUBECONFIG": str(config)},
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 1 and out.stderr.count("\n") == 1
+        assert "no reachable Kubernetes cluster" in out.stderr
+
+
+@pytest.mark.slow
+@needs_netns
+@needs_kubectl
+def test_rendered_pod_template_trains_on_netns_hosts(tmp_path):
+    """The manifest-faithful run: the rendered Job's container command, args and environment
+    (the ConfigMap resolved as envFrom does), one netns host per completion index named as
+    the pod would be (hostname torchrun-lab-<i>, DNS torchrun-lab-<i>.torchrun-lab), with
+    JOB_COMPLETION_INDEX set as the Job controller sets it and each emptyDir mount a fresh
+    folder. What a cluster adds (scheduling, the Service's DNS server) is not here."""
+    objs = objects("cpu-gloo")
+    job = next(o for o in objs if o["kind"] == "Job")
+    config = next(o for o in objs if o["kind"] == "ConfigMap")["data"]
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    subdomain, name = pod["subdomain"], job["metadata"]["name"]
+    count = job["spec"]["completions"]
+    procs_, outputs = [], []
+    netns.create(count, aliases={i: [f"{name}-{i}.{subdomain}", f"{name}-{i}.{subdomain}.default.svc.cluster.local"]
+                                 for i in range(count)})
+    try:
+        for index in range(count):
+            mounts = {m["mountPath"]: tmp_path / f"pod{index}" / m["name"] for m in container["volumeMounts"]}
+            for folder in mounts.values():
+                folder.mkdir(parents=True)
+            env = {**config, **{e["name"]: e["value"] for e in container["env"]}}
+            for key, value in env.items():  # emptyDir mounts: fresh folders per pod
+                for mount, folder in mounts.items():
+                    if value.startswith(mount):
+                        env[key] = str(folder) + value[len(mount):]
+            env.update(JOB_COMPLETION_INDEX=str(index), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+            command = container["command"] + container.get("args", [])
+            out = open(tmp_path / f"pod{index}.log", "w")
+            outputs.append(out)
+            procs_.append(subprocess.Popen(
+                [*netns.exec_prefix(netns.host_for(index)), sys.executable, "-m", "lab.runtimes.nodeproc",
+                 f"--exit-file={tmp_path / f'exit{index}'}", f"--hostname={name}-{index}", "--", *command],
+                env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True))
+        deadline = time.monotonic() + 300
+        for p in procs_:
+            p.wait(max(1, deadline - time.monotonic()))
+    finally:
+        for p in procs_:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+        for out in outputs:
+            out.close()
+        netns.destroy_all()
+    logs = [(tmp_path / f"pod{i}.log").read_text() for i in range(count)]
+    assert [p.returncode for p in procs_] == [0] * count, "\n".join(log[-2000:] for log in logs)
+    import re
+    sums = re.findall(r"rank (\d+) local_rank \d+ host (\S+) checksum \S+ \((\S+)\) at step 200", "".join(logs))
+    assert sorted(int(r) for r, _, _ in sums) == [0, 1, 2, 3]
+    assert len({exact for _, _, exact in sums}) == 1
+    assert {host for _, host, _ in sums} == {f"{name}-0", f"{name}-1"}
