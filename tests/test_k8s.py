@@ -202,8 +202,12 @@ def test_rendered_pod_template_trains_on_netns_hosts(tmp_path):
     subdomain, name = pod["subdomain"], job["metadata"]["name"]
     count = job["spec"]["completions"]
     procs_, outputs = [], []
-    netns.create(count, aliases={i: [f"{name}-{i}.{subdomain}", f"{name}-{i}.{subdomain}.default.svc.cluster.local"]
-                                 for i in range(count)})
+    # As cluster DNS and the kubelet's /etc/hosts would answer: every pod resolves the
+    # others' DNS names; only a pod itself resolves its bare hostname (to its FQDN, which
+    # is what torch's agent then advertises to the workers).
+    fqdn = {i: f"{name}-{i}.{subdomain}.default.svc.cluster.local" for i in range(count)}
+    netns.create(count, aliases={i: [fqdn[i], f"{name}-{i}.{subdomain}"] for i in range(count)},
+                 own_aliases={i: [f"{name}-{i}"] for i in range(count)})
     try:
         for index in range(count):
             mounts = {m["mountPath"]: tmp_path / f"pod{index}" / m["name"] for m in container["volumeMounts"]}

@@ -47,7 +47,8 @@ class Report:
     def write(self, directory: Path, events: list[dict]) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "report.json").write_text(json.dumps(self.to_json(), indent=2, default=str) + "\n")
-        timeline(events, self.faults, directory / "timeline.png", title=f"{self.exercise}: {self.verdict}")
+        if events:  # a drill's job; lessons run several short jobs and compare their output
+            timeline(events, self.faults, directory / "timeline.png", title=f"{self.exercise}: {self.verdict}")
 
     def summary(self, out=sys.stdout) -> None:
         out.write(f"\n{self.exercise} on {self.runtime}, {self.world_size} ranks\n")

@@ -19,7 +19,7 @@ SUMMARY = "BatchNorm statistics with broadcast_buffers on, off, and SyncBatchNor
 KIND = "lesson"
 COMMAND = "lab exercise run buffers"
 LINE = r"rank (?P<rank>\d+) mode \S+ running_mean at last forward (?P<seen>\S+) after training (?P<after>\S+)"
-SYNC_CPU_ERROR = "SyncBatchNorm expected input tensor to be on GPU"
+SYNC_CPU_ERROR = "SyncBatchNorm layers only work with GPU modules"  # DDP says so at construction
 DEPTHS = {
     "beginner": """
 Some layers keep running averages of the data they saw (BatchNorm does). Those are not

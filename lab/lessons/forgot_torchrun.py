@@ -39,8 +39,9 @@ def run(lesson, options) -> None:
     plain = lesson.python("plain python", "bare_init")
     with_torchrun = lesson.job("the same file under torchrun", Topology(nodes=1, nproc_per_node=2), "bare_init")
     report.check("plain python fails", not plain.ok, f"exit code {plain.codes['python']}")
-    report.check("with the env:// rendezvous error", bool(plain.matches("env://")) and bool(plain.matches(ENV_ERROR)),
-                 next((line for line in plain.lines if "env://" in line), "no env:// error")[:200])
+    error = plain.matches(r"ValueError: (Error initializing torch.distributed using env:// rendezvous: .*)")
+    report.check("with the env:// rendezvous error", bool(error) and ENV_ERROR in error[0][1],
+                 error[0][1][:200] if error else "no env:// error")
     ready = with_torchrun.matches(r"rank (\d+) of 2: process group ready")
     report.check("under torchrun both copies join the group", with_torchrun.ok and len(ready) == 2,
                  f"{len(ready)} of 2 ready")

@@ -57,27 +57,34 @@ def host_for(index: int) -> Host:
     return Host(name=f"node{index}", netns=f"{PREFIX}node{index}", address=f"{SUBNET}.{10 + index}")
 
 
-def create(count: int, aliases: dict[int, list[str]] | None = None) -> list[Host]:
+def create(count: int, aliases: dict[int, list[str]] | None = None,
+           own_aliases: dict[int, list[str]] | None = None) -> list[Host]:
     """Build `count` hosts on a fresh bridge. On failure, remove what was made and raise.
 
-    aliases: more names for host i in every host's hosts file (a pod's DNS names, say).
+    aliases: more names for host i, in every host's hosts file (a pod's DNS names, say);
+    own_aliases: names for host i that only host i knows (a pod's bare hostname).
     """
     hosts = [host_for(i) for i in range(count)]
-    names = {h.name: " ".join([h.name, *(aliases or {}).get(i, [])]) for i, h in enumerate(hosts)}
     try:
         _ip("link", "add", BRIDGE, "type", "bridge")
         _ip("addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
         _ip("link", "set", BRIDGE, "up")
         _allow_bridge_forwarding()
-        hosts_file = "127.0.0.1 localhost\n" + "".join(f"{h.address} {names[h.name]}\n" for h in hosts)
-        # c10d reverse-resolves peers by their IPv4-mapped IPv6 form; list it to keep that quiet.
-        hosts_file += "".join(f"::ffff:{h.address} {names[h.name]}\n" for h in hosts)
         for i, host in enumerate(hosts):
-            _create_host(i, host, hosts_file)
+            _create_host(i, host, _hosts_file(hosts, i, aliases or {}, own_aliases or {}))
     except BaseException:
         destroy_all()
         raise
     return hosts
+
+
+def _hosts_file(hosts: list[Host], viewer: int, aliases: dict, own_aliases: dict) -> str:
+    lines = ["127.0.0.1 localhost"]
+    for i, h in enumerate(hosts):
+        names = " ".join([h.name, *aliases.get(i, []), *(own_aliases.get(i, []) if i == viewer else [])])
+        # c10d reverse-resolves peers by their IPv4-mapped IPv6 form; list it to keep that quiet.
+        lines += [f"{h.address} {names}", f"::ffff:{h.address} {names}"]
+    return "\n".join(lines) + "\n"
 
 
 def _create_host(index: int, host: Host, hosts_file: str) -> None:

@@ -8,12 +8,17 @@ the rendezvous address from the environment that torchrun sets for every worker.
 Plain `python` sets none of them.
 """
 
+import sys
+
 import torch.distributed as dist
 
 
 def main() -> None:
-    dist.init_process_group("gloo")  # env:// : RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-    print(f"rank {dist.get_rank()} of {dist.get_world_size()}: process group ready", flush=True)
+    dist.init_process_group("gloo")  # reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+    # One write per line: with PYTHONUNBUFFERED=1 print() writes the text and the newline
+    # separately, and two ranks' lines can run together.
+    sys.stdout.write(f"rank {dist.get_rank()} of {dist.get_world_size()}: process group ready\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 

@@ -6,6 +6,7 @@ Each rank prints `rank R before set_device cuda:0 after cuda:LOCAL_RANK`.
 """
 
 import os
+import sys
 
 import torch
 
@@ -15,7 +16,8 @@ def main() -> None:
     early = torch.ones(1, device="cuda")  # the mistake: made before choosing a device
     torch.cuda.set_device(local_rank)
     late = torch.ones(1, device="cuda")
-    print(f"rank {rank} before set_device {early.device} after {late.device}", flush=True)
+    sys.stdout.write(f"rank {rank} before set_device {early.device} after {late.device}\n")  # one write a line
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
