@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,8 +38,11 @@ class Lab:
                               timeout=timeout, cwd=REPO)
 
     def popen(self, *args: str) -> subprocess.Popen:
+        # As from a terminal: a test run started in the background (`make test &`) has SIGINT
+        # ignored, and the child would inherit that and never see the Ctrl-C a test sends.
         return subprocess.Popen(self.cmd(*args), env=self.env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, cwd=REPO)
+                                stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ completion, per bucket, into a histogram (or nowhere, when given None).
 
 Measured on the lab machine (torch 2.13 CPU, gloo, 2 ranks, one 1 MB bucket): this
 Python hook made a step *faster* than DDP's built-in all-reduce path, 23.4 against
-32.6 ms (`python -m lab.bench.overhead`, first version), with bit-identical results.
+32.6 ms (`lab bench overhead`, first version), with bit-identical results.
 Not investigated further; the trainer always installs the hook so that turning
 monitoring on or off never changes the communication path being compared.
 """
