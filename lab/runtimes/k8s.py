@@ -10,6 +10,7 @@ node; `kubectl exec` kills a worker. Nothing here talks to a cluster until `up`,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -91,6 +92,8 @@ def pod_fields(topology: Topology, rendered: dict) -> dict:
 
 
 class PodNode(Node):
+    pid = None  # the pod's processes live on a cluster node, not here
+
     def __init__(self, kubectl: Kubectl, index: int, run_dir: Path):
         self.kubectl, self.index = kubectl, index
         self.name = f"{JOB}-{index}"
@@ -150,9 +153,10 @@ class KubernetesRuntime:
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
         applied = self.run_dir.path / "applied.yaml"
         applied.write_text(manifests)
-        self.run_dir.write_state({"runtime": self.name, "context": self.kubectl.context,
+        self.run_dir.write_state({"runtime": self.name, "hosts": "pods", "context": self.kubectl.context,
                                   "namespace": self.kubectl.namespace, "nodes": topology.nodes,
-                                  "manifests": str(applied)})
+                                  "manifests": str(applied), "topology": dataclasses.asdict(topology),
+                                  "script": script, "script_args": list(script_args), "prometheus": None})
         self.kubectl("apply", "-f", "-", stdin=manifests)
         self.kubectl("wait", "--for=create", "pod", "-l", f"job-name={JOB}", "--timeout=120s", timeout=150)
         nodes = self.attach()
