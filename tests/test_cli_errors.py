@@ -108,3 +108,14 @@ def test_exercise_explain_names_the_command(lab):
     for name in ("kill-worker", "corrupt-checkpoint"):
         out = lab("exercise", "explain", name)
         assert out.returncode == 0 and f"lab exercise run {name}" in out.stdout
+
+
+def test_an_unreachable_ray_address_is_a_one_line_error_at_once(lab):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for address, words in ((f"127.0.0.1:{port}", ["no Ray cluster answers", str(port)]),
+                           ("nonsense", ["--ray-address", "HOST:PORT"])):
+        out = lab("exercise", "run", "kill-worker", "--ray-address", address, timeout=120)
+        assert_one_line_error(out, *words)
+        assert not lab.run_dir.exists(), "nothing may be started on bad input"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -130,6 +131,20 @@ class Drill:
             node.start(self.runtime.node_argv(topology, node, script_path("trainer"), trainer_args))
 
 
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in one line, at once, when nothing answers at HOST:PORT: ray.init would retry
+    for minutes (and it rewrites a loopback address to this machine's own)."""
+    if address == "auto":
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise LabError(f"--ray-address must be auto or HOST:PORT, got {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise LabError(f"no Ray cluster answers at {address} ({e.strerror or e})") from None
+
+
 def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout):
     """Bring the lab up, run exercise.run(drill, options), hand the report to on_report(report, drill)
     while the events still exist, then tear everything down. Returns the report."""
@@ -146,7 +161,12 @@ def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout
     ray_tmp = tempfile.mkdtemp(prefix=RAY_TMP_PREFIX)
     try:
         if options.ray_address:
-            ray.init(address=options.ray_address, log_to_driver=False)
+            check_reachable(options.ray_address)
+            try:
+                ray.init(address=options.ray_address, log_to_driver=False)
+            except (ConnectionError, ValueError, RuntimeError) as e:
+                raise LabError(f"cannot join the Ray cluster at {options.ray_address}: "
+                               f"{str(e).strip().splitlines()[0]}") from None
         else:
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
                      _temp_dir=ray_tmp)
