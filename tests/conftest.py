@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -76,3 +77,9 @@ def wait_for_output(proc, text: str, count: int, timeout_s: float) -> bool:
             buffer += chunk
             seen = buffer.count(text)
     return seen >= count
+
+
+def report_of(out) -> dict:
+    """The report.json an exercise run printed the path of (`report: PATH[, timeline: ...]`)."""
+    line = next(line for line in out.stdout.splitlines() if line.startswith("report: "))
+    return json.loads(open(line.split()[1].rstrip(",")).read())

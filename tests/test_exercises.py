@@ -1,6 +1,5 @@
 """Exercises run for real on netns hosts, driven by a real local Ray; their verdicts are asserted."""
 
-import json
 import shutil
 import signal
 import subprocess
@@ -10,16 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_netns, wait_for_output
+from conftest import needs_netns, report_of, wait_for_output
 from lab import procs
 from lab.runtimes import netns
 
 pytestmark = [pytest.mark.slow, needs_netns]
-
-
-def report_of(out) -> dict:
-    line = next(line for line in out.stdout.splitlines() if line.startswith("report: "))
-    return json.loads(open(line.split()[1].rstrip(",")).read())
 
 
 def assert_nothing_left(lab) -> None:

@@ -1,21 +1,15 @@
 """The lesson's claims as exercises: each runs for real (torchrun, gloo, netns hosts) and its
 verdict is asserted; the three explanations exist for every one."""
 
-import json
 
 import pytest
 
-from conftest import needs_netns
+from conftest import needs_netns, report_of
 from lab import lessons
 from lab.exercises import all_exercises, kind
 from lab.lessons.runner import DEPTHS, explain
 
 LESSONS = {name: m for name, m in all_exercises().items() if kind(m) == "lesson"}
-
-
-def report_of(out) -> dict:
-    line = next(line for line in out.stdout.splitlines() if line.startswith("report: "))
-    return json.loads(open(line.split()[1]).read())
 
 
 def test_every_lesson_module_is_registered():

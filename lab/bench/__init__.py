@@ -1,1 +1,10 @@
 """Measurements, each side by side with its reference in the same run (machines here are noisy)."""
+
+import socket
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from lab.bench import free_port
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.errors import LabError
 from lab.exercises import observe
@@ -32,12 +32,6 @@ from lab.topology import Topology
 from lab.workloads import script_path
 
 TRAINER_ARGS = ["--steps", "40", "--ckpt-every", "10", "--step-time", "0.1"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def kill_and_time(events_dir: Path, timeout_s: float = 180) -> tuple[float, dict]:

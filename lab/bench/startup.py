@@ -13,7 +13,6 @@ overhead against bare torchrun.
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from lab.bench import free_port
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.errors import LabError
 from lab.workloads import script_path
@@ -46,12 +46,6 @@ def time_to_line(commands: list[list[str]], env: dict[str, str], marker: bytes =
     if elapsed is None or any(p.returncode for p in procs):
         raise RuntimeError(f"job failed: exit codes {[p.returncode for p in procs]}")
     return elapsed
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def lab_up(run_dir: str, *options: str) -> list[list[str]]:

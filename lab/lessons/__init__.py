@@ -7,7 +7,7 @@ run(lesson, options), which runs jobs and fills lesson.report.
 
 from __future__ import annotations
 
-import re
+from lab import results
 
 MODULES = (
     "hello_ddp", "broadcast_at_construction", "no_ddp_drift", "forgot_torchrun", "print_from_every_rank",
@@ -17,8 +17,7 @@ MODULES = (
 
 def checksums(output) -> dict[int, str]:
     """{rank: exact checksum} from the lesson scripts' `rank R ... checksum C (HEX)` lines."""
-    return {int(m["rank"]): m["exact"] for m in output.matches(
-        r"rank (?P<rank>\d+) local_rank \d+ host \S+ checksum \S+ \((?P<exact>[^)]+)\)")}
+    return {r.rank: r.exact for r in results.parse(output.text, node="")}
 
 
 def all_equal(values) -> bool:
@@ -28,6 +27,3 @@ def all_equal(values) -> bool:
 def losses(output) -> list[str]:
     return [m[1] for m in output.matches(r"step \d+ loss (\S+)")]
 
-
-def numbers(text: str) -> list[str]:
-    return re.findall(r"-?\d+\.\d+", text)

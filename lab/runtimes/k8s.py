@@ -32,15 +32,20 @@ JOB = "torchrun-lab"
 WORKERS_FILE = "/tmp/lab-workers.json"  # LAB_WORKERS_FILE in k8s/base/job.yaml
 
 
+def kubectl_exe() -> str:
+    exe = shutil.which("kubectl")
+    if exe is None:
+        raise LabError("kubectl is not installed (https://kubernetes.io/docs/tasks/tools/): "
+                       "the k8s runtime renders and applies the manifests with it")
+    return exe
+
+
 class Kubectl:
     def __init__(self, context: str | None, namespace: str):
         self.context, self.namespace = context, namespace
 
     def argv(self, *args: str) -> list[str]:
-        exe = shutil.which("kubectl")
-        if exe is None:
-            raise LabError("kubectl is not installed (https://kubernetes.io/docs/tasks/tools/): "
-                           "the k8s runtime drives the cluster with it")
+        exe = kubectl_exe()
         context = [f"--context={self.context}"] if self.context else []
         return [exe, *context, f"--namespace={self.namespace}", *args]
 
@@ -64,10 +69,7 @@ def render(overlay: str, topology: Topology, script: str, script_args: list[str]
     """The overlay's objects, with this job's topology, node count and workload in them."""
     if overlay not in OVERLAYS:
         raise LabError(f"unknown overlay {overlay!r}; choose one of: {', '.join(OVERLAYS)}")
-    exe = shutil.which("kubectl")
-    if exe is None:
-        raise LabError("kubectl is not installed: it renders the manifests (kubectl kustomize)")
-    done = subprocess.run([exe, "kustomize", str(K8S_DIR / "overlays" / overlay)], capture_output=True, text=True)
+    done = subprocess.run([kubectl_exe(), "kustomize", str(K8S_DIR / "overlays" / overlay)], capture_output=True, text=True)
     if done.returncode != 0:
         raise LabError(f"kubectl kustomize failed: {done.stderr.strip().splitlines()[0]}")
     objects = [o for o in yaml.safe_load_all(done.stdout) if o]
