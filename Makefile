@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 .DEFAULT_GOAL := help
-.PHONY: help venv host-deps lab-up lab-down lab-status exercise test test-fast bench
+.PHONY: help venv host-deps lab-up lab-down lab-status exercise test test-fast bench wheels images
 NAME ?= kill-worker
 
 help: ## list the targets
@@ -18,11 +18,16 @@ $(BIN)/lab: pyproject.toml
 
 venv: $(BIN)/lab ## create the project's virtual environment in .venv
 
-host-deps: ## install the host tools (iproute2, iptables, prometheus, etcd) when root
+host-deps: ## install the host tools (iproute2, iptables, prometheus, etcd, docker) when root
 	@scripts/host-deps.sh
 
+# In containers when a Docker daemon answers (building the images first), else on netns hosts.
 lab-up: venv host-deps ## start the lab: a 2-node x 2-process DDP job, then the result table
-	$(BIN)/lab up
+	@if docker info >/dev/null 2>&1; then \
+		TARGETS=cpu scripts/build-images.sh && $(BIN)/lab up --runtime docker; \
+	else \
+		echo "no Docker daemon answers: the lab runs on this machine's own hosts"; $(BIN)/lab up; \
+	fi
 
 lab-down: venv ## stop and remove everything the lab started
 	$(BIN)/lab down
@@ -33,11 +38,17 @@ lab-status: venv ## show the lab's nodes
 exercise: venv host-deps ## run a fault-injection drill: make exercise NAME=kill-worker (see lab exercise list)
 	$(BIN)/lab exercise run $(NAME)
 
+wheels: venv ## download every wheel the node image needs into docker/wheels/ (for OFFLINE=1 builds)
+	$(BIN)/pip wheel --quiet --wheel-dir docker/wheels torch==2.13.0 -r docker/requirements-node.txt
+
+images: venv ## build the images: TARGETS="cpu cuda" (default), BASE_IMAGE=..., OFFLINE=1 (see docker/)
+	scripts/build-images.sh
+
 test: venv host-deps ## the whole test suite (what CI runs)
 	$(BIN)/pytest -q
 
-test-fast: venv ## the quick inner loop: no multi-process jobs
-	$(BIN)/pytest -q -m "not slow"
+test-fast: venv ## the quick inner loop: no multi-process jobs, no containers
+	$(BIN)/pytest -q -m "not slow and not docker"
 
 BENCH_OUT := docs/bench
 bench: venv host-deps ## measure everything (about 15 min) and write docs/benchmarks.md

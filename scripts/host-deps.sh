@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the host tools the lab uses, if they are missing: iproute2 and iptables for netns
 # hosts, prometheus (with promtool) to watch the ranks, etcd for the etcd-v2 rendezvous,
-# kubectl to render (kustomize) and apply the Kubernetes manifests.
+# kubectl to render (kustomize) and apply the Kubernetes manifests, docker.io and debootstrap
+# for the docker runtime and its images (and a running dockerd, see start-dockerd.sh).
 # Without root they cannot be installed here: the lab then runs its nodes on loopback and
 # goes without Prometheus, and says so.
 set -euo pipefail
@@ -11,6 +12,8 @@ command -v unshare >/dev/null || missing+=(util-linux)
 command -v iptables >/dev/null || missing+=(iptables)
 command -v prometheus >/dev/null || missing+=(prometheus)
 command -v etcd >/dev/null || missing+=(etcd-server)
+docker info >/dev/null 2>&1 || command -v dockerd >/dev/null || missing+=(docker.io)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
         echo "note: ${missing[*]} missing and cannot be installed here (needs root and apt)"
@@ -26,3 +29,4 @@ if ! command -v kubectl >/dev/null; then
     [ "$(id -u)" -eq 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubectl >/dev/null 2>&1 \
         || echo "note: kubectl is not installed (https://kubernetes.io/docs/tasks/tools/); the k8s tests will skip"
 fi
+"$(dirname "$0")/start-dockerd.sh"

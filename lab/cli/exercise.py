@@ -30,7 +30,9 @@ def register(sub) -> None:
     run.add_argument("name")
     run.add_argument("--target-rank", type=int, help="the rank the fault hits (default: the exercise's)")
     run.add_argument("--at-step", type=int, help="inject when the target rank reaches this step")
-    run.add_argument("--runtime", choices=("local",), default="local")
+    run.add_argument("--runtime", choices=("local", "docker"), default="local",
+                     help="where the nodes run: netns hosts or processes (local), or containers (docker)")
+    run.add_argument("--image", help="docker runtime: the node image (default: $LAB_IMAGE or torchrun-lab:cpu)")
     run.add_argument("--hosts", choices=HOST_MODES, default="auto")
     run.add_argument("--prometheus", choices=PROMETHEUS_MODES, default="off")
     run.add_argument("--torch-defaults", action="store_true", help="leave out the lab's restart workaround")

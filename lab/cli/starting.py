@@ -25,7 +25,8 @@ def start(args: argparse.Namespace, script: str, script_args: list[str], log=pri
     script = resolve_script(script)
     runtime = runtimes.create(args.runtime, run_dir_from_args(args), hosts=args.hosts, log=log,
                               monitoring=args.prometheus, prometheus_port=args.prometheus_port,
-                              context=args.context, namespace=args.namespace, overlay=args.overlay)
+                              context=args.context, namespace=args.namespace, overlay=args.overlay,
+                              image=args.image)
     if args.dry_run and runtime.name == "k8s":
         print(runtime.plan_manifests(topology, script, script_args), end="")
         return None
@@ -40,7 +41,7 @@ def start(args: argparse.Namespace, script: str, script_args: list[str], log=pri
         raise
     for node in nodes:
         where = f"netns {node.netns}" if getattr(node, "netns", None) else (
-            "pod" if runtime.name == "k8s" else "loopback")
+            {"k8s": "pod", "docker": "container"}.get(runtime.name, "loopback"))
         log(f"started {node.name} at {node.address} ({where}), {topology.nproc_per_node} workers; log {node.log_path}")
     return runtime, topology, nodes
 
@@ -57,11 +58,14 @@ def refuse_if_running(runtime, log) -> None:
 def print_plan(runtime, topology, script: str, script_args: list[str]) -> None:
     topology, nodes = runtime.plan(topology, runtime.host_mode())
     for node in nodes:
-        where = f"netns {node.netns}, hostname {node.name}" if node.netns else "loopback"
+        netns = getattr(node, "netns", None)
+        where = f"netns {netns}, hostname {node.name}" if netns else (
+            f"container {node.container_name}, image {node.image}" if runtime.name == "docker" else "loopback")
         print(f"# {node.name}: {node.address} ({where})")
         env = lab_environment({**topology.env(node.index), **runtime.node_env(node)}, topology.torch_defaults)
         for name, value in sorted(env.items()):
             print(f"#   env {name}={value}  (set by lab.launch unless you set it)")
         argv = runtime.node_argv(topology, node, script, script_args)
-        print(f"#   wrapped in: {shlex.join(node.wrapper())} --")
+        if hasattr(node, "wrapper"):
+            print(f"#   wrapped in: {shlex.join(node.wrapper())} --")
         print(shlex.join(argv))

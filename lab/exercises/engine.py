@@ -22,7 +22,7 @@ from lab.exercises import observe
 from lab.exercises.report import Report
 from lab.health.events import read_events
 from lab.rundir import MARKER, RunDir
-from lab.runtimes.local import LocalRuntime
+from lab import runtimes
 from lab.topology import Topology
 from lab.workloads import script_path
 
@@ -39,7 +39,7 @@ class NodeAgent:
     """A Ray actor that owns one lab node. Created with ray.remote(num_cpus=0)(NodeAgent)."""
 
     def __init__(self, run_dir: str, node_name: str):
-        nodes = LocalRuntime(RunDir(run_dir)).attach()
+        nodes = runtimes.for_run_dir(RunDir(run_dir)).attach()
         self.node = next(n for n in nodes if n.name == node_name)
 
     def inject(self, fault: str, **kwargs) -> dict:
@@ -55,7 +55,7 @@ class NodeAgent:
 class Drill:
     """What an exercise's timeline works with: the nodes' agents, the events, the clock."""
 
-    runtime: LocalRuntime
+    runtime: object  # the runtime the lab runs on (local, docker)
     topology: Topology
     agents: dict  # node name -> Ray actor handle
     events_dir: Path
@@ -152,7 +152,9 @@ def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout
 
     topology = exercise.topology(options)
     monitoring = "on" if getattr(exercise, "NEEDS_PROMETHEUS", False) else options.prometheus
-    runtime = LocalRuntime(run_dir, hosts=options.hosts, log=lambda m: out.write(m + "\n"), monitoring=monitoring)
+    runtime = runtimes.create(getattr(options, "runtime", "local"), run_dir, hosts=options.hosts,
+                              log=lambda m: out.write(m + "\n"), monitoring=monitoring,
+                              image=getattr(options, "image", None))
     # Ray's own processes inherit the lab's mark, so `lab down` finds them after a crash too.
     os.environ[MARKER] = str(run_dir.path)
     drill = None

@@ -28,7 +28,7 @@ def binary() -> str | None:
     return shutil.which("prometheus")
 
 
-def config(targets_dir: Path, scrape_interval_s: float = 2.0) -> dict:
+def config(targets_dir: Path, scrape_interval_s: float = 2.0, rules: Path = RULES) -> dict:
     """prometheus.yml as a dict (written as JSON, which is YAML)."""
     def job(name: str, pattern: str) -> dict:
         return {"job_name": name,
@@ -37,7 +37,7 @@ def config(targets_dir: Path, scrape_interval_s: float = 2.0) -> dict:
     return {
         "global": {"scrape_interval": f"{scrape_interval_s:g}s", "scrape_timeout": "1s",
                    "evaluation_interval": f"{scrape_interval_s:g}s"},
-        "rule_files": [str(RULES)],
+        "rule_files": [str(rules)],
         "scrape_configs": [job("lab-ranks", "rank*.json"), job("lab-agents", "agent-*.json")],
     }
 
@@ -56,9 +56,9 @@ class Prometheus:
     def config_path(self) -> Path:
         return self.dir / "prometheus.yml"
 
-    def write_config(self) -> None:
+    def write_config(self, rules: Path = RULES) -> None:
         self.targets_dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(json.dumps(config(self.targets_dir), indent=2))
+        self.config_path.write_text(json.dumps(config(self.targets_dir, rules=rules), indent=2))
 
     def start(self, run_dir: str, timeout_s: float = 30.0) -> None:
         exe = binary()
@@ -68,6 +68,10 @@ class Prometheus:
         argv = [exe, f"--config.file={self.config_path}", f"--storage.tsdb.path={self.dir / 'data'}",
                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"]
         procs.spawn(argv, log_path=self.dir / "prometheus.log", env={**os.environ, MARKER: run_dir})
+        self.wait_ready(timeout_s, lambda: (self.dir / "prometheus.log").read_text(errors="replace"))
+
+    def wait_ready(self, timeout_s: float, read_log) -> None:
+        """Until /-/ready answers; else a one-line error with the last line of read_log()."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
@@ -76,7 +80,7 @@ class Prometheus:
                         return
             except OSError:
                 time.sleep(0.2)
-        log = (self.dir / "prometheus.log").read_text(errors="replace").strip().splitlines()
+        log = read_log().strip().splitlines()
         raise LabError(f"prometheus did not become ready on :{self.port}: {log[-1] if log else 'no output'}")
 
     def query(self, expr: str) -> list[dict]:

@@ -121,22 +121,7 @@ class LocalFaults(Faults):
     def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
         from pathlib import Path
 
-        from lab.workloads import checkpoint
-
-        found = checkpoint.checkpoints(Path(directory))
-        if not found:
-            raise FaultUnsupported(f"no checkpoint in {directory} to corrupt")
-        newest = found[0]
-        data = bytearray(newest.read_bytes())
-        if mode == "truncate":
-            data = data[: len(data) // 2]
-        elif mode == "flip":
-            for i in range(len(data) // 2, len(data), 97):
-                data[i] ^= 0xFF
-        else:
-            raise FaultUnsupported(f"unknown corruption mode {mode!r} (truncate or flip)")
-        newest.write_bytes(bytes(data))
-        return str(newest)
+        return corrupt_newest_checkpoint(Path(directory), mode)
 
     def remember_argv(self, argv: list[str]) -> None:
         (self.dir / "argv.json").write_text(json.dumps(argv))
@@ -165,3 +150,23 @@ class LocalFaults(Faults):
             while self._netns_iptables("-D", chain, "!", flag, "lo", "-m", "comment",
                                        "--comment", PARTITION_COMMENT, "-j", "DROP").returncode == 0:
                 pass  # delete until none is left
+
+
+def corrupt_newest_checkpoint(directory, mode: str = "truncate") -> str:
+    """Damage the newest checkpoint in directory (halve it, or flip bytes); returns its path."""
+    from lab.workloads import checkpoint
+
+    found = checkpoint.checkpoints(directory)
+    if not found:
+        raise FaultUnsupported(f"no checkpoint in {directory} to corrupt")
+    newest = found[0]
+    data = bytearray(newest.read_bytes())
+    if mode == "truncate":
+        data = data[: len(data) // 2]
+    elif mode == "flip":
+        for i in range(len(data) // 2, len(data), 97):
+            data[i] ^= 0xFF
+    else:
+        raise FaultUnsupported(f"unknown corruption mode {mode!r} (truncate or flip)")
+    newest.write_bytes(bytes(data))
+    return str(newest)

@@ -1,10 +1,12 @@
 """The first process of every local node: name the host, run the node, record how it ended.
 
-    python -m lab.runtimes.nodeproc [--hostname NAME] --exit-file PATH -- COMMAND...
+    python -m lab.runtimes.nodeproc [--hostname NAME] [--log-file LOG] --exit-file PATH -- COMMAND...
 
 It sets the UTS hostname (inside `unshare --uts`), runs COMMAND as a child, passes
 SIGTERM/SIGINT/SIGHUP on to it, and writes the child's exit status to PATH, so
 `lab status` in another shell can tell a finished node from a crashed one.
+With --log-file (a container's node, whose output the host reads from a shared
+directory) COMMAND's output is appended to LOG as well as passed through.
 """
 
 from __future__ import annotations
@@ -15,19 +17,36 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+
+
+teeing = threading.Event()
+
+
+def tee(stream, path: str) -> None:
+    """Copy the child's output to our stdout (`docker logs`) and to the log file, line by line."""
+    with open(path, "ab", buffering=0) as log:
+        for line in iter(stream.readline, b""):
+            log.write(line)
+            sys.stdout.buffer.write(line)
+            sys.stdout.buffer.flush()
+    teeing.set()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="lab.runtimes.nodeproc")
     parser.add_argument("--hostname")
     parser.add_argument("--exit-file", required=True)
+    parser.add_argument("--log-file")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.hostname:
         socket.sethostname(args.hostname)
 
-    child = subprocess.Popen(command)
+    child = subprocess.Popen(command, stdout=subprocess.PIPE if args.log_file else None, stderr=subprocess.STDOUT)
+    if args.log_file:
+        threading.Thread(target=tee, args=(child.stdout, args.log_file), daemon=True).start()
 
     def forward(signum, _frame):
         child.send_signal(signum)
@@ -35,6 +54,8 @@ def main() -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     code = child.wait()
+    if args.log_file:
+        teeing.wait(5)  # the last lines of a dying child
     code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, as a shell reports it
     tmp = args.exit_file + ".tmp"
     with open(tmp, "w") as f:

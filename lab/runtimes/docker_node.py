@@ -1,0 +1,173 @@
+"""A lab node as a Docker container, and the faults it can suffer.
+
+The container runs the nodeproc shim around `python -m lab.launch`, under docker-init.
+Its node directory, in the run directory that is mounted at the same path inside, holds
+its log, its exit status and its workers' pids (as the container sees them), so the
+host reads them as it does a local node's. Faults act through the daemon: a worker is
+signalled with `docker exec`, a node is killed and restarted as a container, a partition
+disconnects it from the lab's network and heal connects it again, with its address and
+name.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab import worker_record
+from lab.runtimes.base import FaultUnsupported, Node
+from lab.runtimes.docker_engine import LABEL
+from lab.runtimes.local_faults import WORKERS_FILE, corrupt_newest_checkpoint
+
+# SIGTERM on `docker stop`: the shim hands it to torchrun, which stops its workers.
+STOP_SIGNAL = "SIGTERM"
+
+
+@dataclass
+class DockerNode(Node):
+    name: str  # node<i>: the container's hostname and its name on the lab's network
+    index: int
+    address: str
+    dir: Path
+    run_dir: str
+    network: str
+    image: str
+    user: str
+    mounts: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+    docker: object = None  # a docker client
+
+    @property
+    def container_name(self) -> str:
+        return f"tlab-{self.name}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "node.log"
+
+    @property
+    def exit_file(self) -> Path:
+        return self.dir / "exit"
+
+    def container(self):
+        from docker.errors import NotFound
+
+        try:
+            return self.docker.containers.get(self.container_name)
+        except NotFound:
+            return None
+
+    @property
+    def pid(self) -> int | None:
+        """The container's first process as the host sees it (None when it is not running)."""
+        found = self.container()
+        return (found.attrs["State"]["Pid"] or None) if found else None
+
+    def start(self, argv: list[str]) -> None:
+        """A fresh container running argv; one left from an earlier run of this node is removed."""
+        old = self.container()
+        if old is not None:
+            old.remove(force=True)
+        self.exit_file.unlink(missing_ok=True)
+        (self.dir / WORKERS_FILE).unlink(missing_ok=True)
+        shim = ["python", "-m", "lab.runtimes.nodeproc", f"--exit-file={self.exit_file}",
+                f"--log-file={self.log_path}", "--"]
+        created = self.docker.containers.create(
+            self.image, [*shim, *argv], name=self.container_name, hostname=self.name, user=self.user,
+            labels={LABEL: self.run_dir}, volumes=self.mounts, environment=self.environment, init=True,
+            stop_signal=STOP_SIGNAL, working_dir="/tmp", detach=True,
+            network=self.network,
+            networking_config={self.network: self.docker.api.create_endpoint_config(
+                ipv4_address=self.address, aliases=[self.name])})
+        created.start()
+
+    def exit_code(self) -> int | None:
+        found = self.container()
+        if found is None:
+            return 128 + signal.SIGKILL  # removed under us: as good as killed
+        state = found.attrs["State"]
+        if state["Status"] in ("running", "paused", "restarting", "created"):
+            return None
+        return int(state["ExitCode"])
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        found = self.container()
+        if found is not None and found.status in ("running", "paused"):
+            if found.status == "paused":
+                found.unpause()
+            found.stop(timeout=int(grace_s))
+
+    # Faults -----------------------------------------------------------------------------
+
+    def worker_pids(self) -> dict[int, int]:
+        """{local_rank: pid} as the container sees them (pids in its own pid namespace)."""
+        recorded = worker_record.read(self.dir / WORKERS_FILE)
+        return recorded[1] if recorded else {}
+
+    def _running(self):
+        found = self.container()
+        if found is None or found.status != "running":
+            raise FaultUnsupported(f"{self.name}'s container is not running")
+        return found
+
+    def _signal_worker(self, local_rank: int, sig: int) -> int:
+        workers = self.worker_pids()
+        if local_rank not in workers:
+            raise FaultUnsupported(f"{self.name} has no worker with local rank {local_rank} (has: {sorted(workers)})")
+        pid = workers[local_rank]
+        code = f"import os; os.kill({pid}, {int(sig)})"
+        result = self._running().exec_run(["python", "-c", code], user=self.user)
+        if result.exit_code != 0:
+            last = result.output.decode(errors="replace").strip().splitlines()[-1:]
+            raise FaultUnsupported(f"cannot signal worker {local_rank} on {self.name}: {' '.join(last)}")
+        return pid
+
+    def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
+        return self._signal_worker(local_rank, sig)
+
+    def pause_worker(self, local_rank: int) -> int:
+        return self._signal_worker(local_rank, signal.SIGSTOP)
+
+    def resume_worker(self, local_rank: int) -> int:
+        return self._signal_worker(local_rank, signal.SIGCONT)
+
+    def kill_node(self) -> None:
+        self._running().kill(signal="SIGKILL")
+
+    def restart(self) -> None:
+        """The same container, the same command, started again: a rebooted machine."""
+        found = self.container()
+        if found is None:
+            raise FaultUnsupported(f"{self.name}'s container is gone; nothing to restart")
+        if found.status == "running":
+            raise FaultUnsupported(f"{self.name} is still running; kill it before restarting it")
+        self.exit_file.unlink(missing_ok=True)
+        found.start()
+
+    def preempt(self, grace_s: float) -> None:
+        """`docker stop`: SIGTERM, and SIGKILL after grace_s, as a preempted VM (waits for it)."""
+        self._running().stop(timeout=max(1, round(grace_s)))
+
+    def partition(self) -> None:
+        self.docker.networks.get(self.network).disconnect(self._running(), force=True)
+
+    def heal(self) -> None:
+        self.docker.networks.get(self.network).connect(self._running(), ipv4_address=self.address,
+                                                       aliases=[self.name])
+
+    def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
+        return corrupt_newest_checkpoint(Path(directory), mode)
+
+    def record(self) -> dict:
+        return {"name": self.name, "index": self.index, "address": self.address}
+
+
+def stop_all(nodes: list[DockerNode], grace_s: float) -> None:
+    """Stop the nodes' containers side by side (each may take grace_s)."""
+    threads = [threading.Thread(target=n.stop, args=(grace_s,)) for n in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()

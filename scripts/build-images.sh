@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Build the lab's images: the node image's targets (TARGETS, default "cpu cuda") as
+# torchrun-lab:<target>, and torchrun-lab-prometheus:2.42 (docker/prometheus.Dockerfile).
+#   BASE_IMAGE=...  build every target on this base instead of the Dockerfile's pinned ones
+#   OFFLINE=1       install wheels from docker/wheels/ only (`make wheels` fills it)
+# When BASE_IMAGE is unset and the cpu base cannot be pulled (no registry), the base comes
+# from scripts/docker-base-image.sh (debootstrap) and the build goes offline. A target that
+# cannot be built here (cuda without its base image) is reported and skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+targets="${TARGETS:-cpu cuda}"
+python="${PYTHON:-.venv/bin/python}"
+cpu_base="$(sed -n 's/^ARG CPU_BASE_IMAGE=//p' docker/Dockerfile)"
+base="${BASE_IMAGE:-}" offline="${OFFLINE:-0}"
+built=() skipped=()
+docker info >/dev/null 2>&1 || { echo "error: no Docker daemon answers (make host-deps starts one as root)" >&2; exit 1; }
+if [ -z "$base" ] && ! docker image inspect "$cpu_base" >/dev/null 2>&1 && ! docker pull -q "$cpu_base" >/dev/null 2>&1; then
+    echo "cannot pull $cpu_base: building a base with debootstrap and installing wheels offline"
+    scripts/docker-base-image.sh
+    base=torchrun-lab-base:bookworm offline=1
+    if [[ " $targets " == *" cuda "* ]]; then  # a cuda target on a Debian base with CPU wheels is no cuda target
+        targets="${targets/cuda/}" skipped+=("cuda (its base image $(sed -n 's/^ARG CUDA_BASE_IMAGE=//p' docker/Dockerfile) cannot be pulled)")
+    fi
+fi
+if [ "$offline" = 1 ] && ! ls docker/wheels/torch-*.whl >/dev/null 2>&1; then
+    make --no-print-directory wheels
+fi
+source_hash="$("$python" -c 'from lab.runtimes.docker_engine import source_hash; print(source_hash())')"
+for target in $targets; do
+    echo "building torchrun-lab:$target${base:+ on $base}${offline/#1/ (offline)}"
+    if docker build -q -f docker/Dockerfile --target "$target" -t "torchrun-lab:$target" \
+        ${base:+--build-arg BASE_IMAGE="$base"} --build-arg OFFLINE="$offline" \
+        --label "torchrun-lab.source=$source_hash" . >/tmp/tlab-build-$target.log 2>&1; then
+        built+=("torchrun-lab:$target")
+    else
+        skipped+=("$target ($(grep -v DEPRECATED /tmp/tlab-build-$target.log | grep -iE 'error|denied|not found' | tail -1 | cut -c1-120))")
+    fi
+done
+echo "building torchrun-lab-prometheus:2.42"
+docker build -q -f docker/prometheus.Dockerfile ${base:+--build-arg BASE_IMAGE="$base"} \
+    -t torchrun-lab-prometheus:2.42 docker/prometheus >/tmp/tlab-build-prometheus.log 2>&1 \
+    || { tail -3 /tmp/tlab-build-prometheus.log >&2; echo "error: the Prometheus image did not build" >&2; exit 1; }
+built+=(torchrun-lab-prometheus:2.42)
+echo "built: ${built[*]}"
+[ ${#skipped[@]} -eq 0 ] || echo "skipped: ${skipped[*]}"
+[ -z "${targets// /}" ] || [[ " ${built[*]} " == *" torchrun-lab:$(echo $targets | cut -d' ' -f1) "* ]]  # the first target must build
