@@ -14,6 +14,7 @@ command -v prometheus >/dev/null || missing+=(prometheus)
 command -v etcd >/dev/null || missing+=(etcd-server)
 docker info >/dev/null 2>&1 || command -v dockerd >/dev/null || missing+=(docker.io)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
+docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || missing+=(docker-compose)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
         echo "note: ${missing[*]} missing and cannot be installed here (needs root and apt)"

@@ -103,7 +103,12 @@ class Drill:
         return starts[-1]["node"], starts[-1]["local_rank"]
 
     def inject(self, node: str, fault: str, **kwargs) -> dict:
-        record = self.ray.get(self.agents[node].inject.remote(fault, **kwargs))
+        try:
+            record = self.ray.get(self.agents[node].inject.remote(fault, **kwargs))
+        except self.ray.exceptions.RayTaskError as e:
+            if isinstance(e.cause, LabError):  # a fault this runtime cannot inject, say: one line
+                raise LabError(f"{fault} on {node}: {e.cause}") from None
+            raise
         self.faults.append(record)
         self.progress(f"injected {fault} on {node} {kwargs or ''}".rstrip())
         return record

@@ -15,8 +15,10 @@ class FaultUnsupported(LabError):
 class Faults:
     """The faults a Node can suffer. A runtime overrides the ones it supports."""
 
+    runtime_name = "this"  # each Node class names its runtime, for the messages below
+
     def _unsupported(self, what: str):
-        raise FaultUnsupported(f"the {type(self).__name__} runtime cannot {what}")
+        raise FaultUnsupported(f"the {self.runtime_name} runtime cannot {what}")
 
     def worker_pids(self) -> dict[int, int]:
         """{local_rank: pid} of the workers running now."""

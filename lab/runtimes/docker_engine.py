@@ -30,9 +30,10 @@ def client():
         found = docker.from_env(timeout=30)
         found.ping()
         return found
-    except DockerException as e:
-        reason = str(e).split(": ", 1)[-1].strip().splitlines()[0][:160]
-        raise LabError(f"no Docker daemon answers ({reason}); start dockerd, or use --runtime local") from None
+    except DockerException:
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise LabError(f"no Docker daemon answers at {where}: start one (`make host-deps` does, as root), "
+                       "or use --runtime local") from None
 
 
 def require_image(docker_client, tag: str, build_hint: str) -> None:

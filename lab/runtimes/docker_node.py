@@ -25,8 +25,24 @@ from lab.runtimes.local_faults import WORKERS_FILE, corrupt_newest_checkpoint
 STOP_SIGNAL = "SIGTERM"
 
 
+# slow_worker's duty cycle, run inside the container: pid, stopped fraction, period, stop file.
+DUTY_CYCLE = """
+import os, signal, sys, time
+pid, stopped, period, stop_file = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+try:
+    while not os.path.exists(stop_file):
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(period * stopped)
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(period * (1 - stopped))
+except ProcessLookupError:
+    pass
+"""
+
+
 @dataclass
 class DockerNode(Node):
+    runtime_name = "docker"
     name: str  # node<i>: the container's hostname and its name on the lab's network
     index: int
     address: str
@@ -132,6 +148,21 @@ class DockerNode(Node):
 
     def resume_worker(self, local_rank: int) -> int:
         return self._signal_worker(local_rank, signal.SIGCONT)
+
+    def slow_worker(self, local_rank: int, stopped_fraction: float = 0.75, period_s: float = 0.2) -> int:
+        """SIGSTOP/SIGCONT on a duty cycle, from a process exec'd into the container; it ends when
+        unslow_worker leaves a file in the node's directory, or when the worker is gone."""
+        pid = self.worker_pids().get(local_rank)
+        if pid is None:
+            raise FaultUnsupported(f"{self.name} has no worker with local rank {local_rank}")
+        stop_file = self.dir / "unslow"
+        stop_file.unlink(missing_ok=True)
+        self._running().exec_run(["python", "-c", DUTY_CYCLE, str(pid), str(stopped_fraction), str(period_s),
+                                  str(stop_file)], user=self.user, detach=True)
+        return pid
+
+    def unslow_worker(self) -> None:
+        (self.dir / "unslow").touch()
 
     def kill_node(self) -> None:
         self._running().kill(signal="SIGKILL")

@@ -159,7 +159,8 @@ class DockerRuntime:
         try:
             docker = self.docker
         except LabError as e:
-            self.log(f"note: {e}; the lab's containers, if any, are left to the daemon")
+            if state:  # a lab was started here: say what cannot be cleaned up
+                self.log(f"note: {e}; the lab's containers, if any, are left to the daemon")
             docker = None
         if docker is not None:
             label = f"{engine.LABEL}={self.run_dir.path}"

@@ -94,6 +94,7 @@ def pod_fields(topology: Topology, rendered: dict) -> dict:
 
 
 class PodNode(Node):
+    runtime_name = "k8s"
     pid = None  # the pod's processes live on a cluster node, not here
 
     def __init__(self, kubectl: Kubectl, index: int, run_dir: Path):

@@ -33,6 +33,7 @@ PROMETHEUS_MODES = ("auto", "on", "off")
 
 @dataclass
 class LocalNode(LocalFaults, Node):
+    runtime_name = "local"
     name: str
     index: int
     address: str

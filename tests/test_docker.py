@@ -1,0 +1,201 @@
+"""The Docker runtime with a real daemon and the real cpu image (built here, offline).
+
+The session's first test builds the images with scripts/build-images.sh, as CI does: with
+no registry it makes the base from debootstrap and installs wheels from docker/wheels.
+Skip these locally with `-m "not docker"`; CI runs them (no daemon there is a failure).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+
+import pytest
+
+from conftest import REPO, Lab, report_of, wait_for_output
+from lab.runtimes.docker_engine import LABEL, NODE_IMAGE, PROMETHEUS_IMAGE
+from test_multinode import ranks_from
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def docker(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def labelled(run_dir, kind: str = "container") -> list[str]:
+    """Names of the containers (or networks) labelled with this run dir, stopped ones too."""
+    extra = ["-a"] if kind == "container" else []
+    out = docker(kind, "ls", *extra, "--filter", f"label={LABEL}={run_dir.resolve()}", "--format", "{{.Name}}"
+                 if kind == "network" else "{{.Names}}")
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+@pytest.fixture(scope="session")
+def images():
+    if docker("info").returncode != 0:
+        pytest.fail("no Docker daemon answers: `make host-deps` starts one (as root); "
+                    "skip these tests with -m 'not docker'")
+    built = subprocess.run(["scripts/build-images.sh"], cwd=REPO, capture_output=True, text=True, timeout=1200,
+                           env={**__import__("os").environ, "TARGETS": "cpu"})
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    return NODE_IMAGE
+
+
+@pytest.fixture
+def docker_lab(lab, images):
+    """The lab fixture, checked afterwards: `lab down` left no container or network of its run dir."""
+    yield lab
+    lab("down", timeout=120)
+    assert labelled(lab.run_dir) == [] and labelled(lab.run_dir, "network") == []
+
+
+def test_two_containers_give_the_local_runtimes_checksums(docker_lab, tmp_path):
+    local = Lab(run_dir=tmp_path / "local")
+    try:
+        up_local = local("up", "--hosts", "loopback", "--prometheus", "off")
+    finally:
+        local("down")
+    assert up_local.returncode == 0, up_local.stdout[-3000:]
+    reference = ranks_from(up_local.stdout)
+    assert {r.checksum for r in reference} == {"-4.676729"}
+
+    up = docker_lab("up", "--runtime", "docker")
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-2000:]
+    ranks = ranks_from(up.stdout)
+    assert [r.rank for r in ranks] == [0, 1, 2, 3]
+    assert {r.exact for r in ranks} == {r.exact for r in reference}, "containers must match the local runtime bit for bit"
+    assert {(r.node, r.host) for r in ranks} == {("node0", "node0"), ("node1", "node1")}
+    assert sorted(labelled(docker_lab.run_dir)) == ["tlab-node0", "tlab-node1", "tlab-prometheus"]
+    status = docker_lab("status")
+    assert "runtime docker" in status.stdout and status.stdout.count("exited 0") == 2, status.stdout
+
+
+def test_prometheus_in_its_container_scrapes_every_agent_and_rank(docker_lab):
+    import time
+
+    from lab.bench import free_port
+    from lab.health.prometheus import Prometheus
+
+    port = free_port()
+    up = docker_lab("up", "--runtime", "docker", "--prometheus", "on", "--prometheus-port", str(port),
+                    "--workload", "trainer", "--detach", "--", "--steps", "300", "--step-time", "0.1")
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-1000:]
+    prom = Prometheus(docker_lab.run_dir / "prometheus", port=port)
+    deadline, up_now = time.monotonic() + 90, {}
+    while time.monotonic() < deadline and len(up_now) < 6:
+        up_now = {(r["metric"]["job"], r["metric"]["instance"]) for r in prom.query("up == 1")}
+        time.sleep(1)
+    jobs = sorted(job for job, _ in up_now)
+    assert jobs == ["lab-agents"] * 2 + ["lab-ranks"] * 4, up_now
+    assert {i.split(":")[0] for _, i in up_now} == {"172.29.87.11", "172.29.87.12"}  # the containers' own addresses
+    status = docker_lab("status")
+    assert "agent node0: up" in status.stdout and "agent node1: up" in status.stdout, status.stdout
+
+
+def test_containers_run_as_a_non_root_user(docker_lab):
+    up = docker_lab("up", "--runtime", "docker", "--prometheus", "off")
+    assert up.returncode == 0, up.stdout[-3000:]
+    owners = {p.name: p.stat().st_uid for p in (docker_lab.run_dir / "nodes" / "node0").iterdir()}
+    assert owners and 0 not in owners.values(), f"files the node wrote, by owner uid: {owners}"
+    user = docker("inspect", "-f", "{{.Config.User}}", "tlab-node0").stdout.strip()
+    assert user and not user.startswith("0"), user
+    image_user = docker("run", "--rm", NODE_IMAGE, "id", "-u")
+    assert image_user.returncode == 0 and image_user.stdout.strip() != "0", image_user
+
+
+@pytest.mark.parametrize("name", ["kill-worker", "kill-node"])
+def test_fault_drill_passes_in_containers(docker_lab, name):
+    out = docker_lab("exercise", "run", name, "--runtime", "docker", timeout=600)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    report = report_of(out)
+    assert report["runtime"] == "docker" and report["verdict"] == "pass", report
+
+
+def test_interrupted_lab_up_removes_its_containers_and_network(docker_lab):
+    proc = docker_lab.popen("up", "--runtime", "docker", "--prometheus", "off", "--workload", "trainer",
+                            "--", "--steps", "400", "--step-time", "0.1")
+    try:
+        assert wait_for_output(proc, "agent metrics on", 2, 120), "the nodes' agents never started"
+        assert len(labelled(docker_lab.run_dir)) == 2
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=90)
+    finally:
+        proc.kill()
+    assert labelled(docker_lab.run_dir) == [] and labelled(docker_lab.run_dir, "network") == []
+
+
+def test_lab_down_leaves_other_containers_alone(docker_lab):
+    bystander = docker("run", "-d", "--name", "tlab-test-bystander", NODE_IMAGE, "sleep", "300")
+    assert bystander.returncode == 0, bystander.stderr
+    try:
+        up = docker_lab("up", "--runtime", "docker", "--prometheus", "off", "--detach")
+        assert up.returncode == 0, up.stdout[-2000:]
+        down = docker_lab("down", timeout=120)
+        assert "removed container tlab-node0" in down.stdout
+        state = docker("inspect", "-f", "{{.State.Running}}", "tlab-test-bystander")
+        assert state.stdout.strip() == "true", "lab down touched a container it did not make"
+    finally:
+        docker("rm", "-f", "tlab-test-bystander")
+
+
+def test_a_missing_image_names_the_build_command(docker_lab):
+    out = docker_lab("up", "--runtime", "docker", "--image", "torchrun-lab:no-such-tag")
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines() == [
+        "lab up: error: image torchrun-lab:no-such-tag not found: build it with `make images`"], out.stderr
+    assert labelled(docker_lab.run_dir) == []
+
+
+def test_the_prometheus_image_is_debians_server(images):
+    version = docker("run", "--rm", PROMETHEUS_IMAGE, "--version")
+    assert version.returncode == 0 and "prometheus, version 2.42" in version.stdout + version.stderr
+
+
+def compose_command() -> list[str]:
+    if docker("compose", "version").returncode == 0:
+        return ["docker", "compose"]
+    return ["docker-compose"]  # Debian's 1.29, which host-deps installs
+
+
+def test_compose_trains_and_prometheus_scrapes_every_agent_and_rank(images):
+    """docker/compose.yaml for real, less Grafana (its image needs a registry, none answers here)."""
+    import json
+    import os
+    import time
+    import urllib.parse
+    import urllib.request
+
+    from lab.bench import free_port
+
+    port = free_port()
+    compose = [*compose_command(), "-p", "tlabtest-compose", "-f", str(REPO / "docker" / "compose.yaml")]
+    env = {**os.environ, "LAB_WORKLOAD_ARGS": "--steps 60 --ckpt-every 20 --step-time 0.2",
+           "LAB_PROMETHEUS_PORT": str(port)}
+    try:
+        up = subprocess.run([*compose, "up", "--no-build", "-d", "node0", "node1", "prometheus"], env=env,
+                            capture_output=True, text=True, timeout=180)
+        assert up.returncode == 0, up.stderr[-2000:]
+        wait = subprocess.run(["docker", "wait", "tlabtest-compose_node0_1", "tlabtest-compose_node1_1"]
+                              if "docker-compose" in compose[0] else [*compose, "wait", "node0", "node1"],
+                              capture_output=True, text=True, timeout=240)
+        assert wait.stdout.split() == ["0", "0"], wait.stdout + wait.stderr
+        logs = subprocess.run([*compose, "logs", "--no-color", "node0", "node1"], env=env, capture_output=True,
+                              text=True, timeout=60).stdout
+        ranks = set(re.findall(r"rank (\d) local_rank \d host (node\d) checksum (\S+)", logs))
+        assert {(r, h) for r, h, _ in ranks} == {("0", "node0"), ("1", "node0"), ("2", "node1"), ("3", "node1")}
+        assert len({c for _, _, c in ranks}) == 1, f"ranks disagree: {ranks}"
+        query = urllib.parse.urlencode({"query": "max_over_time(up[5m])"})
+        for _ in range(20):  # the last scrape may still be on its way
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?{query}", timeout=5) as response:
+                seen = {r["metric"]["instance"]: r["value"][1] for r in json.load(response)["data"]["result"]}
+            if len(seen) == 6:
+                break
+            time.sleep(1)
+        assert seen == {f"node{n}:{p}": "1" for n in (0, 1) for p in (9400, 9500, 9501)}, seen
+    finally:
+        subprocess.run([*compose, "down", "-v"], env=env, capture_output=True, timeout=120)
+    left = docker("ps", "-a", "--filter", "label=com.docker.compose.project=tlabtest-compose", "-q")
+    assert left.stdout.strip() == ""
