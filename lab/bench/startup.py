@@ -5,8 +5,9 @@
 Runs the lesson's 2-node x 2-process job several ways, interleaved trial by trial so
 machine noise hits all of them alike: two bare `torchrun` agents started by hand on
 loopback; `lab up` on loopback and on netns hosts without Prometheus (the same job);
-and `lab up` as a user runs it, on netns hosts with its Prometheus server. Each lab
-trial is followed by `lab down`. Prints the median and range of each and the lab's
+and `lab up` as a user runs it, on netns hosts with its Prometheus server; and, when a
+Docker daemon answers and the cpu image is built, `lab up --runtime docker` with warm
+images, with and without its Prometheus container. Each lab trial is followed by `lab down`. Prints the median and range of each and the lab's
 overhead against bare torchrun.
 """
 
@@ -64,6 +65,17 @@ def bare_torchrun(tmp: str) -> list[list[str]]:
              script_path("ddp_train")] for i in range(2)]
 
 
+def docker_ready() -> bool:
+    """A daemon answers and the node image is built (the bench measures warm images only)."""
+    from lab.runtimes import docker_engine
+
+    try:
+        docker_engine.client().images.get(docker_engine.NODE_IMAGE)
+        return True
+    except Exception:  # no daemon, no SDK, no image: the Docker rows are left out
+        return False
+
+
 def add_arguments(p) -> None:
     p.add_argument("--trials", type=int, default=3)
 
@@ -82,6 +94,10 @@ def run(args, out_dir: Path) -> BenchResult:
             variants["lab up (netns hosts, no Prometheus)"] = lambda: lab_up(run_dir, "--hosts", "netns",
                                                                             "--prometheus", "off")
             variants["lab up (netns hosts, Prometheus)"] = lambda: lab_up(run_dir, "--hosts", "netns")
+        if docker_ready():
+            variants["lab up --runtime docker (no Prometheus)"] = lambda: lab_up(run_dir, "--runtime", "docker",
+                                                                                "--prometheus", "off")
+            variants["lab up --runtime docker (Prometheus)"] = lambda: lab_up(run_dir, "--runtime", "docker")
         times: dict[str, list[float]] = {name: [] for name in variants}
         for trial in range(args.trials):
             for name, commands in variants.items():

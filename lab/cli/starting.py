@@ -47,10 +47,15 @@ def start(args: argparse.Namespace, script: str, script_args: list[str], log=pri
 
 
 def refuse_if_running(runtime, log) -> None:
-    nodes = runtime.attach()
-    if any(node.exit_code() is None for node in nodes):
-        raise LabError(f"a lab is already running (run dir {runtime.run_dir.path}); stop it with `lab down`")
-    leftovers = runtime.down(grace_s=2.0)
+    """Refuse while a lab of this run directory runs, on whatever runtime started it; clean up
+    what a crashed one left (the recorded runtime's, then this runtime's own leftovers)."""
+    previous = runtimes.for_run_dir(runtime.run_dir, log=log)
+    if any(node.exit_code() is None for node in previous.attach()):
+        raise LabError(f"a lab is already running (run dir {runtime.run_dir.path}, runtime {previous.name}); "
+                       "stop it with `lab down`")
+    leftovers = previous.down(grace_s=2.0)
+    if previous.name != runtime.name:
+        leftovers += runtime.down(grace_s=2.0)
     if leftovers:
         log(f"removed leftovers of an earlier lab: {', '.join(leftovers)}")
 

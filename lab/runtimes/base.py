@@ -92,3 +92,27 @@ class Node(ABC, Faults):
     def log_path(self) -> Path:
         """The agent's and its workers' combined output."""
 
+
+class NodeFiles:
+    """A node whose files live in its own directory of the run directory (local and docker nodes;
+    a container sees the same paths). Needs .dir."""
+
+    @property
+    def log_path(self) -> Path:
+        """The agent's and its workers' combined output."""
+        return self.dir / "node.log"
+
+    @property
+    def exit_file(self) -> Path:
+        """The agent's exit status, written by the nodeproc shim."""
+        return self.dir / "exit"
+
+
+def run_dir_env(run_path: Path, targets_dir: Path, node_dir: Path, workers_file: str) -> dict[str, str]:
+    """Where a node's agent and workloads keep their state: all under the run directory."""
+    return {
+        "LAB_EVENTS_DIR": str(run_path / "events"),
+        "LAB_CKPT_DIR": str(run_path / "checkpoints"),
+        "LAB_TARGETS_DIR": str(targets_dir),
+        "LAB_WORKERS_FILE": str(node_dir / workers_file),
+    }

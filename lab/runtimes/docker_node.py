@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import worker_record
-from lab.runtimes.base import FaultUnsupported, Node
+from lab.runtimes.base import FaultUnsupported, Node, NodeFiles
 from lab.runtimes.docker_engine import LABEL
 from lab.runtimes.local_faults import WORKERS_FILE, corrupt_newest_checkpoint
 
@@ -41,7 +41,7 @@ except ProcessLookupError:
 
 
 @dataclass
-class DockerNode(Node):
+class DockerNode(NodeFiles, Node):
     runtime_name = "docker"
     name: str  # node<i>: the container's hostname and its name on the lab's network
     index: int
@@ -53,19 +53,12 @@ class DockerNode(Node):
     user: str
     mounts: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
+    gpus: bool = False  # nccl: every GPU of the host (needs the NVIDIA container toolkit)
     docker: object = None  # a docker client
 
     @property
     def container_name(self) -> str:
         return f"tlab-{self.name}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.dir / "node.log"
-
-    @property
-    def exit_file(self) -> Path:
-        return self.dir / "exit"
 
     def container(self):
         from docker.errors import NotFound
@@ -93,11 +86,18 @@ class DockerNode(Node):
         created = self.docker.containers.create(
             self.image, [*shim, *argv], name=self.container_name, hostname=self.name, user=self.user,
             labels={LABEL: self.run_dir}, volumes=self.mounts, environment=self.environment, init=True,
-            stop_signal=STOP_SIGNAL, working_dir="/tmp", detach=True,
+            stop_signal=STOP_SIGNAL, working_dir="/tmp", detach=True, device_requests=self.device_requests(),
             network=self.network,
             networking_config={self.network: self.docker.api.create_endpoint_config(
                 ipv4_address=self.address, aliases=[self.name])})
         created.start()
+
+    def device_requests(self) -> list | None:
+        if not self.gpus:
+            return None
+        from docker.types import DeviceRequest
+
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
 
     def exit_code(self) -> int | None:
         found = self.container()

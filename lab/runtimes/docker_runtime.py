@@ -19,12 +19,12 @@ import os
 import shutil
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 from lab.errors import LabError
 from lab.health import prometheus
 from lab.rundir import RunDir
 from lab.runtimes import docker_engine as engine
+from lab.runtimes.base import run_dir_env
 from lab.runtimes.docker_node import DockerNode, stop_all
 from lab.runtimes.local_faults import WORKERS_FILE
 from lab.topology import Topology
@@ -55,12 +55,7 @@ class DockerRuntime:
         return "containers"
 
     def node_env(self, node: DockerNode) -> dict[str, str]:
-        return {
-            "LAB_EVENTS_DIR": str(self.run_dir.path / "events"),
-            "LAB_CKPT_DIR": str(self.run_dir.path / "checkpoints"),
-            "LAB_TARGETS_DIR": str(self.prometheus.targets_dir),
-            "LAB_WORKERS_FILE": str(node.dir / WORKERS_FILE),
-        }
+        return run_dir_env(self.run_dir.path, self.prometheus.targets_dir, node.dir, WORKERS_FILE)
 
     def plan(self, topology: Topology, mode: str = "containers", user: str = "") -> tuple[Topology, list[DockerNode]]:
         hosts = list(ipaddress.ip_network(SUBNET).hosts())
@@ -68,7 +63,7 @@ class DockerRuntime:
             raise LabError(f"LAB_DOCKER_SUBNET {SUBNET} is too small for {topology.nodes} nodes")
         nodes = [DockerNode(name=f"node{i}", index=i, address=str(hosts[10 + i]),
                             dir=self.run_dir.path / "nodes" / f"node{i}", run_dir=str(self.run_dir.path),
-                            network=NETWORK, image=self.image, user=user,
+                            network=NETWORK, image=self.image, user=user, gpus=topology.backend == "nccl",
                             mounts={str(self.run_dir.path): {"bind": str(self.run_dir.path), "mode": "rw"}},
                             docker=self._docker)
                  for i in range(topology.nodes)]
@@ -146,6 +141,7 @@ class DockerRuntime:
         return [DockerNode(name=n["name"], index=n["index"], address=n["address"],
                            dir=self.run_dir.path / "nodes" / n["name"], run_dir=str(self.run_dir.path),
                            network=NETWORK, image=state["image"], user=state.get("user", ""),
+                           gpus=state["topology"]["backend"] == "nccl",
                            mounts={str(self.run_dir.path): {"bind": str(self.run_dir.path), "mode": "rw"}},
                            docker=self.docker)
                 for n in state["nodes"]]

@@ -23,7 +23,7 @@ from lab.errors import LabError
 from lab.health import prometheus
 from lab.rundir import MARKER, NODE_MARKER, RunDir
 from lab.runtimes import etcd, netns
-from lab.runtimes.base import Node
+from lab.runtimes.base import Node, NodeFiles, run_dir_env
 from lab.runtimes.local_faults import WORKERS_FILE, LocalFaults
 from lab.topology import Topology
 
@@ -32,7 +32,7 @@ PROMETHEUS_MODES = ("auto", "on", "off")
 
 
 @dataclass
-class LocalNode(LocalFaults, Node):
+class LocalNode(NodeFiles, LocalFaults, Node):
     runtime_name = "local"
     name: str
     index: int
@@ -40,14 +40,6 @@ class LocalNode(LocalFaults, Node):
     netns: str | None
     dir: Path
     run_dir: str
-
-    @property
-    def log_path(self) -> Path:
-        return self.dir / "node.log"
-
-    @property
-    def exit_file(self) -> Path:
-        return self.dir / "exit"
 
     @property
     def pid(self) -> int | None:
@@ -110,13 +102,7 @@ class LocalRuntime:
         self.prometheus = prometheus.Prometheus(run_dir.path / "prometheus", port=prometheus_port)
 
     def node_env(self, node: LocalNode) -> dict[str, str]:
-        """Where a node's agent and workloads keep their state: all under the run directory."""
-        return {
-            "LAB_EVENTS_DIR": str(self.run_dir.path / "events"),
-            "LAB_CKPT_DIR": str(self.run_dir.path / "checkpoints"),
-            "LAB_TARGETS_DIR": str(self.prometheus.targets_dir),
-            "LAB_WORKERS_FILE": str(node.dir / WORKERS_FILE),
-        }
+        return run_dir_env(self.run_dir.path, self.prometheus.targets_dir, node.dir, WORKERS_FILE)
 
     def use_prometheus(self) -> bool:
         if self.prometheus_mode == "off":
