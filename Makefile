@@ -39,9 +39,9 @@ exercise: venv host-deps ## run a fault-injection drill: make exercise NAME=kill
 	$(BIN)/lab exercise run $(NAME)
 
 wheels: venv ## download every wheel the node image needs into docker/wheels/ (for OFFLINE=1 builds)
-	$(BIN)/pip wheel --quiet --wheel-dir docker/wheels torch==2.13.0 -r docker/requirements-node.txt
+	$(BIN)/pip wheel --quiet --wheel-dir docker/wheels torch==2.13.0 -r docker/requirements-node.txt -r docker/requirements-ray.txt
 
-images: venv ## build the images: TARGETS="cpu cuda" (default), BASE_IMAGE=..., OFFLINE=1 (see docker/)
+images: venv ## build the images: TARGETS="cpu cuda" (default; also ray), BASE_IMAGE=..., OFFLINE=1 (see docker/)
 	scripts/build-images.sh
 
 test: venv host-deps ## the whole test suite (what CI runs)

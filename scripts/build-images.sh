@@ -22,7 +22,8 @@ if [ -z "$base" ] && ! docker image inspect "$cpu_base" >/dev/null 2>&1 && ! doc
         targets="${targets/cuda/}" skipped+=("cuda (its base image $(sed -n 's/^ARG CUDA_BASE_IMAGE=//p' docker/Dockerfile) cannot be pulled)")
     fi
 fi
-if [ "$offline" = 1 ] && ! ls docker/wheels/torch-*.whl >/dev/null 2>&1; then
+if [ "$offline" = 1 ] && { ! ls docker/wheels/torch-*.whl >/dev/null 2>&1 \
+        || { [[ " $targets " == *" ray "* ]] && ! ls docker/wheels/ray-*.whl >/dev/null 2>&1; }; }; then
     make --no-print-directory wheels
 fi
 source_hash="$("$python" -c 'from lab.runtimes.docker_engine import source_hash; print(source_hash())')"

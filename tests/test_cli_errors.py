@@ -119,3 +119,11 @@ def test_an_unreachable_ray_address_is_a_one_line_error_at_once(lab):
         out = lab("exercise", "run", "kill-worker", "--ray-address", address, timeout=120)
         assert_one_line_error(out, *words)
         assert not lab.run_dir.exists(), "nothing may be started on bad input"
+        out = lab("up", "--runtime", "ray", "--ray-address", address, timeout=120)
+        assert_one_line_error(out, *words)
+        assert not lab.run_dir.exists(), "nothing may be started on bad input"
+
+
+def test_the_ray_runtime_without_an_address_says_what_it_needs(lab):
+    for args in (["up", "--runtime", "ray"], ["exercise", "run", "kill-worker", "--runtime", "ray"]):
+        assert_one_line_error(lab(*args, timeout=120), "--ray-address")

@@ -30,8 +30,9 @@ def register(sub) -> None:
     run.add_argument("name")
     run.add_argument("--target-rank", type=int, help="the rank the fault hits (default: the exercise's)")
     run.add_argument("--at-step", type=int, help="inject when the target rank reaches this step")
-    run.add_argument("--runtime", choices=("local", "docker"), default="local",
-                     help="where the nodes run: netns hosts or processes (local), or containers (docker)")
+    run.add_argument("--runtime", choices=("local", "docker", "ray"), default="local",
+                     help="where the nodes run: netns hosts or processes (local), containers (docker), or "
+                          "one per machine of a Ray cluster (ray, with --ray-address)")
     run.add_argument("--image", help="docker runtime: the node image (default: $LAB_IMAGE or torchrun-lab:cpu)")
     run.add_argument("--hosts", choices=HOST_MODES, default="auto")
     run.add_argument("--prometheus", choices=PROMETHEUS_MODES, default="off")
@@ -39,7 +40,8 @@ def register(sub) -> None:
     run.add_argument("--elastic", action="store_true", help="kill-node: an elastic job (--nnodes=1:N)")
     run.add_argument("--rdzv-backend", choices=("c10d", "etcd-v2"), default="c10d",
                      help="kill-rendezvous-host: where the rendezvous lives (etcd-v2: a lab-run etcd on the host)")
-    run.add_argument("--ray-address", help="join this Ray cluster instead of starting a local instance")
+    run.add_argument("--ray-address", help="join this Ray cluster instead of starting a local instance "
+                                           "(needed by --runtime ray)")
     run.add_argument("--report-dir", help="where report.json and timeline.png go (default: under the run dir)")
     add_run_dir_option(run)
     run.set_defaults(handler=handle_run)
@@ -72,6 +74,7 @@ def handle_run(args: argparse.Namespace) -> int:
     exercise = exercises.load(args.name)
     if exercises.kind(exercise) == "lesson":
         return run_lesson_exercise(exercise, args)
+    args.target_rank_chosen = args.target_rank is not None
     args.target_rank = exercise.DEFAULT_TARGET_RANK if args.target_rank is None else args.target_rank
     args.at_step = exercise.DEFAULT_AT_STEP if args.at_step is None else args.at_step
     world = exercise.topology(args).world_size

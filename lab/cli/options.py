@@ -40,6 +40,8 @@ def add_topology_options(parser: argparse.ArgumentParser, worker_start: str = "a
     r.add_argument("--prometheus", choices=PROMETHEUS_MODES, default="auto",
                    help="start a Prometheus server scraping every rank (auto: when installed)")
     r.add_argument("--prometheus-port", type=int, default=9090)
+    r.add_argument("--ray-address", metavar="auto|HOST:PORT",
+                   help="ray runtime: the Ray cluster to place the nodes on, one per machine")
     r.add_argument("--image", help="docker runtime: the node image (default: $LAB_IMAGE or torchrun-lab:cpu)")
     r.add_argument("--context", help="k8s runtime: the kubectl context (default: the current one)")
     r.add_argument("--namespace", default="default", help="k8s runtime: the namespace (default %(default)s)")

@@ -26,7 +26,7 @@ def start(args: argparse.Namespace, script: str, script_args: list[str], log=pri
     runtime = runtimes.create(args.runtime, run_dir_from_args(args), hosts=args.hosts, log=log,
                               monitoring=args.prometheus, prometheus_port=args.prometheus_port,
                               context=args.context, namespace=args.namespace, overlay=args.overlay,
-                              image=args.image)
+                              image=args.image, ray_address=args.ray_address)
     if args.dry_run and runtime.name == "k8s":
         print(runtime.plan_manifests(topology, script, script_args), end="")
         return None
@@ -41,7 +41,7 @@ def start(args: argparse.Namespace, script: str, script_args: list[str], log=pri
         raise
     for node in nodes:
         where = f"netns {node.netns}" if getattr(node, "netns", None) else (
-            {"k8s": "pod", "docker": "container"}.get(runtime.name, "loopback"))
+            {"k8s": "pod", "docker": "container", "ray": "Ray machine"}.get(runtime.name, "loopback"))
         log(f"started {node.name} at {node.address} ({where}), {topology.nproc_per_node} workers; log {node.log_path}")
     return runtime, topology, nodes
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -23,6 +22,7 @@ from lab.exercises.report import Report
 from lab.health.events import read_events
 from lab.rundir import MARKER, RunDir
 from lab import runtimes
+from lab.runtimes.ray_runtime import connect
 from lab.topology import Topology
 from lab.workloads import script_path
 
@@ -136,20 +136,6 @@ class Drill:
             node.start(self.runtime.node_argv(topology, node, script_path("trainer"), trainer_args))
 
 
-def check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Fail in one line, at once, when nothing answers at HOST:PORT: ray.init would retry
-    for minutes (and it rewrites a loopback address to this machine's own)."""
-    if address == "auto":
-        return
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise LabError(f"--ray-address must be auto or HOST:PORT, got {address!r}")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as e:
-        raise LabError(f"no Ray cluster answers at {address} ({e.strerror or e})") from None
-
-
 def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout):
     """Bring the lab up, run exercise.run(drill, options), hand the report to on_report(report, drill)
     while the events still exist, then tear everything down. Returns the report."""
@@ -159,7 +145,7 @@ def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout
     monitoring = "on" if getattr(exercise, "NEEDS_PROMETHEUS", False) else options.prometheus
     runtime = runtimes.create(getattr(options, "runtime", "local"), run_dir, hosts=options.hosts,
                               log=lambda m: out.write(m + "\n"), monitoring=monitoring,
-                              image=getattr(options, "image", None))
+                              image=getattr(options, "image", None), ray_address=options.ray_address)
     # Ray's own processes inherit the lab's mark, so `lab down` finds them after a crash too.
     os.environ[MARKER] = str(run_dir.path)
     drill = None
@@ -168,12 +154,9 @@ def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout
     ray_tmp = tempfile.mkdtemp(prefix=RAY_TMP_PREFIX)
     try:
         if options.ray_address:
-            check_reachable(options.ray_address)
-            try:
-                ray.init(address=options.ray_address, log_to_driver=False)
-            except (ConnectionError, ValueError, RuntimeError) as e:
-                raise LabError(f"cannot join the Ray cluster at {options.ray_address}: "
-                               f"{str(e).strip().splitlines()[0]}") from None
+            connect(options.ray_address)
+        elif runtime.name == "ray":
+            raise LabError("--runtime ray needs --ray-address auto|HOST:PORT (a running Ray cluster)")
         else:
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
                      _temp_dir=ray_tmp)

@@ -45,6 +45,11 @@ def run(drill, options) -> Report:
     report = drill.new_report(NAME)
     target = options.target_rank
     node, _ = drill.reach(target, options.at_step)
+    if node == "node0" and not getattr(options, "target_rank_chosen", True):
+        # Which node's agent gets which ranks is the c10d rendezvous' choice (the order agents
+        # join in, which a Ray cluster does not fix): by default, hit the last rank off node0.
+        target = max(r for r in range(drill.topology.world_size) if drill.locate(r)[0] != "node0")
+        node, _ = drill.locate(target)
     if node == "node0":
         raise LabError(f"rank {target} runs on node0, which hosts the rendezvous: that drill is kill-rendezvous-host")
     fault = drill.inject(node, "kill_node")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from lab.errors import LabError
 
-RUNTIME_NAMES = ("auto", "local", "docker", "k8s")
+RUNTIME_NAMES = ("auto", "local", "docker", "k8s", "ray")
 
 
 def create(name: str, run_dir, *, hosts: str = "auto", log=print, **options):
-    """The runtime called `name`. "auto" is the local runtime; docker and k8s are chosen by name
-    (`make lab-up` picks docker when a daemon answers)."""
+    """The runtime called `name`. "auto" is the local runtime; docker, k8s and ray are chosen by
+    name (`make lab-up` picks docker when a daemon answers)."""
     if name not in RUNTIME_NAMES:
         raise LabError(f"unknown runtime {name!r}; choose one of: {', '.join(RUNTIME_NAMES)}")
     if name == "k8s":
@@ -17,6 +17,11 @@ def create(name: str, run_dir, *, hosts: str = "auto", log=print, **options):
 
         k8s_options = {k: options[k] for k in ("context", "namespace", "overlay") if options.get(k)}
         return KubernetesRuntime(run_dir, log=log, **k8s_options)
+    if name == "ray":
+        from lab.runtimes.ray_runtime import RayRuntime
+
+        ray_options = {k: v for k, v in options.items() if k in ("monitoring", "prometheus_port", "ray_address")}
+        return RayRuntime(run_dir, log=log, **ray_options)
     if name == "docker":
         from lab.runtimes.docker_runtime import DockerRuntime
 

@@ -1,0 +1,110 @@
+"""A lab node on a machine of a Ray cluster: an actor there owns it, a handle here drives it.
+
+`MachineAgent` is a Ray actor placed on one machine (see lab.runtimes.ray_runtime). It
+owns that machine's lab node as a local node (processes on that machine, its files under
+the run directory) and runs every fault there: a worker kill signals a process on that
+machine, a node kill kills that machine's agent and workers. `RayNode` is the `Node`
+handle the driver, `lab status` and the exercise engine hold: each call goes to the
+actor and its error comes back as the lab's own one-line error.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+from lab.errors import LabError
+from lab.runtimes.base import FaultUnsupported, Node, NodeFiles
+
+ACTOR_NAMESPACE = "torchrun-lab"
+
+
+def actor_name(index: int) -> str:
+    return f"tlab-node{index}"
+
+
+class MachineAgent:
+    """Created with ray.remote(...)(MachineAgent) in a placement group bundle of its own."""
+
+    def __init__(self, run_dir: str, name: str, index: int):
+        import ray
+
+        from lab.runtimes.local import LocalNode
+
+        self.address = ray.util.get_node_ip_address()
+        self.node = LocalNode(name=name, index=index, address=self.address, netns=None,
+                              dir=Path(run_dir) / "nodes" / name, run_dir=run_dir)
+        self.node.dir.mkdir(parents=True, exist_ok=True)
+
+    def where(self) -> dict:
+        import ray
+
+        return {"address": self.address, "hostname": socket.gethostname(),
+                "machine": ray.get_runtime_context().get_node_id()}
+
+    def start(self, argv: list[str]) -> None:
+        # The driver rendered argv with its own interpreter; this machine's may live elsewhere.
+        self.node.start([sys.executable, *argv[1:]])
+
+    def pid(self) -> int | None:
+        return self.node.pid
+
+    def call(self, method: str, args: tuple, kwargs: dict):
+        return getattr(self.node, method)(*args, **kwargs)
+
+
+class RayNode(NodeFiles, Node):
+    runtime_name = "ray"
+
+    def __init__(self, actor, name: str, index: int, address: str, dir: Path):
+        self.actor, self.name, self.index, self.address, self.dir = actor, name, index, address, dir
+
+    def _get(self, ref):
+        import ray
+
+        try:
+            return ray.get(ref, timeout=120)
+        except ray.exceptions.RayTaskError as e:
+            if isinstance(e.cause, LabError):
+                raise type(e.cause)(str(e.cause)) from None
+            raise
+        except ray.exceptions.RayActorError:
+            raise LabError(f"{self.name}'s actor is gone (its machine left the Ray cluster?)") from None
+
+    def _call(self, method: str, *args, **kwargs):
+        return self._get(self.actor.call.remote(method, args, kwargs))
+
+    @property
+    def pid(self) -> int | None:
+        return self._get(self.actor.pid.remote())
+
+    def start(self, argv: list[str]) -> None:
+        self._get(self.actor.start.remote(argv))
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        self._call("stop", grace_s=grace_s)
+
+    def exit_code(self) -> int | None:
+        return self._call("exit_code")
+
+    def partition(self) -> None:
+        raise FaultUnsupported("the ray runtime cannot partition a machine: cutting its network would cut "
+                               "it off from Ray too (use the local runtime's netns hosts)")
+
+    def heal(self) -> None:
+        self.partition()
+
+
+def _forward(method: str):
+    def call(self, *args, **kwargs):
+        return self._call(method, *args, **kwargs)
+
+    call.__name__ = method
+    return call
+
+
+# Every other fault runs on the node's own machine, as the local runtime runs it.
+for _method in ("worker_pids", "kill_worker", "kill_node", "restart", "pause_worker", "resume_worker",
+                "slow_worker", "unslow_worker", "delay_restarted_workers", "preempt", "corrupt_checkpoint"):
+    setattr(RayNode, _method, _forward(_method))

@@ -1,0 +1,199 @@
+"""The Ray runtime: one lab node per machine of an existing Ray cluster.
+
+    lab up --runtime ray --ray-address auto|HOST:PORT
+
+The driver (this process, on a machine of the cluster) reserves one bundle per lab node
+in a STRICT_SPREAD placement group, so no two nodes share a machine, and places a
+`MachineAgent` actor in each (lab.runtimes.ray_node). Each actor starts its machine's
+`python -m lab.launch`, with node 0's address, as the actor reports it, as the c10d
+endpoint. Actors and the group are detached and named, so `lab status` and `lab down`
+find them from any shell on the cluster, and `lab down` removes exactly them.
+
+Like any multi-node torchrun job with checkpoints, the run directory (checkpoints,
+events, logs) must be one directory every machine sees at the same path (NFS, or one
+disk, as the tests' machines share). The lab's Prometheus runs beside the driver and
+finds every exporter through the file_sd targets the exporters write there.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+
+from lab.errors import LabError
+from lab.health import prometheus
+from lab.rundir import RunDir
+from lab.runtimes.base import run_dir_env
+from lab.runtimes.local_faults import WORKERS_FILE
+from lab.runtimes.ray_node import ACTOR_NAMESPACE, MachineAgent, RayNode, actor_name
+from lab.topology import Topology
+
+PLACEMENT_GROUP = "tlab-nodes"
+BUNDLE = {"CPU": 0.01}  # a token share: the bundle only pins the node to a machine
+
+
+def connect(address: str | None) -> None:
+    """Join the Ray cluster at address, unless this process already has: one-line errors."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if not address:
+        raise LabError("the ray runtime needs --ray-address auto|HOST:PORT (a running Ray cluster)")
+    check_reachable(address)
+    try:
+        ray.init(address=address, namespace=ACTOR_NAMESPACE, log_to_driver=False, configure_logging=False)
+    except (ConnectionError, ValueError, RuntimeError) as e:
+        raise LabError(f"cannot join the Ray cluster at {address}: {str(e).strip().splitlines()[0]}") from None
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in one line, at once, when nothing answers at HOST:PORT: ray.init would retry
+    for minutes (and it rewrites a loopback address to this machine's own)."""
+    import socket
+
+    if address == "auto":
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise LabError(f"--ray-address must be auto or HOST:PORT, got {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise LabError(f"no Ray cluster answers at {address} ({e.strerror or e})") from None
+
+
+def machines() -> list[dict]:
+    """The cluster's live machines that can hold a lab node."""
+    import ray
+
+    return [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= BUNDLE["CPU"]]
+
+
+class RayRuntime:
+    name = "ray"
+
+    def __init__(self, run_dir: RunDir, *, ray_address: str | None = None, log=print, monitoring: str = "auto",
+                 prometheus_port: int = 9090, **_ignored):
+        self.run_dir, self.log, self.ray_address = run_dir, log, ray_address
+        self.prometheus_mode = monitoring
+        self.prometheus = prometheus.Prometheus(run_dir.path / "prometheus", port=prometheus_port)
+
+    def host_mode(self) -> str:
+        return "machines"
+
+    def node_env(self, node) -> dict[str, str]:
+        return run_dir_env(self.run_dir.path, self.prometheus.targets_dir, node.dir, WORKERS_FILE)
+
+    def node_argv(self, topology: Topology, node, script: str, script_args: list[str]) -> list[str]:
+        return topology.launch_argv(node.index, script, script_args, log_dir=str(node.dir / "torchelastic"),
+                                    extra_env=self.node_env(node))
+
+    def plan(self, topology: Topology, mode: str = "machines"):
+        raise LabError("the ray runtime places nodes when it starts them: --dry-run needs another runtime")
+
+    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[RayNode]]:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        connect(self.ray_address)
+        found = machines()
+        if len(found) < topology.nodes:
+            raise LabError(f"the Ray cluster at {self.ray_address} has {len(found)} machine(s); --nodes "
+                           f"{topology.nodes} needs {topology.nodes} (one lab node per machine)")
+        watch = self.use_prometheus()
+        self.run_dir.write_state({
+            "runtime": self.name, "hosts": "machines", "ray_address": self.ray_address, "started_at": time.time(),
+            "prometheus": self.prometheus.url if watch else None, "topology": asdict(topology),
+            "script": script, "script_args": list(script_args), "nodes": [],
+        })
+        # Named in the lab's namespace (connect joins it), so `lab down` finds it from any shell.
+        group = placement_group([dict(BUNDLE)] * topology.nodes, strategy="STRICT_SPREAD", name=PLACEMENT_GROUP,
+                                lifetime="detached")
+        if not group.wait(timeout_seconds=60):
+            raise LabError(f"Ray could not place {topology.nodes} nodes on {topology.nodes} machines within 60 s")
+        agent = ray.remote(num_cpus=BUNDLE["CPU"], max_restarts=0)(MachineAgent)
+        actors = [agent.options(name=actor_name(i), namespace=ACTOR_NAMESPACE, lifetime="detached",
+                                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i))
+                  .remote(str(self.run_dir.path), f"node{i}", i) for i in range(topology.nodes)]
+        where = ray.get([a.where.remote() for a in actors], timeout=120)
+        topology = topology.replace(rdzv_host=where[0]["address"])
+        nodes = [RayNode(a, f"node{i}", i, w["address"], self.run_dir.path / "nodes" / f"node{i}")
+                 for i, (a, w) in enumerate(zip(actors, where))]
+        self.run_dir.write_state({**self.run_dir.read_state(), "topology": asdict(topology),
+                                  "nodes": [{"name": n.name, "index": n.index, "address": n.address,
+                                             "hostname": w["hostname"], "machine": w["machine"]}
+                                            for n, w in zip(nodes, where)]})
+        if watch:
+            self.prometheus.start(str(self.run_dir.path))
+        for node in nodes:
+            node.start(self.node_argv(topology, node, script, script_args))
+        return topology, nodes
+
+    def use_prometheus(self) -> bool:
+        if self.prometheus_mode == "off":
+            return False
+        if prometheus.binary() is None:
+            if self.prometheus_mode == "on":
+                raise LabError(prometheus.INSTALL_HINT)
+            self.log(f"note: {prometheus.INSTALL_HINT}")
+            return False
+        return True
+
+    def attach(self) -> list[RayNode]:
+        import ray
+
+        state = self.run_dir.read_state() or {}
+        if state.get("runtime") != self.name or not state.get("nodes"):
+            return []
+        connect(state.get("ray_address"))
+        nodes = []
+        for n in state["nodes"]:
+            try:
+                actor = ray.get_actor(actor_name(n["index"]), namespace=ACTOR_NAMESPACE)
+            except ValueError:
+                raise LabError(f"{n['name']}'s actor is gone from the Ray cluster") from None
+            nodes.append(RayNode(actor, n["name"], n["index"], n["address"], self.run_dir.path / "nodes" / n["name"]))
+        return nodes
+
+    def down(self, grace_s: float = 10.0) -> list[str]:
+        """Stop every node through its actor, then remove the actors, the placement group,
+        Prometheus and the run directory."""
+        state = self.run_dir.read_state() or {}
+        if state.get("runtime") != self.name:
+            return []
+        import ray
+        from ray.util.placement_group import get_placement_group, remove_placement_group
+
+        removed = []
+        try:
+            connect(state.get("ray_address"))
+        except LabError as e:
+            self.log(f"note: {e}; the lab's actors, if any, are left to the cluster")
+        if ray.is_initialized():
+            for n in state.get("nodes", []):
+                try:
+                    actor = ray.get_actor(actor_name(n["index"]), namespace=ACTOR_NAMESPACE)
+                except ValueError:
+                    continue
+                try:
+                    RayNode(actor, n["name"], n["index"], n["address"], self.run_dir.path).stop(grace_s)
+                finally:
+                    ray.kill(actor)
+                removed.append(f"actor {actor_name(n['index'])} ({n['name']} on {n['address']})")
+            try:
+                remove_placement_group(get_placement_group(PLACEMENT_GROUP))
+                removed.append(f"placement group {PLACEMENT_GROUP}")
+            except ValueError:
+                pass
+        from lab import procs
+
+        stray = procs.marked_pids(str(self.run_dir.path))  # this machine's: Prometheus, a node left behind
+        procs.terminate(stray, grace_s=2.0)
+        removed += [f"process {pid}" for pid in stray]
+        if self.run_dir.exists():
+            removed.append(f"run dir {self.run_dir.path}")
+            self.run_dir.remove()
+        return removed
+
