@@ -5,6 +5,7 @@ the other. The lab's driver runs on the head machine, as a user on a cluster wou
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -23,23 +24,25 @@ pytestmark = [pytest.mark.slow, needs_netns]
 RAY = str(Path(sys.executable).with_name("ray"))
 GCS_PORT = 6379
 CLUSTER_MARK = "TLAB_TEST_RAY_CLUSTER"  # every process of the test's cluster carries it
+# A secured cluster, as Ray now makes them: one token, given to every machine and driver.
+RAY_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 
 
 def ray_start(host: netns.Host, index: int, head: netns.Host) -> subprocess.Popen:
-    role = [f"--head", f"--port={GCS_PORT}"] if index == 0 else [f"--address={head.address}:{GCS_PORT}"]
+    role = (["--head", f"--port={GCS_PORT}", "--include-dashboard=false"] if index == 0
+            else [f"--address={head.address}:{GCS_PORT}"])
     argv = [*netns.exec_prefix(host), sys.executable, "-m", "lab.runtimes.nodeproc", f"--hostname={host.name}",
             f"--exit-file=/tmp/tlab-rayc-{index}.exit", "--",
             RAY, "start", "--block", *role, f"--node-ip-address={host.address}", "--num-cpus=2",
-            "--object-store-memory=100000000", f"--temp-dir=/tmp/tlab-rayc-{index}", "--include-dashboard=false",
-            "--disable-usage-stats"]
+            "--object-store-memory=100000000", f"--temp-dir=/tmp/tlab-rayc-{index}", "--disable-usage-stats"]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, CLUSTER_MARK: "1"})
+                            env={**os.environ, **RAY_ENV, CLUSTER_MARK: "1"})
 
 
 def on_head(*lab_args: str, run_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """The lab CLI on the head machine (its network namespace and hostname)."""
     argv = [*netns.exec_prefix(netns.host_for(0)), sys.executable, "-m", "lab", *lab_args]
-    return subprocess.run(argv, env={**os.environ, "LAB_RUN_DIR": str(run_dir)}, cwd=REPO,
+    return subprocess.run(argv, env={**os.environ, **RAY_ENV, "LAB_RUN_DIR": str(run_dir)}, cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -58,7 +61,7 @@ def ray_cluster():
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 status = subprocess.run([*netns.exec_prefix(hosts[0]), RAY, "status", f"--address={address}"],
-                                        capture_output=True, text=True, timeout=60)
+                                        capture_output=True, text=True, timeout=60, env={**os.environ, **RAY_ENV})
                 if status.stdout.count("node_") >= i + 1 and "Active:" in status.stdout:
                     break
                 time.sleep(1)
@@ -79,7 +82,10 @@ def run_dir(tmp_path):
     try:
         yield path
     finally:
-        on_head("down", run_dir=path, timeout=120)
+        # Only a recorded lab: with no state `lab down` is the local runtime's, which would take
+        # the lab's netns hosts, and with them this test's Ray machines, down.
+        if (path / "state.json").exists():
+            on_head("down", run_dir=path, timeout=120)
 
 
 def test_two_machine_job_gives_the_local_checksums(ray_cluster, run_dir):
@@ -116,6 +122,7 @@ def test_down_leaves_no_lab_actor_on_the_cluster(ray_cluster, run_dir):
     down = on_head("down", run_dir=run_dir)
     assert "removed actor tlab-node0" in down.stdout and "removed actor tlab-node1" in down.stdout, down.stdout
     actors = subprocess.run([*netns.exec_prefix(netns.host_for(0)), RAY, "list", "actors", f"--address={ray_cluster}",
-                             "--filter", "state=ALIVE", "--format", "json"], capture_output=True, text=True, timeout=60)
+                             "--filter", "state=ALIVE", "--format", "json"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, **RAY_ENV})
     assert "MachineAgent" not in actors.stdout, actors.stdout
     assert not [p for p in procs.marked_pids(str(run_dir))], "a node's process outlived lab down"

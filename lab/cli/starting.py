@@ -49,7 +49,8 @@ def start(args: argparse.Namespace, script: str, script_args: list[str], log=pri
 def refuse_if_running(runtime, log) -> None:
     """Refuse while a lab of this run directory runs, on whatever runtime started it; clean up
     what a crashed one left (the recorded runtime's, then this runtime's own leftovers)."""
-    previous = runtimes.for_run_dir(runtime.run_dir, log=log)
+    # Only a recorded lab can be another runtime's; with none, this runtime clears its own leftovers.
+    previous = runtimes.for_run_dir(runtime.run_dir, log=log) if runtime.run_dir.read_state() else runtime
     if any(node.exit_code() is None for node in previous.attach()):
         raise LabError(f"a lab is already running (run dir {runtime.run_dir.path}, runtime {previous.name}); "
                        "stop it with `lab down`")
