@@ -115,10 +115,17 @@ def test_more_nodes_than_machines_names_both_numbers(ray_cluster, run_dir):
         f"lab up: error: the Ray cluster at {ray_cluster} has 2 machine(s); --nodes 3 needs 3 (one lab node per machine)"]
 
 
-def test_down_leaves_no_lab_actor_on_the_cluster(ray_cluster, run_dir):
-    up = on_head("up", "--runtime", "ray", "--ray-address", ray_cluster, "--prometheus", "off", "--detach",
+def test_prometheus_scrapes_every_machine_and_down_leaves_no_lab_actor(ray_cluster, run_dir):
+    up = on_head("up", "--runtime", "ray", "--ray-address", ray_cluster, "--prometheus", "on", "--detach",
                  "--workload", "trainer", "--", "--steps", "300", "--step-time", "0.1", run_dir=run_dir)
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:  # Prometheus beside the driver, exporters on both machines
+        status = on_head("status", run_dir=run_dir)
+        if "agent node0: up" in status.stdout and "agent node1: up" in status.stdout:
+            break
+        time.sleep(2)
+    assert "agent node0: up" in status.stdout and "agent node1: up" in status.stdout, status.stdout
     down = on_head("down", run_dir=run_dir)
     assert "removed actor tlab-node0" in down.stdout and "removed actor tlab-node1" in down.stdout, down.stdout
     actors = subprocess.run([*netns.exec_prefix(netns.host_for(0)), RAY, "list", "actors", f"--address={ray_cluster}",
