@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -199,3 +200,49 @@ def test_compose_trains_and_prometheus_scrapes_every_agent_and_rank(images):
         subprocess.run([*compose, "down", "-v"], env=env, capture_output=True, timeout=120)
     left = docker("ps", "-a", "--filter", "label=com.docker.compose.project=tlabtest-compose", "-q")
     assert left.stdout.strip() == ""
+
+
+@pytest.fixture(scope="session")
+def ray_image(images):
+    built = subprocess.run(["scripts/build-images.sh"], cwd=REPO, capture_output=True, text=True, timeout=1200,
+                           env={**__import__("os").environ, "TARGETS": "ray"})
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    return "torchrun-lab:ray"
+
+
+def test_the_ray_image_runs_the_lab_on_a_two_container_ray_cluster(ray_image):
+    """What k8s/ray's RayCluster runs, on Docker: a head and a worker container of the ray
+    image sharing the run directory's volume; the lab's driver runs on the head."""
+    import secrets
+
+    name, env = "tlabtest-ray", ["-e", "RAY_AUTH_MODE=token", "-e", f"RAY_AUTH_TOKEN={secrets.token_hex(16)}",
+                                 "-e", "LAB_RUN_DIR=/var/lib/torchrun-lab/run"]
+    common = ["--network", name, "--shm-size", "256m", "-v", f"{name}:/var/lib/torchrun-lab", *env, "-d"]
+    ray_start = ["ray", "start", "--block", "--num-cpus=2", "--object-store-memory=80000000", "--disable-usage-stats"]
+    try:
+        assert docker("network", "create", name).returncode == 0
+        head = docker("run", "--name", f"{name}-head", "--hostname", "head", *common, ray_image,
+                      *ray_start, "--head", "--port=6379", "--num-cpus=0", "--include-dashboard=false")
+        assert head.returncode == 0, head.stderr
+        for i in (1, 2):
+            worker = docker("run", "--name", f"{name}-{i}", "--hostname", f"machine{i}", *common, ray_image,
+                            *ray_start, "--address=head:6379")
+            assert worker.returncode == 0, worker.stderr
+        for _ in range(90):  # until the head and both workers are in the cluster
+            status = docker("exec", f"{name}-head", "ray", "status")
+            if status.stdout.count(" node_") == 3:
+                break
+            time.sleep(1)
+        assert status.stdout.count(" node_") == 3, status.stdout[-1500:] + status.stderr[-1500:]
+        up = docker("exec", f"{name}-head", "python", "-m", "lab", "up", "--runtime", "ray", "--ray-address", "auto",
+                    "--prometheus", "off", timeout=300)
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-2000:]
+        ranks = ranks_from(up.stdout)
+        assert {r.checksum for r in ranks} == {"-4.676729"} and len(ranks) == 4
+        assert {r.host for r in ranks} == {"machine1", "machine2"}, "one lab node per worker container"
+        down = docker("exec", f"{name}-head", "python", "-m", "lab", "down", timeout=120)
+        assert "removed actor tlab-node0" in down.stdout, down.stdout + down.stderr
+    finally:
+        docker("rm", "-f", f"{name}-head", f"{name}-1", f"{name}-2")
+        docker("network", "rm", name)
+        docker("volume", "rm", name)
