@@ -28,6 +28,19 @@ def binary() -> str | None:
     return shutil.which("prometheus")
 
 
+def wanted(mode: str, missing: str | None, log) -> bool:
+    """Whether a lab starts Prometheus. mode: auto|on|off; missing: why it cannot (None: it can).
+    "on" and missing is an error; "auto" and missing is a note."""
+    if mode == "off":
+        return False
+    if missing:
+        if mode == "on":
+            raise LabError(missing)
+        log(f"note: {missing}")
+        return False
+    return True
+
+
 def config(targets_dir: Path, scrape_interval_s: float = 2.0, rules: Path = RULES) -> dict:
     """prometheus.yml as a dict (written as JSON, which is YAML)."""
     def job(name: str, pattern: str) -> dict:

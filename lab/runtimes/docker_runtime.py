@@ -103,19 +103,15 @@ class DockerRuntime:
         return topology, nodes
 
     def use_prometheus(self) -> bool:
-        if self.prometheus_mode == "off":
-            return False
         from docker.errors import ImageNotFound
 
-        try:
-            self.docker.images.get(engine.PROMETHEUS_IMAGE)
-            return True
-        except ImageNotFound:
-            hint = f"image {engine.PROMETHEUS_IMAGE} not found: build it with `make images`"
-            if self.prometheus_mode == "on":
-                raise LabError(hint) from None
-            self.log(f"note: no Prometheus for this lab ({hint})")
-            return False
+        missing = None
+        if self.prometheus_mode != "off":
+            try:
+                self.docker.images.get(engine.PROMETHEUS_IMAGE)
+            except ImageNotFound:
+                missing = f"image {engine.PROMETHEUS_IMAGE} not found: build it with `make images`"
+        return prometheus.wanted(self.prometheus_mode, missing, self.log)
 
     def start_prometheus(self) -> None:
         """Prometheus on the lab's network, its config and the alert rules from the run directory."""

@@ -105,14 +105,8 @@ class LocalRuntime:
         return run_dir_env(self.run_dir.path, self.prometheus.targets_dir, node.dir, WORKERS_FILE)
 
     def use_prometheus(self) -> bool:
-        if self.prometheus_mode == "off":
-            return False
-        if prometheus.binary() is None:
-            if self.prometheus_mode == "on":
-                raise LabError(prometheus.INSTALL_HINT)
-            self.log(f"note: {prometheus.INSTALL_HINT}")
-            return False
-        return True
+        missing = prometheus.INSTALL_HINT if prometheus.binary() is None else None
+        return prometheus.wanted(self.prometheus_mode, missing, self.log)
 
     def host_mode(self) -> str:
         reason = netns.unavailable_reason()

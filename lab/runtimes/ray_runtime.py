@@ -132,14 +132,8 @@ class RayRuntime:
         return topology, nodes
 
     def use_prometheus(self) -> bool:
-        if self.prometheus_mode == "off":
-            return False
-        if prometheus.binary() is None:
-            if self.prometheus_mode == "on":
-                raise LabError(prometheus.INSTALL_HINT)
-            self.log(f"note: {prometheus.INSTALL_HINT}")
-            return False
-        return True
+        missing = prometheus.INSTALL_HINT if prometheus.binary() is None else None
+        return prometheus.wanted(self.prometheus_mode, missing, self.log)
 
     def attach(self) -> list[RayNode]:
         import ray
