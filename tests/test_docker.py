@@ -142,6 +142,17 @@ def test_lab_down_leaves_other_containers_alone(docker_lab):
         docker("rm", "-f", "tlab-test-bystander")
 
 
+def test_a_network_of_the_same_name_is_a_one_line_error_and_stays(docker_lab):
+    assert docker("network", "create", "tlab-net").returncode == 0
+    try:
+        out = docker_lab("up", "--runtime", "docker", "--prometheus", "off")
+        assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert "cannot create the Docker network tlab-net" in out.stderr
+        assert docker("network", "inspect", "tlab-net").returncode == 0, "lab must not remove a network it did not make"
+    finally:
+        docker("network", "rm", "tlab-net")
+
+
 def test_a_missing_image_names_the_build_command(docker_lab):
     out = docker_lab("up", "--runtime", "docker", "--image", "torchrun-lab:no-such-tag")
     assert out.returncode != 0

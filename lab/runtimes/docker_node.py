@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import worker_record
+from lab.errors import LabError
 from lab.runtimes.base import FaultUnsupported, Node, NodeFiles
 from lab.runtimes.docker_engine import LABEL
 from lab.runtimes.local_faults import WORKERS_FILE, corrupt_newest_checkpoint
@@ -77,6 +78,9 @@ class DockerNode(NodeFiles, Node):
     def start(self, argv: list[str]) -> None:
         """A fresh container running argv; one left from an earlier run of this node is removed."""
         old = self.container()
+        if old is not None and old.labels.get(LABEL) != self.run_dir:
+            raise LabError(f"a container named {self.container_name} exists and is not this lab's "
+                           f"(label {LABEL}={old.labels.get(LABEL)}); `lab down --run-dir` its lab, or remove it")
         if old is not None:
             old.remove(force=True)
         self.exit_file.unlink(missing_ok=True)

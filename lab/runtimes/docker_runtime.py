@@ -94,13 +94,22 @@ class DockerRuntime:
             node.mounts.update(engine.script_mount(script))
         self.run_dir.write_state({**self.run_dir.read_state(), "user": user, "topology": asdict(topology),
                                   "nodes": [n.record() for n in nodes]})
-        docker.networks.create(NETWORK, driver="bridge", labels={engine.LABEL: str(self.run_dir.path)},
-                               ipam=_ipam(SUBNET))
+        self.create_network()
         if watch:
             self.start_prometheus()
         for node in nodes:
             node.start(self.node_argv(topology, node, script, script_args))
         return topology, nodes
+
+    def create_network(self) -> None:
+        from docker.errors import APIError
+
+        try:
+            self.docker.networks.create(NETWORK, driver="bridge", labels={engine.LABEL: str(self.run_dir.path)},
+                                        ipam=_ipam(SUBNET), check_duplicate=True)
+        except APIError as e:
+            raise LabError(f"cannot create the Docker network {NETWORK} on {SUBNET}: {e.explanation or e} "
+                           "(another lab's? `lab down --run-dir` it; or set LAB_DOCKER_SUBNET)") from None
 
     def use_prometheus(self) -> bool:
         from docker.errors import ImageNotFound
