@@ -84,7 +84,7 @@ def script_mount(script: str) -> dict:
     return {str(path.parent): {"bind": str(path.parent), "mode": "ro"}}
 
 
-def own_for_containers(*dirs: Path) -> str | None:
+def own_for_containers(*dirs: Path) -> str:
     """Make dirs writable by the containers' user. As root, nodes run as the image's user and
     the dirs are handed to it; otherwise nodes run as the caller's uid. Returns the user to run as."""
     for d in dirs:
