@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab import runtimes
 from lab.errors import LabError
 from lab.exercises import observe
 from lab.exercises.report import Report
 from lab.health.events import read_events
 from lab.rundir import MARKER, RunDir
-from lab import runtimes
 from lab.runtimes.ray_runtime import connect
 from lab.topology import Topology
 from lab.workloads import script_path
@@ -55,7 +55,7 @@ class NodeAgent:
 class Drill:
     """What an exercise's timeline works with: the nodes' agents, the events, the clock."""
 
-    runtime: object  # the runtime the lab runs on (local, docker)
+    runtime: object  # the runtime the lab runs on (local, docker, ray)
     topology: Topology
     agents: dict  # node name -> Ray actor handle
     events_dir: Path
