@@ -7,14 +7,21 @@ Skip these locally with `-m "not docker"`; CI runs them (no daemon there is a fa
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import secrets
 import signal
 import subprocess
 import time
+import urllib.parse
+import urllib.request
 
 import pytest
 
 from conftest import REPO, Lab, report_of, wait_for_output
+from lab.bench import free_port
+from lab.health.prometheus import Prometheus
 from lab.runtimes.docker_engine import LABEL, NODE_IMAGE, PROMETHEUS_IMAGE
 from test_multinode import ranks_from
 
@@ -34,14 +41,19 @@ def labelled(run_dir, kind: str = "container") -> list[str]:
     return out.stdout.split()
 
 
+def build_images(targets: str) -> None:
+    """`make images` as CI runs it (offline, on a debootstrap base, where no registry answers)."""
+    built = subprocess.run(["scripts/build-images.sh"], cwd=REPO, capture_output=True, text=True, timeout=1200,
+                           env={**os.environ, "TARGETS": targets})
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+
+
 @pytest.fixture(scope="session")
 def images():
     if docker("info").returncode != 0:
         pytest.fail("no Docker daemon answers: `make host-deps` starts one (as root); "
                     "skip these tests with -m 'not docker'")
-    built = subprocess.run(["scripts/build-images.sh"], cwd=REPO, capture_output=True, text=True, timeout=1200,
-                           env={**__import__("os").environ, "TARGETS": "cpu"})
-    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    build_images("cpu")
     return NODE_IMAGE
 
 
@@ -75,11 +87,6 @@ def test_two_containers_give_the_local_runtimes_checksums(docker_lab, tmp_path):
 
 
 def test_prometheus_in_its_container_scrapes_every_agent_and_rank(docker_lab):
-    import time
-
-    from lab.bench import free_port
-    from lab.health.prometheus import Prometheus
-
     port = free_port()
     up = docker_lab("up", "--runtime", "docker", "--prometheus", "on", "--prometheus-port", str(port),
                     "--workload", "trainer", "--detach", "--", "--steps", "300", "--step-time", "0.1")
@@ -174,14 +181,6 @@ def compose_command() -> list[str]:
 
 def test_compose_trains_and_prometheus_scrapes_every_agent_and_rank(images):
     """docker/compose.yaml for real, less Grafana (its image needs a registry, none answers here)."""
-    import json
-    import os
-    import time
-    import urllib.parse
-    import urllib.request
-
-    from lab.bench import free_port
-
     port = free_port()
     compose = [*compose_command(), "-p", "tlabtest-compose", "-f", str(REPO / "docker" / "compose.yaml")]
     env = {**os.environ, "LAB_WORKLOAD_ARGS": "--steps 60 --ckpt-every 20 --step-time 0.2",
@@ -215,17 +214,13 @@ def test_compose_trains_and_prometheus_scrapes_every_agent_and_rank(images):
 
 @pytest.fixture(scope="session")
 def ray_image(images):
-    built = subprocess.run(["scripts/build-images.sh"], cwd=REPO, capture_output=True, text=True, timeout=1200,
-                           env={**__import__("os").environ, "TARGETS": "ray"})
-    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    build_images("ray")
     return "torchrun-lab:ray"
 
 
 def test_the_ray_image_runs_the_lab_on_a_two_container_ray_cluster(ray_image):
     """What k8s/ray's RayCluster runs, on Docker: a head and a worker container of the ray
     image sharing the run directory's volume; the lab's driver runs on the head."""
-    import secrets
-
     name, env = "tlabtest-ray", ["-e", "RAY_AUTH_MODE=token", "-e", f"RAY_AUTH_TOKEN={secrets.token_hex(16)}",
                                  "-e", "LAB_RUN_DIR=/var/lib/torchrun-lab/run"]
     common = ["--network", name, "--shm-size", "256m", "-v", f"{name}:/var/lib/torchrun-lab", *env, "-d"]

@@ -61,11 +61,7 @@ class DockerRuntime:
         hosts = list(ipaddress.ip_network(SUBNET).hosts())
         if topology.nodes + 10 > len(hosts):
             raise LabError(f"LAB_DOCKER_SUBNET {SUBNET} is too small for {topology.nodes} nodes")
-        nodes = [DockerNode(name=f"node{i}", index=i, address=str(hosts[10 + i]),
-                            dir=self.run_dir.path / "nodes" / f"node{i}", run_dir=str(self.run_dir.path),
-                            network=NETWORK, image=self.image, user=user, gpus=topology.backend == "nccl",
-                            mounts={str(self.run_dir.path): {"bind": str(self.run_dir.path), "mode": "rw"}},
-                            docker=self._docker)
+        nodes = [self._node(f"node{i}", i, str(hosts[10 + i]), self.image, user, topology.backend, self._docker)
                  for i in range(topology.nodes)]
         return topology.replace(rdzv_host="node0"), nodes
 
@@ -143,13 +139,16 @@ class DockerRuntime:
         state = self.run_dir.read_state() or {}
         if state.get("runtime") != self.name or not state.get("nodes"):
             return []
-        return [DockerNode(name=n["name"], index=n["index"], address=n["address"],
-                           dir=self.run_dir.path / "nodes" / n["name"], run_dir=str(self.run_dir.path),
-                           network=NETWORK, image=state["image"], user=state.get("user", ""),
-                           gpus=state["topology"]["backend"] == "nccl",
-                           mounts={str(self.run_dir.path): {"bind": str(self.run_dir.path), "mode": "rw"}},
-                           docker=self.docker)
+        return [self._node(n["name"], n["index"], n["address"], state["image"], state.get("user", ""),
+                           state["topology"]["backend"], self.docker)
                 for n in state["nodes"]]
+
+    def _node(self, name: str, index: int, address: str, image: str, user: str, backend: str, docker) -> DockerNode:
+        """A node's handle: its container mounts the run directory at its own path."""
+        path = str(self.run_dir.path)
+        return DockerNode(name=name, index=index, address=address, dir=self.run_dir.path / "nodes" / name,
+                          run_dir=path, network=NETWORK, image=image, user=user, gpus=backend == "nccl",
+                          mounts={path: {"bind": path, "mode": "rw"}}, docker=docker)
 
     def down(self, grace_s: float = 10.0) -> list[str]:
         """Remove every container and network labelled with this run directory, then the run dir."""

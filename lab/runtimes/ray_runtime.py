@@ -136,18 +136,26 @@ class RayRuntime:
         return prometheus.wanted(self.prometheus_mode, missing, self.log)
 
     def attach(self) -> list[RayNode]:
-        import ray
-
         state = self.run_dir.read_state() or {}
         if state.get("runtime") != self.name or not state.get("nodes"):
             return []
         connect(state.get("ray_address"))
+        nodes = self._recorded_nodes(state)
+        gone = [n["name"] for n in state["nodes"] if n["name"] not in {node.name for node in nodes}]
+        if gone:
+            raise LabError(f"{', '.join(gone)}: the actor is gone from the Ray cluster")
+        return nodes
+
+    def _recorded_nodes(self, state: dict) -> list[RayNode]:
+        """Handles of the recorded nodes whose actors the cluster still has."""
+        import ray
+
         nodes = []
-        for n in state["nodes"]:
+        for n in state.get("nodes", []):
             try:
                 actor = ray.get_actor(actor_name(n["index"]), namespace=ACTOR_NAMESPACE)
             except ValueError:
-                raise LabError(f"{n['name']}'s actor is gone from the Ray cluster") from None
+                continue
             nodes.append(RayNode(actor, n["name"], n["index"], n["address"], self.run_dir.path / "nodes" / n["name"]))
         return nodes
 
@@ -166,16 +174,12 @@ class RayRuntime:
         except LabError as e:
             self.log(f"note: {e}; the lab's actors, if any, are left to the cluster")
         if ray.is_initialized():
-            for n in state.get("nodes", []):
+            for node in self._recorded_nodes(state):
                 try:
-                    actor = ray.get_actor(actor_name(n["index"]), namespace=ACTOR_NAMESPACE)
-                except ValueError:
-                    continue
-                try:
-                    RayNode(actor, n["name"], n["index"], n["address"], self.run_dir.path).stop(grace_s)
+                    node.stop(grace_s)
                 finally:
-                    ray.kill(actor)
-                removed.append(f"actor {actor_name(n['index'])} ({n['name']} on {n['address']})")
+                    ray.kill(node.actor)
+                removed.append(f"actor {actor_name(node.index)} ({node.name} on {node.address})")
             try:
                 remove_placement_group(get_placement_group(PLACEMENT_GROUP))
                 removed.append(f"placement group {PLACEMENT_GROUP}")
