@@ -5,11 +5,13 @@ import csv
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
 from lab.bench import bandwidth
 from lab.bench.result import BenchResult
+from lab.workloads.monitoring_ab import MonitoringAB
 
 
 def test_bus_bandwidth_follows_nccl_tests_definitions():
@@ -89,3 +91,27 @@ def test_docs_without_results_is_a_one_line_error(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 1
     assert done.stderr.strip().count("\n") == 0 and "no benchmark results" in done.stderr
+
+
+def test_monitoring_ab_recovers_a_known_cost_of_monitoring():
+    """A 2 ms sleep as the 'monitoring' of every on-step must show up in both figures."""
+    ab = MonitoringAB(block=2)
+    for step in range(40):
+        ab.step_started(step)
+        time.sleep(0.001)  # the step's own work
+        if ab.on:
+            ab.timed(time.sleep, 0.002)
+    ab.step_started(40)
+    summary = ab.summary()
+    assert (summary["steps_on"], summary["steps_off"]) == (18, 18)  # two warm-up blocks left out
+    assert 2000 <= summary["monitoring_us"] < 20000  # a sleep never ends early
+    assert summary["on_ms"] - summary["off_ms"] > 1.0
+    assert abs(summary["aa_ms"]) < summary["on_ms"] - summary["off_ms"]
+
+
+def test_monitoring_ab_needs_both_halves():
+    ab = MonitoringAB(block=5)
+    for step in range(12):
+        ab.step_started(step)
+    with pytest.raises(ValueError, match="too few steps"):
+        ab.summary()

@@ -7,6 +7,7 @@ has the wall-clock time, the rank, the node and the restart attempt it belongs t
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import time
@@ -25,6 +26,7 @@ class EventLog:
             "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
             "pid": os.getpid(),
         }
+        self._common_json = json.dumps(self.common)[1:-1]  # the fields between the braces
         self._file = None
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -47,6 +49,20 @@ class EventLog:
             return
         record = {"time": time.time(), "event": event, **self.common, **fields}
         self._file.write(json.dumps(record) + "\n")
+
+    def step(self, step: int, loss: float, seconds: float) -> None:
+        """The record every training step writes: `write("step", ...)`'s line, formatted directly.
+
+        Building the dict and json.dumps-ing it took 24 us a step inside the trainer on the
+        lab's machines; this takes 16 (`lab bench overhead`). repr() of a finite float is
+        its JSON form; NaN and infinities go through json.dumps, which spells them as
+        Python's json reads them back.
+        """
+        if self._file is None:
+            return
+        loss_text = repr(loss) if math.isfinite(loss) else json.dumps(loss)
+        self._file.write(f'{{"time": {time.time()!r}, "event": "step", {self._common_json}, "step": {step}, '
+                         f'"loss": {loss_text}, "seconds": {seconds!r}}}\n')
 
 
 def read_events(directory: str | os.PathLike) -> Iterator[dict]:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 from pathlib import Path
 
 from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics,
                                start_http_server)
+
+from lab.health.step_metrics import StepMetrics
 
 # The `_created` companion series double every counter's output and the lab never queries them.
 disable_created_metrics()
@@ -40,19 +41,10 @@ class RankMetrics:
         Gauge("lab_world_size", "Ranks in the job.", registry=r).set(world_size)
         Gauge("lab_restart_count", "Restarts of this worker group so far (TORCHELASTIC_RESTART_COUNT).",
               registry=r).set(restart)
-        self.step = Gauge("lab_step", "The training step this rank completed last.", registry=r)
-        self.steps = Counter("lab_steps", "Training steps completed by this process.", registry=r)
-        self.samples = Counter("lab_samples", "Samples processed by this process.", registry=r)
-        self.last_step_time = Gauge("lab_last_step_timestamp_seconds", "When the last step completed.",
-                                    registry=r)
-        self.step_duration = Histogram("lab_step_duration_seconds", "Wall time of one training step.",
-                                       buckets=STEP_BUCKETS, registry=r)
-        self.allreduce_duration = Histogram("lab_allreduce_duration_seconds",
-                                            "Gradient all-reduce time per DDP bucket.",
-                                            buckets=COMM_BUCKETS, registry=r)
-        self.loss = Gauge("lab_loss", "Loss of the last step on this rank.", registry=r)
-        self.nonfinite_loss = Counter("lab_nonfinite_loss", "Steps whose loss was NaN or infinite.",
-                                      registry=r)
+        # The figures every step updates: plain numbers, read at scrape time (step_metrics.py).
+        self.per_step = StepMetrics(STEP_BUCKETS, COMM_BUCKETS)
+        r.register(self.per_step)
+        self.allreduce_duration = self.per_step.allreduce_duration
         self.checkpoint_save = Histogram("lab_checkpoint_save_duration_seconds",
                                          "Time to write one checkpoint.", registry=r)
         self.last_checkpoint_time = Gauge("lab_last_checkpoint_timestamp_seconds",
@@ -62,6 +54,9 @@ class RankMetrics:
         self.rendezvous = Gauge("lab_rendezvous_duration_seconds",
                                 "Time this rank spent joining the process group.", registry=r)
 
+    def step_done(self, step: int, seconds: float, samples: int, loss: float) -> None:
+        self.per_step.step_done(step, seconds, samples, loss)
+
     def serve(self, port: int) -> None:
         try:
             start_http_server(port, addr="0.0.0.0", registry=self.registry)
@@ -70,17 +65,6 @@ class RankMetrics:
                 f"rank exporter port {port} is already in use ({e.strerror}); "
                 "choose another base with LAB_METRICS_PORT_BASE"
             ) from None
-
-    def step_done(self, step: int, seconds: float, samples: int, loss: float) -> None:
-        self.step.set(step)
-        self.steps.inc()
-        self.samples.inc(samples)
-        self.step_duration.observe(seconds)
-        self.last_step_time.set(time.time())
-        if loss != loss or loss in (float("inf"), float("-inf")):
-            self.nonfinite_loss.inc()
-        else:
-            self.loss.set(loss)
 
 
 def register_target(targets_dir: str | os.PathLike, name: str, port: int, labels: dict[str, str]) -> Path:

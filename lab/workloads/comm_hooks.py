@@ -2,7 +2,7 @@
 
 It does what DDP's default does (divide the bucket by the world size, all-reduce,
 hand the result back), and observes the time from launching the all-reduce to its
-completion, per bucket, into a histogram (or nowhere, when given None).
+completion, per bucket, with `observe(seconds)` (a histogram's observe; None: nowhere).
 
 Measured on the lab machine (torch 2.13 CPU, gloo, 2 ranks, one 1 MB bucket): this
 Python hook made a step *faster* than DDP's built-in all-reduce path, 23.4 against
@@ -18,15 +18,15 @@ import torch
 import torch.distributed as dist
 
 
-def timed_allreduce_hook(histogram):
+def timed_allreduce_hook(observe):
     def hook(_state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         started = time.perf_counter()
         tensor = bucket.buffer().div_(dist.get_world_size())
         future = dist.all_reduce(tensor, async_op=True).get_future()
 
         def done(fut: torch.futures.Future) -> torch.Tensor:
-            if histogram is not None:
-                histogram.observe(time.perf_counter() - started)
+            if observe is not None:
+                observe(time.perf_counter() - started)
             return fut.value()[0]
 
         return future.then(done)

@@ -17,7 +17,8 @@ On SIGTERM the ranks agree to stop at the next step, checkpoint it, and exit 0, 
 preempted job loses no step. With `--events-dir` each rank appends JSON lines (start,
 rendezvous_done, checkpoint_*, step, exit) to rankN.jsonl. With a metrics port base (`--metrics-port-base` or
 LAB_METRICS_PORT_BASE) each rank serves /metrics on base + rank, and with
-`--targets-dir` (or LAB_TARGETS_DIR) registers itself for Prometheus.
+`--targets-dir` (or LAB_TARGETS_DIR) registers itself for Prometheus. `--ab-monitoring K`
+measures what that monitoring costs (lab/workloads/monitoring_ab.py).
 At the end every rank prints `rank R local_rank L host H checksum C (hex) at step S`:
 equal hex, equal weights (the sum of all parameters, in float64).
 """
@@ -25,6 +26,7 @@ equal hex, equal weights (the sum of all parameters, in float64).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -39,6 +41,7 @@ from lab.health.events import EventLog
 from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_target
 from lab.workloads.comm_hooks import timed_allreduce_hook
 from lab.workloads.distributed import Ctx, ddp, process_group, say
+from lab.workloads.monitoring_ab import MonitoringAB
 from lab.workloads.trainer_state import resume, save_checkpoint, set_rng_state
 
 
@@ -58,9 +61,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size (default 25)")
+    p.add_argument("--ab-monitoring", type=int, default=0, metavar="K",
+                   help="measure monitoring's cost: switch it off and on every K steps, print both step times")
     args = p.parse_args(argv)
-    if args.steps < 1 or args.ckpt_every < 0 or args.step_time < 0:
-        p.error("--steps must be >= 1, --ckpt-every and --step-time >= 0")
+    if args.steps < 1 or args.ckpt_every < 0 or args.step_time < 0 or args.ab_monitoring < 0:
+        p.error("--steps must be >= 1, --ckpt-every, --step-time and --ab-monitoring >= 0")
+    if args.ab_monitoring and args.steps < 6 * args.ab_monitoring:
+        p.error("--ab-monitoring K needs --steps of at least 6 K (two blocks of warm-up, then both halves)")
     return args
 
 
@@ -128,9 +135,11 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
         metrics.rendezvous.set(ctx.rendezvous_seconds)
     model = make_model(args.width).to(ctx.device)
     ddp_model = ddp(model, ctx, bucket_cap_mb=args.bucket_cap_mb)
+    ab = MonitoringAB(args.ab_monitoring) if args.ab_monitoring else None
     if ctx.distributed:
         # Installed with or without metrics, so monitoring never changes how the job communicates.
-        ddp_model.register_comm_hook(None, timed_allreduce_hook(metrics.allreduce_duration if metrics else None))
+        observe = metrics.allreduce_duration.observe if metrics else None
+        ddp_model.register_comm_hook(None, timed_allreduce_hook(ab.gate(observe) if ab and observe else observe))
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01, momentum=0.9)
     dataset = make_dataset(args.samples)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
@@ -156,6 +165,8 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
     first_step, loop_started = step, time.perf_counter()
     while step < args.steps:
         started = time.perf_counter()
+        if ab:
+            ab.step_started(step)
         epoch, batch = divmod(step, steps_per_epoch)
         sampler.set_epoch(epoch)
         indices = list(sampler)[batch * args.batch_size:(batch + 1) * args.batch_size]
@@ -170,9 +181,10 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
         if args.step_time:
             time.sleep(max(0.0, args.step_time - (time.perf_counter() - started)))
         seconds = time.perf_counter() - started
-        events.write("step", step=step, loss=value, seconds=seconds)
-        if metrics:
-            metrics.step_done(step, seconds, len(indices), value)
+        if ab is None:
+            record_step(events, metrics, step, seconds, len(indices), value)
+        elif ab.on:
+            ab.timed(record_step, events, metrics, step, seconds, len(indices), value)
         if preemption.agreed():
             if args.ckpt_dir:
                 save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
@@ -184,6 +196,11 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
             save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
 
     loop_seconds = time.perf_counter() - loop_started
+    if ab and ctx.rank == 0:
+        try:
+            say(f"monitoring A/B {json.dumps(ab.summary())}")
+        except ValueError as e:
+            say(f"monitoring A/B: {e}")
     if ctx.rank == 0 and step > first_step:
         say(f"rank 0 trained {step - first_step} steps in {loop_seconds:.3f} s "
               f"({1000 * loop_seconds / (step - first_step):.3f} ms/step)")
@@ -193,6 +210,14 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
     events.write("exit", reason="completed", step=step, checksum=checksum.hex())
 
 
+
+
+def record_step(events: EventLog, metrics: RankMetrics | None, step: int, seconds: float, samples: int,
+                loss: float) -> None:
+    """A step's monitoring: its event line and its metrics."""
+    events.step(step, loss, seconds)
+    if metrics:
+        metrics.step_done(step, seconds, samples, loss)
 
 
 class Preemption:
