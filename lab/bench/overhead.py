@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from lab.bench import free_port
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.errors import LabError
 from lab.health.rank_exporter import RankMetrics
@@ -46,9 +46,8 @@ MONITORING = {"exporters": False, "exporters + event log": True}
 
 
 def free_port_block(size: int) -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        base = s.getsockname()[1]
+    """The first of `size` ports for the ranks' exporters (the first one free now)."""
+    base = free_port()
     return base if base + size < 65535 else 20000
 
 
@@ -69,7 +68,7 @@ def trial(model_args: list[str], event_log: bool, tmp: str) -> dict:
 
 def scrape_ms(samples: int = 200) -> float:
     metrics = RankMetrics(rank=0, local_rank=0, node="bench", world_size=1, restart=0)
-    port = free_port_block(1)
+    port = free_port()
     metrics.serve(port)
     for _ in range(50):
         metrics.step_done(1, 0.01, 8, 0.5)
