@@ -93,7 +93,7 @@ def test_two_machine_job_gives_the_local_checksums(ray_cluster, run_dir):
     ranks = ranks_from(up.stdout)
     assert [r.rank for r in ranks] == [0, 1, 2, 3]
     assert {r.checksum for r in ranks} == {"-4.676729"}  # the local runtime's figure (test_multinode)
-    assert {(r.node, r.host) for r in ranks} == {("node0", "node0"), ("node1", "node1")}, "one node per machine"
+    assert {(r.node, r.host) for r in ranks} == {("node0", "node0"), ("node1", "node1")}, "node i on the i-th machine by address"
     status = on_head("status", run_dir=run_dir)
     assert "runtime ray" in status.stdout and status.stdout.count("exited 0") == 2, status.stdout
 

@@ -4,7 +4,9 @@
 
 The driver (this process, on a machine of the cluster) reserves one bundle per lab node
 in a STRICT_SPREAD placement group, so no two nodes share a machine, and places a
-`MachineAgent` actor in each (lab.runtimes.ray_node). Each actor starts its machine's
+`MachineAgent` actor in each (lab.runtimes.ray_node). Ray numbers the bundles in no
+particular machine order, so node i goes on the bundle of the i-th machine by address:
+the same cluster gets the same placement every time, node 0 on its lowest address. Each actor starts its machine's
 `python -m lab.launch`, with node 0's address, as the actor reports it, as the c10d
 endpoint. Actors and the group are detached and named, so `lab status` and `lab down`
 find them from any shell on the cluster, and `lab down` removes exactly them.
@@ -63,6 +65,26 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
         raise LabError(f"no Ray cluster answers at {address} ({e.strerror or e})") from None
 
 
+def bundles_by_address(group) -> list[int]:
+    """The group's bundle indices, ordered by the address of the machine each was placed on."""
+    import ipaddress
+
+    import ray
+    from ray.util.placement_group import placement_group_table
+
+    address_of = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    placed = placement_group_table(group)["bundles_to_node_id"]
+
+    def machine_order(bundle: int):
+        address = address_of.get(placed[bundle], "")
+        try:
+            return (0, ipaddress.ip_address(address), bundle)
+        except ValueError:  # a name, or unknown: after the addresses, still deterministic
+            return (1, address, bundle)
+
+    return sorted(placed, key=machine_order)
+
+
 def machines() -> list[dict]:
     """The cluster's live machines that can hold a lab node."""
     import ray
@@ -115,8 +137,8 @@ class RayRuntime:
             raise LabError(f"Ray could not place {topology.nodes} nodes on {topology.nodes} machines within 60 s")
         agent = ray.remote(num_cpus=BUNDLE["CPU"], max_restarts=0)(MachineAgent)
         actors = [agent.options(name=actor_name(i), namespace=ACTOR_NAMESPACE, lifetime="detached",
-                                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i))
-                  .remote(str(self.run_dir.path), f"node{i}", i) for i in range(topology.nodes)]
+                                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=b))
+                  .remote(str(self.run_dir.path), f"node{i}", i) for i, b in enumerate(bundles_by_address(group))]
         where = ray.get([a.where.remote() for a in actors], timeout=120)
         topology = topology.replace(rdzv_host=where[0]["address"])
         nodes = [RayNode(a, f"node{i}", i, w["address"], self.run_dir.path / "nodes" / f"node{i}")
