@@ -6,10 +6,11 @@ The driver (this process, on a machine of the cluster) reserves one bundle per l
 in a STRICT_SPREAD placement group, so no two nodes share a machine, and places a
 `MachineAgent` actor in each (lab.runtimes.ray_node). Ray numbers the bundles in no
 particular machine order, so node i goes on the bundle of the i-th machine by address:
-the same cluster gets the same placement every time, node 0 on its lowest address. Each actor starts its machine's
-`python -m lab.launch`, with node 0's address, as the actor reports it, as the c10d
-endpoint. Actors and the group are detached and named, so `lab status` and `lab down`
-find them from any shell on the cluster, and `lab down` removes exactly them.
+the same cluster gets the same placement every time, node 0 on its lowest address.
+Each actor starts its machine's `python -m lab.launch`, with node 0's address, as the
+actor reports it, as the c10d endpoint. Actors and the group are detached and named, so
+`lab status` and `lab down` find them from any shell on the cluster, and `lab down`
+removes exactly them.
 
 Like any multi-node torchrun job with checkpoints, the run directory (checkpoints,
 events, logs) must be one directory every machine sees at the same path (NFS, or one
@@ -78,9 +79,10 @@ def bundles_by_address(group) -> list[int]:
     def machine_order(bundle: int):
         address = address_of.get(placed[bundle], "")
         try:
-            return (0, ipaddress.ip_address(address), bundle)
+            ip = ipaddress.ip_address(address)
+            return (0, ip.version, ip, bundle)  # IPv4 before IPv6: the two do not compare
         except ValueError:  # a name, or unknown: after the addresses, still deterministic
-            return (1, address, bundle)
+            return (1, 0, address, bundle)
 
     return sorted(placed, key=machine_order)
 
