@@ -7,8 +7,9 @@ machine noise hits all of them alike: two bare `torchrun` agents started by hand
 loopback; `lab up` on loopback and on netns hosts without Prometheus (the same job);
 and `lab up` as a user runs it, on netns hosts with its Prometheus server; and, when a
 Docker daemon answers and the cpu image is built, `lab up --runtime docker` with warm
-images, with and without its Prometheus container. Each lab trial is followed by `lab down`. Prints the median and range of each and the lab's
-overhead against bare torchrun.
+images, with and without its Prometheus container. Each lab trial is followed by
+`lab down`. Prints the median and range of each and the lab's overhead against bare
+torchrun.
 """
 
 from __future__ import annotations

@@ -26,21 +26,6 @@ from lab.runtimes.local_faults import WORKERS_FILE, corrupt_newest_checkpoint
 STOP_SIGNAL = "SIGTERM"
 
 
-# slow_worker's duty cycle, run inside the container: pid, stopped fraction, period, stop file.
-DUTY_CYCLE = """
-import os, signal, sys, time
-pid, stopped, period, stop_file = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-try:
-    while not os.path.exists(stop_file):
-        os.kill(pid, signal.SIGSTOP)
-        time.sleep(period * stopped)
-        os.kill(pid, signal.SIGCONT)
-        time.sleep(period * (1 - stopped))
-except ProcessLookupError:
-    pass
-"""
-
-
 @dataclass
 class DockerNode(NodeFiles, Node):
     runtime_name = "docker"
@@ -161,8 +146,8 @@ class DockerNode(NodeFiles, Node):
             raise FaultUnsupported(f"{self.name} has no worker with local rank {local_rank}")
         stop_file = self.dir / "unslow"
         stop_file.unlink(missing_ok=True)
-        self._running().exec_run(["python", "-c", DUTY_CYCLE, str(pid), str(stopped_fraction), str(period_s),
-                                  str(stop_file)], user=self.user, detach=True)
+        self._running().exec_run(["python", "-m", "lab.runtimes.duty_cycle", str(pid), str(stopped_fraction),
+                                  str(period_s), str(stop_file)], user=self.user, detach=True)
         return pid
 
     def unslow_worker(self) -> None:

@@ -12,6 +12,7 @@ import time
 
 from lab import procs, worker_record
 from lab.runtimes.base import FaultUnsupported, Faults
+from lab.runtimes.duty_cycle import duty_cycle
 
 PARTITION_COMMENT = "torchrun-lab-partition"
 WORKERS_FILE = "workers.json"  # in the node's directory; lab.launch writes it (LAB_WORKERS_FILE)
@@ -60,18 +61,8 @@ class LocalFaults(Faults):
         pid = self._worker(local_rank)
         self.unslow_worker()
         stop = threading.Event()
-
-        def duty_cycle():
-            while not stop.is_set():
-                try:
-                    os.kill(pid, signal.SIGSTOP)
-                    stop.wait(period_s * stopped_fraction)
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    return
-                stop.wait(period_s * (1 - stopped_fraction))
-
-        self._slowing = (stop, threading.Thread(target=duty_cycle, daemon=True), pid)
+        self._slowing = (stop, threading.Thread(target=duty_cycle, args=(pid, stopped_fraction, period_s, stop.wait),
+                                                daemon=True), pid)
         self._slowing[1].start()
         return pid
 
