@@ -63,12 +63,30 @@ def marked_pids(run_dir: str | None = None, node: str | None = None) -> list[int
     return found
 
 
-def signal_all(pids: list[int], sig: int) -> None:
+def send(pid: int, sig: int, run_dir: str | None = None) -> bool:
+    """Signal pid only if it carries the lab's mark (of run_dir, or of any lab). Through a pidfd:
+    the check and the signal reach the same process even if pid is reused in between.
+    Returns whether it was signalled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (ProcessLookupError, OSError):
+        return False
+    try:
+        mark = environ(pid).get(MARKER)
+        if mark is None or (run_dir is not None and mark != str(run_dir)):
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def signal_all(pids: list[int], sig: int, run_dir: str | None = None) -> None:
+    """Signal the pids that still carry the lab's mark (see send)."""
     for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
+        send(pid, sig, run_dir)
 
 
 def wait_gone(pids: list[int], timeout_s: float) -> list[int]:
@@ -81,11 +99,12 @@ def wait_gone(pids: list[int], timeout_s: float) -> list[int]:
     return remaining
 
 
-def terminate(pids: list[int], grace_s: float) -> list[int]:
-    """SIGTERM, then SIGKILL whatever outlives the grace period. Returns the pids signalled."""
+def terminate(pids: list[int], grace_s: float, run_dir: str | None = None) -> list[int]:
+    """SIGTERM, then SIGKILL whatever outlives the grace period; marked processes only.
+    Returns the pids signalled."""
     pids = [p for p in pids if alive(p)]
-    signal_all(pids, signal.SIGTERM)
+    signal_all(pids, signal.SIGTERM, run_dir)
     survivors = wait_gone(pids, grace_s)
-    signal_all(survivors, signal.SIGKILL)
+    signal_all(survivors, signal.SIGKILL, run_dir)
     wait_gone(survivors, 5)
     return pids

@@ -7,6 +7,7 @@ Skip these locally with `-m "not docker"`; CI runs them (no daemon there is a fa
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -81,7 +82,9 @@ def test_two_containers_give_the_local_runtimes_checksums(docker_lab, tmp_path):
     assert [r.rank for r in ranks] == [0, 1, 2, 3]
     assert {r.exact for r in ranks} == {r.exact for r in reference}, "containers must match the local runtime bit for bit"
     assert {(r.node, r.host) for r in ranks} == {("node0", "node0"), ("node1", "node1")}
-    assert sorted(labelled(docker_lab.run_dir)) == ["tlab-node0", "tlab-node1", "tlab-prometheus"]
+    lab_id = json.loads((docker_lab.run_dir / ".torchrun-lab").read_text())["lab_id"]
+    assert sorted(labelled(docker_lab.run_dir)) == [f"tlab-{lab_id}-node0", f"tlab-{lab_id}-node1",
+                                                    f"tlab-{lab_id}-prometheus"]
     status = docker_lab("status")
     assert "runtime docker" in status.stdout and status.stdout.count("exited 0") == 2, status.stdout
 
@@ -98,7 +101,8 @@ def test_prometheus_in_its_container_scrapes_every_agent_and_rank(docker_lab):
         time.sleep(1)
     jobs = sorted(job for job, _ in up_now)
     assert jobs == ["lab-agents"] * 2 + ["lab-ranks"] * 4, up_now
-    assert {i.split(":")[0] for _, i in up_now} == {"172.29.87.11", "172.29.87.12"}  # the containers' own addresses
+    net = ipaddress.ip_network(json.loads((docker_lab.run_dir / "state.json").read_text())["subnet"])
+    assert {i.split(":")[0] for _, i in up_now} == {str(net[11]), str(net[12])}  # the containers' own addresses
     status = docker_lab("status")
     assert "agent node0: up" in status.stdout and "agent node1: up" in status.stdout, status.stdout
 
@@ -108,7 +112,8 @@ def test_containers_run_as_a_non_root_user(docker_lab):
     assert up.returncode == 0, up.stdout[-3000:]
     owners = {p.name: p.stat().st_uid for p in (docker_lab.run_dir / "nodes" / "node0").iterdir()}
     assert owners and 0 not in owners.values(), f"files the node wrote, by owner uid: {owners}"
-    user = docker("inspect", "-f", "{{.Config.User}}", "tlab-node0").stdout.strip()
+    node0 = next(name for name in labelled(docker_lab.run_dir) if name.endswith("-node0"))
+    user = docker("inspect", "-f", "{{.Config.User}}", node0).stdout.strip()
     assert user and not user.startswith("0"), user
     image_user = docker("run", "--rm", NODE_IMAGE, "id", "-u")
     assert image_user.returncode == 0 and image_user.stdout.strip() != "0", image_user
@@ -142,22 +147,25 @@ def test_lab_down_leaves_other_containers_alone(docker_lab):
         up = docker_lab("up", "--runtime", "docker", "--prometheus", "off", "--detach")
         assert up.returncode == 0, up.stdout[-2000:]
         down = docker_lab("down", timeout=120)
-        assert "removed container tlab-node0" in down.stdout
+        assert re.search(r"removed container tlab-[0-9a-f]{5}-node0", down.stdout), down.stdout
         state = docker("inspect", "-f", "{{.State.Running}}", "tlab-test-bystander")
         assert state.stdout.strip() == "true", "lab down touched a container it did not make"
     finally:
         docker("rm", "-f", "tlab-test-bystander")
 
 
-def test_a_network_of_the_same_name_is_a_one_line_error_and_stays(docker_lab):
-    assert docker("network", "create", "tlab-net").returncode == 0
+def test_a_foreign_network_on_the_subnet_is_a_one_line_error_and_stays(docker_lab, monkeypatch):
+    """Another network holds the subnet the lab is told to use: one line, and that network stays."""
+    assert docker("network", "create", "--subnet", "172.29.250.0/24", "tlabtest-foreign").returncode == 0
+    monkeypatch.setenv("LAB_DOCKER_SUBNET", "172.29.250.0/24")
     try:
         out = docker_lab("up", "--runtime", "docker", "--prometheus", "off")
         assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr
-        assert "cannot create the Docker network tlab-net" in out.stderr
-        assert docker("network", "inspect", "tlab-net").returncode == 0, "lab must not remove a network it did not make"
+        assert "cannot create the Docker network tlab-" in out.stderr
+        assert docker("network", "inspect", "tlabtest-foreign").returncode == 0, \
+            "lab must not remove a network it did not make"
     finally:
-        docker("network", "rm", "tlab-net")
+        docker("network", "rm", "tlabtest-foreign")
 
 
 def test_a_missing_image_names_the_build_command(docker_lab):
@@ -247,7 +255,7 @@ def test_the_ray_image_runs_the_lab_on_a_two_container_ray_cluster(ray_image):
         assert {r.checksum for r in ranks} == {"-4.676729"} and len(ranks) == 4
         assert {r.host for r in ranks} == {"machine1", "machine2"}, "one lab node per worker container"
         down = docker("exec", f"{name}-head", "python", "-m", "lab", "down", timeout=120)
-        assert "removed actor tlab-node0" in down.stdout, down.stdout + down.stderr
+        assert re.search(r"removed actor tlab-[0-9a-f]{5}-node0", down.stdout), down.stdout + down.stderr
     finally:
         docker("rm", "-f", f"{name}-head", f"{name}-1", f"{name}-2")
         docker("network", "rm", name)

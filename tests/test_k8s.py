@@ -206,7 +206,8 @@ def test_rendered_pod_template_trains_on_netns_hosts(tmp_path):
     # others' DNS names; only a pod itself resolves its bare hostname (to its FQDN, which
     # is what torch's agent then advertises to the workers).
     fqdn = {i: f"{name}-{i}.{subdomain}.default.svc.cluster.local" for i in range(count)}
-    netns.create(count, aliases={i: [fqdn[i], f"{name}-{i}.{subdomain}"] for i in range(count)},
+    net = netns.for_lab("ee0b2")
+    net.create(count, aliases={i: [fqdn[i], f"{name}-{i}.{subdomain}"] for i in range(count)},
                  own_aliases={i: [f"{name}-{i}"] for i in range(count)})
     try:
         for index in range(count):
@@ -223,7 +224,7 @@ def test_rendered_pod_template_trains_on_netns_hosts(tmp_path):
             out = open(tmp_path / f"pod{index}.log", "w")
             outputs.append(out)
             procs_.append(subprocess.Popen(
-                [*netns.exec_prefix(netns.host_for(index)), sys.executable, "-m", "lab.runtimes.nodeproc",
+                [*netns.exec_prefix(net.host(index)), sys.executable, "-m", "lab.runtimes.nodeproc",
                  f"--exit-file={tmp_path / f'exit{index}'}", f"--hostname={name}-{index}", "--", *command],
                 env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True))
         deadline = time.monotonic() + 300
@@ -235,7 +236,7 @@ def test_rendered_pod_template_trains_on_netns_hosts(tmp_path):
                 os.killpg(p.pid, 9)
         for out in outputs:
             out.close()
-        netns.destroy_all()
+        net.destroy()
     logs = [(tmp_path / f"pod{i}.log").read_text() for i in range(count)]
     assert [p.returncode for p in procs_] == [0] * count, "\n".join(log[-2000:] for log in logs)
     import re

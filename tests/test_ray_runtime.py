@@ -5,6 +5,7 @@ the other. The lab's driver runs on the head machine, as a user on a cluster wou
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -25,6 +26,8 @@ GCS_PORT = 6379
 CLUSTER_MARK = "TLAB_TEST_RAY_CLUSTER"  # every process of the test's cluster carries it
 # A secured cluster, as Ray now makes them: one token, given to every machine and driver.
 RAY_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+# The cluster's machines: netns hosts of a test-only lab id (the labs under test get their own).
+NET = netns.for_lab("ee0a1") if netns.unavailable_reason() is None else None
 
 
 def ray_start(host: netns.Host, index: int, head: netns.Host) -> subprocess.Popen:
@@ -40,7 +43,7 @@ def ray_start(host: netns.Host, index: int, head: netns.Host) -> subprocess.Pope
 
 def on_head(*lab_args: str, run_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """The lab CLI on the head machine (its network namespace and hostname)."""
-    argv = [*netns.exec_prefix(netns.host_for(0)), sys.executable, "-m", "lab", *lab_args]
+    argv = [*netns.exec_prefix(NET.host(0)), sys.executable, "-m", "lab", *lab_args]
     return subprocess.run(argv, env={**os.environ, **RAY_ENV, "LAB_RUN_DIR": str(run_dir)}, cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -52,7 +55,7 @@ def cluster_pids() -> list[int]:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    hosts = netns.create(2)
+    hosts = NET.create(2)
     try:
         for i, host in enumerate(hosts):
             ray_start(host, i, hosts[0])
@@ -69,7 +72,7 @@ def ray_cluster():
         yield address
     finally:
         procs.terminate(cluster_pids(), grace_s=10)
-        netns.destroy_all()
+        NET.destroy()
         for i in range(2):
             shutil.rmtree(f"/tmp/tlab-rayc-{i}", ignore_errors=True)
             Path(f"/tmp/tlab-rayc-{i}.exit").unlink(missing_ok=True)
@@ -126,8 +129,9 @@ def test_prometheus_scrapes_every_machine_and_down_leaves_no_lab_actor(ray_clust
         time.sleep(2)
     assert "agent node0: up" in status.stdout and "agent node1: up" in status.stdout, status.stdout
     down = on_head("down", run_dir=run_dir)
-    assert "removed actor tlab-node0" in down.stdout and "removed actor tlab-node1" in down.stdout, down.stdout
-    actors = subprocess.run([*netns.exec_prefix(netns.host_for(0)), RAY, "list", "actors", f"--address={ray_cluster}",
+    assert re.search(r"removed actor tlab-[0-9a-f]{5}-node0 ", down.stdout), down.stdout
+    assert re.search(r"removed actor tlab-[0-9a-f]{5}-node1 ", down.stdout), down.stdout
+    actors = subprocess.run([*netns.exec_prefix(NET.host(0)), RAY, "list", "actors", f"--address={ray_cluster}",
                              "--filter", "state=ALIVE", "--format", "json"], capture_output=True, text=True, timeout=60,
                             env={**os.environ, **RAY_ENV})
     assert "MachineAgent" not in actors.stdout, actors.stdout

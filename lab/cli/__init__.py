@@ -1,8 +1,16 @@
-"""The `lab` command: one module per subcommand, one-line errors, non-zero exits."""
+"""The `lab` command: one module per subcommand, one-line errors, non-zero exits.
+
+SIGTERM and SIGHUP stop a verb the way Ctrl-C does (the same teardown runs), and no
+failure ends in a traceback: the lab's own errors, the OS's, a subprocess that timed
+out, the Docker SDK's and Ray's each become one line (LAB_DEBUG=1 shows the traceback).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
 import sys
 
 from lab.errors import LabError
@@ -15,6 +23,21 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: unwinds like Ctrl-C, so every `finally` tears down what it started."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum, _frame):
+    # Once is enough: a second signal during teardown must not cut the teardown short.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
 def build_parser() -> Parser:
     from lab.cli import bench, down, exercise, run, status, up
 
@@ -25,17 +48,44 @@ def build_parser() -> Parser:
     return parser
 
 
+def one_line(error: BaseException) -> str:
+    """What went wrong, on one line, for the errors that are not the lab's own."""
+    cause = getattr(error, "cause", None)  # a Ray task's error: the exception it wraps, not its traceback
+    if isinstance(cause, BaseException):
+        return one_line(cause)
+    if isinstance(error, subprocess.TimeoutExpired):
+        cmd = error.cmd if isinstance(error.cmd, str) else " ".join(map(str, error.cmd))
+        return f"`{cmd}` did not finish within {error.timeout:g}s"
+    if isinstance(error, OSError) and error.strerror:
+        where = f": {error.filename}" if error.filename else ""
+        return f"{error.strerror}{where}"
+    text = " ".join(str(error).split()) or type(error).__name__
+    return f"{type(error).__name__}: {text[:300]}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         return args.handler(args)
     except LabError as e:
         print(f"lab {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except Stopped as e:
+        print(f"lab {args.command}: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
         print(f"lab {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 -- the CLI's promise: one line, never a traceback
+        if os.environ.get("LAB_DEBUG"):
+            raise
+        print(f"lab {args.command}: error: {one_line(e)} (LAB_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ def start(args: argparse.Namespace, script: str, script_args: list[str], log=pri
     if args.dry_run:
         print_plan(runtime, topology, script, script_args)
         return None
-    refuse_if_running(runtime, log)
+    runtimes.refuse_if_running(runtime, log)
     try:
         topology, nodes = runtime.up(topology, script, script_args)
     except BaseException:
@@ -44,21 +44,6 @@ def start(args: argparse.Namespace, script: str, script_args: list[str], log=pri
             {"k8s": "pod", "docker": "container", "ray": "Ray machine"}.get(runtime.name, "loopback"))
         log(f"started {node.name} at {node.address} ({where}), {topology.nproc_per_node} workers; log {node.log_path}")
     return runtime, topology, nodes
-
-
-def refuse_if_running(runtime, log) -> None:
-    """Refuse while a lab of this run directory runs, on whatever runtime started it; clean up
-    what a crashed one left (the recorded runtime's, then this runtime's own leftovers)."""
-    # Only a recorded lab can be another runtime's; with none, this runtime clears its own leftovers.
-    previous = runtimes.for_run_dir(runtime.run_dir, log=log) if runtime.run_dir.read_state() else runtime
-    if any(node.exit_code() is None for node in previous.attach()):
-        raise LabError(f"a lab is already running (run dir {runtime.run_dir.path}, runtime {previous.name}); "
-                       "stop it with `lab down`")
-    leftovers = previous.down(grace_s=2.0)
-    if previous.name != runtime.name:
-        leftovers += runtime.down(grace_s=2.0)
-    if leftovers:
-        log(f"removed leftovers of an earlier lab: {', '.join(leftovers)}")
 
 
 def print_plan(runtime, topology, script: str, script_args: list[str]) -> None:

@@ -22,12 +22,10 @@ from lab.exercises import observe
 from lab.exercises.report import Report
 from lab.health.events import read_events
 from lab.rundir import MARKER, RunDir
-from lab.runtimes.ray_runtime import connect
+from lab.runtimes.local import ray_session_prefix
+from lab.runtimes.ray_runtime import connect, ray_get
 from lab.topology import Topology
 from lab.workloads import script_path
-
-
-RAY_TMP_PREFIX = "tlab-ray-"
 
 
 def paced_trainer(steps: int, ckpt_every: int, step_time: float = 0.1) -> list[str]:
@@ -104,7 +102,7 @@ class Drill:
 
     def inject(self, node: str, fault: str, **kwargs) -> dict:
         try:
-            record = self.ray.get(self.agents[node].inject.remote(fault, **kwargs))
+            record = ray_get(self.agents[node].inject.remote(fault, **kwargs), 120, f"{fault} on {node}")
         except self.ray.exceptions.RayTaskError as e:
             if isinstance(e.cause, LabError):  # a fault this runtime cannot inject, say: one line
                 raise LabError(f"{fault} on {node}: {e.cause}") from None
@@ -115,7 +113,8 @@ class Drill:
 
     def wait_job(self, timeout_s: float) -> dict[str, int]:
         def codes():
-            found = {name: self.ray.get(agent.exit_code.remote()) for name, agent in self.agents.items()}
+            found = {name: ray_get(agent.exit_code.remote(), 60, f"{name}'s exit status")
+                     for name, agent in self.agents.items()}
             return found if all(c is not None for c in found.values()) else None
         return self.wait_for(codes, timeout_s, "the job to end")
 
@@ -146,20 +145,23 @@ def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout
     runtime = runtimes.create(getattr(options, "runtime", "local"), run_dir, hosts=options.hosts,
                               log=lambda m: out.write(m + "\n"), monitoring=monitoring,
                               image=getattr(options, "image", None), ray_address=options.ray_address)
+    runtimes.refuse_if_running(runtime, runtime.log)  # this run dir's lab; other labs are left alone
+    lab_id = run_dir.claim()
     # Ray's own processes inherit the lab's mark, so `lab down` finds them after a crash too.
     os.environ[MARKER] = str(run_dir.path)
     drill = None
-    # Ray's session files go to a lab-named temp dir (short: it holds Unix sockets), removed below
-    # and by `lab down` after a crash.
-    ray_tmp = tempfile.mkdtemp(prefix=RAY_TMP_PREFIX)
+    # Ray's session files go to a temp dir named by the lab id (short: it holds Unix sockets),
+    # removed below and by `lab down` after a crash.
+    ray_tmp = tempfile.mkdtemp(prefix=ray_session_prefix(lab_id))
     try:
         if options.ray_address:
             connect(options.ray_address)
         elif runtime.name == "ray":
             raise LabError("--runtime ray needs --ray-address auto|HOST:PORT (a running Ray cluster)")
         else:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-                     _temp_dir=ray_tmp)
+            # A fresh local instance of this drill's own, reachable on loopback only.
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False, _temp_dir=ray_tmp, _node_ip_address="127.0.0.1")
         workload = script_path(getattr(exercise, "WORKLOAD", "trainer"))
         topology, nodes = runtime.up(topology, workload, exercise.trainer_args(options))
         actor = ray.remote(num_cpus=0)(NodeAgent)

@@ -55,10 +55,29 @@ def config(targets_dir: Path, scrape_interval_s: float = 2.0, rules: Path = RULE
     }
 
 
+DEFAULT_PORT = 9090
+
+
+def first_free_port(start: int = DEFAULT_PORT, host: str = "127.0.0.1", tries: int = 100) -> int:
+    """The first port from start on that nothing listens on: two labs each get a Prometheus."""
+    import socket
+
+    for port in range(start, min(start + tries, 65536)):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+                return port
+            except OSError:
+                continue
+    raise LabError(f"no free port for Prometheus in {start}-{start + tries - 1}; pick one with --prometheus-port")
+
+
 class Prometheus:
-    def __init__(self, directory: Path, port: int = 9090):
+    def __init__(self, directory: Path, port: int | None = DEFAULT_PORT):
+        """port None: the first free one from DEFAULT_PORT on."""
         self.dir = directory
-        self.port = port
+        self.port = port if port is not None else first_free_port()
         self.url = f"http://127.0.0.1:{port}"
 
     @property

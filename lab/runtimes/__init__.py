@@ -37,3 +37,18 @@ def for_run_dir(run_dir, log=print):
     """The runtime that started the lab recorded in run_dir (local when none is recorded)."""
     state = run_dir.read_state() or {}
     return create(state.get("runtime", "local"), run_dir, log=log)
+
+
+def refuse_if_running(runtime, log) -> None:
+    """Refuse while a lab of this run directory runs, on whatever runtime started it; clean up
+    what a crashed one left (the recorded runtime's, then this runtime's own leftovers)."""
+    # Only a recorded lab can be another runtime's; with none, this runtime clears its own leftovers.
+    previous = for_run_dir(runtime.run_dir, log=log) if runtime.run_dir.read_state() else runtime
+    if any(node.exit_code() is None for node in previous.attach()):
+        raise LabError(f"a lab is already running (run dir {runtime.run_dir.path}, runtime {previous.name}); "
+                       "stop it with `lab down`")
+    leftovers = previous.down(grace_s=2.0)
+    if previous.name != runtime.name:
+        leftovers += runtime.down(grace_s=2.0)
+    if leftovers:
+        log(f"removed leftovers of an earlier lab: {', '.join(leftovers)}")

@@ -19,6 +19,10 @@ PROMETHEUS_IMAGE = os.environ.get("LAB_PROMETHEUS_IMAGE", "torchrun-lab-promethe
 LAB_DIR = Path(__file__).resolve().parents[1]
 IMAGE_LAB_DIR = "/opt/torchrun-lab/lab"  # where docker/Dockerfile copies lab/
 IMAGE_UID = 10001  # the image's non-root user
+# Every container the lab starts: no capabilities (faults signal processes of the same
+# user, which needs none), no privilege gain through setuid, a bound on processes, and a
+# read-only root (what a node writes goes to its mounts and a tmpfs /tmp).
+HARDENED = {"cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "pids_limit": 1024, "read_only": True}
 
 
 def client():
@@ -92,8 +96,9 @@ def own_for_containers(*dirs: Path) -> str:
     if os.geteuid() != 0:
         return f"{os.getuid()}:{os.getgid()}"
     for d in dirs:
+        # Never through a link: os.walk does not descend into one, and chown changes the link itself.
         for root, subdirs, files in os.walk(d):
-            os.chown(root, IMAGE_UID, IMAGE_UID)
-            for name in files:
-                os.chown(os.path.join(root, name), IMAGE_UID, IMAGE_UID)
+            os.chown(root, IMAGE_UID, IMAGE_UID, follow_symlinks=False)
+            for name in subdirs + files:
+                os.chown(os.path.join(root, name), IMAGE_UID, IMAGE_UID, follow_symlinks=False)
     return f"{IMAGE_UID}:{IMAGE_UID}"

@@ -19,7 +19,7 @@ from pathlib import Path
 from lab import worker_record
 from lab.errors import LabError
 from lab.runtimes.base import FaultUnsupported, Node, NodeFiles
-from lab.runtimes.docker_engine import LABEL
+from lab.runtimes.docker_engine import HARDENED, LABEL
 from lab.runtimes.local_faults import WORKERS_FILE, corrupt_newest_checkpoint
 
 # SIGTERM on `docker stop`: the shim hands it to torchrun, which stops its workers.
@@ -34,6 +34,7 @@ class DockerNode(NodeFiles, Node):
     address: str
     dir: Path
     run_dir: str
+    lab_id: str
     network: str
     image: str
     user: str
@@ -44,7 +45,7 @@ class DockerNode(NodeFiles, Node):
 
     @property
     def container_name(self) -> str:
-        return f"tlab-{self.name}"
+        return f"tlab-{self.lab_id}-{self.name}"
 
     def container(self):
         from docker.errors import NotFound
@@ -74,8 +75,9 @@ class DockerNode(NodeFiles, Node):
                 f"--log-file={self.log_path}", "--"]
         created = self.docker.containers.create(
             self.image, [*shim, *argv], name=self.container_name, hostname=self.name, user=self.user,
-            labels={LABEL: self.run_dir}, volumes=self.mounts, environment=self.environment, init=True,
-            stop_signal=STOP_SIGNAL, working_dir="/tmp", detach=True, device_requests=self.device_requests(),
+            labels={LABEL: self.run_dir}, volumes=self.mounts, environment={"HOME": "/tmp", **self.environment},
+            init=True, stop_signal=STOP_SIGNAL, working_dir="/tmp", detach=True,
+            device_requests=self.device_requests(), **HARDENED, tmpfs={"/tmp": "exec"},
             network=self.network,
             networking_config={self.network: self.docker.api.create_endpoint_config(
                 ipv4_address=self.address, aliases=[self.name])})

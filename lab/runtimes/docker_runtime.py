@@ -2,14 +2,16 @@
 
     lab up --runtime docker [--image torchrun-lab:cpu]
 
-Each node is a container named tlab-node<i> with hostname node<i>, on the network
-tlab-net (subnet LAB_DOCKER_SUBNET, default 172.29.87.0/24; fixed addresses, so a
-partitioned node comes back as itself). The c10d rendezvous is on node0. The run
-directory is mounted into every container at its own path, so events, checkpoints,
-logs and Prometheus' targets are where they are for the local runtime, and the
-exercise engine reads them the same way. Prometheus runs in a container on the same
-network, published on 127.0.0.1 only. `lab down` removes the containers and the
-network labelled with this run directory, and nothing else.
+Each node is a container named tlab-<id>-node<i> (id: the run dir's lab id) with
+hostname node<i>, on the network tlab-<id>-net (a /24 of 172.29.0.0/16 no other
+network uses, or LAB_DOCKER_SUBNET; fixed addresses, so a partitioned node comes back
+as itself). The c10d rendezvous is on node0. The run-dir folders a node writes (its
+own node dir, events, checkpoints, Prometheus' targets) are mounted into its container
+at their own paths, so the exercise engine reads them as it does a local node's.
+Containers are hardened: no capabilities, no new privileges, a pids limit, a read-only
+root with a tmpfs /tmp. Prometheus runs in a container on the same network, published
+on 127.0.0.1 only. `lab down` removes the containers and the network labelled with
+this run directory, and nothing else.
 """
 
 from __future__ import annotations
@@ -29,21 +31,49 @@ from lab.runtimes.docker_node import DockerNode, stop_all
 from lab.runtimes.local_faults import WORKERS_FILE
 from lab.topology import Topology
 
-NETWORK = "tlab-net"
-PROMETHEUS_CONTAINER = "tlab-prometheus"
-SUBNET = os.environ.get("LAB_DOCKER_SUBNET", "172.29.87.0/24")
+SUPERNET = ipaddress.ip_network("172.29.0.0/16")
+# What a node writes, under the run dir; each is mounted at its own path (see _node).
+NODE_WRITES = ("events", "checkpoints", "reference", "prometheus/targets")
 
 
 class DockerRuntime:
     name = "docker"
 
     def __init__(self, run_dir: RunDir, *, image: str | None = None, log=print, monitoring: str = "auto",
-                 prometheus_port: int = 9090, **_ignored):
+                 prometheus_port: int | None = None, **_ignored):
         self.run_dir, self.log = run_dir, log
         self.image = image or engine.NODE_IMAGE
         self.prometheus_mode = monitoring
         self.prometheus = prometheus.Prometheus(run_dir.path / "prometheus", port=prometheus_port)
         self._docker = None
+
+    @property
+    def network(self) -> str:
+        return f"tlab-{self.run_dir.lab_id}-net"
+
+    @property
+    def prometheus_container(self) -> str:
+        return f"tlab-{self.run_dir.lab_id}-prometheus"
+
+    def subnet(self) -> str:
+        """LAB_DOCKER_SUBNET, the one recorded at `up`, or a /24 no network of the daemon uses."""
+        chosen = os.environ.get("LAB_DOCKER_SUBNET") or (self.run_dir.read_state() or {}).get("subnet")
+        if chosen:
+            return chosen
+        taken = []
+        if self._docker is not None:
+            for network in self._docker.networks.list():
+                for pool in (network.attrs.get("IPAM") or {}).get("Config") or []:
+                    try:
+                        taken.append(ipaddress.ip_network(pool.get("Subnet", ""), strict=False))
+                    except ValueError:
+                        pass
+        start = int(self.run_dir.lab_id, 16) % 256
+        for k in range(256):
+            candidate = ipaddress.ip_network(f"172.29.{(start + k) % 256}.0/24")
+            if not any(candidate.overlaps(t) for t in taken):
+                return str(candidate)
+        raise LabError("every /24 of 172.29.0.0/16 is taken by a Docker network; set LAB_DOCKER_SUBNET")
 
     @property
     def docker(self):
@@ -57,10 +87,15 @@ class DockerRuntime:
     def node_env(self, node: DockerNode) -> dict[str, str]:
         return run_dir_env(self.run_dir.path, self.prometheus.targets_dir, node.dir, WORKERS_FILE)
 
-    def plan(self, topology: Topology, mode: str = "containers", user: str = "") -> tuple[Topology, list[DockerNode]]:
-        hosts = list(ipaddress.ip_network(SUBNET).hosts())
+    def plan(self, topology: Topology, mode: str = "containers", user: str = "",
+             subnet: str | None = None) -> tuple[Topology, list[DockerNode]]:
+        subnet = subnet or self.subnet()
+        try:
+            hosts = list(ipaddress.ip_network(subnet).hosts())
+        except ValueError:
+            raise LabError(f"LAB_DOCKER_SUBNET {subnet!r} is not an IPv4 network such as 172.29.87.0/24") from None
         if topology.nodes + 10 > len(hosts):
-            raise LabError(f"LAB_DOCKER_SUBNET {SUBNET} is too small for {topology.nodes} nodes")
+            raise LabError(f"Docker subnet {subnet} is too small for {topology.nodes} nodes")
         nodes = [self._node(f"node{i}", i, str(hosts[10 + i]), self.image, user, topology.backend, self._docker)
                  for i in range(topology.nodes)]
         return topology.replace(rdzv_host="node0"), nodes
@@ -78,14 +113,15 @@ class DockerRuntime:
         if note:
             self.log(note)
         watch = self.use_prometheus()
+        subnet = self.subnet()
         self.run_dir.write_state({
             "runtime": self.name, "hosts": "containers", "image": self.image, "started_at": time.time(),
             "prometheus": self.prometheus.url if watch else None, "topology": asdict(topology),
-            "script": script, "script_args": list(script_args),
+            "script": script, "script_args": list(script_args), "lab_id": self.run_dir.lab_id, "subnet": subnet,
         })
-        user = engine.own_for_containers(self.run_dir.path, self.prometheus.targets_dir,
+        user = engine.own_for_containers(*(self.run_dir.path / d for d in NODE_WRITES),
                                          *(self.run_dir.path / "nodes" / f"node{i}" for i in range(topology.nodes)))
-        topology, nodes = self.plan(topology, user=user)
+        topology, nodes = self.plan(topology, user=user, subnet=subnet)
         for node in nodes:
             node.mounts.update(engine.script_mount(script))
         self.run_dir.write_state({**self.run_dir.read_state(), "user": user, "topology": asdict(topology),
@@ -101,11 +137,11 @@ class DockerRuntime:
         from docker.errors import APIError
 
         try:
-            self.docker.networks.create(NETWORK, driver="bridge", labels={engine.LABEL: str(self.run_dir.path)},
-                                        ipam=_ipam(SUBNET), check_duplicate=True)
+            self.docker.networks.create(self.network, driver="bridge", labels={engine.LABEL: str(self.run_dir.path)},
+                                        ipam=_ipam(self.subnet()), check_duplicate=True)
         except APIError as e:
-            raise LabError(f"cannot create the Docker network {NETWORK} on {SUBNET}: {e.explanation or e} "
-                           "(another lab's? `lab down --run-dir` it; or set LAB_DOCKER_SUBNET)") from None
+            raise LabError(f"cannot create the Docker network {self.network} on {self.subnet()}: "
+                           f"{e.explanation or e} (another lab's? `lab down --run-dir` it; or set LAB_DOCKER_SUBNET)") from None
 
     def use_prometheus(self) -> bool:
         from docker.errors import ImageNotFound
@@ -129,11 +165,11 @@ class DockerRuntime:
             engine.PROMETHEUS_IMAGE,
             [f"--config.file={self.prometheus.config_path}", "--storage.tsdb.path=/tmp/prometheus",
              "--web.listen-address=0.0.0.0:9090", "--log.level=warn"],
-            name=PROMETHEUS_CONTAINER, hostname="prometheus", network=NETWORK, detach=True,
-            labels={engine.LABEL: path}, volumes={path: {"bind": path, "mode": "ro"}},
-            ports={"9090/tcp": ("127.0.0.1", self.prometheus.port)})
+            name=self.prometheus_container, hostname="prometheus", network=self.network, detach=True,
+            labels={engine.LABEL: path}, volumes={str(self.prometheus.dir): {"bind": str(self.prometheus.dir), "mode": "ro"}},
+            ports={"9090/tcp": ("127.0.0.1", self.prometheus.port)}, **engine.HARDENED, tmpfs={"/tmp": ""})
         self.prometheus.wait_ready(30, lambda: container.logs().decode(errors="replace"))
-        self.log(f"started Prometheus in container {PROMETHEUS_CONTAINER} ({engine.PROMETHEUS_IMAGE})")
+        self.log(f"started Prometheus in container {self.prometheus_container} ({engine.PROMETHEUS_IMAGE})")
 
     def attach(self) -> list[DockerNode]:
         state = self.run_dir.read_state() or {}
@@ -144,11 +180,12 @@ class DockerRuntime:
                 for n in state["nodes"]]
 
     def _node(self, name: str, index: int, address: str, image: str, user: str, backend: str, docker) -> DockerNode:
-        """A node's handle: its container mounts the run directory at its own path."""
-        path = str(self.run_dir.path)
-        return DockerNode(name=name, index=index, address=address, dir=self.run_dir.path / "nodes" / name,
-                          run_dir=path, network=NETWORK, image=image, user=user, gpus=backend == "nccl",
-                          mounts={path: {"bind": path, "mode": "rw"}}, docker=docker)
+        """A node's handle: its container mounts the run-dir folders it writes, each at its own path."""
+        node_dir = self.run_dir.path / "nodes" / name
+        mounts = {str(d): {"bind": str(d), "mode": "rw"} for d in (node_dir, *(self.run_dir.path / w for w in NODE_WRITES))}
+        return DockerNode(name=name, index=index, address=address, dir=node_dir, run_dir=str(self.run_dir.path),
+                          lab_id=self.run_dir.lab_id, network=self.network, image=image, user=user,
+                          gpus=backend == "nccl", mounts=mounts, docker=docker)
 
     def down(self, grace_s: float = 10.0) -> list[str]:
         """Remove every container and network labelled with this run directory, then the run dir."""
@@ -171,10 +208,7 @@ class DockerRuntime:
             for network in docker.networks.list(filters={"label": label}):
                 network.remove()
                 removed.append(f"network {network.name}")
-        if self.run_dir.exists():
-            removed.append(f"run dir {self.run_dir.path}")
-            self.run_dir.remove()
-        return removed
+        return removed + self.run_dir.take_down()
 
 
 def _ipam(subnet: str):

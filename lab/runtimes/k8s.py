@@ -153,7 +153,7 @@ class KubernetesRuntime:
     def up(self, topology: Topology, script: str, script_args: list[str]):
         manifests = self.plan_manifests(topology, script, script_args)
         self.kubectl.check_cluster()
-        self.run_dir.path.mkdir(parents=True, exist_ok=True)
+        self.run_dir.claim()
         applied = self.run_dir.path / "applied.yaml"
         applied.write_text(manifests)
         self.run_dir.write_state({"runtime": self.name, "hosts": "pods", "context": self.kubectl.context,
@@ -187,8 +187,7 @@ class KubernetesRuntime:
             kubectl("delete", "-f", state["manifests"], "--ignore-not-found", "--wait=false")
             removed.append(f"the objects in {state['manifests']}")
         procs.signal_all(procs.marked_pids(str(self.run_dir.path)), signal.SIGTERM)  # the log streams
-        self.run_dir.remove()
-        return removed
+        return removed + self.run_dir.take_down()
 
 
 def _in_image(script: str) -> str:

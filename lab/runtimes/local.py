@@ -53,7 +53,7 @@ class LocalNode(NodeFiles, LocalFaults, Node):
         shim = [sys.executable, "-m", "lab.runtimes.nodeproc", f"--exit-file={self.exit_file}"]
         if self.netns is None:
             return shim
-        return [*netns.exec_prefix(netns.host_for(self.index)), *shim, f"--hostname={self.name}"]
+        return [*netns.exec_prefix(netns.Host(self.name, self.netns, self.address)), *shim, f"--hostname={self.name}"]
 
     def start(self, argv: list[str]) -> None:
         self.remember_argv(argv)
@@ -82,24 +82,39 @@ class LocalNode(NodeFiles, LocalFaults, Node):
             return None
 
     def stop(self, grace_s: float = 10.0) -> None:
-        if self.pid is not None and procs.alive(self.pid):
-            os.kill(self.pid, signal.SIGTERM)  # the shim passes it to torchrun's agent
+        if self.pid is not None and procs.send(self.pid, signal.SIGTERM, self.run_dir):  # the shim passes it on
             procs.wait_gone([self.pid], grace_s)
-        procs.terminate(procs.marked_pids(self.run_dir, self.name), grace_s=1.0)
+        procs.terminate(procs.marked_pids(self.run_dir, self.name), grace_s=1.0, run_dir=self.run_dir)
 
 
 class LocalRuntime:
     name = "local"
 
     def __init__(self, run_dir: RunDir, hosts: str = "auto", log=print,
-                 monitoring: str = "auto", prometheus_port: int = 9090):
+                 monitoring: str = "auto", prometheus_port: int | None = None):
         if hosts not in HOST_MODES:
             raise LabError(f"--hosts must be one of {', '.join(HOST_MODES)}; got {hosts!r}")
         self.run_dir = run_dir
         self.hosts = hosts
         self.log = log
         self.prometheus_mode = monitoring
-        self.prometheus = prometheus.Prometheus(run_dir.path / "prometheus", port=prometheus_port)
+        self.prometheus_port = prometheus_port
+        self._net: netns.LabNet | None = None
+
+    @property
+    def prometheus(self) -> prometheus.Prometheus:
+        """This lab's Prometheus: the port asked for, else the first free one from 9090 on."""
+        if not hasattr(self, "_prometheus"):
+            self._prometheus = prometheus.Prometheus(self.run_dir.path / "prometheus", port=self.prometheus_port)
+        return self._prometheus
+
+    @property
+    def net(self) -> netns.LabNet:
+        """This lab's netns hosts: named by the run dir's lab id, on the subnet recorded at `up`."""
+        if self._net is None:
+            recorded = (self.run_dir.read_state() or {}).get("subnet")
+            self._net = netns.for_lab(self.run_dir.lab_id, recorded)
+        return self._net
 
     def node_env(self, node: LocalNode) -> dict[str, str]:
         return run_dir_env(self.run_dir.path, self.prometheus.targets_dir, node.dir, WORKERS_FILE)
@@ -120,7 +135,7 @@ class LocalRuntime:
         """The nodes and the topology as they will run, without starting anything."""
         nodes = []
         for i in range(topology.nodes):
-            host = netns.host_for(i) if mode == "netns" else None
+            host = self.net.host(i) if mode == "netns" else None
             nodes.append(LocalNode(
                 name=f"node{i}", index=i,
                 address=host.address if host else "127.0.0.1",
@@ -130,7 +145,7 @@ class LocalRuntime:
             ))
         if topology.rdzv_backend == "etcd-v2":
             # The lab's etcd runs on the host, outside every node (see lab.runtimes.etcd).
-            rdzv_host = netns.GATEWAY if mode == "netns" else "127.0.0.1"
+            rdzv_host = self.net.gateway if mode == "netns" else "127.0.0.1"
         else:
             rdzv_host = "node0" if mode == "netns" else "127.0.0.1"
         return topology.replace(rdzv_host=rdzv_host), nodes
@@ -151,6 +166,7 @@ class LocalRuntime:
         # State first: if anything below fails or this process dies, `lab down` still knows.
         self.run_dir.write_state({
             "runtime": self.name, "hosts": mode, "lab_pid": os.getpid(), "started_at": time.time(),
+            "lab_id": self.run_dir.lab_id, "subnet": self.net.subnet if mode == "netns" else None,
             "prometheus": self.prometheus.url if watch else None,
             "topology": asdict(topology), "script": script, "script_args": list(script_args),
             "nodes": [{"name": n.name, "index": n.index, "address": n.address, "netns": n.netns} for n in nodes],
@@ -158,7 +174,7 @@ class LocalRuntime:
         if watch:
             self.prometheus.start(str(self.run_dir.path))
         if mode == "netns":
-            netns.create(topology.nodes)
+            self.net.create(topology.nodes)
         if topology.rdzv_backend == "etcd-v2":
             url = etcd.start(self.run_dir.path / "etcd", topology.rdzv_host, topology.rdzv_port, str(self.run_dir.path))
             self.log(f"started etcd (v2 API) for the rendezvous at {url}")
@@ -188,25 +204,30 @@ class LocalRuntime:
                 node.stop(grace_s)
                 removed.append(f"node {node.name}")
         stray = procs.marked_pids(str(self.run_dir.path))
-        procs.terminate(stray, grace_s=2.0)
+        procs.terminate(stray, grace_s=2.0, run_dir=str(self.run_dir.path))
         removed += [f"process {pid}" for pid in stray]
-        others = procs.marked_pids()
-        if others:
-            # A lab with another run directory still runs: its hosts and Ray session stay.
-            dirs = sorted({procs.environ(pid).get(MARKER, "?") for pid in others})
-            self.log(f"note: leaving the netns hosts to the lab still running in {', '.join(dirs)}")
-            return self._remove_run_dir(removed)
-        removed += netns.destroy_all()
-        for leftover in Path(tempfile.gettempdir()).glob("tlab-ray-*"):  # an exercise's Ray session
+        if not self.run_dir.is_marked():
+            return removed  # no lab was ever made here: it has no hosts and no id to find them by
+        if netns.unavailable_reason() is None:
+            removed += netns.destroy(self.run_dir.lab_id)
+        removed += remove_ray_sessions(self.run_dir.lab_id)
+        return removed + self.run_dir.take_down()
+
+
+def ray_session_prefix(lab_id: str) -> str:
+    """An exercise's Ray session dir in the temp dir (short: it holds Unix sockets)."""
+    return f"tlab-ray-{lab_id}-"
+
+
+def remove_ray_sessions(lab_id: str) -> list[str]:
+    """This lab's exercise Ray session dirs, left by a crash: only ours (our uid, not a link)."""
+    removed = []
+    for leftover in Path(tempfile.gettempdir()).glob(f"{ray_session_prefix(lab_id)}*"):
+        info = leftover.lstat()
+        if leftover.is_dir() and not leftover.is_symlink() and info.st_uid == os.geteuid():
             shutil.rmtree(leftover, ignore_errors=True)
             removed.append(f"dir {leftover}")
-        return self._remove_run_dir(removed)
-
-    def _remove_run_dir(self, removed: list[str]) -> list[str]:
-        if self.run_dir.exists():
-            removed.append(f"run dir {self.run_dir.path}")
-            self.run_dir.remove()
-        return removed
+    return removed
 
 
 def exporter_ports(topology: Topology) -> list[int]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -18,9 +17,8 @@ PARTITION_COMMENT = "torchrun-lab-partition"
 WORKERS_FILE = "workers.json"  # in the node's directory; lab.launch writes it (LAB_WORKERS_FILE)
 
 
-def _continue(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGCONT)
+def _continue(pid: int, run_dir: str) -> None:
+    procs.send(pid, signal.SIGCONT, run_dir)
 
 
 class LocalFaults(Faults):
@@ -47,7 +45,8 @@ class LocalFaults(Faults):
 
     def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
         pid = self._worker(local_rank)
-        os.kill(pid, sig)
+        if not procs.send(pid, sig, self.run_dir):  # gone, or the pid now belongs to something else
+            raise FaultUnsupported(f"worker {local_rank} of {self.name} (pid {pid}) is no longer running")
         return pid
 
     def pause_worker(self, local_rank: int) -> int:
@@ -72,10 +71,7 @@ class LocalFaults(Faults):
             stop, thread, pid = slowing
             stop.set()
             thread.join()
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+            procs.send(pid, signal.SIGCONT, self.run_dir)
             self._slowing = None
 
     def delay_restarted_workers(self, seconds: float) -> None:
@@ -91,23 +87,22 @@ class LocalFaults(Faults):
                     restart = procs.environ(pid).get("TORCHELASTIC_RESTART_COUNT", "0")
                     if pid not in seen and restart != "0":
                         seen.add(pid)
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(pid, signal.SIGSTOP)
-                        threading.Timer(seconds, _continue, args=(pid,)).start()
+                        procs.send(pid, signal.SIGSTOP, self.run_dir)
+                        threading.Timer(seconds, _continue, args=(pid, self.run_dir)).start()
                 time.sleep(0.02)
 
         threading.Thread(target=watch, daemon=True).start()
 
     def kill_node(self) -> None:
         pids = procs.marked_pids(self.run_dir, self.name)
-        procs.signal_all(pids, signal.SIGKILL)
+        procs.signal_all(pids, signal.SIGKILL, self.run_dir)
         procs.wait_gone(pids, 5)
 
     def preempt(self, grace_s: float) -> None:
-        if self.pid is not None and procs.alive(self.pid):
-            os.kill(self.pid, signal.SIGTERM)  # the shim hands it to torchrun, which TERMs the workers
+        if self.pid is not None:
+            procs.send(self.pid, signal.SIGTERM, self.run_dir)  # the shim hands it to torchrun, which TERMs the workers
         survivors = procs.wait_gone(procs.marked_pids(self.run_dir, self.name), grace_s)
-        procs.signal_all(survivors, signal.SIGKILL)
+        procs.signal_all(survivors, signal.SIGKILL, self.run_dir)
 
     def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
         from pathlib import Path
@@ -126,8 +121,11 @@ class LocalFaults(Faults):
         if self.netns is None:
             raise FaultUnsupported("loopback nodes share the host's network: partitions need netns hosts "
                                    "(run as root with iproute2, --hosts netns)")
-        return subprocess.run(["ip", "netns", "exec", self.netns, "iptables", "-w", *args],
-                              capture_output=True, text=True)
+        try:
+            return subprocess.run(["ip", "netns", "exec", self.netns, "iptables", "-w", "30", *args],
+                                  capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            raise FaultUnsupported(f"iptables in {self.netns} did not answer within 60s") from None
 
     def partition(self) -> None:
         for chain, flag in (("INPUT", "-i"), ("OUTPUT", "-o")):

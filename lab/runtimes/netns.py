@@ -1,8 +1,8 @@
-"""Real hosts on one machine: a network namespace per node, joined by a lab bridge.
+"""Real hosts on one machine: a network namespace per node, joined by a bridge of the lab's own.
 
-    host (root netns)                 tlab-br 10.213.0.1/24
+    host (root netns)                 tlab<id>b 10.213.<n>.1/24
                                      /                     \\
-    netns tlab-node0: eth0 10.213.0.10  (hostname node0)   netns tlab-node1: eth0 10.213.0.11 ...
+    netns tlab-<id>-node0: eth0 10.213.<n>.10 (node0)   netns tlab-<id>-node1: eth0 10.213.<n>.11 ...
 
 Four things must be right for torchrun to work across them (measured, DESIGN.md):
 - each node's hostname resolves to its own address (a UTS namespace per node plus
@@ -13,12 +13,14 @@ Four things must be right for torchrun to work across them (measured, DESIGN.md)
 - once dockerd has run, the FORWARD policy is DROP and silently drops bridged
   traffic, so the lab inserts an ACCEPT rule for its bridge.
 
-Everything here is named tlab-* (the iptables rule carries the comment
-"torchrun-lab"), so `destroy_all` finds leftovers after a crash.
+Every name carries the lab id of the run dir (lab.rundir), and each lab takes a /24 of
+10.213.0.0/16 that no interface uses yet: two labs run side by side, and a lab removes
+its own namespaces, links, rules and /etc/netns dirs, never another's.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import subprocess
@@ -27,12 +29,11 @@ from pathlib import Path
 
 from lab.errors import LabError
 
-PREFIX = "tlab-"
-BRIDGE = "tlab-br"
-SUBNET = "10.213.0"
-GATEWAY = f"{SUBNET}.1"
+PREFIX = "tlab"  # every namespace and link of every lab starts with it
+SUPERNET = ipaddress.ip_network("10.213.0.0/16")
 RULE_COMMENT = "torchrun-lab"
 NETNS_ETC = Path("/etc/netns")
+TIMEOUT_S = 30  # every ip/iptables call; iptables -w waits at most this for the xtables lock
 
 
 @dataclass(frozen=True)
@@ -53,29 +54,106 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def host_for(index: int) -> Host:
-    return Host(name=f"node{index}", netns=f"{PREFIX}node{index}", address=f"{SUBNET}.{10 + index}")
+@dataclass(frozen=True)
+class LabNet:
+    """One lab's hosts: its bridge, subnet (10.213.<n>.0/24), namespaces and firewall rule."""
+
+    lab_id: str
+    subnet: str  # the first three octets, e.g. "10.213.7"
+
+    @property
+    def bridge(self) -> str:
+        return f"{PREFIX}{self.lab_id}b"
+
+    @property
+    def gateway(self) -> str:
+        return f"{self.subnet}.1"
+
+    @property
+    def rule_comment(self) -> str:
+        return f"{RULE_COMMENT}:{self.lab_id}"
+
+    def host(self, index: int) -> Host:
+        return Host(name=f"node{index}", netns=f"{PREFIX}-{self.lab_id}-node{index}",
+                    address=f"{self.subnet}.{10 + index}")
+
+    def create(self, count: int, aliases: dict[int, list[str]] | None = None,
+               own_aliases: dict[int, list[str]] | None = None) -> list[Host]:
+        """Build `count` hosts on a fresh bridge. On failure, remove what was made and raise.
+
+        aliases: more names for host i, in every host's hosts file (a pod's DNS names, say);
+        own_aliases: names for host i that only host i knows (a pod's bare hostname).
+        """
+        if count > 240:
+            raise LabError(f"netns hosts: at most 240 nodes on one machine, got {count}")
+        hosts = [self.host(i) for i in range(count)]
+        try:
+            _ip("link", "add", self.bridge, "type", "bridge")
+            _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+            _ip("link", "set", self.bridge, "up")
+            self._allow_bridge_forwarding()
+            for i, host in enumerate(hosts):
+                self._create_host(i, host, _hosts_file(hosts, i, aliases or {}, own_aliases or {}))
+        except BaseException:
+            self.destroy()
+            raise
+        return hosts
+
+    def _create_host(self, index: int, host: Host, hosts_file: str) -> None:
+        outside, inside = f"{PREFIX}{self.lab_id}v{index}", f"{PREFIX}{self.lab_id}p{index}"
+        _ip("netns", "add", host.netns)
+        _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+        _ip("link", "set", outside, "master", self.bridge)
+        _ip("link", "set", outside, "up")
+        _ip("link", "set", inside, "netns", host.netns)
+        in_ns = ("-n", host.netns)
+        _ip(*in_ns, "link", "set", inside, "name", host.interface)
+        _ip(*in_ns, "addr", "add", f"{host.address}/24", "dev", host.interface)
+        _ip(*in_ns, "link", "set", host.interface, "up")
+        _ip(*in_ns, "link", "set", "lo", "up")
+        etc = NETNS_ETC / host.netns
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hosts").write_text(hosts_file)
+        # No default route and no reachable DNS server: c10d reverse-resolves every peer
+        # (as ::ffff:a.b.c.d, which /etc/hosts does not list), and a DNS server that cannot
+        # answer costs 10 s per lookup. Asking loopback fails at once instead.
+        (etc / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+
+    def _allow_bridge_forwarding(self) -> None:
+        if shutil.which("iptables") is None:
+            return  # no firewall tool, so nothing of ours can be dropping the bridge's traffic
+        _run("iptables", "-w", str(TIMEOUT_S), "-I", "FORWARD", "1", "-i", self.bridge, "-o", self.bridge,
+             "-m", "comment", "--comment", self.rule_comment, "-j", "ACCEPT")
+
+    def leftovers(self) -> list[str]:
+        """Everything of this lab's that exists now: netns, links, iptables rules, /etc/netns dirs."""
+        return leftovers(self.lab_id)
+
+    def destroy(self) -> list[str]:
+        """Remove this lab's namespaces (and what runs in them), links, rules and config dirs. Idempotent."""
+        return destroy(self.lab_id)
 
 
-def create(count: int, aliases: dict[int, list[str]] | None = None,
-           own_aliases: dict[int, list[str]] | None = None) -> list[Host]:
-    """Build `count` hosts on a fresh bridge. On failure, remove what was made and raise.
+def for_lab(lab_id: str, subnet: str | None = None) -> LabNet:
+    """The lab's network: its recorded subnet, or the first /24 of 10.213.0.0/16 no interface uses."""
+    return LabNet(lab_id, subnet or free_subnet(lab_id))
 
-    aliases: more names for host i, in every host's hosts file (a pod's DNS names, say);
-    own_aliases: names for host i that only host i knows (a pod's bare hostname).
-    """
-    hosts = [host_for(i) for i in range(count)]
-    try:
-        _ip("link", "add", BRIDGE, "type", "bridge")
-        _ip("addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
-        _ip("link", "set", BRIDGE, "up")
-        _allow_bridge_forwarding()
-        for i, host in enumerate(hosts):
-            _create_host(i, host, _hosts_file(hosts, i, aliases or {}, own_aliases or {}))
-    except BaseException:
-        destroy_all()
-        raise
-    return hosts
+
+def free_subnet(lab_id: str) -> str:
+    taken = set()
+    if shutil.which("ip"):
+        for line in _out("ip", "-o", "-4", "addr", "show").splitlines():
+            fields = line.split()
+            if "inet" in fields:
+                net = ipaddress.ip_interface(fields[fields.index("inet") + 1]).network
+                if net.overlaps(SUPERNET):
+                    taken.add(str(net.network_address).rsplit(".", 1)[0])
+    start = int(lab_id, 16) % 254 if all(c in "0123456789abcdef" for c in lab_id) else 0
+    for k in range(254):
+        candidate = f"10.213.{(start + k) % 254 + 1}"
+        if candidate not in taken:
+            return candidate
+    raise LabError("netns hosts: every /24 of 10.213.0.0/16 is in use; `lab down` the labs you no longer need")
 
 
 def _hosts_file(hosts: list[Host], viewer: int, aliases: dict, own_aliases: dict) -> str:
@@ -87,90 +165,79 @@ def _hosts_file(hosts: list[Host], viewer: int, aliases: dict, own_aliases: dict
     return "\n".join(lines) + "\n"
 
 
-def _create_host(index: int, host: Host, hosts_file: str) -> None:
-    outside, inside = f"{PREFIX}v{index}", f"{PREFIX}p{index}"
-    _ip("netns", "add", host.netns)
-    _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
-    _ip("link", "set", outside, "master", BRIDGE)
-    _ip("link", "set", outside, "up")
-    _ip("link", "set", inside, "netns", host.netns)
-    in_ns = ("-n", host.netns)
-    _ip(*in_ns, "link", "set", inside, "name", host.interface)
-    _ip(*in_ns, "addr", "add", f"{host.address}/24", "dev", host.interface)
-    _ip(*in_ns, "link", "set", host.interface, "up")
-    _ip(*in_ns, "link", "set", "lo", "up")
-    etc = NETNS_ETC / host.netns
-    etc.mkdir(parents=True, exist_ok=True)
-    (etc / "hosts").write_text(hosts_file)
-    # No default route and no reachable DNS server: c10d reverse-resolves every peer
-    # (as ::ffff:a.b.c.d, which /etc/hosts does not list), and a DNS server that cannot
-    # answer costs 10 s per lookup. Asking loopback fails at once instead.
-    (etc / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
-
-
 def exec_prefix(host: Host) -> list[str]:
     """Run a command inside the host: its network namespace and a UTS namespace of its own."""
     return ["ip", "netns", "exec", host.netns, "unshare", "--uts", "--"]
 
 
-def _allow_bridge_forwarding() -> None:
-    if shutil.which("iptables") is None:
-        return  # no firewall tool, so nothing of ours can be dropping the bridge's traffic
-    _run("iptables", "-w", "-I", "FORWARD", "1", "-i", BRIDGE, "-o", BRIDGE,
-         "-m", "comment", "--comment", RULE_COMMENT, "-j", "ACCEPT")
-
-
-def leftovers() -> list[str]:
-    """Everything of the lab's that exists now: netns, links, iptables rules, /etc/netns dirs."""
-    found = [f"netns {ns}" for ns in _lab_namespaces()]
-    found += [f"link {link}" for link in _lab_links()]
-    found += [f"iptables rule {rule}" for rule in _lab_rules()]
-    if NETNS_ETC.exists():
-        found += [f"dir {d}" for d in sorted(NETNS_ETC.glob(f"{PREFIX}*"))]
+def leftovers(lab_id: str | None = None) -> list[str]:
+    """What exists now of one lab (or of every lab, lab_id None): netns, links, rules, /etc/netns dirs."""
+    found = [f"netns {ns}" for ns in _lab_namespaces(lab_id)]
+    found += [f"link {link}" for link in _lab_links(lab_id)]
+    found += [f"iptables rule {rule}" for rule in _lab_rules(lab_id)]
+    found += [f"dir {d}" for d in _lab_etc_dirs(lab_id)]
     return found
 
 
-def destroy_all() -> list[str]:
-    """Remove every lab namespace (and what runs in it), link, rule and config dir. Idempotent."""
-    removed = leftovers()
-    for ns in _lab_namespaces():
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-        for pid in pids:
+def destroy(lab_id: str) -> list[str]:
+    removed = leftovers(lab_id)
+    for ns in _lab_namespaces(lab_id):
+        for pid in _out("ip", "netns", "pids", ns).split():
             try:
-                os.kill(int(pid), 9)
+                os.kill(int(pid), 9)  # in the lab's own namespace: the lab's own process
             except ProcessLookupError:
                 pass
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    for link in _lab_links():
-        subprocess.run(["ip", "link", "del", link], capture_output=True)
-    for rule in _lab_rules():
-        subprocess.run(["iptables", "-w", "-D", *rule.split()[1:]], capture_output=True)
-    if NETNS_ETC.exists():
-        for d in NETNS_ETC.glob(f"{PREFIX}*"):
-            shutil.rmtree(d, ignore_errors=True)
+        _out("ip", "netns", "del", ns)
+    for link in _lab_links(lab_id):
+        _out("ip", "link", "del", link)
+    for rule in _lab_rules(lab_id):
+        _out("iptables", "-w", str(TIMEOUT_S), "-D", *rule.split()[1:])
+    for d in _lab_etc_dirs(lab_id):
+        shutil.rmtree(d, ignore_errors=True)
     return removed
 
 
-def _lab_namespaces() -> list[str]:
-    if shutil.which("ip") is None:
-        return []
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX)]
+def _ns_prefix(lab_id: str | None) -> str:
+    return f"{PREFIX}-{lab_id}-" if lab_id else f"{PREFIX}-"
 
 
-def _lab_links() -> list[str]:
+def _lab_namespaces(lab_id: str | None) -> list[str]:
     if shutil.which("ip") is None:
         return []
-    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    names = [line.split()[0] for line in _out("ip", "netns", "list").splitlines() if line.strip()]
+    return [n for n in names if n.startswith(_ns_prefix(lab_id))]
+
+
+def _lab_links(lab_id: str | None) -> list[str]:
+    if shutil.which("ip") is None:
+        return []
+    out = _out("ip", "-o", "link", "show")
     names = [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line]
-    return [n for n in names if n.startswith(PREFIX)]
+    if lab_id:
+        return [n for n in names if n.startswith(f"{PREFIX}{lab_id}")]  # ids have one length: no prefix clash
+    return [n for n in names if n.startswith(PREFIX) and not n.startswith(f"{PREFIX}-")]
 
 
-def _lab_rules() -> list[str]:
+def _lab_rules(lab_id: str | None) -> list[str]:
     if shutil.which("iptables") is None:
         return []
-    out = subprocess.run(["iptables", "-w", "-S", "FORWARD"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if f"--comment {RULE_COMMENT}" in line]
+    out = _out("iptables", "-w", str(TIMEOUT_S), "-S", "FORWARD")
+    wanted = f"--comment {RULE_COMMENT}:{lab_id}" if lab_id else f"--comment {RULE_COMMENT}:"
+    return [line for line in out.splitlines() if (f"{wanted} " in line + " " if lab_id else wanted in line)]
+
+
+def _lab_etc_dirs(lab_id: str | None) -> list[Path]:
+    if not NETNS_ETC.exists():
+        return []
+    return sorted(d for d in NETNS_ETC.glob(f"{_ns_prefix(lab_id)}*") if not d.is_symlink())
+
+
+def _out(*argv: str) -> str:
+    """A query (or best-effort removal): its output, "" when it fails or hangs."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
 
 
 def _ip(*args: str) -> None:
@@ -178,6 +245,9 @@ def _ip(*args: str) -> None:
 
 
 def _run(*argv: str) -> None:
-    result = subprocess.run(argv, capture_output=True, text=True)
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise LabError(f"`{' '.join(argv)}` did not finish within {TIMEOUT_S}s") from None
     if result.returncode != 0:
         raise LabError(f"`{' '.join(argv)}` failed: {result.stderr.strip() or result.returncode}")

@@ -20,8 +20,9 @@ from lab.runtimes.base import FaultUnsupported, Node, NodeFiles
 ACTOR_NAMESPACE = "torchrun-lab"
 
 
-def actor_name(index: int) -> str:
-    return f"tlab-node{index}"
+def actor_name(lab_id: str, index: int) -> str:
+    """Named by the lab id: two labs on one Ray cluster keep their own actors."""
+    return f"tlab-{lab_id}-node{index}"
 
 
 class MachineAgent:

@@ -31,7 +31,10 @@ from lab.runtimes.local_faults import WORKERS_FILE
 from lab.runtimes.ray_node import ACTOR_NAMESPACE, MachineAgent, RayNode, actor_name
 from lab.topology import Topology
 
-PLACEMENT_GROUP = "tlab-nodes"
+
+
+def placement_group_name(lab_id: str) -> str:
+    return f"tlab-{lab_id}-nodes"
 BUNDLE = {"CPU": 0.01}  # a token share: the bundle only pins the node to a machine
 
 
@@ -87,6 +90,16 @@ def bundles_by_address(group) -> list[int]:
     return sorted(placed, key=machine_order)
 
 
+def ray_get(refs, timeout_s: float, what: str):
+    """ray.get with a deadline: a one-line error instead of a wait without end."""
+    import ray
+
+    try:
+        return ray.get(refs, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise LabError(f"Ray: timed out after {timeout_s:.0f}s waiting for {what}") from None
+
+
 def machines() -> list[dict]:
     """The cluster's live machines that can hold a lab node."""
     import ray
@@ -98,7 +111,7 @@ class RayRuntime:
     name = "ray"
 
     def __init__(self, run_dir: RunDir, *, ray_address: str | None = None, log=print, monitoring: str = "auto",
-                 prometheus_port: int = 9090, **_ignored):
+                 prometheus_port: int | None = None, **_ignored):
         self.run_dir, self.log, self.ray_address = run_dir, log, ray_address
         self.prometheus_mode = monitoring
         self.prometheus = prometheus.Prometheus(run_dir.path / "prometheus", port=prometheus_port)
@@ -133,15 +146,14 @@ class RayRuntime:
             "script": script, "script_args": list(script_args), "nodes": [],
         })
         # Named in the lab's namespace (connect joins it), so `lab down` finds it from any shell.
-        group = placement_group([dict(BUNDLE)] * topology.nodes, strategy="STRICT_SPREAD", name=PLACEMENT_GROUP,
-                                lifetime="detached")
+        group = placement_group([dict(BUNDLE)] * topology.nodes, strategy="STRICT_SPREAD", name=placement_group_name(self.run_dir.lab_id), lifetime="detached")
         if not group.wait(timeout_seconds=60):
             raise LabError(f"Ray could not place {topology.nodes} nodes on {topology.nodes} machines within 60 s")
         agent = ray.remote(num_cpus=BUNDLE["CPU"], max_restarts=0)(MachineAgent)
-        actors = [agent.options(name=actor_name(i), namespace=ACTOR_NAMESPACE, lifetime="detached",
+        actors = [agent.options(name=actor_name(self.run_dir.lab_id, i), namespace=ACTOR_NAMESPACE, lifetime="detached",
                                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=b))
                   .remote(str(self.run_dir.path), f"node{i}", i) for i, b in enumerate(bundles_by_address(group))]
-        where = ray.get([a.where.remote() for a in actors], timeout=120)
+        where = ray_get([a.where.remote() for a in actors], 120, "the machines' agents to start")
         topology = topology.replace(rdzv_host=where[0]["address"])
         nodes = [RayNode(a, f"node{i}", i, w["address"], self.run_dir.path / "nodes" / f"node{i}")
                  for i, (a, w) in enumerate(zip(actors, where))]
@@ -177,7 +189,7 @@ class RayRuntime:
         nodes = []
         for n in state.get("nodes", []):
             try:
-                actor = ray.get_actor(actor_name(n["index"]), namespace=ACTOR_NAMESPACE)
+                actor = ray.get_actor(actor_name(self.run_dir.lab_id, n["index"]), namespace=ACTOR_NAMESPACE)
             except ValueError:
                 continue
             nodes.append(RayNode(actor, n["name"], n["index"], n["address"], self.run_dir.path / "nodes" / n["name"]))
@@ -203,19 +215,17 @@ class RayRuntime:
                     node.stop(grace_s)
                 finally:
                     ray.kill(node.actor)
-                removed.append(f"actor {actor_name(node.index)} ({node.name} on {node.address})")
+                removed.append(f"actor {actor_name(self.run_dir.lab_id, node.index)} ({node.name} on {node.address})")
+            group_name = placement_group_name(self.run_dir.lab_id)
             try:
-                remove_placement_group(get_placement_group(PLACEMENT_GROUP))
-                removed.append(f"placement group {PLACEMENT_GROUP}")
+                remove_placement_group(get_placement_group(group_name))
+                removed.append(f"placement group {group_name}")
             except ValueError:
                 pass
         from lab import procs
 
         stray = procs.marked_pids(str(self.run_dir.path))  # this machine's: Prometheus, a node left behind
-        procs.terminate(stray, grace_s=2.0)
+        procs.terminate(stray, grace_s=2.0, run_dir=str(self.run_dir.path))
         removed += [f"process {pid}" for pid in stray]
-        if self.run_dir.exists():
-            removed.append(f"run dir {self.run_dir.path}")
-            self.run_dir.remove()
-        return removed
+        return removed + self.run_dir.take_down()
 
