@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 .DEFAULT_GOAL := help
-.PHONY: help venv host-deps lab-up lab-down lab-status exercise test test-fast bench wheels images
+.PHONY: help venv host-deps lab-up lab-down lab-status exercise test test-fast bench wheels images soak
 NAME ?= kill-worker
 
 help: ## list the targets
@@ -49,6 +49,10 @@ test: venv host-deps ## the whole test suite (what CI runs)
 
 test-fast: venv ## the quick inner loop: no multi-process jobs, no containers
 	$(BIN)/pytest -q -m "not slow and not docker"
+
+soak: venv host-deps ## 20 kill-worker + 5 kill-node drills on netns hosts, 5 kill-node in containers; count leaks (about 25 min)
+	@if docker info >/dev/null 2>&1; then TARGETS=cpu scripts/build-images.sh; fi
+	$(BIN)/python -m lab.soak --cycles kill-worker=20 kill-node=5 docker:kill-node=5 --json docs/bench/soak.json --markdown docs/reliability.md
 
 BENCH_OUT := docs/bench
 bench: venv host-deps ## measure everything (about 15 min) and write docs/benchmarks.md

@@ -20,7 +20,7 @@ def assert_nothing_left(lab) -> None:
     assert procs.marked_pids() == []
     assert netns.leftovers() == []
     assert subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True).returncode == 1
-    assert not lab.run_dir.exists() or [p.name for p in lab.run_dir.iterdir()] == ["reports"]
+    assert not lab.run_dir.exists() or {p.name for p in lab.run_dir.iterdir()} == {"reports", ".torchrun-lab"}
     assert list(Path(tempfile.gettempdir()).glob("tlab-ray-*")) == []
 
 
@@ -146,16 +146,18 @@ def test_an_exercise_that_errors_mid_drill_leaves_nothing_behind(lab):
     assert_nothing_left(lab)
 
 
-def test_an_interrupted_exercise_leaves_nothing_behind(lab):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_exercise_leaves_nothing_behind(lab, sig):
+    """Ctrl-C, or SIGTERM as a CI runner or `kill` sends it: the same teardown."""
     proc = lab.popen("exercise", "run", "kill-worker")
     try:
         assert wait_for_output(proc, "waiting for rank", count=1, timeout_s=120)
         time.sleep(3)  # the job and Ray are running now
         assert procs.marked_pids(), "the exercise should be running"
-        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        proc.send_signal(sig)
         proc.wait(60)
     finally:
         proc.kill()
         proc.stdout.close()
-    assert proc.returncode == 130
+    assert proc.returncode == 128 + sig
     assert_nothing_left(lab)

@@ -30,12 +30,27 @@ def pod_templates(objs: dict[str, dict]) -> dict[str, dict]:
     return found
 
 
+def test_every_pod_authenticates_and_mounts_no_service_account_token():
+    """Ray's token auth from the Secret on the head, every worker and the job's driver; no pod
+    carries an API token; only the cluster's own pods may connect to it."""
+    objs = rendered()
+    for name, template in pod_templates(objs).items():
+        assert template["spec"]["automountServiceAccountToken"] is False, name
+        env = {e["name"]: e for e in template["spec"]["containers"][0].get("env", [])}
+        assert env["RAY_AUTH_MODE"]["value"] == "token", name
+        assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "torchrun-lab-ray-token", name
+    policy = objs["NetworkPolicy"]["spec"]
+    assert policy["podSelector"]["matchLabels"] == {"ray.io/cluster": "torchrun-lab"}
+    sources = [peer["podSelector"]["matchLabels"] for rule in policy["ingress"] for peer in rule["from"]]
+    assert {"ray.io/cluster": "torchrun-lab"} in sources and all("namespaceSelector" not in str(s) for s in sources)
+
+
 def test_pod_templates_and_the_claim_validate_as_core_objects():
     import kubernetes_validate
 
     objs = rendered()
-    assert set(objs) == {"PersistentVolumeClaim", "RayCluster", "RayJob"}
-    core = [objs["PersistentVolumeClaim"]] + [
+    assert set(objs) == {"PersistentVolumeClaim", "RayCluster", "RayJob", "NetworkPolicy"}
+    core = [objs["PersistentVolumeClaim"], objs["NetworkPolicy"]] + [
         {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name}, "template": template}
         for name, template in pod_templates(objs).items()]
     for obj in core:

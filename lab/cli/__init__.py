@@ -16,11 +16,16 @@ import sys
 from lab.errors import LabError
 
 
+def printable(text: str) -> str:
+    """One line whatever the user typed: control characters (newlines too) shown escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (no usage dump) and exits 2."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {printable(message)}\n")
 
 
 class Stopped(KeyboardInterrupt):
@@ -70,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except LabError as e:
-        print(f"lab {args.command}: error: {e}", file=sys.stderr)
+        print(f"lab {args.command}: error: {printable(str(e))}", file=sys.stderr)
         return 1
     except Stopped as e:
         print(f"lab {args.command}: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
@@ -81,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 -- the CLI's promise: one line, never a traceback
         if os.environ.get("LAB_DEBUG"):
             raise
-        print(f"lab {args.command}: error: {one_line(e)} (LAB_DEBUG=1 shows the traceback)", file=sys.stderr)
+        print(f"lab {args.command}: error: {printable(one_line(e))} (LAB_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
         return 1
     finally:
         for sig, handler in previous.items():

@@ -78,7 +78,7 @@ class Prometheus:
         """port None: the first free one from DEFAULT_PORT on."""
         self.dir = directory
         self.port = port if port is not None else first_free_port()
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"http://127.0.0.1:{self.port}"
 
     @property
     def targets_dir(self) -> Path:

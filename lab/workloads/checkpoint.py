@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import pickle
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -66,7 +67,13 @@ def read(path: Path) -> dict:
     digest, payload = data[len(MAGIC):header], data[header:]
     if hashlib.sha256(payload).digest() != digest:
         raise CheckpointError(f"checksum mismatch: truncated or corrupted ({len(data)} bytes)")
-    return torch.load(io.BytesIO(payload), weights_only=False)
+    # weights_only: tensors, containers and plain values only. A file with a valid checksum
+    # can still come from someone else; unpickling it must never run their code.
+    try:
+        return torch.load(io.BytesIO(payload), weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else "unsupported type"
+        raise CheckpointError(f"not a plain checkpoint (weights_only refused it: {first[:160]})") from None
 
 
 def checkpoints(directory: Path) -> list[Path]:

@@ -1,0 +1,150 @@
+"""Soak: run fault drills back to back in one `lab` process, then count what is left.
+
+    python -m lab.soak --cycles kill-worker=20 kill-node=5 docker:kill-node=5 --markdown docs/reliability.md
+
+Each cycle is a whole drill (`lab exercise run NAME`, in this process, its own run dir):
+bring the lab up, break it, judge it, tear it down. Before the first and after the last,
+the soak takes a census of everything a lab could leak (processes, network namespaces,
+links, iptables rules, containers, networks, listening ports, this process's open file
+descriptors, files in the temp dir, /etc/netns and /dev/shm) and reports the difference.
+`make soak` runs the full version; the test suite runs three cycles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lab import procs
+from lab.runtimes import netns
+
+
+def census() -> dict[str, int]:
+    """How many of each kind of thing that a lab could leave behind exist now."""
+    def lines(*argv: str) -> int:
+        if shutil.which(argv[0]) is None:
+            return 0
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
+        except subprocess.TimeoutExpired:
+            return -1
+        return len([line for line in out.splitlines() if line.strip()])
+
+    found = {
+        "processes": len(procs.marked_pids()) + lines("pgrep", "-f", "raylet|gcs_server"),
+        "namespaces": len(netns._lab_namespaces(None)),
+        "links": len(netns._lab_links(None)),
+        "iptables rules": lines("iptables", "-w", "30", "-S") + lines("iptables", "-w", "30", "-t", "nat", "-S"),
+        "listening ports": lines("ss", "-ltnH"),
+        "open fds (lab process)": len(os.listdir("/proc/self/fd")),
+        "files in the temp dir": len(os.listdir(tempfile.gettempdir())),
+        "files in /etc/netns": len(os.listdir("/etc/netns")) if os.path.isdir("/etc/netns") else 0,
+        "files in /dev/shm": len(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else 0,
+    }
+    docker_ok = shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True,
+                                                          timeout=30).returncode == 0
+    found["containers"] = lines("docker", "ps", "-aq") if docker_ok else 0
+    found["networks"] = lines("docker", "network", "ls", "-q") if docker_ok else 0
+    return found
+
+
+def run_cycle(runtime: str, drill: str, work: Path, index: int) -> dict:
+    """One drill in this process, with its own run dir; its verdict, restarts and lost steps."""
+    from lab.cli import main
+
+    run_dir, report_dir = work / f"run-{index}", work / f"report-{index}"
+    argv = ["exercise", "run", drill, "--runtime", runtime, "--run-dir", str(run_dir), "--report-dir", str(report_dir)]
+    output = io.StringIO()
+    started = time.monotonic()
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        code = main(argv)
+    report_file = report_dir / "report.json"
+    report = json.loads(report_file.read_text()) if report_file.exists() else {}
+    return {"runtime": runtime, "drill": drill, "exit": code, "verdict": report.get("verdict", "error"),
+            "restarts": report.get("restarts"), "lost_steps": report.get("lost_steps"),
+            "seconds": round(time.monotonic() - started, 1),
+            "error": "" if report else output.getvalue().strip().splitlines()[-1:]}
+
+
+def soak(plan: list[tuple[str, str, int]], work: Path, log=print) -> dict:
+    before = census()
+    cycles = []
+    total = sum(n for _, _, n in plan)
+    for runtime, drill, count in plan:
+        for _ in range(count):
+            result = run_cycle(runtime, drill, work, len(cycles))
+            cycles.append(result)
+            log(f"[{len(cycles)}/{total}] {runtime} {drill}: {result['verdict']} (restarts {result['restarts']}, "
+                f"lost steps {result['lost_steps']}, {result['seconds']} s)")
+    after = census()
+    leaked = {k: after[k] - before[k] for k in before if after[k] != before[k]}
+    return {"plan": [list(p) for p in plan], "cycles": cycles, "before": before, "after": after, "leaked": leaked}
+
+
+def markdown(result: dict, command: str) -> str:
+    rows = ["| runtime | fault | cycles | survived | lost steps (min-max) | seconds a cycle (median) |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for runtime, drill, _ in result["plan"]:
+        mine = [c for c in result["cycles"] if c["runtime"] == runtime and c["drill"] == drill]
+        lost = [c["lost_steps"] for c in mine if c["lost_steps"] is not None]
+        seconds = sorted(c["seconds"] for c in mine)
+        rows.append(f"| {runtime} | {drill} | {len(mine)} | {sum(c['verdict'] == 'pass' for c in mine)} | "
+                    f"{f'{min(lost)}-{max(lost)}' if lost else 'n/a'} | {seconds[len(seconds) // 2] if seconds else 'n/a'} |")
+    census_rows = ["| what | before | after | leaked |", "| --- | --- | --- | --- |"]
+    for key, value in result["before"].items():
+        census_rows.append(f"| {key} | {value} | {result['after'][key]} | {result['after'][key] - value} |")
+    return "\n".join([f"Command: `{command}`", "", *rows, "", "What existed before the first cycle and after the last:",
+                      "", *census_rows, ""])
+
+
+def parse_plan(items: list[str]) -> list[tuple[str, str, int]]:
+    plan = []
+    for item in items:
+        what, _, count = item.partition("=")
+        runtime, _, drill = what.rpartition(":")
+        if not count.isdigit() or int(count) < 1 or not drill:
+            raise SystemExit(f"lab.soak: error: --cycles takes [RUNTIME:]DRILL=N, got {item!r}")
+        plan.append((runtime or "local", drill, int(count)))
+    return plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--cycles", nargs="+", default=["kill-worker=20", "kill-node=5", "docker:kill-node=5"],
+                        help="[RUNTIME:]DRILL=N ... (default %(default)s)")
+    parser.add_argument("--json", help="write the whole result here")
+    parser.add_argument("--markdown", help="write the tables into this file, between the soak markers")
+    args = parser.parse_args(argv)
+    plan = parse_plan(args.cycles)
+    with tempfile.TemporaryDirectory(prefix="lab-soak-") as work:
+        result = soak(plan, Path(work))
+    command = "python -m lab.soak --cycles " + " ".join(args.cycles)
+    text = markdown(result, command)
+    print("\n" + text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    if args.markdown:
+        write_between_markers(Path(args.markdown), text)
+    survived = all(c["verdict"] == "pass" for c in result["cycles"])
+    return 0 if survived and not result["leaked"] else 1
+
+
+def write_between_markers(path: Path, text: str) -> None:
+    start, end = "<!-- soak:start -->", "<!-- soak:end -->"
+    page = path.read_text() if path.exists() else f"{start}\n{end}\n"
+    head, _, rest = page.partition(start)
+    _, _, tail = rest.partition(end)
+    path.write_text(f"{head}{start}\n{text}{end}{tail}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
