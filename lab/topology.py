@@ -67,6 +67,9 @@ class Topology:
     torchrun_extra: tuple[str, ...] = ()
     # TORCH_DISTRIBUTED_DEBUG for the workers: OFF, INFO or DETAIL (checks every collective).
     distributed_debug: str | None = None
+    # GPUs each node uses (nodes on one machine get disjoint ones, see lab.gpus). None: one per
+    # worker with nccl, none with gloo.
+    gpus_per_node: int | None = None
 
     def __post_init__(self) -> None:
         _at_least("nodes", self.nodes, 1)
@@ -91,7 +94,20 @@ class Topology:
         _one_of("metrics_ports", self.metrics_ports, ("offset", "fixed"))
         if self.distributed_debug is not None:
             _one_of("distributed_debug", self.distributed_debug, ("OFF", "INFO", "DETAIL"))
+        if self.gpus_per_node is not None:
+            _at_least("gpus_per_node", self.gpus_per_node, 0)
+            if self.backend == "nccl" and self.gpus_per_node < self.nproc_per_node:
+                raise TopologyError(f"gpus_per_node must be at least nproc_per_node with nccl (one GPU per "
+                                    f"worker; NCCL refuses two ranks on one GPU), got {self.gpus_per_node} < "
+                                    f"{self.nproc_per_node}")
         self._check_ports()
+
+    @property
+    def node_gpus(self) -> int:
+        """GPUs one node uses."""
+        from lab import gpus
+
+        return gpus.per_node(self.backend, self.nproc_per_node, self.gpus_per_node)
 
     def _check_ports(self) -> None:
         ranges = {"rdzv_port": range(self.rdzv_port, self.rdzv_port + 1)}

@@ -7,6 +7,7 @@ to `lab` tear down exactly as Ctrl-C does."""
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
@@ -23,6 +24,10 @@ def test_a_drill_beside_a_running_lab_passes_and_leaves_it_running(lab, tmp_path
              "--steps", "3000", "--step-time", "0.1")
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
     a_id = RunDir(lab.run_dir).lab_id
+    deadline = time.monotonic() + 120
+    while len(procs.marked_pids(str(lab.run_dir))) < 8 and time.monotonic() < deadline:
+        time.sleep(0.5)  # 2 shims + 2 agents + 4 workers, once the workers are up
+    time.sleep(2)
     a_pids, a_hosts = procs.marked_pids(str(lab.run_dir)), netns.leftovers(a_id)
     assert len(a_pids) >= 8 and a_hosts
     other = Lab(run_dir=tmp_path / "b")

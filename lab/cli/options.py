@@ -41,6 +41,9 @@ def add_topology_options(parser: argparse.ArgumentParser, worker_start: str = "a
     g.add_argument("--rdzv-backend", choices=RDZV_BACKENDS, default=defaults.rdzv_backend)
     g.add_argument("--rdzv-port", type=port, default=defaults.rdzv_port)
     g.add_argument("--max-restarts", type=int, default=defaults.max_restarts)
+    g.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
+                   help="GPUs each node uses; nodes sharing a machine get disjoint ones (default: one per "
+                        "worker with nccl, none with gloo)")
     g.add_argument("--pg-timeout", type=int, default=defaults.pg_timeout_s, metavar="SECONDS",
                    help="collective timeout in the workloads (default %(default)s; gloo's own is 1800)")
     g.add_argument("--metrics-port", type=port_or_zero, default=defaults.agent_metrics_port, metavar="PORT",
@@ -81,6 +84,7 @@ def topology_from_args(args: argparse.Namespace) -> Topology:
         pg_timeout_s=args.pg_timeout,
         torch_defaults=args.torch_defaults,
         worker_start=args.worker_start,
+        gpus_per_node=args.gpus_per_node,
         agent_metrics_port=args.metrics_port,
         rank_metrics_port=args.metrics_port + 100 if args.metrics_port else 0,
     )

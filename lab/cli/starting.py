@@ -6,7 +6,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from lab import runtimes
+from lab import gpus, runtimes
 from lab.cli.options import run_dir_from_args, topology_from_args
 from lab.errors import LabError
 from lab.launch import lab_environment
@@ -48,11 +48,15 @@ def start(args: argparse.Namespace, script: str, script_args: list[str], log=pri
 
 def print_plan(runtime, topology, script: str, script_args: list[str]) -> None:
     topology, nodes = runtime.plan(topology, runtime.host_mode())
+    devices = gpus.assign(topology.nodes, topology.node_gpus, gpus.count())
     for node in nodes:
         netns = getattr(node, "netns", None)
         where = f"netns {netns}, hostname {node.name}" if netns else (
             f"container {node.container_name}, image {node.image}" if runtime.name == "docker" else "loopback")
         print(f"# {node.name}: {node.address} ({where})")
+        if devices[node.index]:
+            print(f"#   gpus {','.join(map(str, devices[node.index]))} of this machine's {gpus.count()} "
+                  "(CUDA_VISIBLE_DEVICES; a container's device_ids)")
         env = lab_environment({**topology.env(node.index), **runtime.node_env(node)}, topology.torch_defaults)
         for name, value in sorted(env.items()):
             print(f"#   env {name}={value}  (set by lab.launch unless you set it)")

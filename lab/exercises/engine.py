@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -153,6 +154,9 @@ def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout
     # Ray's session files go to a temp dir named by the lab id (short: it holds Unix sockets),
     # removed below and by `lab down` after a crash.
     ray_tmp = tempfile.mkdtemp(prefix=ray_session_prefix(lab_id))
+    # ray.init replaces SIGTERM's handler with one that exits at once; the lab's own (tear down
+    # like Ctrl-C) is put back after it.
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         if options.ray_address:
             connect(options.ray_address)
@@ -162,6 +166,8 @@ def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout
             # A fresh local instance of this drill's own, reachable on loopback only.
             ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
                      configure_logging=False, _temp_dir=ray_tmp, _node_ip_address="127.0.0.1")
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
         workload = script_path(getattr(exercise, "WORKLOAD", "trainer"))
         topology, nodes = runtime.up(topology, workload, exercise.trainer_args(options))
         actor = ray.remote(num_cpus=0)(NodeAgent)

@@ -40,7 +40,7 @@ class DockerNode(NodeFiles, Node):
     user: str
     mounts: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
-    gpus: bool = False  # nccl: every GPU of the host (needs the NVIDIA container toolkit)
+    gpu_ids: list = field(default_factory=list)  # this node's GPUs on the host (needs the NVIDIA container toolkit)
     docker: object = None  # a docker client
 
     @property
@@ -84,11 +84,12 @@ class DockerNode(NodeFiles, Node):
         created.start()
 
     def device_requests(self) -> list | None:
-        if not self.gpus:
+        if not self.gpu_ids:
             return None
         from docker.types import DeviceRequest
 
-        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        # Its own GPUs only: containers on one host must not share a local rank's device.
+        return [DeviceRequest(device_ids=[str(i) for i in self.gpu_ids], capabilities=[["gpu"]])]
 
     def exit_code(self) -> int | None:
         found = self.container()
@@ -183,7 +184,7 @@ class DockerNode(NodeFiles, Node):
         return corrupt_newest_checkpoint(Path(directory), mode)
 
     def record(self) -> dict:
-        return {"name": self.name, "index": self.index, "address": self.address}
+        return {"name": self.name, "index": self.index, "address": self.address, "gpus": self.gpu_ids}
 
 
 def stop_all(nodes: list[DockerNode], grace_s: float) -> None:

@@ -22,6 +22,7 @@ import shutil
 import time
 from dataclasses import asdict
 
+from lab import gpus
 from lab.errors import LabError
 from lab.health import prometheus
 from lab.rundir import RunDir
@@ -96,7 +97,8 @@ class DockerRuntime:
             raise LabError(f"LAB_DOCKER_SUBNET {subnet!r} is not an IPv4 network such as 172.29.87.0/24") from None
         if topology.nodes + 10 > len(hosts):
             raise LabError(f"Docker subnet {subnet} is too small for {topology.nodes} nodes")
-        nodes = [self._node(f"node{i}", i, str(hosts[10 + i]), self.image, user, topology.backend, self._docker)
+        devices = gpus.assign(topology.nodes, topology.node_gpus, gpus.count())
+        nodes = [self._node(f"node{i}", i, str(hosts[10 + i]), self.image, user, devices[i], self._docker)
                  for i in range(topology.nodes)]
         return topology.replace(rdzv_host="node0"), nodes
 
@@ -176,16 +178,16 @@ class DockerRuntime:
         if state.get("runtime") != self.name or not state.get("nodes"):
             return []
         return [self._node(n["name"], n["index"], n["address"], state["image"], state.get("user", ""),
-                           state["topology"]["backend"], self.docker)
+                           n.get("gpus", []), self.docker)
                 for n in state["nodes"]]
 
-    def _node(self, name: str, index: int, address: str, image: str, user: str, backend: str, docker) -> DockerNode:
+    def _node(self, name: str, index: int, address: str, image: str, user: str, gpu_ids: list, docker) -> DockerNode:
         """A node's handle: its container mounts the run-dir folders it writes, each at its own path."""
         node_dir = self.run_dir.path / "nodes" / name
         mounts = {str(d): {"bind": str(d), "mode": "rw"} for d in (node_dir, *(self.run_dir.path / w for w in NODE_WRITES))}
         return DockerNode(name=name, index=index, address=address, dir=node_dir, run_dir=str(self.run_dir.path),
                           lab_id=self.run_dir.lab_id, network=self.network, image=image, user=user,
-                          gpus=backend == "nccl", mounts=mounts, docker=docker)
+                          gpu_ids=gpu_ids, mounts=mounts, docker=docker)
 
     def down(self, grace_s: float = 10.0) -> list[str]:
         """Remove every container and network labelled with this run directory, then the run dir."""

@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from lab import procs
+from lab import gpus, procs
 from lab.errors import LabError
 from lab.health import prometheus
 from lab.rundir import MARKER, NODE_MARKER, RunDir
@@ -184,8 +184,10 @@ class LocalRuntime:
         return topology, nodes
 
     def node_argv(self, topology: Topology, node: LocalNode, script: str, script_args: list[str]) -> list[str]:
+        # Every node is on this machine: each sees its own GPUs (lab.gpus).
+        devices = gpus.assign(topology.nodes, topology.node_gpus, gpus.count())[node.index]
         return topology.launch_argv(node.index, script, script_args, log_dir=str(node.dir / "torchelastic"),
-                                    extra_env=self.node_env(node))
+                                    extra_env={**self.node_env(node), **gpus.visible_devices(devices)})
 
     def attach(self) -> list[LocalNode]:
         """The nodes of the lab recorded in the run directory (from any shell)."""
