@@ -43,17 +43,21 @@ NGPU=$(gpu_count)
 echo "GPUs: $NGPU; output: $OUT_DIR"
 [ "$DRY" = 1 ] || { nvidia-smi >"$OUT_DIR/nvidia-smi.txt" 2>&1 || true; }
 
-# A venv that sees the machine's CUDA torch; the lab itself from this checkout, no downloads.
-if [ "$DRY" = 0 ]; then
+# The python that has torch's CUDA build: python3 itself when it has one (often a venv already,
+# whose packages a new --system-site-packages venv would not see), else a venv with it installed.
+PY=python3
+if [ "$DRY" = 0 ] && ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     python3 -m venv --system-site-packages "$VENV" >"$OUT_DIR/venv.log" 2>&1
-    if ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>>"$OUT_DIR/venv.log"; then
-        echo "installing torch's CUDA build into $VENV (needs the package index)"
+    PY="$VENV/bin/python"
+    if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>>"$OUT_DIR/venv.log"; then
+        echo "installing torch's CUDA build and the lab's needs into $VENV (needs the package index)"
         "$VENV/bin/pip" install -q torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128 >>"$OUT_DIR/venv.log" 2>&1
+        "$VENV/bin/pip" install -q numpy prometheus-client matplotlib >>"$OUT_DIR/venv.log" 2>&1
     fi
-    "$VENV/bin/python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), "devices", torch.cuda.device_count())' | tee "$OUT_DIR/torch.txt"
 fi
+[ "$DRY" = 1 ] || "$PY" -c 'import torch; print("python", __import__("sys").executable, "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), "devices", torch.cuda.device_count())' | tee "$OUT_DIR/torch.txt"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-LAB=("$VENV/bin/python" -m lab)
+LAB=("$PY" -m lab)
 netns_skip=""; { [ "$(id -u)" = 0 ] && command -v ip >/dev/null && command -v unshare >/dev/null; } || netns_skip="needs root, ip and unshare"
 
 step nccl-1-node "$([ "$NGPU" -ge 1 ] || echo 'no GPU')" \
