@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -133,6 +134,6 @@ def serve(metrics: AgentMetrics, port: int) -> None:
     from prometheus_client import start_http_server
 
     try:
-        start_http_server(port, addr="0.0.0.0", registry=metrics.registry)
+        start_http_server(port, addr=os.environ.get("LAB_EXPORTER_ADDR", "0.0.0.0"), registry=metrics.registry)
     except OSError as e:
         raise ExporterPortError(f"agent exporter port {port} is already in use ({e.strerror})") from None

@@ -59,7 +59,7 @@ class RankMetrics:
 
     def serve(self, port: int) -> None:
         try:
-            start_http_server(port, addr="0.0.0.0", registry=self.registry)
+            start_http_server(port, addr=os.environ.get("LAB_EXPORTER_ADDR", "0.0.0.0"), registry=self.registry)
         except OSError as e:
             raise ExporterPortError(
                 f"rank exporter port {port} is already in use ({e.strerror}); "
@@ -69,7 +69,9 @@ class RankMetrics:
 
 def register_target(targets_dir: str | os.PathLike, name: str, port: int, labels: dict[str, str]) -> Path:
     """Write a file_sd entry for this exporter at the address its hostname resolves to."""
-    address = socket.gethostbyname(socket.gethostname())
+    bound = os.environ.get("LAB_EXPORTER_ADDR", "0.0.0.0")
+    # An exporter bound to one address (loopback nodes: 127.0.0.1) is scraped there.
+    address = bound if bound != "0.0.0.0" else socket.gethostbyname(socket.gethostname())
     path = Path(targets_dir) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -117,7 +117,10 @@ class LocalRuntime:
         return self._net
 
     def node_env(self, node: LocalNode) -> dict[str, str]:
-        return run_dir_env(self.run_dir.path, self.prometheus.targets_dir, node.dir, WORKERS_FILE)
+        env = run_dir_env(self.run_dir.path, self.prometheus.targets_dir, node.dir, WORKERS_FILE)
+        if node.netns is None:  # loopback nodes share the host's network: keep the exporters off the LAN
+            env["LAB_EXPORTER_ADDR"] = "127.0.0.1"
+        return env
 
     def use_prometheus(self) -> bool:
         missing = prometheus.INSTALL_HINT if prometheus.binary() is None else None
@@ -129,6 +132,9 @@ class LocalRuntime:
             raise LabError(f"netns hosts need root and iproute2: {reason}")
         if self.hosts == "auto" and reason:
             self.log(f"note: nodes run as processes on loopback ({reason}); network faults are unavailable")
+        if self.hosts == "loopback" or reason:
+            self.log("note: on loopback the exporters listen on 127.0.0.1 only, but torch's c10d store listens on "
+                     "all interfaces (and unpickles what it reads): use it on a trusted network")
         return "loopback" if self.hosts == "loopback" or reason else "netns"
 
     def plan(self, topology: Topology, mode: str) -> tuple[Topology, list[LocalNode]]:
