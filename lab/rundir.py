@@ -31,7 +31,7 @@ NODE_MARKER = "TORCHRUN_LAB_NODE"
 MARK_FILE = ".torchrun-lab"
 # What the lab writes at the top of a run dir; `remove` deletes these and nothing else.
 LAB_ENTRIES = ("state.json", "state.tmp", "nodes", "events", "checkpoints", "prometheus", "etcd",
-               "reference", "applied.yaml", "work")
+               "reference", "applied.yaml", "work", "userns.log")
 
 
 def default_path() -> Path:

@@ -1,9 +1,11 @@
 """The local runtime: every node on this machine, each a real host when it can be.
 
 As root with iproute2, each node gets its own network namespace, address and
-hostname (see lab.runtimes.netns). Otherwise the nodes are plain processes on
-loopback, and the lab says so: that still runs a multi-node rendezvous, but no
-network fault can be injected.
+hostname (see lab.runtimes.netns). Otherwise the nodes share one loopback: inside an
+unprivileged user+network namespace of their own where the kernel allows it (see
+lab.runtimes.userns: nothing they listen on is reachable from the LAN), else the
+host's, and the lab says so. That still runs a multi-node rendezvous, but no network
+fault can be injected.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ from lab import gpus, procs
 from lab.errors import LabError
 from lab.health import prometheus
 from lab.rundir import MARKER, NODE_MARKER, RunDir
-from lab.runtimes import etcd, netns
+from lab.runtimes import etcd, netns, userns
 from lab.runtimes.base import Node, NodeFiles, run_dir_env
 from lab.runtimes.local_faults import WORKERS_FILE, LocalFaults
 from lab.topology import Topology
 
-HOST_MODES = ("auto", "netns", "loopback")
+HOST_MODES = ("auto", "netns", "userns", "loopback")
 PROMETHEUS_MODES = ("auto", "on", "off")
 
 
@@ -40,6 +42,7 @@ class LocalNode(NodeFiles, LocalFaults, Node):
     netns: str | None
     dir: Path
     run_dir: str
+    userns_pid: int | None = None  # userns hosts: the holder of the nodes' namespace
 
     @property
     def pid(self) -> int | None:
@@ -51,6 +54,8 @@ class LocalNode(NodeFiles, LocalFaults, Node):
     def wrapper(self) -> list[str]:
         """What runs around the node's command: its host namespaces and the nodeproc shim."""
         shim = [sys.executable, "-m", "lab.runtimes.nodeproc", f"--exit-file={self.exit_file}"]
+        if self.userns_pid is not None:
+            return [*userns.exec_prefix(self.userns_pid), *shim]
         if self.netns is None:
             return shim
         return [*netns.exec_prefix(netns.Host(self.name, self.netns, self.address)), *shim, f"--hostname={self.name}"]
@@ -100,6 +105,7 @@ class LocalRuntime:
         self.prometheus_mode = monitoring
         self.prometheus_port = prometheus_port
         self._net: netns.LabNet | None = None
+        self._userns_pid: int | None = None
 
     @property
     def prometheus(self) -> prometheus.Prometheus:
@@ -120,16 +126,29 @@ class LocalRuntime:
         env = run_dir_env(self.run_dir.path, self.prometheus.targets_dir, node.dir, WORKERS_FILE)
         if node.netns is None:  # loopback nodes share the host's network: keep the exporters off the LAN
             env["LAB_EXPORTER_ADDR"] = "127.0.0.1"
+        if node.userns_pid is not None:  # the namespace has loopback only, whatever the hostname says
+            env["GLOO_SOCKET_IFNAME"] = "lo"
         return env
 
-    def use_prometheus(self) -> bool:
+    def use_prometheus(self, mode: str = "netns") -> bool:
         missing = prometheus.INSTALL_HINT if prometheus.binary() is None else None
+        if mode == "userns":
+            missing = ("the host's Prometheus cannot reach nodes in their own network namespace "
+                       "(--hosts loopback to watch them)")
         return prometheus.wanted(self.prometheus_mode, missing, self.log)
 
     def host_mode(self) -> str:
         reason = netns.unavailable_reason()
         if self.hosts == "netns" and reason:
             raise LabError(f"netns hosts need root and iproute2: {reason}")
+        wants_userns = self.hosts == "userns" or (self.hosts == "auto" and reason is not None)
+        closed = userns.unavailable_reason() if wants_userns else None
+        if self.hosts == "userns" and closed:
+            raise LabError(f"userns hosts need an unprivileged user namespace: {closed}")
+        if wants_userns and not closed:
+            self.log(f"note: the nodes share one unprivileged network namespace of their own ({reason or 'asked for'}"
+                     "; loopback inside, closed to the LAN); network faults are unavailable")
+            return "userns"
         if self.hosts == "auto" and reason:
             self.log(f"note: nodes run as processes on loopback ({reason}); network faults are unavailable")
         if self.hosts == "loopback" or reason:
@@ -148,24 +167,30 @@ class LocalRuntime:
                 netns=host.netns if host else None,
                 dir=self.run_dir.path / "nodes" / f"node{i}",
                 run_dir=str(self.run_dir.path),
+                userns_pid=self._userns_pid if mode == "userns" else None,
             ))
         if topology.rdzv_backend == "etcd-v2":
             # The lab's etcd runs on the host, outside every node (see lab.runtimes.etcd).
             rdzv_host = self.net.gateway if mode == "netns" else "127.0.0.1"
         else:
             rdzv_host = "node0" if mode == "netns" else "127.0.0.1"
+        if mode == "userns":  # the hostname resolves to an address this namespace does not have
+            topology = topology.replace(torchrun_extra=(*topology.torchrun_extra, "--local-addr=127.0.0.1"))
         return topology.replace(rdzv_host=rdzv_host), nodes
 
     def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[LocalNode]]:
         mode = self.host_mode()
+        if mode == "userns":
+            self.run_dir.claim()
+            self._userns_pid = userns.start_holder(str(self.run_dir.path), self.run_dir.path / "userns.log")
         topology, nodes = self.plan(topology, mode)
-        watch = self.use_prometheus()
+        watch = self.use_prometheus(mode)
         if topology.rdzv_backend == "etcd-v2":
             etcd.check_installed()
             ensure_port_free("127.0.0.1", topology.rdzv_port + 1, "etcd peer port", "--rdzv-port")
         if watch:
             ensure_port_free("127.0.0.1", self.prometheus.port, "Prometheus port", "--prometheus-port")
-        if mode == "loopback":
+        if mode == "loopback":  # (a userns lab's namespace is its own: nothing else listens there)
             ensure_port_free("127.0.0.1", topology.rdzv_port, "rendezvous port", "--rdzv-port")
             for port in exporter_ports(topology):
                 ensure_port_free("0.0.0.0", port, "exporter port", "--metrics-port")
@@ -173,6 +198,7 @@ class LocalRuntime:
         self.run_dir.write_state({
             "runtime": self.name, "hosts": mode, "lab_pid": os.getpid(), "started_at": time.time(),
             "lab_id": self.run_dir.lab_id, "subnet": self.net.subnet if mode == "netns" else None,
+            "userns_pid": self._userns_pid if mode == "userns" else None,
             "prometheus": self.prometheus.url if watch else None,
             "topology": asdict(topology), "script": script, "script_args": list(script_args),
             "nodes": [{"name": n.name, "index": n.index, "address": n.address, "netns": n.netns} for n in nodes],
@@ -200,7 +226,8 @@ class LocalRuntime:
         state = self.run_dir.read_state() or {}
         return [
             LocalNode(name=n["name"], index=n["index"], address=n["address"], netns=n["netns"],
-                      dir=self.run_dir.path / "nodes" / n["name"], run_dir=str(self.run_dir.path))
+                      dir=self.run_dir.path / "nodes" / n["name"], run_dir=str(self.run_dir.path),
+                      userns_pid=state.get("userns_pid"))
             for n in state.get("nodes", [])
         ]
 
