@@ -9,8 +9,8 @@
 #   scripts/gpu-check.sh --dry-run  # print each step, run nothing (works on any machine)
 #
 # Steps: the job with nccl on 1 node x all GPUs; 2 netns nodes with disjoint GPUs (2+ GPUs);
-# the set-device-first and buffers (SyncBatchNorm) lessons; the nccl collectives bench at a
-# few sizes with the device-copy ceiling; the resumable trainer under nccl (2+ GPUs).
+# the set-device-first and buffers (SyncBatchNorm) lessons; the exporter's GPU metrics; the nccl collectives bench at a
+# few sizes with the device-copy ceiling; the resumable trainer under nccl.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DRY=0; [ "${1:-}" = "--dry-run" ] && DRY=1
@@ -71,10 +71,22 @@ step lesson-buffers "" "${LAB[@]}" exercise run buffers --report-dir "$OUT_DIR/b
 step nccl-bench "$([ "$NGPU" -ge 1 ] || echo 'no GPU')" \
     "${LAB[@]}" bench collectives --backend nccl --nodes 1 --nproc-per-node "$NGPU" --hosts loopback \
     --min-bytes 1M --max-bytes 256M --factor 16 --ceiling-bytes 64M --out "$OUT_DIR/bench"
+# The rank exporter's GPU families, read from this machine's device and NVML.
+step gpu-metrics "$([ "$NGPU" -ge 1 ] || echo 'no GPU')" "$PY" -c '
+import torch
+from prometheus_client import generate_latest
+from lab.health.rank_exporter import RankMetrics
+torch.cuda.set_device(0)
+held = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+text = generate_latest(RankMetrics(rank=0, local_rank=0, node="n", world_size=1, restart=0).registry).decode()
+lines = [line for line in text.splitlines() if line.startswith("lab_gpu_")]
+print("\n".join(lines))
+assert any(line.startswith("lab_gpu_memory_allocated_bytes") and float(line.split()[-1]) >= 256 << 20 for line in lines)
+'
 # The resumable trainer (checkpoints, DistributedSampler, exporters) under nccl. The fault drills
 # pick their own topology, on gloo: a kill-worker drill with nccl is not wired yet.
-step trainer-nccl "$([ "$NGPU" -ge 2 ] || echo "needs 2 GPUs, has $NGPU")" \
-    "${LAB[@]}" run --backend nccl --nodes 1 --nproc-per-node 2 --hosts loopback --prometheus off \
+step trainer-nccl "$([ "$NGPU" -ge 1 ] || echo 'no GPU')" \
+    "${LAB[@]}" run --backend nccl --nodes 1 --nproc-per-node "$(( NGPU >= 2 ? 2 : 1 ))" --hosts loopback --prometheus off \
     lab/workloads/trainer.py --steps 60 --ckpt-every 10
 "${LAB[@]}" down >/dev/null 2>&1
 

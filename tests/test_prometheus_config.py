@@ -45,11 +45,22 @@ def test_generated_config_passes_promtool(tmp_path):
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+class FakeGpu:
+    """Stands in for a CUDA device and NVML (test double: no GPU on this machine)."""
+
+    def read(self):
+        from lab.health.gpu_metrics import GpuReading
+
+        return GpuReading(allocated_bytes=1.0, reserved_bytes=2.0, total_bytes=4.0, utilization_ratio=0.5,
+                          temperature_celsius=40.0, power_watts=100.0, ecc_corrected=0.0, ecc_uncorrected=0.0)
+
+
 def exported_names() -> set[str]:
     """Every series name the rank and agent exporters really expose, plus the recording rules."""
     names = set()
-    for metrics in (RankMetrics(rank=0, local_rank=0, node="n", world_size=1, restart=0),
-                    AgentMetrics(node="n", max_restarts=0)):
+    # A rank on a GPU (the source is a double: no GPU here) exports the GPU families too.
+    on_gpu = RankMetrics(rank=0, local_rank=0, node="n", world_size=1, restart=0, gpu_source=FakeGpu())
+    for metrics in (on_gpu, AgentMetrics(node="n", max_restarts=0)):
         for family in metrics.registry.collect():
             names |= {sample.name for sample in family.samples}
     names |= set(re.findall(r"record: (\S+)", prometheus.RULES.read_text()))
@@ -71,7 +82,7 @@ def test_dashboard_is_valid_and_queries_only_exported_metrics():
 
 
 def test_every_metric_has_the_lab_prefix_and_counters_end_in_total():
-    metrics = RankMetrics(rank=0, local_rank=0, node="n", world_size=1, restart=0)
+    metrics = RankMetrics(rank=0, local_rank=0, node="n", world_size=1, restart=0, gpu_source=FakeGpu())
     for family in [*metrics.registry.collect(), *AgentMetrics(node="n", max_restarts=1).registry.collect()]:
         assert family.name.startswith("lab_")
         if family.type == "counter":

@@ -17,7 +17,11 @@ from pathlib import Path
 from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics,
                                start_http_server)
 
+from lab.health import gpu_metrics
+from lab.health.gpu_metrics import GpuCollector
 from lab.health.step_metrics import StepMetrics
+
+DETECT = object()  # RankMetrics: find the rank's GPU
 
 # The `_created` companion series double every counter's output and the lab never queries them.
 disable_created_metrics()
@@ -32,9 +36,13 @@ class ExporterPortError(RuntimeError):
 
 class RankMetrics:
     def __init__(self, *, rank: int, local_rank: int, node: str, world_size: int, restart: int,
-                 registry: CollectorRegistry | None = None):
+                 registry: CollectorRegistry | None = None, gpu_source=DETECT):
+        """gpu_source: what GpuCollector reads (default: this rank's CUDA device, none on CPU)."""
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        source = gpu_metrics.local_source(local_rank) if gpu_source is DETECT else gpu_source
+        if source is not None:
+            r.register(GpuCollector(source, gpu=str(local_rank)))
         info = Gauge("lab_rank_info", "Always 1; labels say where this rank runs.",
                      ["rank", "local_rank", "node"], registry=r)
         info.labels(str(rank), str(local_rank), node).set(1)
