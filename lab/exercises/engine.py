@@ -23,7 +23,7 @@ from lab.exercises import observe
 from lab.exercises.report import Report
 from lab.health.events import read_events
 from lab.rundir import MARKER, RunDir
-from lab.runtimes.local import ray_session_prefix
+from lab.runtimes.tempdirs import ray_session_prefix
 from lab.runtimes.ray_runtime import connect, ray_get
 from lab.topology import Topology
 from lab.workloads import script_path

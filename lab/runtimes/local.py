@@ -11,11 +11,9 @@ fault can be injected.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ from lab.rundir import MARKER, NODE_MARKER, RunDir
 from lab.runtimes import etcd, netns, userns
 from lab.runtimes.base import Node, NodeFiles, run_dir_env
 from lab.runtimes.local_faults import WORKERS_FILE, LocalFaults
+from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
 from lab.topology import Topology
 
 HOST_MODES = ("auto", "netns", "userns", "loopback")
@@ -128,6 +127,9 @@ class LocalRuntime:
             env["LAB_EXPORTER_ADDR"] = "127.0.0.1"
         if node.userns_pid is not None:  # the namespace has loopback only, whatever the hostname says
             env["GLOO_SOCKET_IFNAME"] = "lo"
+        # torchelastic and multiprocessing leave files in the temp dir (pytorch-errorfile-*.pickle
+        # of killed workers, say): the lab's own, removed by `lab down`. Short: it holds sockets.
+        env["TMPDIR"] = str(temp_dir(self.run_dir.lab_id))
         return env
 
     def use_prometheus(self, mode: str = "netns") -> bool:
@@ -210,6 +212,7 @@ class LocalRuntime:
         if topology.rdzv_backend == "etcd-v2":
             url = etcd.start(self.run_dir.path / "etcd", topology.rdzv_host, topology.rdzv_port, str(self.run_dir.path))
             self.log(f"started etcd (v2 API) for the rendezvous at {url}")
+        make_private_dir(temp_dir(self.run_dir.lab_id))
         for node in nodes:
             node.dir.mkdir(parents=True, exist_ok=True)
             node.start(self.node_argv(topology, node, script, script_args))
@@ -245,24 +248,8 @@ class LocalRuntime:
             return removed  # no lab was ever made here: it has no hosts and no id to find them by
         if netns.unavailable_reason() is None:
             removed += netns.destroy(self.run_dir.lab_id)
-        removed += remove_ray_sessions(self.run_dir.lab_id)
+        removed += remove_temp_dirs(self.run_dir.lab_id)
         return removed + self.run_dir.take_down()
-
-
-def ray_session_prefix(lab_id: str) -> str:
-    """An exercise's Ray session dir in the temp dir (short: it holds Unix sockets)."""
-    return f"tlab-ray-{lab_id}-"
-
-
-def remove_ray_sessions(lab_id: str) -> list[str]:
-    """This lab's exercise Ray session dirs, left by a crash: only ours (our uid, not a link)."""
-    removed = []
-    for leftover in Path(tempfile.gettempdir()).glob(f"{ray_session_prefix(lab_id)}*"):
-        info = leftover.lstat()
-        if leftover.is_dir() and not leftover.is_symlink() and info.st_uid == os.geteuid():
-            shutil.rmtree(leftover, ignore_errors=True)
-            removed.append(f"dir {leftover}")
-    return removed
 
 
 def exporter_ports(topology: Topology) -> list[int]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -191,7 +192,7 @@ def destroy(lab_id: str) -> list[str]:
     for link in _lab_links(lab_id):
         _out("ip", "link", "del", link)
     for rule in _lab_rules(lab_id):
-        _out("iptables", "-w", str(TIMEOUT_S), "-D", *rule.split()[1:])
+        _out("iptables", "-w", str(TIMEOUT_S), "-D", *shlex.split(rule)[1:])
     for d in _lab_etc_dirs(lab_id):
         shutil.rmtree(d, ignore_errors=True)
     return removed
@@ -222,8 +223,13 @@ def _lab_rules(lab_id: str | None) -> list[str]:
     if shutil.which("iptables") is None:
         return []
     out = _out("iptables", "-w", str(TIMEOUT_S), "-S", "FORWARD")
-    wanted = f"--comment {RULE_COMMENT}:{lab_id}" if lab_id else f"--comment {RULE_COMMENT}:"
-    return [line for line in out.splitlines() if (f"{wanted} " in line + " " if lab_id else wanted in line)]
+    found = []
+    for line in out.splitlines():
+        words = shlex.split(line)  # iptables quotes the comment: "torchrun-lab:<id>"
+        comment = words[words.index("--comment") + 1] if "--comment" in words[:-1] else ""
+        if comment == f"{RULE_COMMENT}:{lab_id}" or (lab_id is None and comment.startswith(f"{RULE_COMMENT}:")):
+            found.append(line)
+    return found
 
 
 def _lab_etc_dirs(lab_id: str | None) -> list[Path]:
