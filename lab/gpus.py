@@ -52,3 +52,21 @@ def assign(nodes: int, gpus_per_node: int, available: int) -> list[list[int]]:
 def visible_devices(devices: list[int]) -> dict[str, str]:
     """The node's environment for its GPUs (nothing when it has none)."""
     return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices))} if devices else {}
+
+
+def describe() -> str:
+    """One line: which torch build this is and what CUDA it finds (images run it as a check)."""
+    import torch
+
+    build = torch.version.cuda
+    if build is None:
+        return f"torch {torch.__version__}: a CPU build, no CUDA (nccl needs torch's CUDA build)"
+    if not torch.cuda.is_available():
+        return (f"torch {torch.__version__} (CUDA {build} build): CUDA is unavailable on this machine "
+                "(no NVIDIA GPU or driver visible)")
+    names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    return f"torch {torch.__version__} (CUDA {build} build): {torch.cuda.device_count()} GPU(s): {names}"
+
+
+if __name__ == "__main__":
+    print(describe())

@@ -119,6 +119,14 @@ def test_containers_run_as_a_non_root_user(docker_lab):
     assert image_user.returncode == 0 and image_user.stdout.strip() != "0", image_user
 
 
+def test_the_node_image_says_in_one_line_what_cuda_it_has(images):
+    """The cpu image's torch imports and reports itself; a cuda image on this CPU machine would
+    say CUDA is unavailable through the same line (lab.gpus.describe)."""
+    out = docker("run", "--rm", "--read-only", "--cap-drop", "ALL", NODE_IMAGE, "python", "-m", "lab.gpus")
+    assert out.returncode == 0 and len(out.stdout.strip().splitlines()) == 1, out.stdout + out.stderr
+    assert "a CPU build, no CUDA" in out.stdout
+
+
 @pytest.mark.parametrize("name", ["kill-worker", "kill-node"])
 def test_fault_drill_passes_in_containers(docker_lab, name):
     out = docker_lab("exercise", "run", name, "--runtime", "docker", timeout=600)

@@ -71,3 +71,15 @@ def test_docker_nodes_request_their_own_device_ids(monkeypatch, tmp_path):
     finally:
         gpus.count.cache_clear()
     assert [n.device_requests()[0].device_ids for n in nodes] == [["0", "1"], ["2", "3"]]
+
+
+def test_the_build_check_is_one_line_and_says_what_cuda_it_finds():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "lab.gpus"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and len(out.stdout.strip().splitlines()) == 1, out
+    import torch
+
+    expected = "CPU build, no CUDA" if torch.version.cuda is None else "CUDA"
+    assert expected in out.stdout
