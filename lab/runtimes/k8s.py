@@ -69,7 +69,8 @@ def render(overlay: str, topology: Topology, script: str, script_args: list[str]
     """The overlay's objects, with this job's topology, node count and workload in them."""
     if overlay not in OVERLAYS:
         raise LabError(f"unknown overlay {overlay!r}; choose one of: {', '.join(OVERLAYS)}")
-    done = subprocess.run([kubectl_exe(), "kustomize", str(K8S_DIR / "overlays" / overlay)], capture_output=True, text=True)
+    done = subprocess.run([kubectl_exe(), "kustomize", str(K8S_DIR / "overlays" / overlay)], capture_output=True, text=True,
+                          timeout=120)
     if done.returncode != 0:
         raise LabError(f"kubectl kustomize failed: {done.stderr.strip().splitlines()[0]}")
     objects = [o for o in yaml.safe_load_all(done.stdout) if o]
