@@ -127,3 +127,21 @@ def test_an_unreachable_ray_address_is_a_one_line_error_at_once(lab):
 def test_the_ray_runtime_without_an_address_says_what_it_needs(lab):
     for args in (["up", "--runtime", "ray"], ["exercise", "run", "kill-worker", "--runtime", "ray"]):
         assert_one_line_error(lab(*args, timeout=120), "--ray-address")
+
+
+@pytest.mark.slow
+def test_a_port_another_lab_holds_names_that_lab(tmp_path):
+    """Loopback nodes of two labs cannot share a rendezvous port: the refusal names the other lab."""
+    from conftest import Lab, SCRIPTS, wait_for_output
+
+    first, second = Lab(run_dir=tmp_path / "a"), Lab(run_dir=tmp_path / "b")
+    proc = first.popen("run", "--hosts", "loopback", "--prometheus", "off", "--nodes", "1", "--nproc-per-node", "1",
+                       "--rdzv-port", "29488", str(SCRIPTS / "hold.py"))
+    try:
+        assert wait_for_output(proc, " ready on ", count=1, timeout_s=120), "the first lab never came up"
+        out = second("run", "--hosts", "loopback", "--rdzv-port", "29488", script_path("ddp_train"))
+        assert_one_line_error(out, "29488", "--rdzv-port", str(tmp_path / "a"))
+    finally:
+        proc.kill()
+        proc.stdout.close()
+        first("down")

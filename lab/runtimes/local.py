@@ -265,4 +265,6 @@ def ensure_port_free(host: str, port: int, what: str, option: str) -> None:
         try:
             s.bind((host, port))
         except OSError:
-            raise LabError(f"{what} {host}:{port} is already in use; pick another with {option}") from None
+            others = sorted({procs.environ(pid).get(MARKER, "") for pid in procs.marked_pids()} - {""})
+            by = f" (a lab is running in {', '.join(others)})" if others else ""
+            raise LabError(f"{what} {host}:{port} is already in use{by}; pick another with {option}") from None
