@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab import procs
+from lab import files, procs
 from lab.runtimes import netns
 
 
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(result, command)
     print("\n" + text)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        files.write_text(Path(args.json), json.dumps(result, indent=2) + "\n")
     if args.markdown:
         write_between_markers(Path(args.markdown), text)
     survived = all(c["verdict"] == "pass" for c in result["cycles"])
@@ -172,7 +172,7 @@ def write_between_markers(path: Path, text: str) -> None:
     page = path.read_text() if path.exists() else f"{start}\n{end}\n"
     head, _, rest = page.partition(start)
     _, _, tail = rest.partition(end)
-    path.write_text(f"{head}{start}\n{text}{end}{tail}")
+    files.write_text(path, f"{head}{start}\n{text}{end}{tail}")
 
 
 if __name__ == "__main__":

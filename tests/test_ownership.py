@@ -207,3 +207,19 @@ def test_the_trainers_own_checkpoints_load_with_weights_only(tmp_path):
     expected = torch.rand(3)
     set_rng_state(loaded["rng"][0])
     assert torch.equal(torch.rand(3), expected), "the RNG state must round-trip"
+
+
+def test_a_report_written_over_a_planted_link_replaces_the_link(tmp_path, someones_files):
+    """--report-dir is the user's to name: a link planted at report.json is replaced, its target untouched."""
+    from lab.exercises.report import Report
+
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "report.json").symlink_to(someones_files / "state.json")
+    before = snapshot(someones_files)
+    report = Report("kill-worker", "local", 4)
+    report.check("something", True)
+    report.write(reports, [])
+    assert snapshot(someones_files) == before
+    assert not (reports / "report.json").is_symlink()
+    assert json.loads((reports / "report.json").read_text())["verdict"] == "pass"

@@ -8,6 +8,7 @@ import platform
 import time
 from pathlib import Path
 
+from lab import files
 from lab.bench.result import BenchResult
 from lab.errors import LabError
 
@@ -41,5 +42,5 @@ def write_page(out_dir: Path, output: Path, order: list[str]) -> Path:
             body = [line.replace(f"]({file})", f"]({relative / file})") for line in body]
         lines += ["", f"## {name}", "", f"    {result.command}", "", *body]
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text("\n".join(lines) + "\n")
+    files.write_text(output, "\n".join(lines) + "\n")
     return output

@@ -12,6 +12,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from lab import files
+
 
 @dataclass
 class BenchResult:
@@ -24,7 +26,7 @@ class BenchResult:
     def save(self, out_dir: Path) -> Path:
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / f"{self.name}.json"
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        files.write_text(path, json.dumps(asdict(self), indent=2) + "\n")
         return path
 
     @staticmethod

@@ -7,6 +7,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab import files
+
 
 @dataclass
 class Check:
@@ -46,7 +48,7 @@ class Report:
 
     def write(self, directory: Path, events: list[dict]) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / "report.json").write_text(json.dumps(self.to_json(), indent=2, default=str) + "\n")
+        files.write_text(directory / "report.json", json.dumps(self.to_json(), indent=2, default=str) + "\n")
         if events:  # a drill's job; lessons run several short jobs and compare their output
             timeline(events, self.faults, directory / "timeline.png", title=f"{self.exercise}: {self.verdict}")
 
@@ -89,5 +91,5 @@ def timeline(events: list[dict], faults: list[dict], path: Path, title: str) -> 
     ax.set_title(title)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    files.replace_with(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
     plt.close(fig)
