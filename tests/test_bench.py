@@ -115,3 +115,47 @@ def test_monitoring_ab_needs_both_halves():
         ab.step_started(step)
     with pytest.raises(ValueError, match="too few steps"):
         ab.summary()
+
+
+def test_on_a_gpu_the_bench_synchronises_then_times_with_cuda_events(monkeypatch):
+    """No GPU here: torch.cuda.synchronize and torch.cuda.Event are test doubles that record what
+    the bench asks of them. A GPU collective returns when queued, not when done, so the bench
+    must synchronise before it starts the clock and read the time from events on the stream."""
+    import torch
+
+    from lab.bench.collectives_worker import Stopwatch
+
+    calls = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.name = f"event{len([c for c in calls if c.startswith('new')])}"
+            calls.append(f"new {self.name}")
+
+        def record(self):
+            calls.append(f"record {self.name}")
+
+        def synchronize(self):
+            calls.append(f"synchronize {self.name}")
+
+        def elapsed_time(self, end):
+            return 12.0  # milliseconds, as CUDA reports them
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append("synchronize device"))
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    seconds = Stopwatch(torch.device("cuda", 0)).time(lambda: calls.append("collective"), reps=4)
+    assert seconds == 12.0 / 1000 / 4
+    assert calls == ["synchronize device", "new event0", "new event1", "record event0", *["collective"] * 4,
+                     "record event1", "synchronize event1"]
+
+
+def test_the_bench_buffers_live_on_the_ranks_device():
+    """The meta device stands in for a GPU: every buffer is made where the collective runs."""
+    import torch
+
+    from lab.bench.collectives_worker import buffers
+
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+        made = [t for t in buffers(op, 1024, rank=1, ranks=4, device="meta") if t is not None]
+        assert made and all(t.device == torch.device("meta") for t in made), op
