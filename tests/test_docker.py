@@ -268,3 +268,15 @@ def test_the_ray_image_runs_the_lab_on_a_two_container_ray_cluster(ray_image):
         docker("rm", "-f", f"{name}-head", f"{name}-1", f"{name}-2")
         docker("network", "rm", name)
         docker("volume", "rm", name)
+
+
+@pytest.mark.skipif(not os.environ.get("LAB_BUILD_CUDA_IMAGE"),
+                    reason="opt-in (LAB_BUILD_CUDA_IMAGE=1): downloads several GB; these machines' index lacks "
+                           "the NCCL wheel torch's CUDA build pins (docs/gpu.md)")
+def test_the_cuda_image_builds_and_says_cuda_is_unavailable_here():
+    built = subprocess.run(["scripts/build-images.sh"], env={**os.environ, "TARGETS": "cuda"}, cwd=REPO,
+                           capture_output=True, text=True, timeout=3600)
+    assert "built: torchrun-lab:cuda" in built.stdout, built.stdout[-2000:] + built.stderr[-2000:]
+    out = docker("run", "--rm", "torchrun-lab:cuda", "python", "-m", "lab.gpus")
+    assert out.returncode == 0 and len(out.stdout.strip().splitlines()) == 1
+    assert "CUDA is unavailable on this machine" in out.stdout or "GPU(s)" in out.stdout, out.stdout
