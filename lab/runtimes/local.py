@@ -55,9 +55,12 @@ class LocalNode(NodeFiles, LocalFaults, Node):
         shim = [sys.executable, "-m", "lab.runtimes.nodeproc", f"--exit-file={self.exit_file}"]
         if self.userns_pid is not None:
             return [*userns.exec_prefix(self.userns_pid), *shim]
+        if self.netns is None and os.geteuid() == 0:  # a /dev/shm of its own, as netns nodes have
+            return ["unshare", "--mount", "--propagation", "private", "--", *shim, "--private-shm"]
         if self.netns is None:
             return shim
-        return [*netns.exec_prefix(netns.Host(self.name, self.netns, self.address)), *shim, f"--hostname={self.name}"]
+        host = netns.Host(self.name, self.netns, self.address)
+        return [*netns.exec_prefix(host), *shim, f"--hostname={self.name}", "--private-shm"]
 
     def start(self, argv: list[str]) -> None:
         self.remember_argv(argv)

@@ -167,8 +167,9 @@ def _hosts_file(hosts: list[Host], viewer: int, aliases: dict, own_aliases: dict
 
 
 def exec_prefix(host: Host) -> list[str]:
-    """Run a command inside the host: its network namespace and a UTS namespace of its own."""
-    return ["ip", "netns", "exec", host.netns, "unshare", "--uts", "--"]
+    """Run a command inside the host: its network namespace, and UTS and mount namespaces of its
+    own (for its hostname, and for a /dev/shm of its own: see nodeproc --private-shm)."""
+    return ["ip", "netns", "exec", host.netns, "unshare", "--uts", "--mount", "--propagation", "private", "--"]
 
 
 def leftovers(lab_id: str | None = None) -> list[str]:

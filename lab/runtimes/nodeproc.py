@@ -2,7 +2,9 @@
 
     python -m lab.runtimes.nodeproc [--hostname NAME] [--log-file LOG] --exit-file PATH -- COMMAND...
 
-It sets the UTS hostname (inside `unshare --uts`), runs COMMAND as a child, passes
+It sets the UTS hostname (inside `unshare --uts`), with --private-shm mounts a fresh
+tmpfs on /dev/shm (inside `unshare --mount`: a node killed with SIGKILL takes its
+multiprocessing semaphores with it instead of leaving them on the machine), runs COMMAND as a child, passes
 SIGTERM/SIGINT/SIGHUP on to it, and writes the child's exit status to PATH, so
 `lab status` in another shell can tell a finished node from a crashed one.
 With --log-file (a container's node, whose output the host reads from a shared
@@ -38,11 +40,15 @@ def main() -> int:
     parser.add_argument("--hostname")
     parser.add_argument("--exit-file", required=True)
     parser.add_argument("--log-file")
+    parser.add_argument("--private-shm", action="store_true")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.hostname:
         socket.sethostname(args.hostname)
+    if args.private_shm:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "lab-node-shm", "/dev/shm"],
+                       check=True, timeout=30)
 
     child = subprocess.Popen(command, stdout=subprocess.PIPE if args.log_file else None, stderr=subprocess.STDOUT)
     if args.log_file:

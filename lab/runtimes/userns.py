@@ -23,7 +23,10 @@ from lab import procs
 from lab.errors import LabError
 from lab.rundir import MARKER
 
-HOLD = "ip link set lo up && exec sleep 2147483647"
+# Loopback up, and a /dev/shm of the lab's own: multiprocessing semaphores of killed nodes go
+# when the holder goes, instead of staying on the machine.
+HOLD = ("ip link set lo up && mount -t tmpfs -o mode=1777,nosuid,nodev lab-shm /dev/shm "
+        "&& exec sleep 2147483647")
 
 
 @functools.lru_cache(maxsize=1)
@@ -33,7 +36,8 @@ def unavailable_reason() -> str | None:
         if shutil.which(tool) is None:
             return f"`{tool}` is not installed (apt-get install util-linux iproute2)"
     try:
-        probe = subprocess.run(["unshare", "-rn", "sh", "-c", "ip link set lo up"], capture_output=True,
+        probe = subprocess.run(["unshare", "-rnm", "--propagation", "private", "sh", "-c",
+                                "ip link set lo up && mount -t tmpfs lab-shm /dev/shm"], capture_output=True,
                                text=True, timeout=10)
     except subprocess.TimeoutExpired:
         return "`unshare -rn` did not answer"
@@ -45,7 +49,8 @@ def unavailable_reason() -> str | None:
 def start_holder(run_dir: str, log_path: Path, timeout_s: float = 10.0) -> int:
     """The namespace's first process (it holds the namespace open); returns its pid once it is in."""
     env = {**os.environ, MARKER: run_dir}
-    holder = procs.spawn(["unshare", "-rn", "--", "sh", "-c", HOLD], log_path=log_path, env=env)
+    holder = procs.spawn(["unshare", "-rnm", "--propagation", "private", "--", "sh", "-c", HOLD],
+                         log_path=log_path, env=env)
     mine = os.readlink("/proc/self/ns/net")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -62,7 +67,7 @@ def start_holder(run_dir: str, log_path: Path, timeout_s: float = 10.0) -> int:
 
 
 def exec_prefix(holder_pid: int) -> list[str]:
-    """Run a command inside the holder's user and network namespaces."""
+    """Run a command inside the holder's user, network and mount namespaces."""
     # --preserve-credentials: the caller's uid is the one `unshare -r` mapped (to root inside), and
     # setgroups, which nsenter would call otherwise, is denied in such a namespace.
-    return ["nsenter", f"--target={holder_pid}", "--user", "--net", "--preserve-credentials", "--"]
+    return ["nsenter", f"--target={holder_pid}", "--user", "--net", "--mount", "--preserve-credentials", "--"]
