@@ -65,7 +65,8 @@ def lab_trial(tmp: Path, hosts: str) -> tuple[float, dict]:
 
 def bare_trial(tmp: Path) -> tuple[float, dict]:
     events, port = tmp / f"bare-events-{time.time()}", free_port()
-    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    # TMPDIR: a killed worker's pytorch-errorfile-*.pickle stays in the bench's own temp dir.
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "TMPDIR": str(tmp)}
     agents = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2", "--max-restarts=2",
          "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-conf=is_host={int(i == 0)}",

@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.rundir import RunDir
 from lab.runtimes.base import FaultUnsupported, Node, NodeFiles
+from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
 
 ACTOR_NAMESPACE = "torchrun-lab"
 
@@ -37,6 +39,7 @@ class MachineAgent:
         self.node = LocalNode(name=name, index=index, address=self.address, netns=None,
                               dir=Path(run_dir) / "nodes" / name, run_dir=run_dir)
         self.node.dir.mkdir(parents=True, exist_ok=True)
+        self.lab_id = RunDir(run_dir).lab_id
 
     def where(self) -> dict:
         import ray
@@ -46,7 +49,12 @@ class MachineAgent:
 
     def start(self, argv: list[str]) -> None:
         # The driver rendered argv with its own interpreter; this machine's may live elsewhere.
+        make_private_dir(temp_dir(self.lab_id))  # the node's TMPDIR (see RayRuntime.node_env), on this machine
         self.node.start([sys.executable, *argv[1:]])
+
+    def cleanup(self) -> list[str]:
+        """Remove what the node left in this machine's temp dir."""
+        return remove_temp_dirs(self.lab_id)
 
     def pid(self) -> int | None:
         return self.node.pid

@@ -29,8 +29,8 @@ from lab.rundir import RunDir
 from lab.runtimes.base import run_dir_env
 from lab.runtimes.local_faults import WORKERS_FILE
 from lab.runtimes.ray_node import ACTOR_NAMESPACE, MachineAgent, RayNode, actor_name
+from lab.runtimes.tempdirs import temp_dir
 from lab.topology import Topology
-
 
 
 def placement_group_name(lab_id: str) -> str:
@@ -120,7 +120,9 @@ class RayRuntime:
         return "machines"
 
     def node_env(self, node) -> dict[str, str]:
-        return run_dir_env(self.run_dir.path, self.prometheus.targets_dir, node.dir, WORKERS_FILE)
+        env = run_dir_env(self.run_dir.path, self.prometheus.targets_dir, node.dir, WORKERS_FILE)
+        env["TMPDIR"] = str(temp_dir(self.run_dir.lab_id))  # made and removed on its machine by its agent
+        return env
 
     def node_argv(self, topology: Topology, node, script: str, script_args: list[str]) -> list[str]:
         return topology.launch_argv(node.index, script, script_args, log_dir=str(node.dir / "torchelastic"),
@@ -213,6 +215,8 @@ class RayRuntime:
             for node in self._recorded_nodes(state):
                 try:
                     node.stop(grace_s)
+                    removed += [f"{d} on {node.address}" for d in ray_get(node.actor.cleanup.remote(), 60,
+                                                                          f"{node.name}'s cleanup")]
                 finally:
                     ray.kill(node.actor)
                 removed.append(f"actor {actor_name(self.run_dir.lab_id, node.index)} ({node.name} on {node.address})")
