@@ -8,6 +8,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -71,7 +72,9 @@ def ray_cluster():
                 pytest.fail(f"machine {i} never joined the Ray cluster: {status.stdout[-800:]} {status.stderr[-800:]}")
         yield address
     finally:
-        procs.terminate(cluster_pids(), grace_s=10)
+        for pid in cluster_pids():  # the test's own cluster (procs.terminate signals only the lab's marked ones)
+            os.kill(pid, signal.SIGTERM)
+        procs.wait_gone(cluster_pids(), 10)
         NET.destroy()
         for i in range(2):
             shutil.rmtree(f"/tmp/tlab-rayc-{i}", ignore_errors=True)
