@@ -4,6 +4,7 @@ the other. The lab's driver runs on the head machine, as a user on a cluster wou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -73,7 +74,8 @@ def ray_cluster():
         yield address
     finally:
         for pid in cluster_pids():  # the test's own cluster (procs.terminate signals only the lab's marked ones)
-            os.kill(pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
         procs.wait_gone(cluster_pids(), 10)
         NET.destroy()
         for i in range(2):
