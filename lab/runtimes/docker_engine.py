@@ -27,8 +27,9 @@ HARDENED = {"cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "pids_li
 
 def client():
     """A client of a daemon that answers, or a one-line error that says what to do instead."""
-    import docker
     from docker.errors import DockerException
+
+    import docker
 
     try:
         found = docker.from_env(timeout=30)

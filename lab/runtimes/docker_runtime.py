@@ -27,12 +27,13 @@ from lab.errors import LabError
 from lab.health import prometheus
 from lab.rundir import RunDir
 from lab.runtimes import docker_engine as engine
+from lab.runtimes import subnets
 from lab.runtimes.base import run_dir_env
 from lab.runtimes.docker_node import DockerNode, stop_all
 from lab.runtimes.local_faults import WORKERS_FILE
 from lab.topology import Topology
 
-SUPERNET = ipaddress.ip_network("172.29.0.0/16")
+SUPERNET = "172.29.0.0/16"  # the lab's networks take a free /24 of it
 # What a node writes, under the run dir; each is mounted at its own path (see _node).
 NODE_WRITES = ("events", "checkpoints", "reference", "prometheus/targets")
 
@@ -69,11 +70,9 @@ class DockerRuntime:
                         taken.append(ipaddress.ip_network(pool.get("Subnet", ""), strict=False))
                     except ValueError:
                         pass
-        start = int(self.run_dir.lab_id, 16) % 256
-        for k in range(256):
-            candidate = ipaddress.ip_network(f"172.29.{(start + k) % 256}.0/24")
-            if not any(candidate.overlaps(t) for t in taken):
-                return str(candidate)
+        block = subnets.free_block(SUPERNET, taken, self.run_dir.lab_id)
+        if block is not None:
+            return str(block)
         raise LabError("every /24 of 172.29.0.0/16 is taken by a Docker network; set LAB_DOCKER_SUBNET")
 
     @property

@@ -105,16 +105,10 @@ class LocalRuntime:
         self.hosts = hosts
         self.log = log
         self.prometheus_mode = monitoring
-        self.prometheus_port = prometheus_port
+        # The port asked for, else the first free one from 9090 on.
+        self.prometheus = prometheus.Prometheus(run_dir.path / "prometheus", port=prometheus_port)
         self._net: netns.LabNet | None = None
         self._userns_pid: int | None = None
-
-    @property
-    def prometheus(self) -> prometheus.Prometheus:
-        """This lab's Prometheus: the port asked for, else the first free one from 9090 on."""
-        if not hasattr(self, "_prometheus"):
-            self._prometheus = prometheus.Prometheus(self.run_dir.path / "prometheus", port=self.prometheus_port)
-        return self._prometheus
 
     @property
     def net(self) -> netns.LabNet:

@@ -9,7 +9,7 @@ import threading
 import time
 
 from lab import procs, worker_record
-from lab.runtimes.base import FaultUnsupported, Faults
+from lab.runtimes.base import Faults, FaultUnsupported
 from lab.runtimes.duty_cycle import duty_cycle
 
 PARTITION_COMMENT = "torchrun-lab-partition"

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.runtimes import subnets
 
 PREFIX = "tlab"  # every namespace and link of every lab starts with it
 SUPERNET = ipaddress.ip_network("10.213.0.0/16")
@@ -141,20 +142,17 @@ def for_lab(lab_id: str, subnet: str | None = None) -> LabNet:
 
 
 def free_subnet(lab_id: str) -> str:
-    taken = set()
+    """The first three octets of a /24 of SUPERNET that no interface of this machine is on."""
+    taken = []
     if shutil.which("ip"):
         for line in _out("ip", "-o", "-4", "addr", "show").splitlines():
             fields = line.split()
             if "inet" in fields:
-                net = ipaddress.ip_interface(fields[fields.index("inet") + 1]).network
-                if net.overlaps(SUPERNET):
-                    taken.add(str(net.network_address).rsplit(".", 1)[0])
-    start = int(lab_id, 16) % 254 if all(c in "0123456789abcdef" for c in lab_id) else 0
-    for k in range(254):
-        candidate = f"10.213.{(start + k) % 254 + 1}"
-        if candidate not in taken:
-            return candidate
-    raise LabError("netns hosts: every /24 of 10.213.0.0/16 is in use; `lab down` the labs you no longer need")
+                taken.append(ipaddress.ip_interface(fields[fields.index("inet") + 1]).network)
+    block = subnets.free_block(str(SUPERNET), taken, lab_id)
+    if block is None:
+        raise LabError("netns hosts: every /24 of 10.213.0.0/16 is in use; `lab down` the labs you no longer need")
+    return str(block.network_address).rsplit(".", 1)[0]
 
 
 def _hosts_file(hosts: list[Host], viewer: int, aliases: dict, own_aliases: dict) -> str:

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import threading
 
-
 teeing = threading.Event()
 
 
