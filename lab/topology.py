@@ -55,12 +55,12 @@ class Topology:
     # agent serves on agent_metrics_port and rank r on rank_metrics_port + its local rank:
     # the same ports on every node, which a pod template can declare.
     metrics_ports: str = "offset"
-    # Keep torch's defaults instead of the lab's restart workaround (see lab.launch).
+    # Keep torch's defaults instead of the lab's restart workaround (see lab.node.launch).
     torch_defaults: bool = False
     # How workers start. "spawn" is torchrun's default: a fresh interpreter per worker that
     # imports torch itself, at every restart (seconds on a small machine). "preload" is
     # torchrun's own --run-path with --start-method=forkserver, whose server imports torch
-    # once per node (lab.launch --preload-workers), so a worker starts in milliseconds.
+    # once per node (lab.node.launch --preload-workers), so a worker starts in milliseconds.
     # "auto": preload, or spawn with torch_defaults.
     worker_start: str = "auto"
     # More torchrun flags, passed through as given (say --tee=3 or --local-ranks-filter=0).
@@ -176,12 +176,12 @@ class Topology:
         if log_dir:
             args.append(f"--log-dir={log_dir}")
         args += list(self.torchrun_extra)
-        # lab.launch registers an event handler under this name (lab.health.agent_exporter).
+        # lab.node.launch registers an event handler under this name (lab.health.agent_exporter).
         args.append("--event-log-handler=lab")
         return args
 
     def env(self, node_rank: int) -> dict[str, str]:
-        """Variables lab.launch sets on this node (it warns instead of overriding the user's)."""
+        """Variables lab.node.launch sets on this node (it warns instead of overriding the user's)."""
         env = {"LAB_BACKEND": self.backend, "LAB_PG_TIMEOUT_S": str(self.pg_timeout_s)}
         fixed = self.metrics_ports == "fixed"
         if self.agent_metrics_port:
@@ -204,9 +204,9 @@ class Topology:
         log_dir: str | None = None,
         extra_env: dict[str, str] | None = None,
     ) -> list[str]:
-        """The whole command a node runs: `python -m lab.launch [lab flags] <torchrun flags> script ...`.
+        """The whole command a node runs: `python -m lab.node.launch [lab flags] <torchrun flags> script ...`.
 
-        The lab's own flags come first so lab.launch can take them off before torchrun parses.
+        The lab's own flags come first so lab.node.launch can take them off before torchrun parses.
         extra_env: runtime-specific variables (paths in its run directory, say).
         """
         env = {**self.env(node_rank), **(extra_env or {})}
@@ -216,7 +216,7 @@ class Topology:
         if self.preloads_workers:
             lab_flags.append("--preload-workers")
         return [
-            python, "-m", "lab.launch",
+            python, "-m", "lab.node.launch",
             *lab_flags,
             *self.torchrun_args(node_rank, log_dir=log_dir),
             script, *script_args,

@@ -55,7 +55,7 @@ def test_status_with_nothing_running_exits_3(lab):
 def test_dry_run_prints_every_nodes_command_and_starts_nothing(lab):
     out = lab("up", "--nodes", "3", "--hosts", "loopback", "--dry-run")
     assert out.returncode == 0, out.stderr
-    commands = [line for line in out.stdout.splitlines() if " -m lab.launch " in line and not line.startswith("#")]
+    commands = [line for line in out.stdout.splitlines() if " -m lab.node.launch " in line and not line.startswith("#")]
     assert len(commands) == 3
     assert all("--rdzv-endpoint=127.0.0.1:29400" in c for c in commands)
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in out.stdout

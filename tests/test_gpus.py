@@ -41,7 +41,7 @@ def test_dry_run_shows_each_nodes_devices_and_passes_them_to_its_launch(lab, mon
     out = lab("up", "--backend", "nccl", "--nodes", "2", "--nproc-per-node", "2", "--hosts", "loopback", "--dry-run")
     assert out.returncode == 0, out.stderr
     assert re.findall(r"#   gpus (\S+) of this machine's 4", out.stdout) == ["0,1", "2,3"]
-    launches = [line for line in out.stdout.splitlines() if " -m lab.launch " in line]
+    launches = [line for line in out.stdout.splitlines() if " -m lab.node.launch " in line]
     assert [re.search(r"--env=CUDA_VISIBLE_DEVICES=(\S+)", c)[1] for c in launches] == ["0,1", "2,3"]
 
 

@@ -24,7 +24,8 @@ import yaml
 
 from conftest import REPO, needs_netns
 from lab.health import prometheus_rule
-from lab.runtimes import k8s_pod, netns
+from lab.node import k8s_pod
+from lab.runtimes import netns
 
 OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos")
 GOLDEN = Path(__file__).parent / "golden" / "k8s"
@@ -234,7 +235,7 @@ def test_rendered_pod_template_trains_on_netns_hosts(tmp_path):
             out = open(tmp_path / f"pod{index}.log", "w")
             outputs.append(out)
             procs_.append(subprocess.Popen(
-                [*netns.exec_prefix(net.host(index)), sys.executable, "-m", "lab.runtimes.nodeproc",
+                [*netns.exec_prefix(net.host(index)), sys.executable, "-m", "lab.node.nodeproc",
                  f"--exit-file={tmp_path / f'exit{index}'}", f"--hostname={name}-{index}", "--", *command],
                 env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True))
         deadline = time.monotonic() + 300

@@ -1,15 +1,15 @@
-"""lab.launch sets what the lab needs loudly and never overrides what the user set."""
+"""lab.node.launch sets what the lab needs loudly and never overrides what the user set."""
 
 import pytest
 
-from lab.launch import RESTART_WORKAROUND, apply_env, lab_environment, split_lab_flags
+from lab.node.launch import RESTART_WORKAROUND, apply_env, lab_environment, split_lab_flags
 
 
 def test_unset_variables_are_set_and_logged():
     environ, log = {}, []
     apply_env({"A": "1"}, environ, log.append)
     assert environ == {"A": "1"}
-    assert log == ["[lab.launch] setting A=1"]
+    assert log == ["[lab.node.launch] setting A=1"]
 
 
 def test_a_user_value_is_kept_with_a_warning_naming_both_values():

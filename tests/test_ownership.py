@@ -211,7 +211,7 @@ def test_the_trainers_own_checkpoints_load_with_weights_only(tmp_path):
 
 def test_a_report_written_over_a_planted_link_replaces_the_link(tmp_path, someones_files):
     """--report-dir is the user's to name: a link planted at report.json is replaced, its target untouched."""
-    from lab.exercises.report import Report
+    from lab.report import Report
 
     reports = tmp_path / "reports"
     reports.mkdir()

@@ -35,7 +35,7 @@ NET = netns.for_lab("ee0a1") if netns.unavailable_reason() is None else None
 def ray_start(host: netns.Host, index: int, head: netns.Host) -> subprocess.Popen:
     role = (["--head", f"--port={GCS_PORT}", "--include-dashboard=false"] if index == 0
             else [f"--address={head.address}:{GCS_PORT}"])
-    argv = [*netns.exec_prefix(host), sys.executable, "-m", "lab.runtimes.nodeproc", f"--hostname={host.name}",
+    argv = [*netns.exec_prefix(host), sys.executable, "-m", "lab.node.nodeproc", f"--hostname={host.name}",
             f"--exit-file=/tmp/tlab-rayc-{index}.exit", "--",
             RAY, "start", "--block", *role, f"--node-ip-address={host.address}", "--num-cpus=2",
             "--object-store-memory=100000000", f"--temp-dir=/tmp/tlab-rayc-{index}", "--disable-usage-stats"]

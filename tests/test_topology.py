@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from lab.launch import split_lab_flags
+from lab.node.launch import split_lab_flags
 from lab.topology import Topology, TopologyError
 
 
@@ -32,7 +32,7 @@ def test_elastic_job_renders_min_max_nodes():
 def test_launch_argv_puts_lab_flags_first_so_lab_launch_can_strip_them():
     t = Topology(pg_timeout_s=7, torch_defaults=True)
     argv = t.launch_argv(0, "/x/train.py", ["--lr", "1"], python="py")
-    assert argv[:3] == ["py", "-m", "lab.launch"]
+    assert argv[:3] == ["py", "-m", "lab.node.launch"]
     flags, rest = split_lab_flags(argv[3:])
     assert flags.env == {"LAB_BACKEND": "gloo", "LAB_PG_TIMEOUT_S": "7",
                          "LAB_AGENT_METRICS_PORT": "9400", "LAB_METRICS_PORT_BASE": "9500"}

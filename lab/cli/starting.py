@@ -9,7 +9,7 @@ from pathlib import Path
 from lab import gpus, runtimes
 from lab.cli.options import run_dir_from_args, topology_from_args
 from lab.errors import LabError
-from lab.launch import lab_environment
+from lab.node.launch import lab_environment
 
 
 def resolve_script(script: str) -> str:
@@ -59,7 +59,7 @@ def print_plan(runtime, topology, script: str, script_args: list[str]) -> None:
                   "(CUDA_VISIBLE_DEVICES; a container's device_ids)")
         env = lab_environment({**topology.env(node.index), **runtime.node_env(node)}, topology.torch_defaults)
         for name, value in sorted(env.items()):
-            print(f"#   env {name}={value}  (set by lab.launch unless you set it)")
+            print(f"#   env {name}={value}  (set by lab.node.launch unless you set it)")
         argv = runtime.node_argv(topology, node, script, script_args)
         if hasattr(node, "wrapper"):
             print(f"#   wrapped in: {shlex.join(node.wrapper())} --")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import signal
 
-from lab.exercises.report import Report
+from lab.report import Report
 from lab.topology import Topology
 
 NAME = "collective-mismatch"

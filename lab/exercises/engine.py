@@ -20,7 +20,7 @@ from pathlib import Path
 from lab import runtimes
 from lab.errors import LabError
 from lab.exercises import observe
-from lab.exercises.report import Report
+from lab.report import Report
 from lab.health.events import read_events
 from lab.rundir import MARKER, RunDir
 from lab.runtimes.tempdirs import ray_session_prefix

@@ -20,7 +20,7 @@ import time
 
 from lab.exercises import observe
 from lab.exercises.engine import paced_trainer
-from lab.exercises.report import Report
+from lab.report import Report
 from lab.topology import Topology
 
 NAME = "hang-rank"

@@ -22,7 +22,7 @@ from __future__ import annotations
 from lab.errors import LabError
 from lab.exercises import observe
 from lab.exercises.engine import paced_trainer
-from lab.exercises.report import Report
+from lab.report import Report
 from lab.topology import Topology
 
 NAME = "kill-node"

@@ -29,7 +29,7 @@ import signal
 
 from lab.exercises import observe
 from lab.exercises.engine import paced_trainer
-from lab.exercises.report import Report
+from lab.report import Report
 from lab.topology import Topology
 
 NAME = "kill-worker"
@@ -93,6 +93,6 @@ def judge_torch_defaults(drill, report: Report, codes: dict, events: list[dict])
     report.explanation = (
         "torchrun shares its rendezvous TCPStore with the workers; the restarted group reads the previous "
         f"round's gloo addresses from it and cannot connect (pytorch/pytorch#135712); node0's restarted "
-        f"workers started {LATE_START_S:.0f} s late, so their peers always read a stale address. lab.launch sets "
+        f"workers started {LATE_START_S:.0f} s late, so their peers always read a stale address. lab.node.launch sets "
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 to give every round a fresh store.")
     return report

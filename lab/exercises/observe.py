@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def agent_events(events_dir: Path) -> list[dict]:
-    """torchelastic's agent and rendezvous events as lab.launch recorded them, in time order."""
+    """torchelastic's agent and rendezvous events as lab.node.launch recorded them, in time order."""
     records = []
     for path in sorted(Path(events_dir).glob("agent-*.jsonl")):
         for line in path.read_text().splitlines():

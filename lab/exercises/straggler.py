@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 
 from lab.exercises.engine import paced_trainer
-from lab.exercises.report import Report
+from lab.report import Report
 from lab.topology import Topology
 
 NAME = "straggler"

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 
 from lab import job
-from lab.exercises.report import Report
+from lab.report import Report
 from lab.rundir import RunDir
 from lab.runtimes.local import LocalRuntime
 from lab.topology import Topology

@@ -1,6 +1,6 @@
 """A lab node as a Docker container, and the faults it can suffer.
 
-The container runs the nodeproc shim around `python -m lab.launch`, under docker-init.
+The container runs the nodeproc shim around `python -m lab.node.launch`, under docker-init.
 Its node directory, in the run directory that is mounted at the same path inside, holds
 its log, its exit status and its workers' pids (as the container sees them), so the
 host reads them as it does a local node's. Faults act through the daemon: a worker is
@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import worker_record
+from lab.node import worker_record
 from lab.errors import LabError
 from lab.runtimes.base import FaultUnsupported, Node, NodeFiles
 from lab.runtimes.docker_engine import HARDENED, LABEL
@@ -71,7 +71,7 @@ class DockerNode(NodeFiles, Node):
             old.remove(force=True)
         self.exit_file.unlink(missing_ok=True)
         (self.dir / WORKERS_FILE).unlink(missing_ok=True)
-        shim = ["python", "-m", "lab.runtimes.nodeproc", f"--exit-file={self.exit_file}",
+        shim = ["python", "-m", "lab.node.nodeproc", f"--exit-file={self.exit_file}",
                 f"--log-file={self.log_path}", "--"]
         created = self.docker.containers.create(
             self.image, [*shim, *argv], name=self.container_name, hostname=self.name, user=self.user,
@@ -149,7 +149,7 @@ class DockerNode(NodeFiles, Node):
             raise FaultUnsupported(f"{self.name} has no worker with local rank {local_rank}")
         stop_file = self.dir / "unslow"
         stop_file.unlink(missing_ok=True)
-        self._running().exec_run(["python", "-m", "lab.runtimes.duty_cycle", str(pid), str(stopped_fraction),
+        self._running().exec_run(["python", "-m", "lab.node.duty_cycle", str(pid), str(stopped_fraction),
                                   str(period_s), str(stop_file)], user=self.user, detach=True)
         return pid
 

@@ -52,7 +52,7 @@ class LocalNode(NodeFiles, LocalFaults, Node):
 
     def wrapper(self) -> list[str]:
         """What runs around the node's command: its host namespaces and the nodeproc shim."""
-        shim = [sys.executable, "-m", "lab.runtimes.nodeproc", f"--exit-file={self.exit_file}"]
+        shim = [sys.executable, "-m", "lab.node.nodeproc", f"--exit-file={self.exit_file}"]
         if self.userns_pid is not None:
             return [*userns.exec_prefix(self.userns_pid), *shim]
         if self.netns is None and os.geteuid() == 0:  # a /dev/shm of its own, as netns nodes have

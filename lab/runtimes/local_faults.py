@@ -8,12 +8,13 @@ import subprocess
 import threading
 import time
 
-from lab import procs, worker_record
+from lab import procs
+from lab.node import worker_record
 from lab.runtimes.base import Faults, FaultUnsupported
-from lab.runtimes.duty_cycle import duty_cycle
+from lab.node.duty_cycle import duty_cycle
 
 PARTITION_COMMENT = "torchrun-lab-partition"
-WORKERS_FILE = "workers.json"  # in the node's directory; lab.launch writes it (LAB_WORKERS_FILE)
+WORKERS_FILE = "workers.json"  # in the node's directory; lab.node.launch writes it (LAB_WORKERS_FILE)
 
 
 def _continue(pid: int, run_dir: str) -> None:

@@ -7,7 +7,7 @@ in a STRICT_SPREAD placement group, so no two nodes share a machine, and places 
 `MachineAgent` actor in each (lab.runtimes.ray_node). Ray numbers the bundles in no
 particular machine order, so node i goes on the bundle of the i-th machine by address:
 the same cluster gets the same placement every time, node 0 on its lowest address.
-Each actor starts its machine's `python -m lab.launch`, with node 0's address, as the
+Each actor starts its machine's `python -m lab.node.launch`, with node 0's address, as the
 actor reports it, as the c10d endpoint. Actors and the group are detached and named, so
 `lab status` and `lab down` find them from any shell on the cluster, and `lab down`
 removes exactly them.

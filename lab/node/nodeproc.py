@@ -1,6 +1,6 @@
 """The first process of every local node: name the host, run the node, record how it ended.
 
-    python -m lab.runtimes.nodeproc [--hostname NAME] [--log-file LOG] --exit-file PATH -- COMMAND...
+    python -m lab.node.nodeproc [--hostname NAME] [--log-file LOG] --exit-file PATH -- COMMAND...
 
 It sets the UTS hostname (inside `unshare --uts`), with --private-shm mounts a fresh
 tmpfs on /dev/shm (inside `unshare --mount`: a node killed with SIGKILL takes its
@@ -35,7 +35,7 @@ def tee(stream, path: str) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="lab.runtimes.nodeproc")
+    parser = argparse.ArgumentParser(prog="lab.node.nodeproc")
     parser.add_argument("--hostname")
     parser.add_argument("--exit-file", required=True)
     parser.add_argument("--log-file")

@@ -1,6 +1,6 @@
 """A node's entry point: torchrun itself, plus the environment the lab needs, set loudly.
 
-    python -m lab.launch [--env=NAME=VALUE ...] [--torch-defaults] <torchrun flags> SCRIPT [ARGS...]
+    python -m lab.node.launch [--env=NAME=VALUE ...] [--torch-defaults] <torchrun flags> SCRIPT [ARGS...]
 
 Everything after the lab's own leading flags goes unchanged to torchrun's `main`
 (`torch.distributed.run`). Before that, each variable the lab needs is set only if
@@ -14,7 +14,7 @@ store and fail in `connectFullMesh`, so `--max-restarts` never recovers.
 `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` gives every round a fresh store and the
 restart works. `--torch-defaults` leaves it unset, to show the failure.
 
-`--preload-workers` makes restarts (and start-up) faster: see lab/preload.py.
+`--preload-workers` makes restarts (and start-up) faster: see lab/node/preload.py.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def split_lab_flags(argv: list[str]) -> tuple[LabFlags, list[str]]:
         elif flag.startswith("--env="):
             name, sep, value = flag[len("--env="):].partition("=")
             if not name or not sep:
-                raise SystemExit(f"lab.launch: error: --env expects NAME=VALUE, got {flag!r}")
+                raise SystemExit(f"lab.node.launch: error: --env expects NAME=VALUE, got {flag!r}")
             env[name] = value
         else:
             break
@@ -66,9 +66,9 @@ def apply_env(wanted: Mapping[str, str], environ: dict[str, str], log=print) -> 
         if current is None:
             environ[name] = value
             applied[name] = value
-            log(f"[lab.launch] setting {name}={value}")
+            log(f"[lab.node.launch] setting {name}={value}")
         elif current != value:
-            log(f"[lab.launch] WARNING: keeping your {name}={current} (the lab would set {value})")
+            log(f"[lab.node.launch] WARNING: keeping your {name}={current} (the lab would set {value})")
     return applied
 
 
@@ -83,18 +83,18 @@ def main(argv: list[str] | None = None) -> None:
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     apply_env(lab_environment(flags.env, flags.torch_defaults), os.environ, log)
     if flags.torch_defaults:
-        log("[lab.launch] --torch-defaults: restarts reuse the shared rendezvous store "
+        log("[lab.node.launch] --torch-defaults: restarts reuse the shared rendezvous store "
             "(pytorch/pytorch#135712); expect a restarted group to fail in connectFullMesh")
 
     # Imported late: torch takes seconds to import and the flags above need none of it.
     from torch.distributed.run import main as torchrun_main
 
     if flags.preload_workers:
-        from lab.preload import preload_workers
+        from lab.node.preload import preload_workers
 
         preload_workers(torchrun_argv, log)
     if os.environ.get("LAB_WORKERS_FILE"):
-        from lab import worker_record
+        from lab.node import worker_record
 
         worker_record.install(os.environ["LAB_WORKERS_FILE"])
     start_agent_exporter(torchrun_argv, log)
@@ -123,10 +123,10 @@ def start_agent_exporter(torchrun_argv: list[str], log) -> None:
     try:
         agent_exporter.serve(metrics, port)
     except ExporterPortError as e:
-        raise SystemExit(f"lab.launch: error: {e}") from None
+        raise SystemExit(f"lab.node.launch: error: {e}") from None
     if os.environ.get("LAB_TARGETS_DIR"):
         register_target(os.environ["LAB_TARGETS_DIR"], f"agent-{node}", port, {"node": node})
-    log(f"[lab.launch] agent metrics on :{port}/metrics")
+    log(f"[lab.node.launch] agent metrics on :{port}/metrics")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Preloaded workers: torchrun's forked workers, started with torch already imported.
 
 torchrun runs a --run-path script in a process forked from a multiprocessing fork server
-when --start-method=forkserver. `lab.launch --preload-workers` has that server import
+when --start-method=forkserver. `lab.node.launch --preload-workers` has that server import
 torch (and what a DDP trainer pulls in lazily) once per node, before it forks any worker;
 the server outlives restarts, so a restarted worker starts in a fifth of a second instead
 of seconds. Measured in docs/exercises.md (Measured).
@@ -27,12 +27,12 @@ def preload_workers(torchrun_argv: list[str], log) -> None:
 
     args = torch_run.parse_args(torchrun_argv)
     if not (args.run_path and args.start_method == "forkserver"):
-        raise SystemExit("lab.launch: error: --preload-workers needs torchrun's --run-path "
+        raise SystemExit("lab.node.launch: error: --preload-workers needs torchrun's --run-path "
                          "and --start-method=forkserver")
     multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD_MODULES)
     # torchrun's config_from_args reads this module attribute when it builds the entrypoint.
     torch_run.run_script_path = run_script_path
-    log(f"[lab.launch] workers fork from a server that preloads {', '.join(PRELOAD_MODULES)}")
+    log(f"[lab.node.launch] workers fork from a server that preloads {', '.join(PRELOAD_MODULES)}")
 
 
 def run_script_path(training_script: str, *training_script_args: str) -> None:

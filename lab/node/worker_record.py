@@ -2,7 +2,7 @@
 
 A spawned worker carries LOCAL_RANK in its environment, which /proc shows; a worker forked
 from torchrun's fork server (preloaded workers) shows only the server's environment. The
-agent itself knows each worker's pid the moment it starts the group: lab.launch wraps
+agent itself knows each worker's pid the moment it starts the group: lab.node.launch wraps
 LocalElasticAgent._start_workers to write {"restart": n, "pids": {local_rank: pid}} to
 LAB_WORKERS_FILE, atomically, after every start.
 """

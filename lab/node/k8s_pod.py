@@ -1,6 +1,6 @@
 """A Kubernetes pod's entry point: render this node's command from the topology ConfigMap.
 
-    python -m lab.runtimes.k8s_pod
+    python -m lab.node.k8s_pod
 
 The manifests (k8s/) run this in every pod of the Indexed Job. It reads
   LAB_TOPOLOGY           JSON of lab.topology.Topology's fields (from the ConfigMap);
@@ -8,7 +8,7 @@ The manifests (k8s/) run this in every pod of the Indexed Job. It reads
   JOB_COMPLETION_INDEX   the pod's index, set by the Job controller: the node rank
   LAB_WORKLOAD           a workload name (trainer, ddp_train, ...) or a script path
   LAB_WORKLOAD_ARGS      its arguments, shell-quoted
-and replaces itself with `python -m lab.launch ...` exactly as Topology.launch_argv
+and replaces itself with `python -m lab.node.launch ...` exactly as Topology.launch_argv
 renders it, so pods run the same command as every other runtime's nodes.
 """
 
@@ -24,7 +24,7 @@ from lab.workloads import script_path
 
 
 def fail(message: str):
-    raise SystemExit(f"lab.runtimes.k8s_pod: error: {message}")
+    raise SystemExit(f"lab.node.k8s_pod: error: {message}")
 
 
 def topology_from_env(env) -> Topology:
@@ -59,7 +59,7 @@ def argv_from_env(env) -> list[str]:
 
 def main() -> None:
     argv = argv_from_env(os.environ)
-    print(f"[lab.runtimes.k8s_pod] {shlex.join(argv)}", file=sys.stderr, flush=True)
+    print(f"[lab.node.k8s_pod] {shlex.join(argv)}", file=sys.stderr, flush=True)
     os.execv(argv[0], argv)
 
 

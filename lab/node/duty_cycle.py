@@ -1,6 +1,6 @@
 """A straggler made on purpose: a process stopped for a fraction of every period.
 
-    python -m lab.runtimes.duty_cycle PID STOPPED_FRACTION PERIOD_S STOP_FILE
+    python -m lab.node.duty_cycle PID STOPPED_FRACTION PERIOD_S STOP_FILE
 
 Local nodes run `duty_cycle` on a thread of their agent; Docker nodes exec this module
 in the container (the worker's pid is the container's), stopped by a file in the node's
