@@ -67,7 +67,7 @@ def test_docker_nodes_request_their_own_device_ids(monkeypatch, tmp_path):
     monkeypatch.setenv("LAB_DOCKER_SUBNET", "172.29.87.0/24")
     gpus.count.cache_clear()
     try:
-        _, nodes = DockerRuntime(RunDir(tmp_path / "run")).plan(Topology(backend="nccl", nproc_per_node=2))
+        _, nodes = DockerRuntime(RunDir(tmp_path / "run")).layout(Topology(backend="nccl", nproc_per_node=2))
     finally:
         gpus.count.cache_clear()
     assert [n.device_requests()[0].device_ids for n in nodes] == [["0", "1"], ["2", "3"]]

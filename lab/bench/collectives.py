@@ -19,7 +19,8 @@ from lab.bench import bandwidth, ceiling
 from lab.bench.result import BenchResult, this_command
 from lab.errors import LabError
 from lab.rundir import RunDir
-from lab.runtimes.local import HOST_MODES, LocalRuntime
+from lab.options import BACKEND, NODES, NPROC_PER_NODE, add_all
+from lab.runtimes.local import HOSTS, LocalRuntime
 from lab.topology import BACKENDS, Topology
 
 HEADLINE_SIZE = 64 << 20  # the yardstick: all_reduce at 64 MB
@@ -27,10 +28,7 @@ TCP_PORT = 29600
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--nodes", type=int, default=2)
-    p.add_argument("--nproc-per-node", type=int, default=2)
-    p.add_argument("--backend", choices=BACKENDS, default="gloo")
-    p.add_argument("--hosts", choices=HOST_MODES, default="auto")
+    add_all(p, (NODES, NPROC_PER_NODE, BACKEND, HOSTS))
     p.add_argument("--min-bytes", type=bandwidth.size_argument, default="1K")
     p.add_argument("--max-bytes", type=bandwidth.size_argument, default="256M")
     p.add_argument("--factor", type=int, default=4, help="size step (default %(default)s)")

@@ -27,7 +27,7 @@ from lab.errors import LabError
 from lab.exercises import observe
 from lab.health.events import read_events
 from lab.rundir import RunDir
-from lab.runtimes.local import LocalRuntime
+from lab.runtimes.local import HOSTS, LocalRuntime
 from lab.topology import Topology
 from lab.workloads import script_path
 
@@ -87,7 +87,7 @@ def bare_trial(tmp: Path) -> tuple[float, dict]:
 
 def add_arguments(p) -> None:
     p.add_argument("--trials", type=int, default=5)
-    p.add_argument("--hosts", choices=("loopback", "netns"), default="loopback")
+    HOSTS.but(default="loopback").add_to(p)
 
 
 def run(args, out_dir: Path) -> BenchResult:

@@ -2,6 +2,8 @@
 
 Two kinds share these commands: fault drills (lab.exercises: break a running job on
 purpose) and lesson exercises (lab.lessons: run small jobs side by side and compare).
+`lab exercise run NAME --help` lists what NAME takes: a drill's own flags, and the flags
+of every runtime that drills run on.
 """
 
 from __future__ import annotations
@@ -9,42 +11,52 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from types import ModuleType
 
-from lab import exercises
-from lab.cli.options import add_run_dir_option, run_dir_from_args
+from lab import exercises, runtimes
+from lab.cli.options import add_run_dir_option
 from lab.errors import LabError
 from lab.lessons.runner import DEPTHS, explain, run_lesson
-from lab.runtimes.local import HOST_MODES, PROMETHEUS_MODES
+from lab.options import TORCH_DEFAULTS, Option, add_all, run_dir_from_args
+from lab.report import Report
+from lab.rundir import RunDir
+from lab.runtimes.local import HOSTS
+
+TARGET_RANK = Option("--target-rank", "the rank the fault hits (default: the exercise's)", type=int)
+AT_STEP = Option("--at-step", "inject when the target rank reaches this step (default: the exercise's)", type=int)
+REPORT_DIR = Option("--report-dir", "where report.json and timeline.png go (default: under the run dir)")
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("exercise", help="fault drills and lesson exercises, judged with a verdict")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=type(parser))
     verbs.add_parser("list", help="list the exercises").set_defaults(handler=handle_list)
-    explain = verbs.add_parser("explain", help="the hypothesis, the command and what to watch")
-    explain.add_argument("name")
-    explain.add_argument("--depth", choices=DEPTHS,
-                         help="lesson exercises: the explanation for a beginner, a developer or a researcher")
-    explain.set_defaults(handler=handle_explain)
+    explain_parser = verbs.add_parser("explain", help="the hypothesis, the command and what to watch")
+    explain_parser.add_argument("name")
+    explain_parser.add_argument("--depth", choices=DEPTHS,
+                                help="lesson exercises: the explanation for a beginner, a developer or a researcher")
+    explain_parser.set_defaults(handler=handle_explain)
     run = verbs.add_parser("run", help="run one exercise; exit 0 on pass, 1 on fail")
-    run.add_argument("name")
-    run.add_argument("--target-rank", type=int, help="the rank the fault hits (default: the exercise's)")
-    run.add_argument("--at-step", type=int, help="inject when the target rank reaches this step")
-    run.add_argument("--runtime", choices=("local", "docker", "ray"), default="local",
-                     help="where the nodes run: netns hosts or processes (local), containers (docker), or "
-                          "one per machine of a Ray cluster (ray, with --ray-address)")
-    run.add_argument("--image", help="docker runtime: the node image (default: $LAB_IMAGE or torchrun-lab:cpu)")
-    run.add_argument("--hosts", choices=HOST_MODES, default="auto")
-    run.add_argument("--prometheus", choices=PROMETHEUS_MODES, default="off")
-    run.add_argument("--torch-defaults", action="store_true", help="leave out the lab's restart workaround")
-    run.add_argument("--elastic", action="store_true", help="kill-node: an elastic job (--nnodes=1:N)")
-    run.add_argument("--rdzv-backend", choices=("c10d", "etcd-v2"), default="c10d",
-                     help="kill-rendezvous-host: where the rendezvous lives (etcd-v2: a lab-run etcd on the host)")
-    run.add_argument("--ray-address", help="join this Ray cluster instead of starting a local instance "
-                                           "(needed by --runtime ray)")
-    run.add_argument("--report-dir", help="where report.json and timeline.png go (default: under the run dir)")
-    add_run_dir_option(run)
-    run.set_defaults(handler=handle_run)
+    names = run.add_subparsers(dest="name", required=True, metavar="NAME", parser_class=type(parser))
+    for name, module in exercises.all_exercises().items():
+        add_exercise_parser(names, name, module)
+
+
+def add_exercise_parser(names: argparse._SubParsersAction, name: str, module: ModuleType) -> None:
+    parser = names.add_parser(name, help=module.SUMMARY, description=module.SUMMARY)
+    if exercises.kind(module) == "lesson":
+        # Lessons run whole small jobs on the local runtime's hosts; the fault flags are taken to
+        # refuse them in words (they are for drills).
+        add_all(parser, (HOSTS, TARGET_RANK, AT_STEP))
+        parser.set_defaults(handler=handle_lesson, exercise=module)
+    else:
+        add_all(parser, (TARGET_RANK, AT_STEP, TORCH_DEFAULTS, *exercises.own_options(module)))
+        runtimes.add_options(parser, drills_only=True, default="local")
+        # A drill needs no Prometheus unless its verdict reads it.
+        parser.set_defaults(handler=handle_drill, exercise=module,
+                            monitoring="on" if getattr(module, "NEEDS_PROMETHEUS", False) else "off")
+    REPORT_DIR.add_to(parser)
+    add_run_dir_option(parser)
 
 
 def handle_list(args: argparse.Namespace) -> int:
@@ -68,41 +80,35 @@ def handle_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def handle_run(args: argparse.Namespace) -> int:
-    from lab.exercises.engine import run_drill
-
-    exercise = exercises.load(args.name)
-    if exercises.kind(exercise) == "lesson":
-        return run_lesson_exercise(exercise, args)
-    args.target_rank_chosen = args.target_rank is not None
-    args.target_rank = exercise.DEFAULT_TARGET_RANK if args.target_rank is None else args.target_rank
-    args.at_step = exercise.DEFAULT_AT_STEP if args.at_step is None else args.at_step
-    world = exercise.topology(args).world_size
-    if not 0 <= args.target_rank < world:
-        raise LabError(f"--target-rank must be in [0, {world}) for {args.name}; got {args.target_rank}")
-    if not 1 <= args.at_step < exercise.STEPS:
-        raise LabError(f"--at-step must be in [1, {exercise.STEPS}) for {args.name}; got {args.at_step}")
-    run_dir = run_dir_from_args(args)
+def report_dir(args: argparse.Namespace, run_dir: RunDir) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    report_dir = Path(args.report_dir) if args.report_dir else run_dir.reports / f"{args.name}-{stamp}"
+    return Path(args.report_dir) if args.report_dir else run_dir.reports / f"{args.name}-{stamp}"
 
-    def finish(report, drill):
-        report.write(report_dir, drill.events())
 
-    report = run_drill(exercise, args, run_dir, on_report=finish)
+def handle_drill(args: argparse.Namespace) -> int:
+    from lab.exercises.engine import Drill, run_drill
+
+    options = exercises.options_from_args(args.exercise, args)
+    run_dir = run_dir_from_args(args)
+    runtime = runtimes.from_args(args, run_dir)
+    where = report_dir(args, run_dir)
+
+    def finish(report: Report, drill: Drill) -> None:
+        report.write(where, drill.events())
+
+    report = run_drill(args.exercise, options, runtime, ray_address=args.ray_address, on_report=finish)
     report.summary()
-    print(f"report: {report_dir / 'report.json'}, timeline: {report_dir / 'timeline.png'}")
+    print(f"report: {where / 'report.json'}, timeline: {where / 'timeline.png'}")
     return 0 if report.verdict == "pass" else 1
 
 
-def run_lesson_exercise(exercise, args: argparse.Namespace) -> int:
+def handle_lesson(args: argparse.Namespace) -> int:
     if args.target_rank is not None or args.at_step is not None:
         raise LabError(f"{args.name} is a lesson exercise: --target-rank and --at-step are for fault drills")
     run_dir = run_dir_from_args(args)
-    report_dir = Path(args.report_dir) if args.report_dir else \
-        run_dir.reports / f"{args.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    report = run_lesson(exercise, args, run_dir)
-    report.write(report_dir, [])
+    where = report_dir(args, run_dir)
+    report = run_lesson(args.exercise, args.hosts, run_dir)
+    report.write(where, [])
     report.summary()
-    print(f"report: {report_dir / 'report.json'}")
+    print(f"report: {where / 'report.json'}")
     return 1 if report.verdict == "fail" else 0

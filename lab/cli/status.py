@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 
 from lab import runtimes
-from lab.cli.options import add_run_dir_option, run_dir_from_args
+from lab.cli.options import add_run_dir_option
+from lab.options import run_dir_from_args
 from lab.health import prometheus, report
 
 

@@ -1,18 +1,64 @@
-"""Exercises, one module each, found by name: the fault drills here, the lesson's in lab.lessons."""
+"""Fault drills, one module each, found by name; the lesson's exercises are in lab.lessons.
+
+A drill is one module of this package (a new one needs no other edit) with:
+
+- NAME ("kill-worker"), SUMMARY (one line) and a docstring: the hypothesis, the command,
+  what to look for (`lab exercise explain NAME` prints it);
+- DEFAULT_TARGET_RANK, DEFAULT_AT_STEP and STEPS (the run's length: --at-step must be
+  below it);
+- topology(options) -> Topology and trainer_args(options) -> list[str]: the job it breaks;
+- run(drill, options) -> Report: the timeline, given a lab.exercises.engine.Drill;
+- optionally OPTIONS (its own flags, lab.options.Option; read back from options.own by
+  name), WORKLOAD (a lab.workloads script other than "trainer") and NEEDS_PROMETHEUS.
+
+`options` is a frozen DrillOptions, never the command line itself.
+"""
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import pkgutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
 
 from lab.errors import LabError
+from lab.options import Option
 
-MODULES = (
-    "kill_worker", "kill_node", "kill_rendezvous_host", "hang_rank", "partition_node",
-    "straggler", "preempt", "corrupt_checkpoint", "collective_mismatch",
-)
+_NOT_DRILLS = ("engine", "observe")  # the machinery the drills share
 
 
-def load(name: str):
+@dataclass(frozen=True)
+class DrillOptions:
+    """What a drill is told: whom to hit, when, and its own flags."""
+
+    target_rank: int
+    at_step: int
+    target_rank_chosen: bool = False  # the user named the rank (a drill may move a default one)
+    torch_defaults: bool = False
+    own: Mapping[str, Any] = field(default_factory=dict)  # the drill's OPTIONS, by name
+
+
+def drills() -> dict[str, ModuleType]:
+    """Every drill module of this package, by NAME."""
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name not in _NOT_DRILLS:
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            found[module.NAME] = module
+    return found
+
+
+def all_exercises() -> dict[str, ModuleType]:
+    """The drills, then the lesson exercises (lab.lessons)."""
+    from lab import lessons
+
+    return {**drills(), **{m.NAME: m for m in lessons.modules()}}
+
+
+def load(name: str) -> ModuleType:
     """The exercise module called `name` (e.g. kill-worker)."""
     exercises = all_exercises()
     if name not in exercises:
@@ -20,14 +66,26 @@ def load(name: str):
     return exercises[name]
 
 
-def all_exercises() -> dict:
-    from lab import lessons
-
-    modules = [importlib.import_module(f"lab.exercises.{m}") for m in MODULES]
-    modules += [importlib.import_module(f"lab.lessons.{m}") for m in lessons.MODULES]
-    return {m.NAME: m for m in modules}
-
-
-def kind(module) -> str:
+def kind(module: ModuleType) -> str:
     """"drill" (breaks one running job) or "lesson" (runs small jobs and compares them)."""
-    return getattr(module, "KIND", "drill")
+    return str(getattr(module, "KIND", "drill"))
+
+
+def own_options(drill: ModuleType) -> tuple[Option, ...]:
+    return tuple(getattr(drill, "OPTIONS", ()))
+
+
+def options_from_args(drill: ModuleType, args: argparse.Namespace) -> DrillOptions:
+    """The drill's options from its command line, checked against its run: one-line errors."""
+    chosen = args.target_rank is not None
+    options = DrillOptions(
+        target_rank=drill.DEFAULT_TARGET_RANK if args.target_rank is None else args.target_rank,
+        at_step=drill.DEFAULT_AT_STEP if args.at_step is None else args.at_step,
+        target_rank_chosen=chosen, torch_defaults=args.torch_defaults,
+        own={o.name: getattr(args, o.name) for o in own_options(drill)})
+    world = drill.topology(options).world_size
+    if not 0 <= options.target_rank < world:
+        raise LabError(f"--target-rank must be in [0, {world}) for {drill.NAME}; got {options.target_rank}")
+    if not 1 <= options.at_step < drill.STEPS:
+        raise LabError(f"--at-step must be in [1, {drill.STEPS}) for {drill.NAME}; got {options.at_step}")
+    return options

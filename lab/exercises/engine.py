@@ -14,17 +14,21 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import Any, TextIO
 
 from lab import runtimes
 from lab.errors import LabError
-from lab.exercises import observe
-from lab.report import Report
+from lab.exercises import DrillOptions, observe
 from lab.health.events import read_events
+from lab.report import Report
 from lab.rundir import MARKER, RunDir
-from lab.runtimes.tempdirs import ray_session_prefix
+from lab.runtimes.base import FAULTS, MonitoredRuntime, Runtime
 from lab.runtimes.ray_runtime import connect, ray_get
+from lab.runtimes.tempdirs import ray_session_prefix
 from lab.topology import Topology
 from lab.workloads import script_path
 
@@ -41,7 +45,9 @@ class NodeAgent:
         nodes = runtimes.for_run_dir(RunDir(run_dir)).attach()
         self.node = next(n for n in nodes if n.name == node_name)
 
-    def inject(self, fault: str, **kwargs) -> dict:
+    def inject(self, fault: str, **kwargs: Any) -> dict[str, Any]:
+        if fault not in FAULTS:
+            raise LabError(f"no fault called {fault!r}; a Node has: {', '.join(sorted(FAULTS))}")
         started = time.time()
         result = getattr(self.node, fault)(**kwargs)
         return {"fault": fault, "node": self.node.name, "time": started, "args": kwargs, "result": result}
@@ -54,15 +60,15 @@ class NodeAgent:
 class Drill:
     """What an exercise's timeline works with: the nodes' agents, the events, the clock."""
 
-    runtime: object  # the runtime the lab runs on (local, docker, ray)
+    runtime: Runtime  # the runtime the lab runs on (one with DRILLS: local, docker, ray)
     topology: Topology
-    agents: dict  # node name -> Ray actor handle
+    agents: dict[str, Any]  # node name -> Ray actor handle of its NodeAgent
     events_dir: Path
     ckpt_dir: Path
-    ray: object
+    ray: Any  # the ray module
     started: float = field(default_factory=time.time)
-    faults: list[dict] = field(default_factory=list)
-    out: object = sys.stdout
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    out: TextIO = sys.stdout
 
     def new_report(self, exercise: str) -> Report:
         """The exercise's report; it shares the drill's list of injected faults."""
@@ -136,16 +142,18 @@ class Drill:
             node.start(self.runtime.node_argv(topology, node, script_path("trainer"), trainer_args))
 
 
-def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout):
-    """Bring the lab up, run exercise.run(drill, options), hand the report to on_report(report, drill)
-    while the events still exist, then tear everything down. Returns the report."""
+def run_drill(exercise: ModuleType, options: DrillOptions, runtime: Runtime, ray_address: str | None = None,
+              on_report: Callable[[Report, Drill], None] | None = None, out: TextIO = sys.stdout) -> Report:
+    """Bring the lab up on runtime, run exercise.run(drill, options), hand the report to
+    on_report(report, drill) while the events still exist, then tear everything down. Ray
+    drives the drill: the cluster at ray_address, else a local instance of the drill's own."""
     import ray
 
+    watched = isinstance(runtime, MonitoredRuntime) and runtime.monitoring != "off"
+    if getattr(exercise, "NEEDS_PROMETHEUS", False) and not watched:
+        raise LabError(f"{exercise.NAME} reads its verdict from Prometheus: drop --prometheus off")
     topology = exercise.topology(options)
-    monitoring = "on" if getattr(exercise, "NEEDS_PROMETHEUS", False) else options.prometheus
-    runtime = runtimes.create(getattr(options, "runtime", "local"), run_dir, hosts=options.hosts,
-                              log=lambda m: out.write(m + "\n"), monitoring=monitoring,
-                              image=getattr(options, "image", None), ray_address=options.ray_address)
+    run_dir = runtime.run_dir
     runtimes.refuse_if_running(runtime, runtime.log)  # this run dir's lab; other labs are left alone
     lab_id = run_dir.claim()
     # Ray's own processes inherit the lab's mark, so `lab down` finds them after a crash too.
@@ -158,10 +166,8 @@ def run_drill(exercise, options, run_dir: RunDir, on_report=None, out=sys.stdout
     # like Ctrl-C) is put back after it.
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        if options.ray_address:
-            connect(options.ray_address)
-        elif runtime.name == "ray":
-            raise LabError("--runtime ray needs --ray-address auto|HOST:PORT (a running Ray cluster)")
+        if ray_address:
+            connect(ray_address)
         else:
             # A fresh local instance of this drill's own, reachable on loopback only.
             ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,

@@ -22,6 +22,7 @@ from __future__ import annotations
 from lab.errors import LabError
 from lab.exercises import observe
 from lab.exercises.engine import paced_trainer
+from lab.options import Option
 from lab.report import Report
 from lab.topology import Topology
 
@@ -29,10 +30,11 @@ NAME = "kill-node"
 SUMMARY = "SIGKILL a whole node; a fixed job recovers when it returns, an elastic one shrinks"
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 3, 25
 STEPS, CKPT_EVERY = 60, 10
+OPTIONS = (Option("--elastic", "an elastic job (--nnodes=1:N): the survivors carry on without the node", switch=True),)
 
 
 def topology(options) -> Topology:
-    elastic = getattr(options, "elastic", False)
+    elastic = options.own.get("elastic", False)
     return Topology(nodes=2, nproc_per_node=2, max_restarts=2, min_nodes=1 if elastic else None,
                     last_call_timeout_s=5, torch_defaults=options.torch_defaults)
 
@@ -45,7 +47,7 @@ def run(drill, options) -> Report:
     report = drill.new_report(NAME)
     target = options.target_rank
     node, _ = drill.reach(target, options.at_step)
-    if node == "node0" and not getattr(options, "target_rank_chosen", True):
+    if node == "node0" and not options.target_rank_chosen:
         # Which node's agent gets which ranks is the c10d rendezvous' choice (the order agents
         # join in, which a Ray cluster does not fix): by default, hit the last rank off node0.
         target = max(r for r in range(drill.topology.world_size) if drill.locate(r)[0] != "node0")

@@ -29,6 +29,7 @@ import time
 
 from lab.exercises import observe
 from lab.exercises.engine import paced_trainer
+from lab.options import RDZV_BACKEND
 from lab.report import Report
 from lab.topology import Topology
 
@@ -39,11 +40,13 @@ STEPS, CKPT_EVERY = 60, 10
 STORE_ERROR = re.compile(r"(RendezvousConnectionError[^\n]*|The connection to the C10d store has failed[^\n]*)")
 # How long the drill leaves node0 dead under etcd-v2: past the moment c10d's survivor failed.
 DOWN_S = 10
+OPTIONS = (RDZV_BACKEND.but(choices=("c10d", "etcd-v2"), default="c10d",
+                            help="where the rendezvous lives (etcd-v2: a lab-run etcd on the host; default c10d)"),)
 
 
 def topology(options) -> Topology:
     return Topology(nodes=2, nproc_per_node=2, max_restarts=2, torch_defaults=options.torch_defaults,
-                    rdzv_backend=getattr(options, "rdzv_backend", "c10d"))
+                    rdzv_backend=options.own.get("rdzv_backend", "c10d"))
 
 
 def trainer_args(options) -> list[str]:

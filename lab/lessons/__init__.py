@@ -2,10 +2,13 @@
 
 A lesson module has NAME, SUMMARY, KIND = "lesson", COMMAND (the exact command),
 DEPTHS (its explanation for a beginner, a developer and a researcher) and
-run(lesson, options), which runs jobs and fills lesson.report.
+run(lesson), which runs jobs and fills lesson.report.
 """
 
 from __future__ import annotations
+
+import importlib
+from types import ModuleType
 
 from lab import results
 
@@ -13,6 +16,10 @@ MODULES = (
     "hello_ddp", "broadcast_at_construction", "no_ddp_drift", "forgot_torchrun", "print_from_every_rank",
     "same_data_every_rank", "buffers", "determinism", "rank_vs_local_rank", "bucket_size", "set_device_first",
 )
+
+
+def modules() -> list[ModuleType]:
+    return [importlib.import_module(f"{__name__}.{m}") for m in MODULES]
 
 
 def checksums(output) -> dict[int, str]:

@@ -32,7 +32,7 @@ The demo shows it on rank 1: before +0.2576 (seed 1), after rank 0's -0.0037."""
 LINE = r"rank (?P<rank>\d+) weight\[0\]\[0\] before DDP (?P<before>\S+) after DDP (?P<after>\S+)"
 
 
-def run(lesson, options) -> None:
+def run(lesson) -> None:
     report = lesson.report
     output = lesson.job("broadcast_demo, 2 processes", Topology(nodes=1, nproc_per_node=2), "broadcast_demo")
     values = {int(m["rank"]): (m["before"], m["after"]) for m in output.matches(LINE)}

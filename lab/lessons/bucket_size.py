@@ -36,7 +36,7 @@ cores shared by 4 ranks there is little, so the per-bucket cost dominates.""",
 }
 
 
-def run(lesson, options) -> None:
+def run(lesson) -> None:
     report = lesson.report
     ms_per_step = {}
     for mb in BUCKETS_MB:

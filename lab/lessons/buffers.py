@@ -9,8 +9,6 @@ last forward. The verdict asserts: equal with broadcast, diverging without; Sync
 equal on a GPU, and on a CPU the error torch raises for it.
 """
 
-import torch
-
 from lab.lessons import all_equal
 from lab.topology import Topology
 
@@ -41,7 +39,9 @@ per-rank mean, variance and counts, so the normalisation itself is global.""",
 }
 
 
-def run(lesson, options) -> None:
+def run(lesson) -> None:
+    import torch  # here, not at the top: `lab --help` need not import torch
+
     report = lesson.report
     topology = Topology(nodes=1, nproc_per_node=2)
     seen = {}

@@ -34,7 +34,7 @@ needs DDP's rebuilt bucket order (see the trainer's settle_buckets).""",
 }
 
 
-def run(lesson, options) -> None:
+def run(lesson) -> None:
     report = lesson.report
     runs = {
         "2x2": lesson.job("2 hosts x 2", Topology(nodes=2, nproc_per_node=2), "trainer", TRAINER),

@@ -34,7 +34,7 @@ backend. No variables, no store, no group.""",
 }
 
 
-def run(lesson, options) -> None:
+def run(lesson) -> None:
     report = lesson.report
     plain = lesson.python("plain python", "bare_init")
     with_torchrun = lesson.job("the same file under torchrun", Topology(nodes=1, nproc_per_node=2), "bare_init")

@@ -36,7 +36,7 @@ bit for bit, which the exact hex checksum shows.""",
 }
 
 
-def run(lesson, options) -> None:
+def run(lesson) -> None:
     report = lesson.report
     two = lesson.job("2 processes on one host", Topology(nodes=1, nproc_per_node=2), "ddp_train")
     four = lesson.job("4 processes on two hosts", Topology(nodes=2, nproc_per_node=2), "ddp_train")

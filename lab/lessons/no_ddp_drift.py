@@ -31,7 +31,7 @@ step even from identical initial weights.""",
 }
 
 
-def run(lesson, options) -> None:
+def run(lesson) -> None:
     report = lesson.report
     topology = Topology(nodes=1, nproc_per_node=2)
     with_ddp = checksums(lesson.job("with DDP", topology, "ddp_train"))

@@ -40,7 +40,7 @@ def counts(output) -> Counter:
     return Counter(int(m[1]) for m in output.matches(r"hello from rank (\d+) "))
 
 
-def run(lesson, options) -> None:
+def run(lesson) -> None:
     report = lesson.report
     topology = Topology(nodes=2, nproc_per_node=2)
     args = ["--lines", str(LINES)]

@@ -33,7 +33,7 @@ LOCAL_WORLD_SIZE are stable properties of the host.""",
 }
 
 
-def run(lesson, options) -> None:
+def run(lesson) -> None:
     report = lesson.report
     topology = Topology(nodes=2, nproc_per_node=2)
     buggy = lesson.job("indexed by RANK", topology, "local_shards", ["--index", "rank"])

@@ -14,6 +14,8 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TextIO
 
 from lab import job
 from lab.report import Report
@@ -96,13 +98,13 @@ def _path(script: str) -> str:
     return script if script.endswith(".py") else script_path(script)
 
 
-def run_lesson(exercise, options, run_dir: RunDir, out=sys.stdout) -> Report:
-    """exercise.run(lesson, options), then everything down, whatever happened."""
-    lesson = Lesson(exercise, run_dir, options.hosts, out)
+def run_lesson(exercise: ModuleType, hosts: str, run_dir: RunDir, out: TextIO = sys.stdout) -> Report:
+    """exercise.run(lesson) on the local runtime's hosts, then everything down, whatever happened."""
+    lesson = Lesson(exercise, run_dir, hosts, out)
     try:
-        exercise.run(lesson, options)
+        exercise.run(lesson)
     finally:
-        LocalRuntime(run_dir, hosts=options.hosts, monitoring="off", log=lambda m: None).down(grace_s=5.0)
+        LocalRuntime(run_dir, hosts=hosts, monitoring="off", log=lambda m: None).down(grace_s=5.0)
     return lesson.report
 
 

@@ -34,7 +34,7 @@ equals one rank's gradient, at N times the cost.""",
 LINE = r"seen (?P<seen>\d+) unique (?P<unique>\d+) duplicates (?P<dups>\d+)"
 
 
-def run(lesson, options) -> None:
+def run(lesson) -> None:
     report = lesson.report
     topology = Topology(nodes=2, nproc_per_node=2)
     plain = lesson.job("plain DataLoader", topology, "data_split").matches(LINE)

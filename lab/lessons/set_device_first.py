@@ -8,8 +8,6 @@ landed. The verdict asserts that the early tensor is on cuda:0 on every rank and
 later one on cuda:LOCAL_RANK. Without 2 GPUs the exercise is skipped and says why.
 """
 
-import torch
-
 from lab.topology import Topology
 
 NAME = "set-device-first"
@@ -34,7 +32,9 @@ the current device at init time (or the device_id passed to init_process_group).
 }
 
 
-def run(lesson, options) -> None:
+def run(lesson) -> None:
+    import torch  # here, not at the top: `lab --help` need not import torch
+
     report = lesson.report
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if gpus < 2:

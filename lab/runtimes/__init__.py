@@ -1,45 +1,84 @@
-"""Where the lab's nodes run. Each runtime hands out the same `Node` handle."""
+"""Where the lab's nodes run: a registry of runtimes by name, each keeping lab.runtimes.base's contract.
+
+Every module of this package is imported once, and each `Runtime` subclass that sets a
+`name` registers itself; $LAB_RUNTIMES (comma-separated module names) adds runtimes that
+live outside the lab. A new runtime is one file (docs/architecture.md).
+"""
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import os
+import pkgutil
+from collections.abc import Callable
+
 from lab.errors import LabError
+from lab.options import Option
+from lab.rundir import RunDir
+from lab.runtimes.base import Log, Runtime
 
-RUNTIME_NAMES = ("auto", "local", "docker", "k8s", "ray")
-
-
-def create(name: str, run_dir, *, hosts: str = "auto", log=print, **options):
-    """The runtime called `name`. "auto" is the local runtime; docker, k8s and ray are chosen by
-    name (`make lab-up` picks docker when a daemon answers)."""
-    if name not in RUNTIME_NAMES:
-        raise LabError(f"unknown runtime {name!r}; choose one of: {', '.join(RUNTIME_NAMES)}")
-    if name == "k8s":
-        from lab.runtimes.k8s import KubernetesRuntime
-
-        k8s_options = {k: options[k] for k in ("context", "namespace", "overlay") if options.get(k)}
-        return KubernetesRuntime(run_dir, log=log, **k8s_options)
-    if name == "ray":
-        from lab.runtimes.ray_runtime import RayRuntime
-
-        ray_options = {k: v for k, v in options.items() if k in ("monitoring", "prometheus_port", "ray_address")}
-        return RayRuntime(run_dir, log=log, **ray_options)
-    if name == "docker":
-        from lab.runtimes.docker_runtime import DockerRuntime
-
-        docker_options = {k: v for k, v in options.items() if k in ("monitoring", "prometheus_port", "image")}
-        return DockerRuntime(run_dir, log=log, **docker_options)
-    from lab.runtimes.local import LocalRuntime
-
-    local_options = {k: v for k, v in options.items() if k in ("monitoring", "prometheus_port")}
-    return LocalRuntime(run_dir, hosts=hosts, log=log, **local_options)
+AUTO = "auto"
 
 
-def for_run_dir(run_dir, log=print):
-    """The runtime that started the lab recorded in run_dir (local when none is recorded)."""
+def registry() -> dict[str, type[Runtime]]:
+    """Every runtime, by name, in name order."""
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
+    for extra in filter(None, (m.strip() for m in os.environ.get("LAB_RUNTIMES", "").split(","))):
+        try:
+            importlib.import_module(extra)
+        except ImportError as e:
+            raise LabError(f"LAB_RUNTIMES names {extra!r}, which cannot be imported: {e}") from None
+    return dict(sorted(Runtime.registered.items()))
+
+
+def names(drills_only: bool = False) -> tuple[str, ...]:
+    """What --runtime accepts ("auto" is the runtime marked AUTO)."""
+    found = [name for name, cls in registry().items() if cls.DRILLS or not drills_only]
+    return (AUTO, *found) if not drills_only else tuple(found)
+
+
+def runtime_class(name: str) -> type[Runtime]:
+    found = registry()
+    if name == AUTO:
+        return next(cls for cls in found.values() if cls.AUTO)
+    if name not in found:
+        raise LabError(f"unknown runtime {name!r}; choose one of: {', '.join(names())}")
+    return found[name]
+
+
+def add_options(parser: argparse.ArgumentParser, drills_only: bool = False, default: str = AUTO) -> None:
+    """--runtime and every runtime's own flags, each once, its help naming the runtimes that take it."""
+    group = parser.add_argument_group("runtime")
+    group.add_argument("--runtime", choices=names(drills_only), default=default,
+                       help="where the nodes run (default %(default)s)")
+    takers: dict[Option, list[str]] = {}
+    for name, cls in registry().items():
+        if cls.DRILLS or not drills_only:
+            for option in cls.OPTIONS:
+                takers.setdefault(option, []).append(name)
+    for option, runtime_names in takers.items():
+        option.add_to(group, help_suffix=f" [{', '.join(runtime_names)}]")
+
+
+def from_args(args: argparse.Namespace, run_dir: RunDir, log: Log = print) -> Runtime:
+    """The runtime --runtime names, built from its own flags."""
+    return runtime_class(args.runtime).from_args(run_dir, args, log)
+
+
+def create(name: str, run_dir: RunDir, log: Log = print) -> Runtime:
+    """The runtime called `name` with its default options (enough to attach to and stop a lab)."""
+    return runtime_class(name)(run_dir, log=log)
+
+
+def for_run_dir(run_dir: RunDir, log: Log = print) -> Runtime:
+    """The runtime that started the lab recorded in run_dir (the auto runtime when none is recorded)."""
     state = run_dir.read_state() or {}
-    return create(state.get("runtime", "local"), run_dir, log=log)
+    return create(state.get("runtime", AUTO), run_dir, log=log)
 
 
-def refuse_if_running(runtime, log) -> None:
+def refuse_if_running(runtime: Runtime, log: Callable[[str], None]) -> None:
     """Refuse while a lab of this run directory runs, on whatever runtime started it; clean up
     what a crashed one left (the recorded runtime's, then this runtime's own leftovers)."""
     # Only a recorded lab can be another runtime's; with none, this runtime clears its own leftovers.

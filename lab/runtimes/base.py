@@ -1,11 +1,29 @@
-"""The `Node` handle every runtime returns. Faults and exercises talk only to this."""
+"""The contract every runtime keeps: a `Runtime` brings nodes up and down, a `Node` is one host.
+
+CLI verbs, the exercise engine, lessons and benchmarks talk only to these two classes;
+none of them asks which runtime it holds. A runtime is one module of lab/runtimes/ (or
+one named in $LAB_RUNTIMES) with a `Runtime` subclass that sets `name`: the registry in
+lab.runtimes finds it, `--runtime` offers it and its `OPTIONS` become flags of every verb
+that starts a job. docs/architecture.md has the recipe.
+"""
 
 from __future__ import annotations
 
+import argparse
+import signal
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, ClassVar
 
 from lab.errors import LabError
+from lab.health import prometheus
+from lab.options import Option, port
+from lab.rundir import RunDir
+from lab.topology import Topology
+
+Log = Callable[[str], None]
+WORKERS_FILE = "workers.json"  # in the node's directory; lab.node.launch writes it (LAB_WORKERS_FILE)
 
 
 class FaultUnsupported(LabError):
@@ -13,20 +31,21 @@ class FaultUnsupported(LabError):
 
 
 class Faults:
-    """The faults a Node can suffer. A runtime overrides the ones it supports."""
+    """Every fault a Node can suffer, declared once. A runtime's Node overrides the ones it can
+    inject; the rest refuse in one line that names the runtime."""
 
-    runtime_name = "this"  # each Node class names its runtime, for the messages below
+    runtime_name: ClassVar[str] = "this"  # each Node class names its runtime, for the messages below
 
-    def _unsupported(self, what: str):
+    def _unsupported(self, what: str) -> Any:
         raise FaultUnsupported(f"the {self.runtime_name} runtime cannot {what}")
 
     def worker_pids(self) -> dict[int, int]:
         """{local_rank: pid} of the workers running now."""
-        self._unsupported("list its workers")
+        return self._unsupported("list its workers")
 
-    def kill_worker(self, local_rank: int, sig: int) -> int:
+    def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
         """Signal one worker; returns its pid."""
-        self._unsupported("kill a worker")
+        return self._unsupported("kill a worker")
 
     def kill_node(self) -> None:
         """SIGKILL the agent and every worker at once, as a machine that loses power."""
@@ -37,14 +56,14 @@ class Faults:
         self._unsupported("restart a node")
 
     def pause_worker(self, local_rank: int) -> int:
-        self._unsupported("pause a worker")
+        return self._unsupported("pause a worker")
 
     def resume_worker(self, local_rank: int) -> int:
-        self._unsupported("resume a worker")
+        return self._unsupported("resume a worker")
 
     def slow_worker(self, local_rank: int, stopped_fraction: float = 0.75, period_s: float = 0.2) -> int:
         """Make one worker a straggler: it runs only (1 - stopped_fraction) of the time."""
-        self._unsupported("slow a worker")
+        return self._unsupported("slow a worker")
 
     def unslow_worker(self) -> None:
         self._unsupported("stop slowing a worker")
@@ -67,13 +86,22 @@ class Faults:
 
     def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
         """Damage the newest checkpoint in directory (truncate it, or flip bytes); returns its path."""
-        self._unsupported("reach its checkpoints")
+        return self._unsupported("reach its checkpoints")
+
+
+FAULTS = frozenset(name for name in vars(Faults) if not name.startswith("_") and callable(vars(Faults)[name]))
 
 
 class Node(ABC, Faults):
     name: str  # e.g. node0: the node's hostname where the runtime can give it one
     index: int  # the node's index in the topology (node 0 hosts the rendezvous)
     address: str  # where the other nodes (and Prometheus) reach it
+    dir: Path  # its directory in the run directory: its log, and what it tells the controller
+
+    @property
+    def pid(self) -> int | None:
+        """The node's first process as this machine sees it (None when it has none here)."""
+        return None
 
     @abstractmethod
     def start(self, argv: list[str]) -> None:
@@ -88,31 +116,127 @@ class Node(ABC, Faults):
         """None while the agent runs; its exit status after (128+N if killed by signal N)."""
 
     @property
-    @abstractmethod
-    def log_path(self) -> Path:
-        """The agent's and its workers' combined output."""
-
-
-class NodeFiles:
-    """A node whose files live in its own directory of the run directory (local and docker nodes;
-    a container sees the same paths). Needs .dir."""
-
-    @property
     def log_path(self) -> Path:
         """The agent's and its workers' combined output."""
         return self.dir / "node.log"
+
+
+class NodeFiles:
+    """What a node whose directory this machine can read (local, docker and a Ray machine's own
+    node) keeps there: its log, its exit status, its workers' pids; and its checkpoints."""
+
+    dir: Path
 
     @property
     def exit_file(self) -> Path:
         """The agent's exit status, written by the nodeproc shim."""
         return self.dir / "exit"
 
+    @property
+    def workers_file(self) -> Path:
+        """{local_rank: pid} of the agent's workers (lab.node.worker_record)."""
+        return self.dir / WORKERS_FILE
 
-def run_dir_env(run_path: Path, targets_dir: Path, node_dir: Path, workers_file: str) -> dict[str, str]:
-    """Where a node's agent and workloads keep their state: all under the run directory."""
-    return {
-        "LAB_EVENTS_DIR": str(run_path / "events"),
-        "LAB_CKPT_DIR": str(run_path / "checkpoints"),
-        "LAB_TARGETS_DIR": str(targets_dir),
-        "LAB_WORKERS_FILE": str(node_dir / workers_file),
-    }
+    def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
+        return corrupt_newest_checkpoint(Path(directory), mode)
+
+
+def corrupt_newest_checkpoint(directory: Path, mode: str = "truncate") -> str:
+    """Damage the newest checkpoint in directory (halve it, or flip bytes); returns its path."""
+    from lab.workloads import checkpoint
+
+    found = checkpoint.checkpoints(directory)
+    if not found:
+        raise FaultUnsupported(f"no checkpoint in {directory} to corrupt")
+    newest = found[0]
+    data = bytearray(newest.read_bytes())
+    if mode == "truncate":
+        data = data[: len(data) // 2]
+    elif mode == "flip":
+        for i in range(len(data) // 2, len(data), 97):
+            data[i] ^= 0xFF
+    else:
+        raise FaultUnsupported(f"unknown corruption mode {mode!r} (truncate or flip)")
+    newest.write_bytes(bytes(data))
+    return str(newest)
+
+
+class Runtime(ABC):
+    """Where a lab's nodes run. Subclasses set `name` (which registers them), declare their flags
+    in OPTIONS (constructor keywords of the same names) and implement up/attach/down."""
+
+    name: ClassVar[str]
+    OPTIONS: ClassVar[tuple[Option, ...]] = ()
+    DRILLS: ClassVar[bool] = False  # the exercise engine can drive its nodes (lab exercise run --runtime)
+    AUTO: ClassVar[bool] = False  # what --runtime auto means
+    registered: ClassVar[dict[str, type[Runtime]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            Runtime.registered[cls.name] = cls
+
+    def __init__(self, run_dir: RunDir, *, log: Log = print) -> None:
+        self.run_dir = run_dir
+        self.log = log
+
+    @classmethod
+    def from_args(cls, run_dir: RunDir, args: argparse.Namespace, log: Log = print) -> Runtime:
+        """The runtime as the command line asks for it (each of OPTIONS by its name)."""
+        return cls(run_dir, log=log, **{o.name: getattr(args, o.name) for o in cls.OPTIONS})
+
+    def plan(self, topology: Topology, script: str, script_args: list[str]) -> str:
+        """What `--dry-run` prints: each node's command, or why this runtime cannot tell before it starts."""
+        raise LabError(f"the {self.name} runtime has no dry run")
+
+    @abstractmethod
+    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[Node]]:
+        """Start one agent per node; returns the topology as it runs (its rendezvous host) and the nodes."""
+
+    @abstractmethod
+    def attach(self) -> list[Node]:
+        """The nodes of the lab recorded in the run directory, from any shell."""
+
+    @abstractmethod
+    def down(self, grace_s: float = 10.0) -> list[str]:
+        """Stop and remove everything this runtime made for the run directory; returns what was removed."""
+
+    def describe(self, node: Node) -> str:
+        """Where the node runs, in a few words (for `lab up` and the dry run)."""
+        return self.name
+
+    def node_env(self, node: Node) -> dict[str, str]:
+        """Where a node's agent and workloads keep their state: all under the run directory."""
+        return {
+            "LAB_EVENTS_DIR": str(self.run_dir.path / "events"),
+            "LAB_CKPT_DIR": str(self.run_dir.path / "checkpoints"),
+            "LAB_TARGETS_DIR": str(self.run_dir.path / "prometheus" / "targets"),
+            "LAB_WORKERS_FILE": str(node.dir / WORKERS_FILE),
+        }
+
+    def node_argv(self, topology: Topology, node: Node, script: str, script_args: list[str]) -> list[str]:
+        """The node's agent command: lab.node.launch around torchrun, with node_env."""
+        return topology.launch_argv(node.index, script, script_args, log_dir=str(node.dir / "torchelastic"),
+                                    extra_env=self.node_env(node))
+
+
+MONITORING_MODES = ("auto", "on", "off")
+MONITORING = Option("--prometheus", "start a Prometheus server scraping every rank (auto: when installed; "
+                                    "default %(default)s)", "auto", choices=MONITORING_MODES, dest="monitoring")
+PROMETHEUS_PORT = Option("--prometheus-port", "where the lab's Prometheus serves (default: 9090, or the next "
+                                              "free port)", type=port, metavar="PORT")
+
+
+class MonitoredRuntime(Runtime):
+    """A runtime whose lab runs its own Prometheus beside the nodes (local, docker, ray)."""
+
+    OPTIONS: ClassVar[tuple[Option, ...]] = (MONITORING, PROMETHEUS_PORT)
+
+    def __init__(self, run_dir: RunDir, *, log: Log = print, monitoring: str = "auto",
+                 prometheus_port: int | None = None) -> None:
+        super().__init__(run_dir, log=log)
+        if monitoring not in MONITORING_MODES:
+            raise LabError(f"--prometheus must be one of {', '.join(MONITORING_MODES)}; got {monitoring!r}")
+        self.monitoring = monitoring
+        # The port asked for, else the first free one from 9090 on.
+        self.prometheus = prometheus.Prometheus(run_dir.path / "prometheus", port=prometheus_port)

@@ -20,7 +20,6 @@ from lab.node import worker_record
 from lab.errors import LabError
 from lab.runtimes.base import FaultUnsupported, Node, NodeFiles
 from lab.runtimes.docker_engine import HARDENED, LABEL
-from lab.runtimes.local_faults import WORKERS_FILE, corrupt_newest_checkpoint
 
 # SIGTERM on `docker stop`: the shim hands it to torchrun, which stops its workers.
 STOP_SIGNAL = "SIGTERM"
@@ -70,7 +69,7 @@ class DockerNode(NodeFiles, Node):
         if old is not None:
             old.remove(force=True)
         self.exit_file.unlink(missing_ok=True)
-        (self.dir / WORKERS_FILE).unlink(missing_ok=True)
+        self.workers_file.unlink(missing_ok=True)
         shim = ["python", "-m", "lab.node.nodeproc", f"--exit-file={self.exit_file}",
                 f"--log-file={self.log_path}", "--"]
         created = self.docker.containers.create(
@@ -111,7 +110,7 @@ class DockerNode(NodeFiles, Node):
 
     def worker_pids(self) -> dict[int, int]:
         """{local_rank: pid} as the container sees them (pids in its own pid namespace)."""
-        recorded = worker_record.read(self.dir / WORKERS_FILE)
+        recorded = worker_record.read(self.workers_file)
         return recorded[1] if recorded else {}
 
     def _running(self):
@@ -179,9 +178,6 @@ class DockerNode(NodeFiles, Node):
     def heal(self) -> None:
         self.docker.networks.get(self.network).connect(self._running(), ipv4_address=self.address,
                                                        aliases=[self.name])
-
-    def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
-        return corrupt_newest_checkpoint(Path(directory), mode)
 
     def record(self) -> dict:
         return {"name": self.name, "index": self.index, "address": self.address, "gpus": self.gpu_ids}

@@ -25,28 +25,30 @@ from dataclasses import asdict
 from lab import gpus
 from lab.errors import LabError
 from lab.health import prometheus
+from lab.options import Option
 from lab.rundir import RunDir
 from lab.runtimes import docker_engine as engine
 from lab.runtimes import subnets
-from lab.runtimes.base import run_dir_env
+from lab.runtimes.base import Log, MonitoredRuntime, Node
 from lab.runtimes.docker_node import DockerNode, stop_all
-from lab.runtimes.local_faults import WORKERS_FILE
+from lab.runtimes.dry_run import plan_text
 from lab.topology import Topology
 
 SUPERNET = "172.29.0.0/16"  # the lab's networks take a free /24 of it
 # What a node writes, under the run dir; each is mounted at its own path (see _node).
 NODE_WRITES = ("events", "checkpoints", "reference", "prometheus/targets")
+IMAGE = Option("--image", "the node image (default: $LAB_IMAGE or torchrun-lab:cpu)")
 
 
-class DockerRuntime:
+class DockerRuntime(MonitoredRuntime):
     name = "docker"
+    OPTIONS = (IMAGE, *MonitoredRuntime.OPTIONS)
+    DRILLS = True
 
-    def __init__(self, run_dir: RunDir, *, image: str | None = None, log=print, monitoring: str = "auto",
-                 prometheus_port: int | None = None, **_ignored):
-        self.run_dir, self.log = run_dir, log
+    def __init__(self, run_dir: RunDir, *, image: str | None = None, log: Log = print, monitoring: str = "auto",
+                 prometheus_port: int | None = None):
+        super().__init__(run_dir, log=log, monitoring=monitoring, prometheus_port=prometheus_port)
         self.image = image or engine.NODE_IMAGE
-        self.prometheus_mode = monitoring
-        self.prometheus = prometheus.Prometheus(run_dir.path / "prometheus", port=prometheus_port)
         self._docker = None
 
     @property
@@ -81,14 +83,15 @@ class DockerRuntime:
             self._docker = engine.client()
         return self._docker
 
-    def host_mode(self) -> str:
-        return "containers"
+    def describe(self, node: Node) -> str:
+        assert isinstance(node, DockerNode)
+        return f"container {node.container_name}, image {node.image}"
 
-    def node_env(self, node: DockerNode) -> dict[str, str]:
-        return run_dir_env(self.run_dir.path, self.prometheus.targets_dir, node.dir, WORKERS_FILE)
+    def plan(self, topology: Topology, script: str, script_args: list[str]) -> str:
+        topology, nodes = self.layout(topology)
+        return plan_text(self, topology, nodes, script, script_args)
 
-    def plan(self, topology: Topology, mode: str = "containers", user: str = "",
-             subnet: str | None = None) -> tuple[Topology, list[DockerNode]]:
+    def layout(self, topology: Topology, user: str = "", subnet: str | None = None) -> tuple[Topology, list[DockerNode]]:
         subnet = subnet or self.subnet()
         try:
             hosts = list(ipaddress.ip_network(subnet).hosts())
@@ -101,11 +104,11 @@ class DockerRuntime:
                  for i in range(topology.nodes)]
         return topology.replace(rdzv_host="node0"), nodes
 
-    def node_argv(self, topology: Topology, node: DockerNode, script: str, script_args: list[str]) -> list[str]:
+    def node_argv(self, topology: Topology, node: Node, script: str, script_args: list[str]) -> list[str]:
         return topology.launch_argv(node.index, engine.in_image(script), script_args, python="python",
                                     log_dir=str(node.dir / "torchelastic"), extra_env=self.node_env(node))
 
-    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[DockerNode]]:
+    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[Node]]:
         if topology.rdzv_backend != "c10d":
             raise LabError("the docker runtime runs the c10d rendezvous on node0; use --rdzv-backend c10d")
         docker = self.docker
@@ -122,7 +125,7 @@ class DockerRuntime:
         })
         user = engine.own_for_containers(*(self.run_dir.path / d for d in NODE_WRITES),
                                          *(self.run_dir.path / "nodes" / f"node{i}" for i in range(topology.nodes)))
-        topology, nodes = self.plan(topology, user=user, subnet=subnet)
+        topology, nodes = self.layout(topology, user=user, subnet=subnet)
         for node in nodes:
             node.mounts.update(engine.script_mount(script))
         self.run_dir.write_state({**self.run_dir.read_state(), "user": user, "topology": asdict(topology),
@@ -148,12 +151,12 @@ class DockerRuntime:
         from docker.errors import ImageNotFound
 
         missing = None
-        if self.prometheus_mode != "off":
+        if self.monitoring != "off":
             try:
                 self.docker.images.get(engine.PROMETHEUS_IMAGE)
             except ImageNotFound:
                 missing = f"image {engine.PROMETHEUS_IMAGE} not found: build it with `make images`"
-        return prometheus.wanted(self.prometheus_mode, missing, self.log)
+        return prometheus.wanted(self.monitoring, missing, self.log)
 
     def start_prometheus(self) -> None:
         """Prometheus on the lab's network, its config and the alert rules from the run directory."""

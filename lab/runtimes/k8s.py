@@ -22,14 +22,18 @@ import yaml
 
 from lab import procs
 from lab.errors import LabError
+from lab.options import Option
 from lab.rundir import MARKER, RunDir
-from lab.runtimes.base import Node
+from lab.runtimes.base import Log, Node, Runtime
 from lab.topology import Topology
 
 K8S_DIR = Path(__file__).resolve().parents[2] / "k8s"
 OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos")
 JOB = "torchrun-lab"
 WORKERS_FILE = "/tmp/lab-workers.json"  # LAB_WORKERS_FILE in k8s/base/job.yaml
+CONTEXT = Option("--context", "the kubectl context (default: the current one)")
+NAMESPACE = Option("--namespace", "the namespace (default %(default)s)", "default")
+OVERLAY = Option("--overlay", "which k8s/overlays/ to apply (default %(default)s)", "cpu-gloo", choices=OVERLAYS)
 
 
 def kubectl_exe() -> str:
@@ -95,18 +99,15 @@ def pod_fields(topology: Topology, rendered: dict) -> dict:
 
 
 class PodNode(Node):
+    """A pod of the Job; its processes live on a cluster node, not here (no pid)."""
+
     runtime_name = "k8s"
-    pid = None  # the pod's processes live on a cluster node, not here
 
     def __init__(self, kubectl: Kubectl, index: int, run_dir: Path):
         self.kubectl, self.index = kubectl, index
         self.name = f"{JOB}-{index}"
         self.address = f"{JOB}-{index}.{JOB}"
         self.dir = run_dir / "nodes" / self.name
-
-    @property
-    def log_path(self) -> Path:
-        return self.dir / "node.log"
 
     def pod(self) -> str:
         out = self.kubectl("get", "pods", "-l", f"job-name={JOB},batch.kubernetes.io/job-completion-index={self.index}",
@@ -140,19 +141,25 @@ class PodNode(Node):
         return int(self.kubectl("exec", self.pod(), "-c", "node", "--", "python", "-c", code).strip())
 
 
-class KubernetesRuntime:
+class KubernetesRuntime(Runtime):
     name = "k8s"
+    OPTIONS = (CONTEXT, NAMESPACE, OVERLAY)
 
     def __init__(self, run_dir: RunDir, *, context: str | None = None, namespace: str = "default",
-                 overlay: str = "cpu-gloo", log=print, **_ignored):
-        self.run_dir, self.overlay, self.log = run_dir, overlay, log
+                 overlay: str = "cpu-gloo", log: Log = print):
+        super().__init__(run_dir, log=log)
+        self.overlay = overlay
         self.kubectl = Kubectl(context, namespace)
 
-    def plan_manifests(self, topology: Topology, script: str, script_args: list[str]) -> str:
+    def plan(self, topology: Topology, script: str, script_args: list[str]) -> str:
+        """The manifests `up` applies, rendered offline."""
         return yaml.safe_dump_all(render(self.overlay, topology, _in_image(script), script_args), sort_keys=False)
 
-    def up(self, topology: Topology, script: str, script_args: list[str]):
-        manifests = self.plan_manifests(topology, script, script_args)
+    def describe(self, node: Node) -> str:
+        return "pod"
+
+    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[Node]]:
+        manifests = self.plan(topology, script, script_args)
         self.kubectl.check_cluster()
         self.run_dir.claim()
         applied = self.run_dir.path / "applied.yaml"
@@ -173,7 +180,7 @@ class KubernetesRuntime:
                                  env={**os.environ, MARKER: str(self.run_dir.path)})
         return topology, nodes
 
-    def attach(self) -> list[PodNode]:
+    def attach(self) -> list[Node]:
         state = self.run_dir.read_state() or {}
         if state.get("runtime") != self.name:
             return []

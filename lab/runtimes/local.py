@@ -21,15 +21,18 @@ from pathlib import Path
 from lab import gpus, procs
 from lab.errors import LabError
 from lab.health import prometheus
+from lab.options import Option
 from lab.rundir import MARKER, NODE_MARKER, RunDir
 from lab.runtimes import etcd, netns, userns
-from lab.runtimes.base import Node, NodeFiles, run_dir_env
-from lab.runtimes.local_faults import WORKERS_FILE, LocalFaults
+from lab.runtimes.base import Log, MonitoredRuntime, Node, NodeFiles
+from lab.runtimes.dry_run import plan_text
+from lab.runtimes.local_faults import LocalFaults
 from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
 from lab.topology import Topology
 
 HOST_MODES = ("auto", "netns", "userns", "loopback")
-PROMETHEUS_MODES = ("auto", "on", "off")
+HOSTS = Option("--hosts", "netns hosts (root), one unprivileged namespace (userns), or processes on loopback "
+                          "(default: netns when possible)", "auto", choices=HOST_MODES)
 
 
 @dataclass
@@ -65,7 +68,7 @@ class LocalNode(NodeFiles, LocalFaults, Node):
     def start(self, argv: list[str]) -> None:
         self.remember_argv(argv)
         self.exit_file.unlink(missing_ok=True)
-        (self.dir / WORKERS_FILE).unlink(missing_ok=True)  # the last run's workers
+        self.workers_file.unlink(missing_ok=True)  # the last run's workers
         env = {**os.environ, MARKER: self.run_dir, NODE_MARKER: self.name}
         proc = procs.spawn([*self.wrapper(), "--", *argv], log_path=self.log_path, env=env)
         (self.dir / "pid").write_text(str(proc.pid))
@@ -94,19 +97,18 @@ class LocalNode(NodeFiles, LocalFaults, Node):
         procs.terminate(procs.marked_pids(self.run_dir, self.name), grace_s=1.0, run_dir=self.run_dir)
 
 
-class LocalRuntime:
+class LocalRuntime(MonitoredRuntime):
     name = "local"
+    OPTIONS = (HOSTS, *MonitoredRuntime.OPTIONS)
+    DRILLS = True
+    AUTO = True
 
-    def __init__(self, run_dir: RunDir, hosts: str = "auto", log=print,
-                 monitoring: str = "auto", prometheus_port: int | None = None):
+    def __init__(self, run_dir: RunDir, *, hosts: str = "auto", log: Log = print, monitoring: str = "auto",
+                 prometheus_port: int | None = None):
         if hosts not in HOST_MODES:
             raise LabError(f"--hosts must be one of {', '.join(HOST_MODES)}; got {hosts!r}")
-        self.run_dir = run_dir
+        super().__init__(run_dir, log=log, monitoring=monitoring, prometheus_port=prometheus_port)
         self.hosts = hosts
-        self.log = log
-        self.prometheus_mode = monitoring
-        # The port asked for, else the first free one from 9090 on.
-        self.prometheus = prometheus.Prometheus(run_dir.path / "prometheus", port=prometheus_port)
         self._net: netns.LabNet | None = None
         self._userns_pid: int | None = None
 
@@ -118,8 +120,13 @@ class LocalRuntime:
             self._net = netns.for_lab(self.run_dir.lab_id, recorded)
         return self._net
 
-    def node_env(self, node: LocalNode) -> dict[str, str]:
-        env = run_dir_env(self.run_dir.path, self.prometheus.targets_dir, node.dir, WORKERS_FILE)
+    def describe(self, node: Node) -> str:
+        netns_name = getattr(node, "netns", None)
+        return f"netns {netns_name}, hostname {node.name}" if netns_name else "loopback"
+
+    def node_env(self, node: Node) -> dict[str, str]:
+        assert isinstance(node, LocalNode)
+        env = super().node_env(node)
         if node.netns is None:  # loopback nodes share the host's network: keep the exporters off the LAN
             env["LAB_EXPORTER_ADDR"] = "127.0.0.1"
         if node.userns_pid is not None:  # the namespace has loopback only, whatever the hostname says
@@ -134,7 +141,7 @@ class LocalRuntime:
         if mode == "userns":
             missing = ("the host's Prometheus cannot reach nodes in their own network namespace "
                        "(--hosts loopback to watch them)")
-        return prometheus.wanted(self.prometheus_mode, missing, self.log)
+        return prometheus.wanted(self.monitoring, missing, self.log)
 
     def host_mode(self) -> str:
         reason = netns.unavailable_reason()
@@ -155,7 +162,11 @@ class LocalRuntime:
                      "all interfaces (and unpickles what it reads): use it on a trusted network")
         return "loopback" if self.hosts == "loopback" or reason else "netns"
 
-    def plan(self, topology: Topology, mode: str) -> tuple[Topology, list[LocalNode]]:
+    def plan(self, topology: Topology, script: str, script_args: list[str]) -> str:
+        topology, nodes = self.layout(topology, self.host_mode())
+        return plan_text(self, topology, nodes, script, script_args, wrapper=lambda n: n.wrapper())
+
+    def layout(self, topology: Topology, mode: str) -> tuple[Topology, list[LocalNode]]:
         """The nodes and the topology as they will run, without starting anything."""
         nodes = []
         for i in range(topology.nodes):
@@ -177,12 +188,12 @@ class LocalRuntime:
             topology = topology.replace(torchrun_extra=(*topology.torchrun_extra, "--local-addr=127.0.0.1"))
         return topology.replace(rdzv_host=rdzv_host), nodes
 
-    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[LocalNode]]:
+    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[Node]]:
         mode = self.host_mode()
         if mode == "userns":
             self.run_dir.claim()
             self._userns_pid = userns.start_holder(str(self.run_dir.path), self.run_dir.path / "userns.log")
-        topology, nodes = self.plan(topology, mode)
+        topology, nodes = self.layout(topology, mode)
         watch = self.use_prometheus(mode)
         if topology.rdzv_backend == "etcd-v2":
             etcd.check_installed()
@@ -215,13 +226,13 @@ class LocalRuntime:
             node.start(self.node_argv(topology, node, script, script_args))
         return topology, nodes
 
-    def node_argv(self, topology: Topology, node: LocalNode, script: str, script_args: list[str]) -> list[str]:
+    def node_argv(self, topology: Topology, node: Node, script: str, script_args: list[str]) -> list[str]:
         # Every node is on this machine: each sees its own GPUs (lab.gpus).
         devices = gpus.assign(topology.nodes, topology.node_gpus, gpus.count())[node.index]
         return topology.launch_argv(node.index, script, script_args, log_dir=str(node.dir / "torchelastic"),
                                     extra_env={**self.node_env(node), **gpus.visible_devices(devices)})
 
-    def attach(self) -> list[LocalNode]:
+    def attach(self) -> list[Node]:
         """The nodes of the lab recorded in the run directory (from any shell)."""
         state = self.run_dir.read_state() or {}
         return [

@@ -14,7 +14,6 @@ from lab.runtimes.base import Faults, FaultUnsupported
 from lab.node.duty_cycle import duty_cycle
 
 PARTITION_COMMENT = "torchrun-lab-partition"
-WORKERS_FILE = "workers.json"  # in the node's directory; lab.node.launch writes it (LAB_WORKERS_FILE)
 
 
 def _continue(pid: int, run_dir: str) -> None:
@@ -25,7 +24,7 @@ class LocalFaults(Faults):
     """Mixed into LocalNode: needs .name, .run_dir, .dir, .netns, .pid, .start()."""
 
     def worker_pids(self) -> dict[int, int]:
-        recorded = worker_record.read(self.dir / WORKERS_FILE)
+        recorded = worker_record.read(self.workers_file)
         if recorded:  # the agent's own record: the only way to know forked workers' ranks
             return {rank: pid for rank, pid in recorded[1].items() if procs.alive(pid)}
         workers = {}
@@ -104,11 +103,6 @@ class LocalFaults(Faults):
         survivors = procs.wait_gone(procs.marked_pids(self.run_dir, self.name), grace_s)
         procs.signal_all(survivors, signal.SIGKILL, self.run_dir)
 
-    def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
-        from pathlib import Path
-
-        return corrupt_newest_checkpoint(Path(directory), mode)
-
     def remember_argv(self, argv: list[str]) -> None:
         (self.dir / "argv.json").write_text(json.dumps(argv))
 
@@ -140,22 +134,3 @@ class LocalFaults(Faults):
                                        "--comment", PARTITION_COMMENT, "-j", "DROP").returncode == 0:
                 pass  # delete until none is left
 
-
-def corrupt_newest_checkpoint(directory, mode: str = "truncate") -> str:
-    """Damage the newest checkpoint in directory (halve it, or flip bytes); returns its path."""
-    from lab.workloads import checkpoint
-
-    found = checkpoint.checkpoints(directory)
-    if not found:
-        raise FaultUnsupported(f"no checkpoint in {directory} to corrupt")
-    newest = found[0]
-    data = bytearray(newest.read_bytes())
-    if mode == "truncate":
-        data = data[: len(data) // 2]
-    elif mode == "flip":
-        for i in range(len(data) // 2, len(data), 97):
-            data[i] ^= 0xFF
-    else:
-        raise FaultUnsupported(f"unknown corruption mode {mode!r} (truncate or flip)")
-    newest.write_bytes(bytes(data))
-    return str(newest)

@@ -10,13 +10,14 @@ actor and its error comes back as the lab's own one-line error.
 
 from __future__ import annotations
 
+import signal
 import socket
 import sys
 from pathlib import Path
 
 from lab.errors import LabError
 from lab.rundir import RunDir
-from lab.runtimes.base import FaultUnsupported, Node, NodeFiles
+from lab.runtimes.base import FaultUnsupported, Node
 from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
 
 ACTOR_NAMESPACE = "torchrun-lab"
@@ -63,7 +64,7 @@ class MachineAgent:
         return getattr(self.node, method)(*args, **kwargs)
 
 
-class RayNode(NodeFiles, Node):
+class RayNode(Node):
     runtime_name = "ray"
 
     def __init__(self, actor, name: str, index: int, address: str, dir: Path):
@@ -97,6 +98,40 @@ class RayNode(NodeFiles, Node):
     def exit_code(self) -> int | None:
         return self._call("exit_code")
 
+    # Every other fault runs on the node's own machine, as the local runtime runs it.
+    def worker_pids(self) -> dict[int, int]:
+        return self._call("worker_pids")
+
+    def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
+        return self._call("kill_worker", local_rank=local_rank, sig=sig)
+
+    def kill_node(self) -> None:
+        self._call("kill_node")
+
+    def restart(self) -> None:
+        self._call("restart")
+
+    def pause_worker(self, local_rank: int) -> int:
+        return self._call("pause_worker", local_rank=local_rank)
+
+    def resume_worker(self, local_rank: int) -> int:
+        return self._call("resume_worker", local_rank=local_rank)
+
+    def slow_worker(self, local_rank: int, stopped_fraction: float = 0.75, period_s: float = 0.2) -> int:
+        return self._call("slow_worker", local_rank=local_rank, stopped_fraction=stopped_fraction, period_s=period_s)
+
+    def unslow_worker(self) -> None:
+        self._call("unslow_worker")
+
+    def delay_restarted_workers(self, seconds: float) -> None:
+        self._call("delay_restarted_workers", seconds=seconds)
+
+    def preempt(self, grace_s: float) -> None:
+        self._call("preempt", grace_s=grace_s)
+
+    def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
+        return self._call("corrupt_checkpoint", directory=directory, mode=mode)
+
     def partition(self) -> None:
         raise FaultUnsupported("the ray runtime cannot partition a machine: cutting its network would cut "
                                "it off from Ray too (use the local runtime's netns hosts)")
@@ -104,16 +139,3 @@ class RayNode(NodeFiles, Node):
     def heal(self) -> None:
         self.partition()
 
-
-def _forward(method: str):
-    def call(self, *args, **kwargs):
-        return self._call(method, *args, **kwargs)
-
-    call.__name__ = method
-    return call
-
-
-# Every other fault runs on the node's own machine, as the local runtime runs it.
-for _method in ("worker_pids", "kill_worker", "kill_node", "restart", "pause_worker", "resume_worker",
-                "slow_worker", "unslow_worker", "delay_restarted_workers", "preempt", "corrupt_checkpoint"):
-    setattr(RayNode, _method, _forward(_method))

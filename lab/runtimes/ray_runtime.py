@@ -20,22 +20,28 @@ finds every exporter through the file_sd targets the exporters write there.
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import asdict
 
 from lab.errors import LabError
 from lab.health import prometheus
+from lab.options import Option
 from lab.rundir import RunDir
-from lab.runtimes.base import run_dir_env
-from lab.runtimes.local_faults import WORKERS_FILE
+from lab.runtimes.base import Log, MonitoredRuntime, Node
 from lab.runtimes.ray_node import ACTOR_NAMESPACE, MachineAgent, RayNode, actor_name
 from lab.runtimes.tempdirs import temp_dir
 from lab.topology import Topology
 
 
+BUNDLE = {"CPU": 0.01}  # a token share: the bundle only pins the node to a machine
+RAY_ADDRESS = Option("--ray-address", "the Ray cluster: the ray runtime places one node on each of its machines; "
+                                      "a drill on another runtime joins it instead of starting a local Ray",
+                     metavar="auto|HOST:PORT")
+
+
 def placement_group_name(lab_id: str) -> str:
     return f"tlab-{lab_id}-nodes"
-BUNDLE = {"CPU": 0.01}  # a token share: the bundle only pins the node to a machine
 
 
 def connect(address: str | None) -> None:
@@ -107,31 +113,36 @@ def machines() -> list[dict]:
     return [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= BUNDLE["CPU"]]
 
 
-class RayRuntime:
+class RayRuntime(MonitoredRuntime):
     name = "ray"
+    OPTIONS = (RAY_ADDRESS, *MonitoredRuntime.OPTIONS)
+    DRILLS = True
 
-    def __init__(self, run_dir: RunDir, *, ray_address: str | None = None, log=print, monitoring: str = "auto",
-                 prometheus_port: int | None = None, **_ignored):
-        self.run_dir, self.log, self.ray_address = run_dir, log, ray_address
-        self.prometheus_mode = monitoring
-        self.prometheus = prometheus.Prometheus(run_dir.path / "prometheus", port=prometheus_port)
+    def __init__(self, run_dir: RunDir, *, ray_address: str | None = None, log: Log = print,
+                 monitoring: str = "auto", prometheus_port: int | None = None):
+        super().__init__(run_dir, log=log, monitoring=monitoring, prometheus_port=prometheus_port)
+        self.ray_address = ray_address
 
-    def host_mode(self) -> str:
-        return "machines"
+    @classmethod
+    def from_args(cls, run_dir: RunDir, args: argparse.Namespace, log: Log = print) -> RayRuntime:
+        if not args.ray_address:  # before anything starts: there is no Ray cluster to start it on
+            raise LabError("the ray runtime needs --ray-address auto|HOST:PORT (a running Ray cluster)")
+        check_reachable(args.ray_address)
+        return cls(run_dir, log=log, ray_address=args.ray_address, monitoring=args.monitoring,
+                   prometheus_port=args.prometheus_port)
 
-    def node_env(self, node) -> dict[str, str]:
-        env = run_dir_env(self.run_dir.path, self.prometheus.targets_dir, node.dir, WORKERS_FILE)
+    def describe(self, node: Node) -> str:
+        return "Ray machine"
+
+    def node_env(self, node: Node) -> dict[str, str]:
+        env = super().node_env(node)
         env["TMPDIR"] = str(temp_dir(self.run_dir.lab_id))  # made and removed on its machine by its agent
         return env
 
-    def node_argv(self, topology: Topology, node, script: str, script_args: list[str]) -> list[str]:
-        return topology.launch_argv(node.index, script, script_args, log_dir=str(node.dir / "torchelastic"),
-                                    extra_env=self.node_env(node))
-
-    def plan(self, topology: Topology, mode: str = "machines"):
+    def plan(self, topology: Topology, script: str, script_args: list[str]) -> str:
         raise LabError("the ray runtime places nodes when it starts them: --dry-run needs another runtime")
 
-    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[RayNode]]:
+    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[Node]]:
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -171,9 +182,9 @@ class RayRuntime:
 
     def use_prometheus(self) -> bool:
         missing = prometheus.INSTALL_HINT if prometheus.binary() is None else None
-        return prometheus.wanted(self.prometheus_mode, missing, self.log)
+        return prometheus.wanted(self.monitoring, missing, self.log)
 
-    def attach(self) -> list[RayNode]:
+    def attach(self) -> list[Node]:
         state = self.run_dir.read_state() or {}
         if state.get("runtime") != self.name or not state.get("nodes"):
             return []

@@ -1,0 +1,128 @@
+"""Command-line options, each declared once as an `Option` and added to every parser that takes it.
+
+The topology's options live here; each runtime declares its own in its `OPTIONS` (see
+lab.runtimes.base), each drill its own (lab.exercises). `lab up`, `lab run`, `lab exercise
+run` and `lab bench` add what they take from these declarations, as torchx's schedulers
+declare their run options, so a flag, its help and its type are written in one place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from lab.rundir import RunDir
+from lab.topology import BACKENDS, RDZV_BACKENDS, WORKER_STARTS, Topology
+
+Adder = argparse.ArgumentParser | argparse._ArgumentGroup
+
+
+@dataclass(frozen=True)
+class Option:
+    """One flag: what argparse needs to parse it, and the name it is read back by."""
+
+    flag: str
+    help: str = ""
+    default: Any = None
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    dest: str | None = None
+    switch: bool = False  # a flag without a value (store_true)
+
+    @property
+    def name(self) -> str:
+        """The attribute argparse stores it under (--nproc-per-node: nproc_per_node)."""
+        return self.dest or self.flag.lstrip("-").replace("-", "_")
+
+    def but(self, **changes: Any) -> Option:
+        """The same flag with some of its fields changed (a narrower choice, another default)."""
+        return dataclasses.replace(self, **changes)
+
+    def add_to(self, parser: Adder, help_suffix: str = "") -> None:
+        keywords: dict[str, Any] = {"dest": self.name, "help": (self.help + help_suffix) or None}
+        if self.switch:
+            parser.add_argument(self.flag, action="store_true", **keywords)
+            return
+        for key in ("default", "type", "choices", "metavar"):
+            if getattr(self, key) is not None:
+                keywords[key] = getattr(self, key)
+        parser.add_argument(self.flag, **keywords)
+
+
+def add_all(parser: Adder, options: Iterable[Option]) -> None:
+    for option in options:
+        option.add_to(parser)
+
+
+def port(text: str) -> int:
+    """A TCP port, 1-65535 (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1-65535, got {value}")
+    return value
+
+
+def port_or_zero(text: str) -> int:
+    """A TCP port, or 0 for none."""
+    return 0 if text.strip() == "0" else port(text)
+
+
+RUN_DIR = Option("--run-dir", "where the lab keeps its state: a new or empty dir, or one the lab made (default: "
+                              "$LAB_RUN_DIR, else $XDG_RUNTIME_DIR/torchrun-lab or /tmp/torchrun-lab-<uid>)")
+DRY_RUN = Option("--dry-run", "print each node's command and environment; start nothing", switch=True)
+
+_DEFAULTS = Topology()
+NODES = Option("--nodes", "number of hosts (default %(default)s)", _DEFAULTS.nodes, int)
+NPROC_PER_NODE = Option("--nproc-per-node", "workers per host (default %(default)s)", _DEFAULTS.nproc_per_node, int)
+BACKEND = Option("--backend", "the process group's backend (default %(default)s)", _DEFAULTS.backend,
+                 choices=BACKENDS)
+RDZV_BACKEND = Option("--rdzv-backend", "where the rendezvous lives (default %(default)s)", _DEFAULTS.rdzv_backend,
+                      choices=RDZV_BACKENDS)
+RDZV_PORT = Option("--rdzv-port", "", _DEFAULTS.rdzv_port, port)
+MAX_RESTARTS = Option("--max-restarts", "", _DEFAULTS.max_restarts, int)
+GPUS_PER_NODE = Option("--gpus-per-node", "GPUs each node uses; nodes sharing a machine get disjoint ones "
+                                          "(default: one per worker with nccl, none with gloo)", type=int, metavar="N")
+PG_TIMEOUT = Option("--pg-timeout", "collective timeout in the workloads (default %(default)s; gloo's own is 1800)",
+                    _DEFAULTS.pg_timeout_s, int, metavar="SECONDS")
+METRICS_PORT = Option("--metrics-port", "node i's agent exporter serves on PORT+i, rank r's on PORT+100+r; "
+                                        "0: no exporters", _DEFAULTS.agent_metrics_port, port_or_zero, metavar="PORT")
+TORCH_DEFAULTS = Option("--torch-defaults", "leave out the lab's restart workaround (pytorch/pytorch#135712) and "
+                                            "worker preloading", switch=True)
+WORKER_START = Option("--worker-start", "preload: workers fork from a server that imported torch once per node "
+                                        "(torchrun's --run-path --start-method=forkserver); spawn: torchrun's "
+                                        "default, a fresh interpreter per worker; auto: preload unless "
+                                        "--torch-defaults (default %(default)s)", "auto", choices=WORKER_STARTS)
+
+TOPOLOGY = (NODES, NPROC_PER_NODE, BACKEND, RDZV_BACKEND, RDZV_PORT, MAX_RESTARTS, GPUS_PER_NODE, PG_TIMEOUT,
+            METRICS_PORT, TORCH_DEFAULTS, WORKER_START)
+
+
+def topology_from_args(args: argparse.Namespace) -> Topology:
+    return Topology(
+        nodes=args.nodes,
+        nproc_per_node=args.nproc_per_node,
+        backend=args.backend,
+        rdzv_backend=args.rdzv_backend,
+        rdzv_port=args.rdzv_port,
+        max_restarts=args.max_restarts,
+        pg_timeout_s=args.pg_timeout,
+        torch_defaults=args.torch_defaults,
+        worker_start=args.worker_start,
+        gpus_per_node=args.gpus_per_node,
+        agent_metrics_port=args.metrics_port,
+        rank_metrics_port=args.metrics_port + 100 if args.metrics_port else 0,
+    )
+
+
+def run_dir_from_args(args: argparse.Namespace) -> RunDir:
+    """The run dir named by --run-dir / $LAB_RUN_DIR / the default, refused if it is not the lab's to use."""
+    run_dir = RunDir(args.run_dir)
+    run_dir.check()
+    return run_dir
