@@ -2,6 +2,10 @@
 
 import socket
 
+from lab.options import Option
+
+TRIALS = Option("--trials", "how many times each side is measured (default %(default)s)", 3, int)
+
 
 def free_port() -> int:
     """A TCP port nothing listens on now (the kernel's pick)."""

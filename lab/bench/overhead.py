@@ -28,7 +28,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from lab.bench import free_port
+from lab.bench import TRIALS, free_port
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.errors import LabError
 from lab.health.rank_exporter import RankMetrics
@@ -90,7 +90,7 @@ def whole_step_line(figures: dict) -> str:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--trials", type=int, default=3)
+    TRIALS.add_to(p)
 
 
 def run(args, out_dir: Path) -> BenchResult:

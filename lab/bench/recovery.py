@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab.bench import free_port
+from lab.bench import TRIALS, free_port
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.errors import LabError
 from lab.exercises import observe
@@ -86,7 +86,7 @@ def bare_trial(tmp: Path) -> tuple[float, dict]:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--trials", type=int, default=5)
+    TRIALS.but(default=5).add_to(p)
     HOSTS.but(default="loopback").add_to(p)
 
 

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab.bench import free_port
+from lab.bench import TRIALS, free_port
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.errors import LabError
 from lab.workloads import script_path
@@ -78,7 +78,7 @@ def docker_ready() -> bool:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--trials", type=int, default=3)
+    TRIALS.add_to(p)
 
 
 def run(args, out_dir: Path) -> BenchResult:

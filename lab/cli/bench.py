@@ -14,9 +14,10 @@ from pathlib import Path
 
 from lab.bench import collectives, overhead, recovery, startup
 from lab.bench.docs import write_page
+from lab.options import Option
 
 BENCHES = {"collectives": collectives, "recovery": recovery, "startup": startup, "overhead": overhead}
-DEFAULT_OUT = "bench-results"
+OUT = Option("--out", "where results go (default %(default)s)", "bench-results")
 
 
 def register(sub) -> None:
@@ -25,10 +26,10 @@ def register(sub) -> None:
     for name, module in BENCHES.items():
         p = benches.add_parser(name, help=module.__doc__.splitlines()[0].split(": ", 1)[-1])
         module.add_arguments(p)
-        p.add_argument("--out", default=DEFAULT_OUT, help="where results go (default %(default)s)")
+        OUT.add_to(p)
         p.set_defaults(handler=handle, module=module)
     docs = benches.add_parser("docs", help="write the benchmarks page from the saved results")
-    docs.add_argument("--out", default=DEFAULT_OUT, help="where the results are (default %(default)s)")
+    OUT.but(help="where the results are (default %(default)s)").add_to(docs)
     docs.add_argument("--output", default="docs/benchmarks.md")
     docs.set_defaults(handler=handle_docs)
 
