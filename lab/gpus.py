@@ -44,8 +44,10 @@ def assign(nodes: int, gpus_per_node: int, available: int) -> list[list[int]]:
     if gpus_per_node <= 0:
         return [[] for _ in range(nodes)]
     if nodes * gpus_per_node > available:
-        raise LabError(f"{nodes} nodes x {gpus_per_node} GPUs need {nodes * gpus_per_node} GPUs; this machine has "
-                       f"{available} (fewer --nodes or --nproc-per-node, or --gpus-per-node)")
+        raise LabError(
+            f"{nodes} nodes x {gpus_per_node} GPUs need {nodes * gpus_per_node} GPUs; this machine has "
+            f"{available} (fewer --nodes or --nproc-per-node, or --gpus-per-node)"
+        )
     return [list(range(i * gpus_per_node, (i + 1) * gpus_per_node)) for i in range(nodes)]
 
 
@@ -62,8 +64,10 @@ def describe() -> str:
     if build is None:
         return f"torch {torch.__version__}: a CPU build, no CUDA (nccl needs torch's CUDA build)"
     if not torch.cuda.is_available():
-        return (f"torch {torch.__version__} (CUDA {build} build): CUDA is unavailable on this machine "
-                "(no NVIDIA GPU or driver visible)")
+        return (
+            f"torch {torch.__version__} (CUDA {build} build): CUDA is unavailable on this machine "
+            "(no NVIDIA GPU or driver visible)"
+        )
     names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
     return f"torch {torch.__version__} (CUDA {build} build): {torch.cuda.device_count()} GPU(s): {names}"
 

@@ -64,8 +64,11 @@ def wait(
             follower.poll()
         if len(codes) == len(nodes):
             break
-        if failure_grace_s is not None and first_failure is not None \
-                and time.monotonic() - first_failure > failure_grace_s:
+        if (
+            failure_grace_s is not None
+            and first_failure is not None
+            and time.monotonic() - first_failure > failure_grace_s
+        ):
             running = [n for n in nodes if n.name not in codes]
             log(f"a node failed {failure_grace_s:g}s ago; stopping {', '.join(n.name for n in running)}")
             for node in running:

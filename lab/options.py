@@ -74,34 +74,71 @@ def port_or_zero(text: str) -> int:
     return 0 if text.strip() == "0" else port(text)
 
 
-RUN_DIR = Option("--run-dir", "where the lab keeps its state: a new or empty dir, or one the lab made (default: "
-                              "$LAB_RUN_DIR, else $XDG_RUNTIME_DIR/torchrun-lab or /tmp/torchrun-lab-<uid>)")
+RUN_DIR = Option(
+    "--run-dir",
+    "where the lab keeps its state: a new or empty dir, or one the lab made (default: "
+    "$LAB_RUN_DIR, else $XDG_RUNTIME_DIR/torchrun-lab or /tmp/torchrun-lab-<uid>)",
+)
 DRY_RUN = Option("--dry-run", "print each node's command and environment; start nothing", switch=True)
 
 _DEFAULTS = Topology()
 NODES = Option("--nodes", "number of hosts (default %(default)s)", _DEFAULTS.nodes, int)
 NPROC_PER_NODE = Option("--nproc-per-node", "workers per host (default %(default)s)", _DEFAULTS.nproc_per_node, int)
-BACKEND = Option("--backend", "the process group's backend (default %(default)s)", _DEFAULTS.backend,
-                 choices=BACKENDS)
-RDZV_BACKEND = Option("--rdzv-backend", "where the rendezvous lives (default %(default)s)", _DEFAULTS.rdzv_backend,
-                      choices=RDZV_BACKENDS)
+BACKEND = Option("--backend", "the process group's backend (default %(default)s)", _DEFAULTS.backend, choices=BACKENDS)
+RDZV_BACKEND = Option(
+    "--rdzv-backend", "where the rendezvous lives (default %(default)s)", _DEFAULTS.rdzv_backend, choices=RDZV_BACKENDS
+)
 RDZV_PORT = Option("--rdzv-port", "", _DEFAULTS.rdzv_port, port)
 MAX_RESTARTS = Option("--max-restarts", "", _DEFAULTS.max_restarts, int)
-GPUS_PER_NODE = Option("--gpus-per-node", "GPUs each node uses; nodes sharing a machine get disjoint ones "
-                                          "(default: one per worker with nccl, none with gloo)", type=int, metavar="N")
-PG_TIMEOUT = Option("--pg-timeout", "collective timeout in the workloads (default %(default)s; gloo's own is 1800)",
-                    _DEFAULTS.pg_timeout_s, int, metavar="SECONDS")
-METRICS_PORT = Option("--metrics-port", "node i's agent exporter serves on PORT+i, rank r's on PORT+100+r; "
-                                        "0: no exporters", _DEFAULTS.agent_metrics_port, port_or_zero, metavar="PORT")
-TORCH_DEFAULTS = Option("--torch-defaults", "leave out the lab's restart workaround (pytorch/pytorch#135712) and "
-                                            "worker preloading", switch=True)
-WORKER_START = Option("--worker-start", "preload: workers fork from a server that imported torch once per node "
-                                        "(torchrun's --run-path --start-method=forkserver); spawn: torchrun's "
-                                        "default, a fresh interpreter per worker; auto: preload unless "
-                                        "--torch-defaults (default %(default)s)", "auto", choices=WORKER_STARTS)
+GPUS_PER_NODE = Option(
+    "--gpus-per-node",
+    "GPUs each node uses; nodes sharing a machine get disjoint ones "
+    "(default: one per worker with nccl, none with gloo)",
+    type=int,
+    metavar="N",
+)
+PG_TIMEOUT = Option(
+    "--pg-timeout",
+    "collective timeout in the workloads (default %(default)s; gloo's own is 1800)",
+    _DEFAULTS.pg_timeout_s,
+    int,
+    metavar="SECONDS",
+)
+METRICS_PORT = Option(
+    "--metrics-port",
+    "node i's agent exporter serves on PORT+i, rank r's on PORT+100+r; 0: no exporters",
+    _DEFAULTS.agent_metrics_port,
+    port_or_zero,
+    metavar="PORT",
+)
+TORCH_DEFAULTS = Option(
+    "--torch-defaults",
+    "leave out the lab's restart workaround (pytorch/pytorch#135712) and worker preloading",
+    switch=True,
+)
+WORKER_START = Option(
+    "--worker-start",
+    "preload: workers fork from a server that imported torch once per node "
+    "(torchrun's --run-path --start-method=forkserver); spawn: torchrun's "
+    "default, a fresh interpreter per worker; auto: preload unless "
+    "--torch-defaults (default %(default)s)",
+    "auto",
+    choices=WORKER_STARTS,
+)
 
-TOPOLOGY = (NODES, NPROC_PER_NODE, BACKEND, RDZV_BACKEND, RDZV_PORT, MAX_RESTARTS, GPUS_PER_NODE, PG_TIMEOUT,
-            METRICS_PORT, TORCH_DEFAULTS, WORKER_START)
+TOPOLOGY = (
+    NODES,
+    NPROC_PER_NODE,
+    BACKEND,
+    RDZV_BACKEND,
+    RDZV_PORT,
+    MAX_RESTARTS,
+    GPUS_PER_NODE,
+    PG_TIMEOUT,
+    METRICS_PORT,
+    TORCH_DEFAULTS,
+    WORKER_START,
+)
 
 
 def topology_from_args(args: argparse.Namespace) -> Topology:

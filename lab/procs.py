@@ -21,8 +21,12 @@ def spawn(argv: list[str], *, log_path: Path, env: dict[str, str]) -> subprocess
     """Start argv detached (own session, so Ctrl-C in the shell does not hit it), output to log_path."""
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
 
 

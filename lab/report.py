@@ -40,9 +40,14 @@ class Report:
 
     def to_json(self) -> dict:
         return {
-            "exercise": self.exercise, "runtime": self.runtime, "verdict": self.verdict,
-            "world_size": self.world_size, "faults": self.faults, **self.facts,
-            "checks": [c.__dict__ for c in self.checks], "explanation": self.explanation,
+            "exercise": self.exercise,
+            "runtime": self.runtime,
+            "verdict": self.verdict,
+            "world_size": self.world_size,
+            "faults": self.faults,
+            **self.facts,
+            "checks": [c.__dict__ for c in self.checks],
+            "explanation": self.explanation,
             **({"skipped": self.skipped} if self.skipped else {}),
         }
 
@@ -58,8 +63,9 @@ class Report:
             out.write(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}{': ' + c.detail if c.detail else ''}\n")
         recovery = self.facts.get("recovery")
         if recovery:
-            out.write("  recovery, seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in recovery.items()
-                                                        if v is not None) + "\n")
+            out.write(
+                "  recovery, seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in recovery.items() if v is not None) + "\n"
+            )
         if self.skipped:
             out.write(f"  skipped: {self.skipped}\n")
         if self.explanation:
@@ -79,7 +85,7 @@ def timeline(events: list[dict], faults: list[dict], path: Path, title: str) -> 
     for rank in sorted({e["rank"] for e in events}):
         points = [(e["time"] - t0, e["step"]) for e in events if e["event"] == "step" and e["rank"] == rank]
         if points:
-            xs, ys = zip(*points)
+            xs, ys = zip(*points, strict=True)
             ax.plot(xs, ys, ".", markersize=3, label=f"rank {rank}")
     for restart in sorted({e["restart"] for e in events if e["restart"] > 0}):
         first = min(e["time"] for e in events if e["restart"] == restart)

@@ -26,8 +26,14 @@ class RankResult:
 
 def parse(text: str, node: str) -> list[RankResult]:
     return [
-        RankResult(rank=int(m["rank"]), node=node, local_rank=int(m["local_rank"]), host=m["host"],
-                   checksum=m["checksum"], exact=m["exact"])
+        RankResult(
+            rank=int(m["rank"]),
+            node=node,
+            local_rank=int(m["local_rank"]),
+            host=m["host"],
+            checksum=m["checksum"],
+            exact=m["exact"],
+        )
         for m in CHECKSUM_LINE.finditer(text)
     ]
 
@@ -53,4 +59,4 @@ def table(results: Sequence[RankResult]) -> str:
     rows = [("rank", "node", "local rank", "host", "checksum")]
     rows += [(str(r.rank), r.node, str(r.local_rank), r.host, r.checksum) for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)

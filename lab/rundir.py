@@ -30,8 +30,19 @@ MARKER = "TORCHRUN_LAB_RUN_DIR"
 NODE_MARKER = "TORCHRUN_LAB_NODE"
 MARK_FILE = ".torchrun-lab"
 # What the lab writes at the top of a run dir; `remove` deletes these and nothing else.
-LAB_ENTRIES = ("state.json", "state.tmp", "nodes", "events", "checkpoints", "prometheus", "etcd",
-               "reference", "applied.yaml", "work", "userns.log")
+LAB_ENTRIES = (
+    "state.json",
+    "state.tmp",
+    "nodes",
+    "events",
+    "checkpoints",
+    "prometheus",
+    "etcd",
+    "reference",
+    "applied.yaml",
+    "work",
+    "userns.log",
+)
 
 
 def default_path() -> Path:
@@ -83,20 +94,24 @@ class RunDir:
         except OSError as e:
             raise LabError(f"run dir {self.path}: {e.strerror}") from None
         if stat.S_ISLNK(info.st_mode):
-            raise LabError(f"run dir {self.path} is a symlink; the lab never follows one it did not make "
-                           "(pick another --run-dir)")
+            raise LabError(
+                f"run dir {self.path} is a symlink; the lab never follows one it did not make (pick another --run-dir)"
+            )
         if not stat.S_ISDIR(info.st_mode):
             raise LabError(f"run dir {self.path} exists and is not a directory (pick another --run-dir)")
         if info.st_uid != os.geteuid():
-            raise LabError(f"run dir {self.path} belongs to uid {info.st_uid}, not to you (uid {os.geteuid()}); "
-                           "pick another --run-dir")
+            raise LabError(
+                f"run dir {self.path} belongs to uid {info.st_uid}, not to you (uid {os.geteuid()}); "
+                "pick another --run-dir"
+            )
         mark = self.read_mark()
         if mark is None and any(True for _ in os.scandir(self.path)):
-            raise LabError(f"run dir {self.path} holds files the lab did not make (no {MARK_FILE} mark); "
-                           "pick an empty or new --run-dir")
+            raise LabError(
+                f"run dir {self.path} holds files the lab did not make (no {MARK_FILE} mark); "
+                "pick an empty or new --run-dir"
+            )
         if mark is not None and mark.get("uid") != os.geteuid():
-            raise LabError(f"run dir {self.path} was made by uid {mark.get('uid')}, not by you; "
-                           "pick another --run-dir")
+            raise LabError(f"run dir {self.path} was made by uid {mark.get('uid')}, not by you; pick another --run-dir")
 
     def claim(self) -> str:
         """Make the run dir (0700, not through a link) and its mark, or check it is ours; returns the lab id."""
@@ -167,8 +182,9 @@ class RunDir:
 
     def exists(self) -> bool:
         """True while the run directory holds anything of the lab's besides reports."""
-        return self.is_marked() and any((self.path / name).is_symlink() or (self.path / name).exists()
-                                        for name in LAB_ENTRIES)
+        return self.is_marked() and any(
+            (self.path / name).is_symlink() or (self.path / name).exists() for name in LAB_ENTRIES
+        )
 
     def take_down(self) -> list[str]:
         """`lab down`'s last step: remove what the lab wrote here; says so when there was any."""

@@ -31,6 +31,7 @@ from lab.runtimes import netns
 
 def census() -> dict[str, int]:
     """How many of each kind of thing that a lab could leave behind exist now."""
+
     def lines(*argv: str) -> int:
         if shutil.which(argv[0]) is None:
             return 0
@@ -51,8 +52,9 @@ def census() -> dict[str, int]:
         "files in /etc/netns": len(os.listdir("/etc/netns")) if os.path.isdir("/etc/netns") else 0,
         "files in /dev/shm": len(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else 0,
     }
-    docker_ok = shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True,
-                                                          timeout=30).returncode == 0
+    docker_ok = (
+        shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+    )
     found["containers"] = lines("docker", "ps", "-aq") if docker_ok else 0
     found["networks"] = lines("docker", "network", "ls", "-q") if docker_ok else 0
     return found
@@ -89,10 +91,16 @@ def run_cycle(runtime: str, drill: str, work: Path, index: int) -> dict:
         code = main(argv)
     report_file = report_dir / "report.json"
     report = json.loads(report_file.read_text()) if report_file.exists() else {}
-    return {"runtime": runtime, "drill": drill, "exit": code, "verdict": report.get("verdict", "error"),
-            "restarts": report.get("restarts"), "lost_steps": report.get("lost_steps"),
-            "seconds": round(time.monotonic() - started, 1),
-            "error": "" if report else output.getvalue().strip().splitlines()[-1:]}
+    return {
+        "runtime": runtime,
+        "drill": drill,
+        "exit": code,
+        "verdict": report.get("verdict", "error"),
+        "restarts": report.get("restarts"),
+        "lost_steps": report.get("lost_steps"),
+        "seconds": round(time.monotonic() - started, 1),
+        "error": "" if report else output.getvalue().strip().splitlines()[-1:],
+    }
 
 
 def soak(plan: list[tuple[str, str, int]], work: Path, log=print) -> dict:
@@ -106,33 +114,57 @@ def soak(plan: list[tuple[str, str, int]], work: Path, log=print) -> dict:
         for _ in range(count):
             result = run_cycle(runtime, drill, work, len(cycles))
             cycles.append(result)
-            log(f"[{len(cycles)}/{total}] {runtime} {drill}: {result['verdict']} (restarts {result['restarts']}, "
-                f"lost steps {result['lost_steps']}, {result['seconds']} s)")
+            log(
+                f"[{len(cycles)}/{total}] {runtime} {drill}: {result['verdict']} (restarts {result['restarts']}, "
+                f"lost steps {result['lost_steps']}, {result['seconds']} s)"
+            )
             if warm is None:
                 warm = census()
     after = census()
     warm = warm or before
     leaked = {k: after[k] - warm[k] for k in warm if after[k] != warm[k] and k not in NOT_JUDGED}
-    return {"plan": [list(p) for p in plan], "cycles": cycles, "before": before, "after_first": warm,
-            "after": after, "leaked": leaked}
+    return {
+        "plan": [list(p) for p in plan],
+        "cycles": cycles,
+        "before": before,
+        "after_first": warm,
+        "after": after,
+        "leaked": leaked,
+    }
 
 
 def markdown(result: dict, command: str) -> str:
-    rows = ["| runtime | fault | cycles | survived | lost steps (min-max) | seconds a cycle (median) |",
-            "| --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| runtime | fault | cycles | survived | lost steps (min-max) | seconds a cycle (median) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for runtime, drill, _ in result["plan"]:
         mine = [c for c in result["cycles"] if c["runtime"] == runtime and c["drill"] == drill]
         lost = [c["lost_steps"] for c in mine if c["lost_steps"] is not None]
         seconds = sorted(c["seconds"] for c in mine)
-        rows.append(f"| {runtime} | {drill} | {len(mine)} | {sum(c['verdict'] == 'pass' for c in mine)} | "
-                    f"{f'{min(lost)}-{max(lost)}' if lost else 'n/a'} | {seconds[len(seconds) // 2] if seconds else 'n/a'} |")
-    census_rows = ["| what | before | after cycle 1 | after the last | leaked (last - cycle 1) |",
-                   "| --- | --- | --- | --- | --- |"]
+        rows.append(
+            f"| {runtime} | {drill} | {len(mine)} | {sum(c['verdict'] == 'pass' for c in mine)} | "
+            f"{f'{min(lost)}-{max(lost)}' if lost else 'n/a'} | {seconds[len(seconds) // 2] if seconds else 'n/a'} |"
+        )
+    census_rows = [
+        "| what | before | after cycle 1 | after the last | leaked (last - cycle 1) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for key, value in result["before"].items():
         first, last = result["after_first"][key], result["after"][key]
         census_rows.append(f"| {key} | {value} | {first} | {last} | {last - first} |")
-    return "\n".join([f"Command: `{command}`", "", *rows, "", "What existed before, after the first cycle and after the last:",
-                      "", *census_rows, ""])
+    return "\n".join(
+        [
+            f"Command: `{command}`",
+            "",
+            *rows,
+            "",
+            "What existed before, after the first cycle and after the last:",
+            "",
+            *census_rows,
+            "",
+        ]
+    )
 
 
 def parse_plan(items: list[str]) -> list[tuple[str, str, int]]:
@@ -148,8 +180,12 @@ def parse_plan(items: list[str]) -> list[tuple[str, str, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.soak", description=__doc__.splitlines()[0])
-    parser.add_argument("--cycles", nargs="+", default=["kill-worker=20", "kill-node=5", "docker:kill-node=5"],
-                        help="[RUNTIME:]DRILL=N ... (default %(default)s)")
+    parser.add_argument(
+        "--cycles",
+        nargs="+",
+        default=["kill-worker=20", "kill-node=5", "docker:kill-node=5"],
+        help="[RUNTIME:]DRILL=N ... (default %(default)s)",
+    )
     parser.add_argument("--json", help="write the whole result here")
     parser.add_argument("--markdown", help="write the tables into this file, between the soak markers")
     args = parser.parse_args(argv)

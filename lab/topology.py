@@ -97,9 +97,11 @@ class Topology:
         if self.gpus_per_node is not None:
             _at_least("gpus_per_node", self.gpus_per_node, 0)
             if self.backend == "nccl" and self.gpus_per_node < self.nproc_per_node:
-                raise TopologyError(f"gpus_per_node must be at least nproc_per_node with nccl (one GPU per "
-                                    f"worker; NCCL refuses two ranks on one GPU), got {self.gpus_per_node} < "
-                                    f"{self.nproc_per_node}")
+                raise TopologyError(
+                    f"gpus_per_node must be at least nproc_per_node with nccl (one GPU per "
+                    f"worker; NCCL refuses two ranks on one GPU), got {self.gpus_per_node} < "
+                    f"{self.nproc_per_node}"
+                )
         self._check_ports()
 
     @property
@@ -113,21 +115,24 @@ class Topology:
         ranges = {"rdzv_port": range(self.rdzv_port, self.rdzv_port + 1)}
         fixed = self.metrics_ports == "fixed"
         if self.agent_metrics_port:
-            ranges["agent_metrics_port"] = range(self.agent_metrics_port,
-                                                 self.agent_metrics_port + (1 if fixed else self.nodes))
+            ranges["agent_metrics_port"] = range(
+                self.agent_metrics_port, self.agent_metrics_port + (1 if fixed else self.nodes)
+            )
         if self.rank_metrics_port:
-            ranges["rank_metrics_port"] = range(self.rank_metrics_port, self.rank_metrics_port
-                                                + (self.nproc_per_node if fixed else self.world_size))
+            ranges["rank_metrics_port"] = range(
+                self.rank_metrics_port, self.rank_metrics_port + (self.nproc_per_node if fixed else self.world_size)
+            )
         for field, ports in ranges.items():
             if ports.start < 0 or ports.stop - 1 > 65535:
                 raise TopologyError(f"{field} must leave room for its ports in 1-65535, got {ports.start}")
         names = list(ranges)
         for i, a in enumerate(names):
-            for b in names[i + 1:]:
+            for b in names[i + 1 :]:
                 if set(ranges[a]) & set(ranges[b]):
                     raise TopologyError(
                         f"{a} ({ranges[a].start}-{ranges[a].stop - 1}) overlaps {b} "
-                        f"({ranges[b].start}-{ranges[b].stop - 1})")
+                        f"({ranges[b].start}-{ranges[b].stop - 1})"
+                    )
 
     @property
     def world_size(self) -> int:
@@ -216,10 +221,13 @@ class Topology:
         if self.preloads_workers:
             lab_flags.append("--preload-workers")
         return [
-            python, "-m", "lab.node.launch",
+            python,
+            "-m",
+            "lab.node.launch",
             *lab_flags,
             *self.torchrun_args(node_rank, log_dir=log_dir),
-            script, *script_args,
+            script,
+            *script_args,
         ]
 
 

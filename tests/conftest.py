@@ -20,8 +20,9 @@ from lab.runtimes import netns
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
-needs_netns = pytest.mark.skipif(netns.unavailable_reason() is not None,
-                                 reason=f"netns hosts unavailable: {netns.unavailable_reason()}")
+needs_netns = pytest.mark.skipif(
+    netns.unavailable_reason() is not None, reason=f"netns hosts unavailable: {netns.unavailable_reason()}"
+)
 
 
 @dataclass
@@ -35,15 +36,22 @@ class Lab:
         return [sys.executable, "-m", "lab", *args]
 
     def __call__(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(self.cmd(*args), env=self.env(), capture_output=True, text=True,
-                              timeout=timeout, cwd=REPO)
+        return subprocess.run(
+            self.cmd(*args), env=self.env(), capture_output=True, text=True, timeout=timeout, cwd=REPO
+        )
 
     def popen(self, *args: str) -> subprocess.Popen:
         # As from a terminal: a test run started in the background (`make test &`) has SIGINT
         # ignored, and the child would inherit that and never see the Ctrl-C a test sends.
-        return subprocess.Popen(self.cmd(*args), env=self.env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        return subprocess.Popen(
+            self.cmd(*args),
+            env=self.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
 
 
 @pytest.fixture
@@ -62,8 +70,13 @@ def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     --log-dir keeps torchrun from leaving a /tmp/torchelastic_* directory behind.
     """
     with tempfile.TemporaryDirectory(prefix="lab-test-") as logs:
-        return subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--log-dir={logs}", *args],
-                              capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        return subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", f"--log-dir={logs}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=REPO,
+        )
 
 
 def wait_for_output(proc, text: str, count: int, timeout_s: float) -> bool:

@@ -68,8 +68,13 @@ def test_every_module_sits_in_a_layer():
 
 
 def test_no_import_runs_back_up():
-    upward = [f"{src} -> {dst}" for src, dsts in GRAPH.items() if src != "lab"
-              for dst in dsts if dst != "lab" and layer(dst) < layer(src)]
+    upward = [
+        f"{src} -> {dst}"
+        for src, dsts in GRAPH.items()
+        if src != "lab"
+        for dst in dsts
+        if dst != "lab" and layer(dst) < layer(src)
+    ]
     assert not upward, "imports against the layers:\n" + "\n".join(upward)
 
 
@@ -122,10 +127,12 @@ def test_no_runtime_is_named_outside_its_own_modules():
     from lab import runtimes
 
     names = set(runtimes.registry())
-    pattern = re.compile(r'(?:==|!=)\s*"(%s)"|\bin \(\s*"(%s)"' % ("|".join(names), "|".join(names)))
+    alternatives = "|".join(names)
+    pattern = re.compile(rf'(?:==|!=)\s*"({alternatives})"|\bin \(\s*"({alternatives})"')
     offenders = []
-    controller = [p for p in LAB.rglob("*.py") if not str(p.relative_to(LAB)).startswith(("runtimes/", "node/",
-                                                                                          "workloads/"))]
+    controller = [
+        p for p in LAB.rglob("*.py") if not str(p.relative_to(LAB)).startswith(("runtimes/", "node/", "workloads/"))
+    ]
     for path in controller:
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if pattern.search(line):
@@ -133,7 +140,7 @@ def test_no_runtime_is_named_outside_its_own_modules():
     assert not offenders, "\n".join(offenders)
 
 
-ECHO_RUNTIME = '''
+ECHO_RUNTIME = """
 from lab.options import Option
 from lab.runtimes.base import Node, Runtime
 
@@ -169,20 +176,30 @@ class EchoRuntime(Runtime):
     def up(self, topology, script, script_args): raise NotImplementedError
     def attach(self): return []
     def down(self, grace_s=10.0): return []
-'''
+"""
 
 
 def test_a_runtime_written_in_one_file_runs_a_dry_run(tmp_path):
     (tmp_path / "echo_runtime.py").write_text(ECHO_RUNTIME)
-    env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "LAB_RUNTIMES": "echo_runtime", "PATH": "/usr/bin:/bin",
-           "LAB_RUN_DIR": str(tmp_path / "run")}
-    out = subprocess.run([sys.executable, "-m", "lab", "up", "--runtime", "echo", "--greeting", "bonjour",
-                          "--nodes", "3", "--dry-run"], capture_output=True, text=True, env=env, cwd=REPO)
+    env = {
+        "PYTHONPATH": f"{tmp_path}:{REPO}",
+        "LAB_RUNTIMES": "echo_runtime",
+        "PATH": "/usr/bin:/bin",
+        "LAB_RUN_DIR": str(tmp_path / "run"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "lab", "up", "--runtime", "echo", "--greeting", "bonjour", "--nodes", "3", "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("(an echo that says bonjour)") == 3
     assert "# echo2: 10.9.9.3" in out.stdout and "--rdzv-endpoint=10.9.9.1:29400" in out.stdout
-    helped = subprocess.run([sys.executable, "-m", "lab", "up", "--help"], capture_output=True, text=True,
-                            env=env, cwd=REPO)
+    helped = subprocess.run(
+        [sys.executable, "-m", "lab", "up", "--help"], capture_output=True, text=True, env=env, cwd=REPO
+    )
     assert "--greeting" in helped.stdout and "echo" in helped.stdout
     assert not (tmp_path / "run").exists(), "a dry run makes nothing"
 
@@ -190,7 +207,13 @@ def test_a_runtime_written_in_one_file_runs_a_dry_run(tmp_path):
 def test_the_readme_layout_names_every_top_level_module():
     readme = (REPO / "README.md").read_text()
     layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
-    top = sorted({p.relative_to(LAB).parts[0].removesuffix(".py") for p in LAB.glob("*")
-                  if p.suffix == ".py" or (p / "__init__.py").exists()} - {"__init__"})
+    top = sorted(
+        {
+            p.relative_to(LAB).parts[0].removesuffix(".py")
+            for p in LAB.glob("*")
+            if p.suffix == ".py" or (p / "__init__.py").exists()
+        }
+        - {"__init__"}
+    )
     missing = [m for m in top if f"lab/{m}" not in layout]
     assert not missing, f"README's layout does not name: {missing}"

@@ -18,8 +18,8 @@ def test_bus_bandwidth_follows_nccl_tests_definitions():
     # 64 MiB in 0.5 s among 4 ranks: algbw 134217728 B/s.
     size, seconds = 64 << 20, 0.5
     assert bandwidth.algbw(size, seconds) == 134217728.0
-    assert bandwidth.busbw("all_reduce", size, seconds, 4) == 134217728.0 * 1.5     # 2(n-1)/n = 6/4
-    assert bandwidth.busbw("all_gather", size, seconds, 4) == 134217728.0 * 0.75    # (n-1)/n
+    assert bandwidth.busbw("all_reduce", size, seconds, 4) == 134217728.0 * 1.5  # 2(n-1)/n = 6/4
+    assert bandwidth.busbw("all_gather", size, seconds, 4) == 134217728.0 * 0.75  # (n-1)/n
     assert bandwidth.busbw("reduce_scatter", size, seconds, 8) == 134217728.0 * 7 / 8
     assert bandwidth.busbw("broadcast", size, seconds, 4) == 134217728.0
     assert bandwidth.busbw("all_reduce", size, seconds, 2) == 134217728.0  # 2 ranks: factor 1
@@ -35,9 +35,27 @@ def test_sizes_parse_and_sweep_in_even_float32_chunks():
 
 
 def run_bench(tmp_path, *args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "lab", "bench", "collectives", "--out", str(tmp_path / "out"),
-                           "--min-bytes", "1K", "--max-bytes", "64K", "--ceiling-bytes", "4M", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lab",
+            "bench",
+            "collectives",
+            "--out",
+            str(tmp_path / "out"),
+            "--min-bytes",
+            "1K",
+            "--max-bytes",
+            "64K",
+            "--ceiling-bytes",
+            "4M",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.slow
@@ -73,11 +91,15 @@ def test_a_wrong_collective_result_is_reported_as_an_error_not_a_bandwidth(tmp_p
 def test_docs_page_is_written_from_saved_results(tmp_path):
     out_dir = tmp_path / "results"
     BenchResult("recovery", "lab bench recovery --trials 5", ["| lab | 2.89 s |"], {"lab_s": 2.89}).save(out_dir)
-    BenchResult("collectives", "lab bench collectives", ["![plot](collectives.png)"], {},
-                ["collectives.png"]).save(out_dir)
+    BenchResult("collectives", "lab bench collectives", ["![plot](collectives.png)"], {}, ["collectives.png"]).save(
+        out_dir
+    )
     page = tmp_path / "docs" / "benchmarks.md"
-    done = subprocess.run([sys.executable, "-m", "lab", "bench", "docs", "--out", str(out_dir), "--output", str(page)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "lab", "bench", "docs", "--out", str(out_dir), "--output", str(page)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     text = page.read_text()
     assert text.index("## collectives") < text.index("## recovery")  # the page's fixed order
@@ -87,8 +109,9 @@ def test_docs_page_is_written_from_saved_results(tmp_path):
 
 
 def test_docs_without_results_is_a_one_line_error(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "lab", "bench", "docs", "--out", str(tmp_path / "none")],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "lab", "bench", "docs", "--out", str(tmp_path / "none")], capture_output=True, text=True
+    )
     assert done.returncode == 1
     assert done.stderr.strip().count("\n") == 0 and "no benchmark results" in done.stderr
 
@@ -146,8 +169,15 @@ def test_on_a_gpu_the_bench_synchronises_then_times_with_cuda_events(monkeypatch
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     seconds = Stopwatch(torch.device("cuda", 0)).time(lambda: calls.append("collective"), reps=4)
     assert seconds == 12.0 / 1000 / 4
-    assert calls == ["synchronize device", "new event0", "new event1", "record event0", *["collective"] * 4,
-                     "record event1", "synchronize event1"]
+    assert calls == [
+        "synchronize device",
+        "new event0",
+        "new event1",
+        "record event0",
+        *["collective"] * 4,
+        "record event1",
+        "synchronize event1",
+    ]
 
 
 def test_the_bench_buffers_live_on_the_ranks_device():

@@ -30,4 +30,3 @@ def test_a_truncated_file_is_not_a_checkpoint(tmp_path):
     path = checkpoint.save(tmp_path, 10, {"step": 10})
     path.write_bytes(path.read_bytes()[:20])
     assert checkpoint.load_newest_valid(tmp_path, lambda p, why: None) is None
-

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
+
 from lab.workloads import script_path
 
 
@@ -20,12 +20,15 @@ def assert_one_line_error(out, *words):
         assert word in lines[0]
 
 
-@pytest.mark.parametrize("args, words", [
-    (["up", "--nodes", "0"], ["nodes", "0"]),
-    (["up", "--nproc-per-node", "-1"], ["nproc_per_node", "-1"]),
-    (["up", "--runtime", "nosuch"], ["--runtime", "nosuch"]),
-    (["run", "no/such/script.py"], ["script not found", "no/such/script.py"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["up", "--nodes", "0"], ["nodes", "0"]),
+        (["up", "--nproc-per-node", "-1"], ["nproc_per_node", "-1"]),
+        (["up", "--runtime", "nosuch"], ["--runtime", "nosuch"]),
+        (["run", "no/such/script.py"], ["script not found", "no/such/script.py"]),
+    ],
+)
 def test_bad_input_is_one_line(lab, args, words):
     out = lab(*args)
     assert_one_line_error(out, *words)
@@ -67,8 +70,12 @@ def test_a_taken_exporter_port_is_named_by_the_trainer():
         busy.bind(("0.0.0.0", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        out = subprocess.run([sys.executable, script_path("trainer"), "--steps", "1",
-                              "--metrics-port-base", str(port)], capture_output=True, text=True, cwd=REPO)
+        out = subprocess.run(
+            [sys.executable, script_path("trainer"), "--steps", "1", "--metrics-port-base", str(port)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
     assert out.returncode != 0
     assert "Traceback" not in out.stderr
     assert f"port {port} is already in use" in out.stderr.strip().splitlines()[-1]
@@ -85,8 +92,9 @@ def test_lab_refuses_a_taken_exporter_port_before_starting(lab):
 
 def test_missing_prometheus_gives_a_one_line_install_hint(lab):
     env = {**lab.env(), "PATH": os.path.dirname(sys.executable)}
-    out = subprocess.run(lab.cmd("up", "--hosts", "loopback", "--prometheus", "on"), env=env,
-                         capture_output=True, text=True, cwd=REPO)
+    out = subprocess.run(
+        lab.cmd("up", "--hosts", "loopback", "--prometheus", "on"), env=env, capture_output=True, text=True, cwd=REPO
+    )
     assert_one_line_error(out, "prometheus is not installed", "apt-get install prometheus")
 
 
@@ -95,10 +103,13 @@ def test_an_unknown_exercise_lists_the_valid_names(lab):
     assert_one_line_error(out, "no-such-drill", "kill-worker", "corrupt-checkpoint")
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--target-rank", "4"], ["--target-rank", "[0, 4)", "4"]),
-    (["--at-step", "500"], ["--at-step", "500"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--target-rank", "4"], ["--target-rank", "[0, 4)", "4"]),
+        (["--at-step", "500"], ["--at-step", "500"]),
+    ],
+)
 def test_exercise_targets_outside_the_run_are_one_line_errors(lab, args, words):
     out = lab("exercise", "run", "kill-worker", *args)
     assert_one_line_error(out, *words)
@@ -114,8 +125,10 @@ def test_an_unreachable_ray_address_is_a_one_line_error_at_once(lab):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    for address, words in ((f"127.0.0.1:{port}", ["no Ray cluster answers", str(port)]),
-                           ("nonsense", ["--ray-address", "HOST:PORT"])):
+    for address, words in (
+        (f"127.0.0.1:{port}", ["no Ray cluster answers", str(port)]),
+        ("nonsense", ["--ray-address", "HOST:PORT"]),
+    ):
         out = lab("exercise", "run", "kill-worker", "--ray-address", address, timeout=120)
         assert_one_line_error(out, *words)
         assert not lab.run_dir.exists(), "nothing may be started on bad input"
@@ -132,11 +145,23 @@ def test_the_ray_runtime_without_an_address_says_what_it_needs(lab):
 @pytest.mark.slow
 def test_a_port_another_lab_holds_names_that_lab(tmp_path):
     """Loopback nodes of two labs cannot share a rendezvous port: the refusal names the other lab."""
-    from conftest import Lab, SCRIPTS, wait_for_output
+    from conftest import SCRIPTS, Lab, wait_for_output
 
     first, second = Lab(run_dir=tmp_path / "a"), Lab(run_dir=tmp_path / "b")
-    proc = first.popen("run", "--hosts", "loopback", "--prometheus", "off", "--nodes", "1", "--nproc-per-node", "1",
-                       "--rdzv-port", "29488", str(SCRIPTS / "hold.py"))
+    proc = first.popen(
+        "run",
+        "--hosts",
+        "loopback",
+        "--prometheus",
+        "off",
+        "--nodes",
+        "1",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-port",
+        "29488",
+        str(SCRIPTS / "hold.py"),
+    )
     try:
         assert wait_for_output(proc, " ready on ", count=1, timeout_s=120), "the first lab never came up"
         out = second("run", "--hosts", "loopback", "--rdzv-port", "29488", script_path("ddp_train"))

@@ -18,14 +18,67 @@ from lab.cli import main
 from lab.errors import LabError
 from lab.topology import Topology
 
-FLAGS = ["--nodes", "--nproc-per-node", "--backend", "--rdzv-backend", "--rdzv-port", "--max-restarts",
-         "--pg-timeout", "--metrics-port", "--prometheus-port", "--runtime", "--hosts", "--prometheus",
-         "--worker-start", "--workload", "--image", "--namespace", "--overlay", "--torch-defaults", "--", "-x"]
-WORDS = ["gloo", "nccl", "c10d", "static", "etcd-v2", "local", "docker", "ray", "loopback", "netns", "on", "off",
-         "auto", "preload", "spawn", "trainer", "ddp_train", "", " ", "\x00", "é", "../..", "-1", "0", "1", "2",
-         "65535", "65536", "70000", "1e3", "2.5", "nan", "-0", "99999999999999999999"]
-token = st.one_of(st.sampled_from(FLAGS), st.sampled_from(WORDS), st.integers(-10**6, 10**6).map(str),
-                  st.text(max_size=8))
+FLAGS = [
+    "--nodes",
+    "--nproc-per-node",
+    "--backend",
+    "--rdzv-backend",
+    "--rdzv-port",
+    "--max-restarts",
+    "--pg-timeout",
+    "--metrics-port",
+    "--prometheus-port",
+    "--runtime",
+    "--hosts",
+    "--prometheus",
+    "--worker-start",
+    "--workload",
+    "--image",
+    "--namespace",
+    "--overlay",
+    "--torch-defaults",
+    "--",
+    "-x",
+]
+WORDS = [
+    "gloo",
+    "nccl",
+    "c10d",
+    "static",
+    "etcd-v2",
+    "local",
+    "docker",
+    "ray",
+    "loopback",
+    "netns",
+    "on",
+    "off",
+    "auto",
+    "preload",
+    "spawn",
+    "trainer",
+    "ddp_train",
+    "",
+    " ",
+    "\x00",
+    "é",
+    "../..",
+    "-1",
+    "0",
+    "1",
+    "2",
+    "65535",
+    "65536",
+    "70000",
+    "1e3",
+    "2.5",
+    "nan",
+    "-0",
+    "99999999999999999999",
+]
+token = st.one_of(
+    st.sampled_from(FLAGS), st.sampled_from(WORDS), st.integers(-(10**6), 10**6).map(str), st.text(max_size=8)
+)
 INT_OPTIONS = {  # option -> values that are invalid for it
     "--nodes": ["0", "-1", "x", "1.5", ""],
     "--nproc-per-node": ["0", "-3", "two", "1e2"],
@@ -55,8 +108,14 @@ def run_dir(tmp_path, monkeypatch):
     return tmp_path / "run"
 
 
-SAFE_VERBS = [["up", "--dry-run", "--hosts", "loopback"], ["run", "--dry-run", "--hosts", "loopback"],
-              ["down"], ["status"], ["exercise", "list"], ["exercise", "explain"]]
+SAFE_VERBS = [
+    ["up", "--dry-run", "--hosts", "loopback"],
+    ["run", "--dry-run", "--hosts", "loopback"],
+    ["down"],
+    ["status"],
+    ["exercise", "list"],
+    ["exercise", "explain"],
+]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -72,8 +131,11 @@ def test_generated_arguments_never_raise_a_traceback(run_dir, verb, args):
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(option=st.sampled_from(sorted(INT_OPTIONS)), data=st.data(),
-       verb=st.sampled_from([["up", "--dry-run", "--hosts", "loopback"], ["run", "--dry-run", "--hosts", "loopback"]]))
+@given(
+    option=st.sampled_from(sorted(INT_OPTIONS)),
+    data=st.data(),
+    verb=st.sampled_from([["up", "--dry-run", "--hosts", "loopback"], ["run", "--dry-run", "--hosts", "loopback"]]),
+)
 def test_an_invalid_number_never_exits_zero(run_dir, option, data, verb):
     value = data.draw(st.sampled_from(INT_OPTIONS[option]))
     argv = [*verb, f"{option}={value}"] + (["lab/workloads/ddp_train.py"] if verb[0] == "run" else [])
@@ -84,9 +146,11 @@ def test_an_invalid_number_never_exits_zero(run_dir, option, data, verb):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(name=st.sampled_from(["kill-worker", "kill-node", "hang-rank", "preempt"]),
-       flag=st.sampled_from(["--target-rank", "--at-step"]),
-       value=st.one_of(st.integers(-1000, -1), st.integers(10**4, 10**9)))
+@given(
+    name=st.sampled_from(["kill-worker", "kill-node", "hang-rank", "preempt"]),
+    flag=st.sampled_from(["--target-rank", "--at-step"]),
+    value=st.one_of(st.integers(-1000, -1), st.integers(10**4, 10**9)),
+)
 def test_an_exercise_refuses_ranks_and_steps_out_of_range_before_starting(run_dir, name, flag, value):
     """Only values no drill accepts (negative; past every world size and step count): a valid
     one would start a real drill."""
@@ -96,16 +160,32 @@ def test_an_exercise_refuses_ranks_and_steps_out_of_range_before_starting(run_di
 
 
 @settings(max_examples=300, deadline=None)
-@given(nodes=st.integers(-3, 300), nproc=st.integers(-3, 64), rdzv_port=st.integers(-10, 70000),
-       agent=st.integers(-10, 70000), rank=st.integers(-10, 70000), min_nodes=st.one_of(st.none(), st.integers(-2, 10)),
-       backend=st.sampled_from(["gloo", "nccl", "mpi", ""]), monitor=st.floats(allow_nan=True),
-       restarts=st.integers(-5, 5))
-def test_topology_either_builds_and_renders_or_says_which_field(nodes, nproc, rdzv_port, agent, rank, min_nodes,
-                                                                 backend, monitor, restarts):
+@given(
+    nodes=st.integers(-3, 300),
+    nproc=st.integers(-3, 64),
+    rdzv_port=st.integers(-10, 70000),
+    agent=st.integers(-10, 70000),
+    rank=st.integers(-10, 70000),
+    min_nodes=st.one_of(st.none(), st.integers(-2, 10)),
+    backend=st.sampled_from(["gloo", "nccl", "mpi", ""]),
+    monitor=st.floats(allow_nan=True),
+    restarts=st.integers(-5, 5),
+)
+def test_topology_either_builds_and_renders_or_says_which_field(
+    nodes, nproc, rdzv_port, agent, rank, min_nodes, backend, monitor, restarts
+):
     try:
-        topology = Topology(nodes=nodes, nproc_per_node=nproc, rdzv_port=rdzv_port, agent_metrics_port=agent,
-                            rank_metrics_port=rank, min_nodes=min_nodes, backend=backend,
-                            monitor_interval_s=monitor, max_restarts=restarts)
+        topology = Topology(
+            nodes=nodes,
+            nproc_per_node=nproc,
+            rdzv_port=rdzv_port,
+            agent_metrics_port=agent,
+            rank_metrics_port=rank,
+            min_nodes=min_nodes,
+            backend=backend,
+            monitor_interval_s=monitor,
+            max_restarts=restarts,
+        )
     except LabError as e:
         assert str(e) and "\n" not in str(e)
         return

@@ -19,12 +19,12 @@ import urllib.parse
 import urllib.request
 
 import pytest
-
 from conftest import REPO, Lab, report_of, wait_for_output
+from test_multinode import ranks_from
+
 from lab.bench import free_port
 from lab.health.prometheus import Prometheus
 from lab.runtimes.docker_engine import LABEL, NODE_IMAGE, PROMETHEUS_IMAGE
-from test_multinode import ranks_from
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -36,24 +36,38 @@ def docker(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 def labelled(run_dir, kind: str = "container") -> list[str]:
     """Names of the containers (or networks) labelled with this run dir, stopped ones too."""
     extra = ["-a"] if kind == "container" else []
-    out = docker(kind, "ls", *extra, "--filter", f"label={LABEL}={run_dir.resolve()}", "--format", "{{.Name}}"
-                 if kind == "network" else "{{.Names}}")
+    out = docker(
+        kind,
+        "ls",
+        *extra,
+        "--filter",
+        f"label={LABEL}={run_dir.resolve()}",
+        "--format",
+        "{{.Name}}" if kind == "network" else "{{.Names}}",
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
 
 def build_images(targets: str) -> None:
     """`make images` as CI runs it (offline, on a debootstrap base, where no registry answers)."""
-    built = subprocess.run(["scripts/build-images.sh"], cwd=REPO, capture_output=True, text=True, timeout=1200,
-                           env={**os.environ, "TARGETS": targets})
+    built = subprocess.run(
+        ["scripts/build-images.sh"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, "TARGETS": targets},
+    )
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
 
 
 @pytest.fixture(scope="session")
 def images():
     if docker("info").returncode != 0:
-        pytest.fail("no Docker daemon answers: `make host-deps` starts one (as root); "
-                    "skip these tests with -m 'not docker'")
+        pytest.fail(
+            "no Docker daemon answers: `make host-deps` starts one (as root); skip these tests with -m 'not docker'"
+        )
     build_images("cpu")
     return NODE_IMAGE
 
@@ -80,19 +94,39 @@ def test_two_containers_give_the_local_runtimes_checksums(docker_lab, tmp_path):
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-2000:]
     ranks = ranks_from(up.stdout)
     assert [r.rank for r in ranks] == [0, 1, 2, 3]
-    assert {r.exact for r in ranks} == {r.exact for r in reference}, "containers must match the local runtime bit for bit"
+    assert {r.exact for r in ranks} == {r.exact for r in reference}, (
+        "containers must match the local runtime bit for bit"
+    )
     assert {(r.node, r.host) for r in ranks} == {("node0", "node0"), ("node1", "node1")}
     lab_id = json.loads((docker_lab.run_dir / ".torchrun-lab").read_text())["lab_id"]
-    assert sorted(labelled(docker_lab.run_dir)) == [f"tlab-{lab_id}-node0", f"tlab-{lab_id}-node1",
-                                                    f"tlab-{lab_id}-prometheus"]
+    assert sorted(labelled(docker_lab.run_dir)) == [
+        f"tlab-{lab_id}-node0",
+        f"tlab-{lab_id}-node1",
+        f"tlab-{lab_id}-prometheus",
+    ]
     status = docker_lab("status")
     assert "runtime docker" in status.stdout and status.stdout.count("exited 0") == 2, status.stdout
 
 
 def test_prometheus_in_its_container_scrapes_every_agent_and_rank(docker_lab):
     port = free_port()
-    up = docker_lab("up", "--runtime", "docker", "--prometheus", "on", "--prometheus-port", str(port),
-                    "--workload", "trainer", "--detach", "--", "--steps", "300", "--step-time", "0.1")
+    up = docker_lab(
+        "up",
+        "--runtime",
+        "docker",
+        "--prometheus",
+        "on",
+        "--prometheus-port",
+        str(port),
+        "--workload",
+        "trainer",
+        "--detach",
+        "--",
+        "--steps",
+        "300",
+        "--step-time",
+        "0.1",
+    )
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-1000:]
     prom = Prometheus(docker_lab.run_dir / "prometheus", port=port)
     deadline, up_now = time.monotonic() + 90, {}
@@ -136,8 +170,20 @@ def test_fault_drill_passes_in_containers(docker_lab, name):
 
 
 def test_interrupted_lab_up_removes_its_containers_and_network(docker_lab):
-    proc = docker_lab.popen("up", "--runtime", "docker", "--prometheus", "off", "--workload", "trainer",
-                            "--", "--steps", "400", "--step-time", "0.1")
+    proc = docker_lab.popen(
+        "up",
+        "--runtime",
+        "docker",
+        "--prometheus",
+        "off",
+        "--workload",
+        "trainer",
+        "--",
+        "--steps",
+        "400",
+        "--step-time",
+        "0.1",
+    )
     try:
         assert wait_for_output(proc, "agent metrics on", 2, 120), "the nodes' agents never started"
         assert len(labelled(docker_lab.run_dir)) == 2
@@ -170,8 +216,9 @@ def test_a_foreign_network_on_the_subnet_is_a_one_line_error_and_stays(docker_la
         out = docker_lab("up", "--runtime", "docker", "--prometheus", "off")
         assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr
         assert "cannot create the Docker network tlab-" in out.stderr
-        assert docker("network", "inspect", "tlabtest-foreign").returncode == 0, \
+        assert docker("network", "inspect", "tlabtest-foreign").returncode == 0, (
             "lab must not remove a network it did not make"
+        )
     finally:
         docker("network", "rm", "tlabtest-foreign")
 
@@ -180,7 +227,8 @@ def test_a_missing_image_names_the_build_command(docker_lab):
     out = docker_lab("up", "--runtime", "docker", "--image", "torchrun-lab:no-such-tag")
     assert out.returncode != 0
     assert out.stderr.strip().splitlines() == [
-        "lab up: error: image torchrun-lab:no-such-tag not found: build it with `make images`"], out.stderr
+        "lab up: error: image torchrun-lab:no-such-tag not found: build it with `make images`"
+    ], out.stderr
     assert labelled(docker_lab.run_dir) == []
 
 
@@ -199,18 +247,32 @@ def test_compose_trains_and_prometheus_scrapes_every_agent_and_rank(images):
     """docker/compose.yaml for real, less Grafana (its image needs a registry, none answers here)."""
     port = free_port()
     compose = [*compose_command(), "-p", "tlabtest-compose", "-f", str(REPO / "docker" / "compose.yaml")]
-    env = {**os.environ, "LAB_WORKLOAD_ARGS": "--steps 60 --ckpt-every 20 --step-time 0.2",
-           "LAB_PROMETHEUS_PORT": str(port)}
+    env = {
+        **os.environ,
+        "LAB_WORKLOAD_ARGS": "--steps 60 --ckpt-every 20 --step-time 0.2",
+        "LAB_PROMETHEUS_PORT": str(port),
+    }
     try:
-        up = subprocess.run([*compose, "up", "--no-build", "-d", "node0", "node1", "prometheus"], env=env,
-                            capture_output=True, text=True, timeout=180)
+        up = subprocess.run(
+            [*compose, "up", "--no-build", "-d", "node0", "node1", "prometheus"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert up.returncode == 0, up.stderr[-2000:]
-        wait = subprocess.run(["docker", "wait", "tlabtest-compose_node0_1", "tlabtest-compose_node1_1"]
-                              if "docker-compose" in compose[0] else [*compose, "wait", "node0", "node1"],
-                              capture_output=True, text=True, timeout=240)
+        wait = subprocess.run(
+            ["docker", "wait", "tlabtest-compose_node0_1", "tlabtest-compose_node1_1"]
+            if "docker-compose" in compose[0]
+            else [*compose, "wait", "node0", "node1"],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert wait.stdout.split() == ["0", "0"], wait.stdout + wait.stderr
-        logs = subprocess.run([*compose, "logs", "--no-color", "node0", "node1"], env=env, capture_output=True,
-                              text=True, timeout=60).stdout
+        logs = subprocess.run(
+            [*compose, "logs", "--no-color", "node0", "node1"], env=env, capture_output=True, text=True, timeout=60
+        ).stdout
         ranks = set(re.findall(r"rank (\d) local_rank \d host (node\d) checksum (\S+)", logs))
         assert {(r, h) for r, h, _ in ranks} == {("0", "node0"), ("1", "node0"), ("2", "node1"), ("3", "node1")}
         assert len({c for _, _, c in ranks}) == 1, f"ranks disagree: {ranks}"
@@ -237,18 +299,48 @@ def ray_image(images):
 def test_the_ray_image_runs_the_lab_on_a_two_container_ray_cluster(ray_image):
     """What k8s/ray's RayCluster runs, on Docker: a head and a worker container of the ray
     image sharing the run directory's volume; the lab's driver runs on the head."""
-    name, env = "tlabtest-ray", ["-e", "RAY_AUTH_MODE=token", "-e", f"RAY_AUTH_TOKEN={secrets.token_hex(16)}",
-                                 "-e", "LAB_RUN_DIR=/var/lib/torchrun-lab/run"]
+    name, env = (
+        "tlabtest-ray",
+        [
+            "-e",
+            "RAY_AUTH_MODE=token",
+            "-e",
+            f"RAY_AUTH_TOKEN={secrets.token_hex(16)}",
+            "-e",
+            "LAB_RUN_DIR=/var/lib/torchrun-lab/run",
+        ],
+    )
     common = ["--network", name, "--shm-size", "256m", "-v", f"{name}:/var/lib/torchrun-lab", *env, "-d"]
     ray_start = ["ray", "start", "--block", "--num-cpus=2", "--object-store-memory=80000000", "--disable-usage-stats"]
     try:
         assert docker("network", "create", name).returncode == 0
-        head = docker("run", "--name", f"{name}-head", "--hostname", "head", *common, ray_image,
-                      *ray_start, "--head", "--port=6379", "--num-cpus=0", "--include-dashboard=false")
+        head = docker(
+            "run",
+            "--name",
+            f"{name}-head",
+            "--hostname",
+            "head",
+            *common,
+            ray_image,
+            *ray_start,
+            "--head",
+            "--port=6379",
+            "--num-cpus=0",
+            "--include-dashboard=false",
+        )
         assert head.returncode == 0, head.stderr
         for i in (1, 2):
-            worker = docker("run", "--name", f"{name}-{i}", "--hostname", f"machine{i}", *common, ray_image,
-                            *ray_start, "--address=head:6379")
+            worker = docker(
+                "run",
+                "--name",
+                f"{name}-{i}",
+                "--hostname",
+                f"machine{i}",
+                *common,
+                ray_image,
+                *ray_start,
+                "--address=head:6379",
+            )
             assert worker.returncode == 0, worker.stderr
         for _ in range(90):  # until the head and both workers are in the cluster
             status = docker("exec", f"{name}-head", "ray", "status")
@@ -256,8 +348,21 @@ def test_the_ray_image_runs_the_lab_on_a_two_container_ray_cluster(ray_image):
                 break
             time.sleep(1)
         assert status.stdout.count(" node_") == 3, status.stdout[-1500:] + status.stderr[-1500:]
-        up = docker("exec", f"{name}-head", "python", "-m", "lab", "up", "--runtime", "ray", "--ray-address", "auto",
-                    "--prometheus", "off", timeout=300)
+        up = docker(
+            "exec",
+            f"{name}-head",
+            "python",
+            "-m",
+            "lab",
+            "up",
+            "--runtime",
+            "ray",
+            "--ray-address",
+            "auto",
+            "--prometheus",
+            "off",
+            timeout=300,
+        )
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-2000:]
         ranks = ranks_from(up.stdout)
         assert {r.checksum for r in ranks} == {"-4.676729"} and len(ranks) == 4
@@ -270,12 +375,20 @@ def test_the_ray_image_runs_the_lab_on_a_two_container_ray_cluster(ray_image):
         docker("volume", "rm", name)
 
 
-@pytest.mark.skipif(not os.environ.get("LAB_BUILD_CUDA_IMAGE"),
-                    reason="opt-in (LAB_BUILD_CUDA_IMAGE=1): downloads several GB; these machines' index lacks "
-                           "the NCCL wheel torch's CUDA build pins (docs/gpu.md)")
+@pytest.mark.skipif(
+    not os.environ.get("LAB_BUILD_CUDA_IMAGE"),
+    reason="opt-in (LAB_BUILD_CUDA_IMAGE=1): downloads several GB; these machines' index lacks "
+    "the NCCL wheel torch's CUDA build pins (docs/gpu.md)",
+)
 def test_the_cuda_image_builds_and_says_cuda_is_unavailable_here():
-    built = subprocess.run(["scripts/build-images.sh"], env={**os.environ, "TARGETS": "cuda"}, cwd=REPO,
-                           capture_output=True, text=True, timeout=3600)
+    built = subprocess.run(
+        ["scripts/build-images.sh"],
+        env={**os.environ, "TARGETS": "cuda"},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert "built: torchrun-lab:cuda" in built.stdout, built.stdout[-2000:] + built.stderr[-2000:]
     out = docker("run", "--rm", "torchrun-lab:cuda", "python", "-m", "lab.gpus")
     assert out.returncode == 0 and len(out.stdout.strip().splitlines()) == 1

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 import torch
-
 from conftest import REPO
+
 from lab.workloads import distributed
 
 DOCKERFILE = REPO / "docker" / "Dockerfile"
@@ -35,11 +35,15 @@ def test_cuda_target_differs_from_cpu_only_in_base_image_and_torch_build():
     assert {"cpu", "cuda", "cpu-deps", "cuda-deps"} <= set(found)
     for cpu, cuda in (("cpu-deps", "cuda-deps"), ("cpu", "cuda")):
         assert len(found[cpu]) == len(found[cuda])
-        differ = [(a, b) for a, b in zip(found[cpu], found[cuda]) if a != b.replace("cuda-deps", "cpu-deps")]
+        differ = [
+            (a, b) for a, b in zip(found[cpu], found[cuda], strict=True) if a != b.replace("cuda-deps", "cpu-deps")
+        ]
         kinds = {a.split()[0] + (" " + a.split()[1].split("=")[0] if a.startswith("ARG") else "") for a, _ in differ}
         assert kinds <= {"FROM", "ARG TORCH_INDEX_URL"}, differ
         assert any(a.startswith("FROM") for a, _ in differ), "the two targets must have different bases"
-    index = {name: re.search(r"TORCH_INDEX_URL=(\S+)", " ".join(found[name])).group(1) for name in ("cpu-deps", "cuda-deps")}
+    index = {
+        name: re.search(r"TORCH_INDEX_URL=(\S+)", " ".join(found[name])).group(1) for name in ("cpu-deps", "cuda-deps")
+    }
     assert index["cpu-deps"].endswith("/whl/cpu") and re.search(r"/whl/cu\d+$", index["cuda-deps"]), index
 
 
@@ -56,9 +60,19 @@ def test_the_image_pins_its_bases_and_runs_as_a_non_root_user():
 
 
 def test_no_docker_daemon_is_one_line_suggesting_the_local_runtime(tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock", "LAB_RUN_DIR": str(tmp_path / "run")}
-    out = subprocess.run([sys.executable, "-m", "lab", "up", "--runtime", "docker"], env=env, cwd=REPO,
-                         capture_output=True, text=True, timeout=60)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock",
+        "LAB_RUN_DIR": str(tmp_path / "run"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "lab", "up", "--runtime", "docker"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "no Docker daemon answers" in out.stderr and "--runtime local" in out.stderr
@@ -86,8 +100,11 @@ def test_nccl_path_sets_the_device_before_any_tensor_and_passes_device_ids(monke
     monkeypatch.setattr(distributed.dist, "barrier", lambda: None)
     monkeypatch.setattr(distributed.dist, "destroy_process_group", lambda: calls.append("destroy"))
     wrapped = {}
-    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel",
-                        lambda model, device_ids=None, **kw: wrapped.update(device_ids=device_ids) or model)
+    monkeypatch.setattr(
+        torch.nn.parallel,
+        "DistributedDataParallel",
+        lambda model, device_ids=None, **kw: wrapped.update(device_ids=device_ids) or model,
+    )
     with RecordTensors():
         with distributed.process_group("nccl") as ctx:
             calls.append("user code")

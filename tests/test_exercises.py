@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import needs_netns, report_of, wait_for_output
+
 from lab import procs
 from lab.runtimes import netns
 
@@ -34,8 +34,15 @@ def test_kill_worker_restarts_resumes_and_matches_the_reference(lab):
     assert report["final_weights_match_reference"] is True
     assert report["faults"][0]["fault"] == "kill_worker" and report["faults"][0]["rank"] == 1
     recovery = report["recovery"]
-    assert set(recovery) == {"detect", "teardown", "rendezvous", "worker_init", "checkpoint_load",
-                             "first_step", "total"}
+    assert set(recovery) == {
+        "detect",
+        "teardown",
+        "rendezvous",
+        "worker_init",
+        "checkpoint_load",
+        "first_step",
+        "total",
+    }
     assert all(v is not None and v >= 0 for v in recovery.values()), recovery
     assert recovery["total"] >= recovery["worker_init"]
     assert_nothing_left(lab)

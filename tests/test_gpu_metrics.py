@@ -31,13 +31,29 @@ def scrape(source) -> dict[str, float]:
 
 
 def test_each_scrape_reads_the_device_and_names_fields_as_dcgm_does():
-    device = FakeDevice(GpuReading(allocated_bytes=3e9, reserved_bytes=4e9, total_bytes=141e9, utilization_ratio=0.9,
-                                   temperature_celsius=61, power_watts=512.5, ecc_corrected=7, ecc_uncorrected=0))
+    device = FakeDevice(
+        GpuReading(
+            allocated_bytes=3e9,
+            reserved_bytes=4e9,
+            total_bytes=141e9,
+            utilization_ratio=0.9,
+            temperature_celsius=61,
+            power_watts=512.5,
+            ecc_corrected=7,
+            ecc_uncorrected=0,
+        )
+    )
     first = scrape(device)
-    assert first == {"lab_gpu_memory_allocated_bytes": 3e9, "lab_gpu_memory_reserved_bytes": 4e9,
-                     "lab_gpu_memory_total_bytes": 141e9, "lab_gpu_utilization_ratio": 0.9,
-                     "lab_gpu_temperature_celsius": 61, "lab_gpu_power_watts": 512.5,
-                     "lab_gpu_ecc_errors_total{corrected}": 7, "lab_gpu_ecc_errors_total{uncorrected}": 0}
+    assert first == {
+        "lab_gpu_memory_allocated_bytes": 3e9,
+        "lab_gpu_memory_reserved_bytes": 4e9,
+        "lab_gpu_memory_total_bytes": 141e9,
+        "lab_gpu_utilization_ratio": 0.9,
+        "lab_gpu_temperature_celsius": 61,
+        "lab_gpu_power_watts": 512.5,
+        "lab_gpu_ecc_errors_total{corrected}": 7,
+        "lab_gpu_ecc_errors_total{uncorrected}": 0,
+    }
     device.reading.ecc_uncorrected = 2
     assert scrape(device)["lab_gpu_ecc_errors_total{uncorrected}"] == 2 and device.reads == 2
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from test_cli_errors import assert_one_line_error
 
 from lab import gpus
 from lab.errors import LabError
 from lab.topology import Topology, TopologyError
-from test_cli_errors import assert_one_line_error
 
 
 @pytest.mark.parametrize("nodes, per_node, available", [(2, 2, 4), (3, 1, 3), (2, 4, 8), (1, 8, 8), (4, 2, 9)])

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO, needs_netns
+
 from lab.health import prometheus_rule
 from lab.node import k8s_pod
 from lab.runtimes import netns
@@ -34,8 +34,9 @@ needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kube
 
 
 def kustomize(overlay: str) -> str:
-    done = subprocess.run(["kubectl", "kustomize", str(REPO / "k8s" / "overlays" / overlay)],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["kubectl", "kustomize", str(REPO / "k8s" / "overlays" / overlay)], capture_output=True, text=True, check=True
+    )
     return done.stdout
 
 
@@ -44,8 +45,11 @@ def objects(overlay: str) -> list[dict]:
 
 
 def pod_specs(objs: list[dict]) -> list[tuple[str, dict]]:
-    return [(f"{o['kind']}/{o['metadata']['name']}", o["spec"]["template"]["spec"])
-            for o in objs if o["kind"] in ("Job", "Deployment", "StatefulSet", "DaemonSet")]
+    return [
+        (f"{o['kind']}/{o['metadata']['name']}", o["spec"]["template"]["spec"])
+        for o in objs
+        if o["kind"] in ("Job", "Deployment", "StatefulSet", "DaemonSet")
+    ]
 
 
 def restricted_violations(spec: dict) -> list[str]:
@@ -55,8 +59,16 @@ def restricted_violations(spec: dict) -> list[str]:
     for flag in ("hostNetwork", "hostPID", "hostIPC"):
         if spec.get(flag):
             bad.append(f"{flag} is set")
-    allowed_volumes = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-                       "projected", "secret"}
+    allowed_volumes = {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
     for volume in spec.get("volumes", []):
         kinds = set(volume) - {"name"}
         if not kinds <= allowed_volumes:
@@ -110,7 +122,7 @@ def test_every_pod_meets_the_restricted_profile(overlay):
 def test_the_checker_catches_an_added_capability_and_no_overlay_adds_one():
     """No fault acts from inside a pod, so no overlay grants a capability (chaos included);
     the profile checker itself is shown to catch one."""
-    (name, spec), = pod_specs(objects("chaos"))
+    ((name, spec),) = pod_specs(objects("chaos"))
     spec["containers"][0]["securityContext"]["capabilities"]["add"] = ["NET_ADMIN"]
     assert restricted_violations(spec) == ["node: adds capabilities ['NET_ADMIN']"]
     for overlay in OVERLAYS:
@@ -157,9 +169,14 @@ def test_the_prometheus_rule_is_generated_from_the_lab_rules():
 
 
 def test_pod_entry_renders_the_node_command_from_the_configmap():
-    env = {"LAB_TOPOLOGY": json.dumps({"nodes": 2, "nproc_per_node": 2, "rdzv_host": "torchrun-lab-0.torchrun-lab",
-                                       "metrics_ports": "fixed"}),
-           "JOB_COMPLETION_INDEX": "1", "LAB_WORKLOAD": "trainer", "LAB_WORKLOAD_ARGS": "--steps 5"}
+    env = {
+        "LAB_TOPOLOGY": json.dumps(
+            {"nodes": 2, "nproc_per_node": 2, "rdzv_host": "torchrun-lab-0.torchrun-lab", "metrics_ports": "fixed"}
+        ),
+        "JOB_COMPLETION_INDEX": "1",
+        "LAB_WORKLOAD": "trainer",
+        "LAB_WORKLOAD_ARGS": "--steps 5",
+    }
     argv = k8s_pod.argv_from_env(env)
     assert "--rdzv-endpoint=torchrun-lab-0.torchrun-lab:29400" in argv
     assert "--rdzv-conf=join_timeout=120,is_host=0" in argv  # index 1 does not host the store
@@ -188,10 +205,17 @@ def test_k8s_without_kubectl_or_a_cluster_is_a_one_line_error(lab, tmp_path):
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "kubectl is not installed" in out.stderr
     if shutil.which("kubectl"):
         config = tmp_path / "kubeconfig"
-        config.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-                          "contexts: [{name: c, context: {cluster: c}}]\ncurrent-context: c\nusers: []\n")
-        out = subprocess.run(lab.cmd("up", "--runtime", "k8s"), env=lab.env() | {"KUBECONFIG": str(config)},
-                             capture_output=True, text=True, timeout=120)
+        config.write_text(
+            "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+            "contexts: [{name: c, context: {cluster: c}}]\ncurrent-context: c\nusers: []\n"
+        )
+        out = subprocess.run(
+            lab.cmd("up", "--runtime", "k8s"),
+            env=lab.env() | {"KUBECONFIG": str(config)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 1 and out.stderr.count("\n") == 1
         assert "no reachable Kubernetes cluster" in out.stderr
 
@@ -218,8 +242,11 @@ def test_rendered_pod_template_trains_on_netns_hosts(tmp_path):
     # is what torch's agent then advertises to the workers).
     fqdn = {i: f"{name}-{i}.{subdomain}.default.svc.cluster.local" for i in range(count)}
     net = netns.for_lab("ee0b2")
-    net.create(count, aliases={i: [fqdn[i], f"{name}-{i}.{subdomain}"] for i in range(count)},
-                 own_aliases={i: [f"{name}-{i}"] for i in range(count)})
+    net.create(
+        count,
+        aliases={i: [fqdn[i], f"{name}-{i}.{subdomain}"] for i in range(count)},
+        own_aliases={i: [f"{name}-{i}"] for i in range(count)},
+    )
     try:
         for index in range(count):
             mounts = {m["mountPath"]: tmp_path / f"pod{index}" / m["name"] for m in container["volumeMounts"]}
@@ -229,15 +256,30 @@ def test_rendered_pod_template_trains_on_netns_hosts(tmp_path):
             for key, value in env.items():  # emptyDir mounts: fresh folders per pod
                 for mount, folder in mounts.items():
                     if value.startswith(mount):
-                        env[key] = str(folder) + value[len(mount):]
+                        env[key] = str(folder) + value[len(mount) :]
             env.update(JOB_COMPLETION_INDEX=str(index), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
             command = container["command"] + container.get("args", [])
             out = open(tmp_path / f"pod{index}.log", "w")
             outputs.append(out)
-            procs_.append(subprocess.Popen(
-                [*netns.exec_prefix(net.host(index)), sys.executable, "-m", "lab.node.nodeproc",
-                 f"--exit-file={tmp_path / f'exit{index}'}", f"--hostname={name}-{index}", "--", *command],
-                env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True))
+            procs_.append(
+                subprocess.Popen(
+                    [
+                        *netns.exec_prefix(net.host(index)),
+                        sys.executable,
+                        "-m",
+                        "lab.node.nodeproc",
+                        f"--exit-file={tmp_path / f'exit{index}'}",
+                        f"--hostname={name}-{index}",
+                        "--",
+                        *command,
+                    ],
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=tmp_path,
+                    start_new_session=True,
+                )
+            )
         deadline = time.monotonic() + 300
         for p in procs_:
             p.wait(max(1, deadline - time.monotonic()))
@@ -251,6 +293,7 @@ def test_rendered_pod_template_trains_on_netns_hosts(tmp_path):
     logs = [(tmp_path / f"pod{i}.log").read_text() for i in range(count)]
     assert [p.returncode for p in procs_] == [0] * count, "\n".join(log[-2000:] for log in logs)
     import re
+
     sums = re.findall(r"rank (\d+) local_rank \d+ host (\S+) checksum \S+ \((\S+)\) at step 200", "".join(logs))
     assert sorted(int(r) for r, _, _ in sums) == [0, 1, 2, 3]
     assert len({exact for _, _, exact in sums}) == 1

@@ -8,10 +8,10 @@ import shlex
 
 import pytest
 import yaml
-
 from conftest import REPO
-from lab.cli import build_parser
 from test_k8s import needs_kubectl, restricted_violations
+
+from lab.cli import build_parser
 
 pytestmark = needs_kubectl
 
@@ -19,7 +19,9 @@ pytestmark = needs_kubectl
 def rendered() -> dict[str, dict]:
     import subprocess
 
-    out = subprocess.run(["kubectl", "kustomize", str(REPO / "k8s" / "ray")], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(REPO / "k8s" / "ray")], capture_output=True, text=True, check=True
+    )
     return {o["kind"]: o for o in yaml.safe_load_all(out.stdout) if o}
 
 
@@ -52,7 +54,8 @@ def test_pod_templates_and_the_claim_validate_as_core_objects():
     assert set(objs) == {"PersistentVolumeClaim", "RayCluster", "RayJob", "NetworkPolicy"}
     core = [objs["PersistentVolumeClaim"], objs["NetworkPolicy"]] + [
         {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name}, "template": template}
-        for name, template in pod_templates(objs).items()]
+        for name, template in pod_templates(objs).items()
+    ]
     for obj in core:
         for version in ("1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0"):
             kubernetes_validate.validate(obj, version, strict=True)
@@ -82,8 +85,11 @@ def test_the_cluster_runs_the_labs_ray_version_and_one_lab_node_per_worker():
     anti = workers["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
     assert anti[0]["labelSelector"]["matchLabels"].items() <= workers["template"]["metadata"]["labels"].items()
-    mounts = {t: [m["mountPath"] for m in tpl["spec"]["containers"][0]["volumeMounts"]]
-              for t, tpl in pod_templates(objs).items() if t != "submitter"}
+    mounts = {
+        t: [m["mountPath"] for m in tpl["spec"]["containers"][0]["volumeMounts"]]
+        for t, tpl in pod_templates(objs).items()
+        if t != "submitter"
+    }
     assert all(paths == ["/var/lib/torchrun-lab"] for paths in mounts.values()), "every machine shares the run dir"
 
 

@@ -3,8 +3,8 @@
 import re
 
 import pytest
-
 from conftest import torchrun
+
 from lab import results
 from lab.workloads import script_path
 
@@ -28,8 +28,10 @@ def test_ddp_train_two_processes_matches_the_lesson():
 def test_ddp_broadcasts_rank_zeros_weights_at_construction():
     out = torchrun("--standalone", "--nproc-per-node=2", script_path("broadcast_demo"))
     assert out.returncode == 0, out.stderr
-    seen = {int(r): (b, a) for r, b, a in
-            re.findall(r"^rank (\d) weight\[0\]\[0\] before DDP (\S+) after DDP (\S+)$", out.stdout, re.M)}
+    seen = {
+        int(r): (b, a)
+        for r, b, a in re.findall(r"^rank (\d) weight\[0\]\[0\] before DDP (\S+) after DDP (\S+)$", out.stdout, re.M)
+    }
     assert seen[1][0] == "+0.2576", "rank 1 starts from its own seed"
     assert seen[0] == ("-0.0037", "-0.0037")
     assert seen[1][1] == "-0.0037", "after DDP rank 1 holds rank 0's weight"

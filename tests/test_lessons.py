@@ -1,10 +1,9 @@
 """The lesson's claims as exercises: each runs for real (torchrun, gloo, netns hosts) and its
 verdict is asserted; the three explanations exist for every one."""
 
-
 import pytest
-
 from conftest import needs_netns, report_of
+
 from lab import lessons
 from lab.exercises import all_exercises, kind
 from lab.lessons.runner import DEPTHS, explain

@@ -4,8 +4,8 @@ import re
 import signal
 
 import pytest
-
 from conftest import SCRIPTS, needs_netns, wait_for_output
+
 from lab import procs, results
 from lab.runtimes import netns
 from lab.workloads import script_path
@@ -67,8 +67,7 @@ def test_down_cleans_up_after_the_lab_process_is_killed(lab):
 
 def test_a_failed_node_fails_the_job_and_the_others_are_stopped(lab):
     """Without this, node0's agent would wait out the process-group timeout (set to 10 min here)."""
-    out = lab("run", "--nodes", "2", "--nproc-per-node", "1", "--pg-timeout", "600",
-              str(SCRIPTS / "fail_on_node1.py"))
+    out = lab("run", "--nodes", "2", "--nproc-per-node", "1", "--pg-timeout", "600", str(SCRIPTS / "fail_on_node1.py"))
     assert out.returncode != 0
     assert "stopping node0" in out.stdout
     assert "job failed" in out.stdout
@@ -77,8 +76,18 @@ def test_a_failed_node_fails_the_job_and_the_others_are_stopped(lab):
 
 def test_loopback_nodes_run_the_trainer_with_exporters(lab):
     """Loopback nodes share a hostname: their exporters and event logs must still not collide."""
-    out = lab("run", "--hosts", "loopback", "--prometheus", "off", "--metrics-port", "19400",
-              script_path("trainer"), "--steps", "20")
+    out = lab(
+        "run",
+        "--hosts",
+        "loopback",
+        "--prometheus",
+        "off",
+        "--metrics-port",
+        "19400",
+        script_path("trainer"),
+        "--steps",
+        "20",
+    )
     assert out.returncode == 0, out.stdout[-3000:]
     assert len({r.exact for r in ranks_from(out.stdout)}) == 1 and len(ranks_from(out.stdout)) == 4
 
@@ -86,8 +95,19 @@ def test_loopback_nodes_run_the_trainer_with_exporters(lab):
 def test_preloaded_workers_run_a_script_like_python_does(lab):
     """Under --worker-start preload (torchrun's --run-path) a script still imports the module
     next to it, and ending with sys.exit(None) ends the job instead of hanging its agent."""
-    out = lab("run", "--worker-start", "preload", "--nodes", "2", "--nproc-per-node", "1", "--prometheus", "off",
-              str(SCRIPTS / "neighbours" / "exit_none.py"), timeout=180)
+    out = lab(
+        "run",
+        "--worker-start",
+        "preload",
+        "--nodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--prometheus",
+        "off",
+        str(SCRIPTS / "neighbours" / "exit_none.py"),
+        timeout=180,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert out.stdout.count("hello from a neighbour module") == 2
     assert "job succeeded" in out.stdout

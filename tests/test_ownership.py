@@ -15,26 +15,37 @@ import sys
 
 import pytest
 import torch
-
 from conftest import REPO
-from lab.rundir import MARK_FILE, RunDir, default_path
-from lab.workloads import checkpoint
 from test_cli_errors import assert_one_line_error
 
+from lab.rundir import MARK_FILE, RunDir, default_path
+from lab.workloads import checkpoint
+
 # Each verb with DIR where --run-dir goes (before `run`'s script: what follows it is the script's).
-VERBS = [["down", "DIR"], ["status", "DIR"], ["up", "--hosts", "loopback", "DIR"],
-         ["run", "--hosts", "loopback", "DIR", "lab/workloads/ddp_train.py"],
-         ["exercise", "run", "kill-worker", "DIR"], ["up", "--dry-run", "--hosts", "loopback", "DIR"]]
+VERBS = [
+    ["down", "DIR"],
+    ["status", "DIR"],
+    ["up", "--hosts", "loopback", "DIR"],
+    ["run", "--hosts", "loopback", "DIR", "lab/workloads/ddp_train.py"],
+    ["exercise", "run", "kill-worker", "DIR"],
+    ["up", "--dry-run", "--hosts", "loopback", "DIR"],
+]
 
 
 def with_run_dir(verb: list[str], directory) -> list[str]:
     i = verb.index("DIR")
-    return [*verb[:i], "--run-dir", str(directory), *verb[i + 1:]]
+    return [*verb[:i], "--run-dir", str(directory), *verb[i + 1 :]]
 
 
 def lab_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lab", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "lab", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def snapshot(directory) -> dict:
@@ -158,8 +169,13 @@ def test_a_stale_pid_file_never_signals_another_process(tmp_path):
     bystander = subprocess.Popen(["sleep", "60"])
     try:
         run = RunDir(tmp_path / "run")
-        run.write_state({"runtime": "local", "hosts": "loopback", "nodes": [
-            {"name": "node0", "index": 0, "address": "127.0.0.1", "netns": None}]})
+        run.write_state(
+            {
+                "runtime": "local",
+                "hosts": "loopback",
+                "nodes": [{"name": "node0", "index": 0, "address": "127.0.0.1", "netns": None}],
+            }
+        )
         node_dir = run.path / "nodes" / "node0"
         node_dir.mkdir(parents=True)
         (node_dir / "pid").write_text(str(bystander.pid))
@@ -199,8 +215,13 @@ def test_the_trainers_own_checkpoints_load_with_weights_only(tmp_path):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model(torch.ones(1, 3)).sum().backward()
     optimizer.step()
-    state = {"step": 7, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-             "rng": [rng_state()], "sampler": {"epoch": 1, "position": 4}}
+    state = {
+        "step": 7,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "rng": [rng_state()],
+        "sampler": {"epoch": 1, "position": 4},
+    }
     checkpoint.save(tmp_path, 7, state)
     loaded = checkpoint.read(checkpoint.path_for(tmp_path, 7))
     assert loaded["step"] == 7 and torch.equal(loaded["model"]["weight"], model.state_dict()["weight"])

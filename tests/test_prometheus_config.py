@@ -14,8 +14,9 @@ from lab.health.rank_exporter import RankMetrics
 
 HEALTH = Path(prometheus.__file__).parent
 RULES_TEST = Path(__file__).parent / "prometheus" / "rules_test.yml"
-needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
-                                    reason="promtool not installed (make host-deps installs it)")
+needs_promtool = pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool not installed (make host-deps installs it)"
+)
 
 
 def promtool(*args) -> subprocess.CompletedProcess:
@@ -51,8 +52,16 @@ class FakeGpu:
     def read(self):
         from lab.health.gpu_metrics import GpuReading
 
-        return GpuReading(allocated_bytes=1.0, reserved_bytes=2.0, total_bytes=4.0, utilization_ratio=0.5,
-                          temperature_celsius=40.0, power_watts=100.0, ecc_corrected=0.0, ecc_uncorrected=0.0)
+        return GpuReading(
+            allocated_bytes=1.0,
+            reserved_bytes=2.0,
+            total_bytes=4.0,
+            utilization_ratio=0.5,
+            temperature_celsius=40.0,
+            power_watts=100.0,
+            ecc_corrected=0.0,
+            ecc_uncorrected=0.0,
+        )
 
 
 def exported_names() -> set[str]:

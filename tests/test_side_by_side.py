@@ -11,8 +11,8 @@ import signal
 import time
 
 import pytest
-
 from conftest import SCRIPTS, Lab, needs_netns, report_of, wait_for_output
+
 from lab import procs
 from lab.rundir import RunDir
 from lab.runtimes import netns
@@ -21,8 +21,9 @@ pytestmark = [pytest.mark.slow, needs_netns]
 
 
 def test_a_drill_beside_a_running_lab_passes_and_leaves_it_running(lab, tmp_path):
-    up = lab("up", "--workload", "trainer", "--detach", "--prometheus", "on", "--",
-             "--steps", "3000", "--step-time", "0.1")
+    up = lab(
+        "up", "--workload", "trainer", "--detach", "--prometheus", "on", "--", "--steps", "3000", "--step-time", "0.1"
+    )
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
     a_id = RunDir(lab.run_dir).lab_id
     deadline = time.monotonic() + 120

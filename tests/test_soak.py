@@ -7,15 +7,19 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, needs_netns
 
 pytestmark = [pytest.mark.slow, needs_netns]
 
 
 def test_three_kill_worker_cycles_survive_and_leak_nothing(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "lab.soak", "--cycles", "kill-worker=3", "--json",
-                          str(tmp_path / "soak.json")], capture_output=True, text=True, cwd=REPO, timeout=900)
+    out = subprocess.run(
+        [sys.executable, "-m", "lab.soak", "--cycles", "kill-worker=3", "--json", str(tmp_path / "soak.json")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+    )
     result = json.loads((tmp_path / "soak.json").read_text())
     assert [c["verdict"] for c in result["cycles"]] == ["pass"] * 3, out.stdout[-3000:]
     assert all(c["restarts"] == 1 for c in result["cycles"])

@@ -24,10 +24,12 @@ def reference_exposition(steps, allreduces) -> list[str]:
     steps_total = Counter("lab_steps", "Training steps completed by this process.", registry=r)
     samples = Counter("lab_samples", "Samples processed by this process.", registry=r)
     Gauge("lab_last_step_timestamp_seconds", "When the last step completed.", registry=r)
-    duration = Histogram("lab_step_duration_seconds", "Wall time of one training step.",
-                         buckets=STEP_BUCKETS, registry=r)
-    allreduce = Histogram("lab_allreduce_duration_seconds", "Gradient all-reduce time per DDP bucket.",
-                          buckets=COMM_BUCKETS, registry=r)
+    duration = Histogram(
+        "lab_step_duration_seconds", "Wall time of one training step.", buckets=STEP_BUCKETS, registry=r
+    )
+    allreduce = Histogram(
+        "lab_allreduce_duration_seconds", "Gradient all-reduce time per DDP bucket.", buckets=COMM_BUCKETS, registry=r
+    )
     loss = Gauge("lab_loss", "Loss of the last step on this rank.", registry=r)
     nonfinite = Counter("lab_nonfinite_loss", "Steps whose loss was NaN or infinite.", registry=r)
     for i, (seconds, value) in enumerate(steps, start=1):
@@ -47,8 +49,11 @@ def reference_exposition(steps, allreduces) -> list[str]:
 def exposition(registry) -> list[str]:
     text = generate_latest(registry).decode()
     # Timestamps differ by construction; everything else must not.
-    return sorted(line for line in text.splitlines()
-                  if not line.startswith("lab_last_step_timestamp_seconds ") and "lab_created" not in line)
+    return sorted(
+        line
+        for line in text.splitlines()
+        if not line.startswith("lab_last_step_timestamp_seconds ") and "lab_created" not in line
+    )
 
 
 def lab_step_families(metrics: RankMetrics) -> CollectorRegistry:
@@ -69,8 +74,13 @@ def test_per_step_figures_expose_exactly_what_prometheus_client_metrics_would():
 def test_before_any_step_counters_are_zero_and_there_is_no_loss_yet():
     metrics = RankMetrics(rank=0, local_rank=0, node="n", world_size=2, restart=0)
     samples = {s.name: s.value for family in metrics.registry.collect() for s in family.samples}
-    for counter in ("lab_steps_total", "lab_samples_total", "lab_nonfinite_loss_total",
-                    "lab_step_duration_seconds_count", "lab_allreduce_duration_seconds_count"):
+    for counter in (
+        "lab_steps_total",
+        "lab_samples_total",
+        "lab_nonfinite_loss_total",
+        "lab_step_duration_seconds_count",
+        "lab_allreduce_duration_seconds_count",
+    ):
         assert samples[counter] == 0, counter
     assert math.isnan(samples["lab_loss"])  # a gap on the dashboard, not a loss of 0
 
@@ -83,6 +93,6 @@ def test_the_step_line_is_the_record_write_would_make(tmp_path):
     records = list(read_events(tmp_path))
     fast, generic = records[0::2], records[1::2]
     assert len(fast) == len(STEPS)
-    for a, b in zip(fast, generic):
+    for a, b in zip(fast, generic, strict=False):
         assert a.pop("time") <= b.pop("time")
         assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)

@@ -34,8 +34,12 @@ def test_launch_argv_puts_lab_flags_first_so_lab_launch_can_strip_them():
     argv = t.launch_argv(0, "/x/train.py", ["--lr", "1"], python="py")
     assert argv[:3] == ["py", "-m", "lab.node.launch"]
     flags, rest = split_lab_flags(argv[3:])
-    assert flags.env == {"LAB_BACKEND": "gloo", "LAB_PG_TIMEOUT_S": "7",
-                         "LAB_AGENT_METRICS_PORT": "9400", "LAB_METRICS_PORT_BASE": "9500"}
+    assert flags.env == {
+        "LAB_BACKEND": "gloo",
+        "LAB_PG_TIMEOUT_S": "7",
+        "LAB_AGENT_METRICS_PORT": "9400",
+        "LAB_METRICS_PORT_BASE": "9500",
+    }
     assert flags.torch_defaults is True
     assert flags.preload_workers is False  # torch's defaults: torchrun's own worker start
     assert rest == [*t.torchrun_args(0), "/x/train.py", "--lr", "1"]
@@ -49,10 +53,20 @@ def test_workers_are_preloaded_by_default_through_torchruns_own_flags():
     assert "--run-path" not in Topology(worker_start="spawn").torchrun_args(0)
 
 
-@pytest.mark.parametrize("field, value", [
-    ("worker_start", "fork"), ("nodes", 0), ("nproc_per_node", -1), ("backend", "mpi"), ("rdzv_backend", "zk"),
-    ("rdzv_port", 70000), ("max_restarts", -1), ("pg_timeout_s", 0), ("min_nodes", 5),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("worker_start", "fork"),
+        ("nodes", 0),
+        ("nproc_per_node", -1),
+        ("backend", "mpi"),
+        ("rdzv_backend", "zk"),
+        ("rdzv_port", 70000),
+        ("max_restarts", -1),
+        ("pg_timeout_s", 0),
+        ("min_nodes", 5),
+    ],
+)
 def test_bad_values_are_rejected_naming_the_field(field, value):
     with pytest.raises(TopologyError, match=field):
         Topology(**{field: value})

@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-
 from conftest import REPO
+
 from lab import results
 from lab.health.events import read_events
 from lab.workloads import script_path
@@ -18,8 +18,9 @@ TRAINER = script_path("trainer")
 
 
 def train(*args, env=None) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, TRAINER, *args], capture_output=True, text=True, timeout=300,
-                         cwd=REPO, env=env)
+    out = subprocess.run(
+        [sys.executable, TRAINER, *args], capture_output=True, text=True, timeout=300, cwd=REPO, env=env
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return out
 
@@ -49,16 +50,32 @@ def test_truncated_newest_checkpoint_is_skipped_and_the_run_still_ends_identical
 def test_killed_four_rank_run_resumes_bit_identical_to_an_uninterrupted_one(tmp_path):
     """Four ranks, not two: with two the all-reduce sum is order-free and hides layout drift."""
     steps, every = 60, 10
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
-                f"--log-dir={tmp_path / 'torchrun-logs'}", TRAINER,
-                "--steps", str(steps), "--ckpt-every", str(every)]
-    reference = subprocess.run([*torchrun, "--ckpt-dir", str(tmp_path / "ref")], capture_output=True,
-                               text=True, timeout=300, cwd=REPO)
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=4",
+        f"--log-dir={tmp_path / 'torchrun-logs'}",
+        TRAINER,
+        "--steps",
+        str(steps),
+        "--ckpt-every",
+        str(every),
+    ]
+    reference = subprocess.run(
+        [*torchrun, "--ckpt-dir", str(tmp_path / "ref")], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
     assert reference.returncode == 0, reference.stderr[-2000:]
 
     ckpt, ev = str(tmp_path / "ckpt"), tmp_path / "ev"
-    job = subprocess.Popen([*torchrun, "--ckpt-dir", ckpt, "--events-dir", str(ev), "--step-time", "0.1"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd=REPO)
+    job = subprocess.Popen(
+        [*torchrun, "--ckpt-dir", ckpt, "--events-dir", str(ev), "--step-time", "0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd=REPO,
+    )
     try:
         killed_at = wait_for_step(ev, lambda s: s >= 25 and s % every not in (0, 9))
         workers = {e["pid"] for e in read_events(ev) if e["event"] == "start"}
@@ -70,8 +87,9 @@ def test_killed_four_rank_run_resumes_bit_identical_to_an_uninterrupted_one(tmp_
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
 
-    resumed = subprocess.run([*torchrun, "--ckpt-dir", ckpt, "--events-dir", str(ev)], capture_output=True,
-                             text=True, timeout=300, cwd=REPO)
+    resumed = subprocess.run(
+        [*torchrun, "--ckpt-dir", ckpt, "--events-dir", str(ev)], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     loaded = [e["step"] for e in read_events(ev) if e["event"] == "checkpoint_loaded"]
     assert loaded and killed_at - every <= loaded[0] <= killed_at, (loaded, killed_at)
@@ -82,8 +100,11 @@ def test_killed_four_rank_run_resumes_bit_identical_to_an_uninterrupted_one(tmp_
 def wait_for_step(events_dir, ok, timeout_s=120) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        steps = [e["step"] for e in read_events(events_dir) if e["event"] == "step" and e["rank"] == 0] \
-            if events_dir.exists() else []
+        steps = (
+            [e["step"] for e in read_events(events_dir) if e["event"] == "step" and e["rank"] == 0]
+            if events_dir.exists()
+            else []
+        )
         if steps and ok(steps[-1]):
             return steps[-1]
         time.sleep(0.02)

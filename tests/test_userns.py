@@ -12,26 +12,35 @@ import sys
 import tempfile
 
 import pytest
-
 from conftest import REPO, SCRIPTS, wait_for_output
+from test_multinode import ranks_from
+
 from lab import procs
 from lab.runtimes import userns
 from lab.workloads import script_path
-from test_multinode import ranks_from
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                                 reason="needs root (to become an unprivileged user) and setpriv"),
-              pytest.mark.skipif(userns.unavailable_reason() is not None,
-                                 reason=f"no user namespaces: {userns.unavailable_reason()}")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("setpriv") is None,
+        reason="needs root (to become an unprivileged user) and setpriv",
+    ),
+    pytest.mark.skipif(
+        userns.unavailable_reason() is not None, reason=f"no user namespaces: {userns.unavailable_reason()}"
+    ),
+]
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
 def nobody_cannot_run_python() -> str | None:
     """Inside its namespace an unprivileged user must reach this interpreter (a venv whose python
     lives under a 0700 /root, say, it cannot)."""
-    probe = subprocess.run([*NOBODY, "unshare", "-r", "--", os.path.realpath(sys.executable), "-c", "import torch"],
-                           capture_output=True, text=True, timeout=120)
+    probe = subprocess.run(
+        [*NOBODY, "unshare", "-r", "--", os.path.realpath(sys.executable), "-c", "import torch"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return None if probe.returncode == 0 else f"uid 65534 cannot run {os.path.realpath(sys.executable)} in a userns"
 
 
@@ -45,8 +54,12 @@ def nobody_run_dir():
     parent = tempfile.mkdtemp(prefix="lab-nobody-")
     os.chown(parent, 65534, 65534)
     yield os.path.join(parent, "run")
-    subprocess.run([*NOBODY, sys.executable, "-m", "lab", "down", "--run-dir", os.path.join(parent, "run")],
-                   cwd=REPO, capture_output=True, timeout=120)
+    subprocess.run(
+        [*NOBODY, sys.executable, "-m", "lab", "down", "--run-dir", os.path.join(parent, "run")],
+        cwd=REPO,
+        capture_output=True,
+        timeout=120,
+    )
     shutil.rmtree(parent, ignore_errors=True)
 
 
@@ -63,8 +76,14 @@ def listening(port: int, holder: int | None = None) -> bool:
 
 @as_nobody
 def test_an_unprivileged_lab_trains_in_its_own_namespace(nobody_run_dir):
-    out = subprocess.run(lab_as_nobody("up", "--run-dir", nobody_run_dir, "--nodes", "2", "--nproc-per-node", "2"),
-                         cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "HOME": "/tmp"})
+    out = subprocess.run(
+        lab_as_nobody("up", "--run-dir", nobody_run_dir, "--nodes", "2", "--nproc-per-node", "2"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HOME": "/tmp"},
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "own network namespace" in out.stdout
     ranks = ranks_from(out.stdout)
@@ -75,11 +94,29 @@ def test_an_unprivileged_lab_trains_in_its_own_namespace(nobody_run_dir):
 def test_the_store_is_not_reachable_from_the_hosts_network(nobody_run_dir, lab, who):
     # root's run dir under root's own tmp dir: in the namespace, root cannot pass a dir of uid 65534's
     run_dir = nobody_run_dir if who == "nobody" else str(lab.run_dir)
-    argv = ["run", "--run-dir", run_dir, "--hosts", "userns", "--rdzv-port", "29477", "--nodes", "2",
-            "--nproc-per-node", "1", str(SCRIPTS / "hold.py")]
+    argv = [
+        "run",
+        "--run-dir",
+        run_dir,
+        "--hosts",
+        "userns",
+        "--rdzv-port",
+        "29477",
+        "--nodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        str(SCRIPTS / "hold.py"),
+    ]
     command = lab_as_nobody(*argv) if who == "nobody" else [sys.executable, "-m", "lab", *argv]
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "HOME": "/tmp"})
+    proc = subprocess.Popen(
+        command,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "HOME": "/tmp"},
+    )
     try:
         if not wait_for_output(proc, " ready on ", count=2, timeout_s=180):
             proc.kill()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
 
 def bus_factor(op: str, ranks: int) -> float:

@@ -56,20 +56,22 @@ def send(host: str, port: int, total: int) -> None:
             sent += min(CHUNK, total - sent)
 
 
-def tcp_bandwidth(receiver_netns: str | None, sender_netns: str | None, receiver_address: str,
-                  port: int, total: int = 512 << 20) -> float:
+def tcp_bandwidth(
+    receiver_netns: str | None, sender_netns: str | None, receiver_address: str, port: int, total: int = 512 << 20
+) -> float:
     """Bytes per second of one TCP stream between two lab hosts, timed at the receiver."""
+
     def in_netns(netns, *argv):
         prefix = ["ip", "netns", "exec", netns] if netns else []
         return [*prefix, sys.executable, "-m", "lab.bench.ceiling", *argv]
 
-    receiver = subprocess.Popen(in_netns(receiver_netns, "serve", str(port), str(total)),
-                                stdout=subprocess.PIPE, text=True)
+    receiver = subprocess.Popen(
+        in_netns(receiver_netns, "serve", str(port), str(total)), stdout=subprocess.PIPE, text=True
+    )
     try:
         if receiver.stdout.readline().strip() != "listening":
             raise RuntimeError("the TCP receiver did not start")
-        subprocess.run(in_netns(sender_netns, "send", receiver_address, str(port), str(total)),
-                       check=True, timeout=120)
+        subprocess.run(in_netns(sender_netns, "send", receiver_address, str(port), str(total)), check=True, timeout=120)
         seconds = float(receiver.stdout.readline())
         receiver.wait(10)
     finally:

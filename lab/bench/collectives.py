@@ -18,10 +18,10 @@ from lab import job
 from lab.bench import bandwidth, ceiling
 from lab.bench.result import BenchResult, this_command
 from lab.errors import LabError
-from lab.rundir import RunDir
 from lab.options import BACKEND, NODES, NPROC_PER_NODE, add_all
+from lab.rundir import RunDir
 from lab.runtimes.local import HOSTS, LocalRuntime
-from lab.topology import BACKENDS, Topology
+from lab.topology import Topology
 
 HEADLINE_SIZE = 64 << 20  # the yardstick: all_reduce at 64 MB
 TCP_PORT = 29600
@@ -33,8 +33,12 @@ def add_arguments(p) -> None:
     p.add_argument("--max-bytes", type=bandwidth.size_argument, default="256M")
     p.add_argument("--factor", type=int, default=4, help="size step (default %(default)s)")
     p.add_argument("--ops", default=",".join(bandwidth.OPS))
-    p.add_argument("--ceiling-bytes", type=bandwidth.size_argument, default="256M",
-                   help="bytes moved to measure the memory-copy and TCP ceilings")
+    p.add_argument(
+        "--ceiling-bytes",
+        type=bandwidth.size_argument,
+        default="256M",
+        help="bytes moved to measure the memory-copy and TCP ceilings",
+    )
     p.add_argument("--inject-error", choices=bandwidth.OPS, help="self-test: rank 1 damages its result of OP")
 
 
@@ -43,8 +47,13 @@ def run(args, out_dir: Path) -> BenchResult:
     unknown = sorted(set(ops) - set(bandwidth.OPS))
     if unknown:
         raise LabError(f"unknown collective {unknown[0]!r} (one of {', '.join(bandwidth.OPS)})")
-    topology = Topology(nodes=args.nodes, nproc_per_node=args.nproc_per_node, backend=args.backend,
-                        agent_metrics_port=0, rank_metrics_port=0)
+    topology = Topology(
+        nodes=args.nodes,
+        nproc_per_node=args.nproc_per_node,
+        backend=args.backend,
+        agent_metrics_port=0,
+        rank_metrics_port=0,
+    )
     try:
         sizes = bandwidth.sweep(args.min_bytes, args.max_bytes, args.factor, topology.world_size)
     except ValueError as e:
@@ -59,8 +68,7 @@ def run(args, out_dir: Path) -> BenchResult:
     with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
         runtime = LocalRuntime(RunDir(Path(tmp) / "run"), hosts=args.hosts, monitoring="off")
         try:
-            topology, nodes = runtime.up(topology, str(Path(__file__).with_name("collectives_worker.py")),
-                                         worker_args)
+            topology, nodes = runtime.up(topology, str(Path(__file__).with_name("collectives_worker.py")), worker_args)
             codes = job.wait(nodes, job.LogFollower(nodes))
             if job.job_status(codes) != 0 or not rows_path.exists():
                 raise LabError(f"the collectives job failed: node exit codes {codes}")
@@ -84,21 +92,38 @@ def report(rows: list[dict], memcpy: float, tcp: float, hosts: str, topology: To
         if r["error"]:
             table.append(f"| {r['op']} | {bandwidth.human(r['bytes'])} | | **error** | {r['error']} |")
         else:
-            table.append(f"| {r['op']} | {bandwidth.human(r['bytes'])} | {r['seconds'] * 1e3:.3f} ms | "
-                         f"{r['algbw'] / 1e9:.3f} | {r['busbw'] / 1e9:.3f} |")
+            table.append(
+                f"| {r['op']} | {bandwidth.human(r['bytes'])} | {r['seconds'] * 1e3:.3f} ms | "
+                f"{r['algbw'] / 1e9:.3f} | {r['busbw'] / 1e9:.3f} |"
+            )
     errors = [r for r in rows if r["error"]]
-    headline = next((r for r in rows if r["op"] == "all_reduce" and r["bytes"] == HEADLINE_SIZE and not r["error"]), None)
-    figures = {"memcpy_GBps": memcpy / 1e9, "tcp_GBps": tcp / 1e9, "errors": len(errors), "hosts": hosts,
-               "ranks": topology.world_size, "backend": topology.backend}
-    lines = [f"{topology.nodes} hosts ({hosts}) x {topology.nproc_per_node} ranks, {topology.backend}. "
-             f"Ceilings measured in the same run: memory copy on one host {memcpy / 1e9:.2f} GB/s, "
-             f"one TCP stream between two hosts {tcp / 1e9:.2f} GB/s.", "", *table, ""]
+    headline = next(
+        (r for r in rows if r["op"] == "all_reduce" and r["bytes"] == HEADLINE_SIZE and not r["error"]), None
+    )
+    figures = {
+        "memcpy_GBps": memcpy / 1e9,
+        "tcp_GBps": tcp / 1e9,
+        "errors": len(errors),
+        "hosts": hosts,
+        "ranks": topology.world_size,
+        "backend": topology.backend,
+    }
+    lines = [
+        f"{topology.nodes} hosts ({hosts}) x {topology.nproc_per_node} ranks, {topology.backend}. "
+        f"Ceilings measured in the same run: memory copy on one host {memcpy / 1e9:.2f} GB/s, "
+        f"one TCP stream between two hosts {tcp / 1e9:.2f} GB/s.",
+        "",
+        *table,
+        "",
+    ]
     if headline:
         figures["all_reduce_64M_busbw_GBps"] = headline["busbw"] / 1e9
         figures["all_reduce_64M_fraction_of_tcp"] = headline["busbw"] / tcp
-        lines.append(f"all_reduce at 64M: bus bandwidth {headline['busbw'] / 1e9:.3f} GB/s = "
-                     f"{100 * headline['busbw'] / tcp:.0f}% of the TCP stream, "
-                     f"{100 * headline['busbw'] / memcpy:.0f}% of memory copy.")
+        lines.append(
+            f"all_reduce at 64M: bus bandwidth {headline['busbw'] / 1e9:.3f} GB/s = "
+            f"{100 * headline['busbw'] / tcp:.0f}% of the TCP stream, "
+            f"{100 * headline['busbw'] / memcpy:.0f}% of memory copy."
+        )
     if errors:
         lines.append(f"{len(errors)} rows had wrong results: reported as errors, not bandwidths.")
     lines += ["", f"![bus bandwidth against size]({png_path.name})"]
@@ -110,9 +135,18 @@ def write_csv(rows: list[dict], path: Path) -> None:
         writer = csv.writer(f)
         writer.writerow(["op", "bytes", "ranks", "reps", "seconds", "algbw_GBps", "busbw_GBps", "error"])
         for r in rows:
-            gb = (lambda v: "" if v is None else f"{v / 1e9:.9g}")
-            writer.writerow([r["op"], r["bytes"], r["ranks"], r["reps"], f"{r['seconds']:.9g}",
-                             gb(r["algbw"]), gb(r["busbw"]), r["error"] or ""])
+            writer.writerow(
+                [
+                    r["op"],
+                    r["bytes"],
+                    r["ranks"],
+                    r["reps"],
+                    f"{r['seconds']:.9g}",
+                    gigabytes(r["algbw"]),
+                    gigabytes(r["busbw"]),
+                    r["error"] or "",
+                ]
+            )
 
 
 def plot(rows: list[dict], memcpy: float, tcp: float, path: Path) -> None:
@@ -136,3 +170,7 @@ def plot(rows: list[dict], memcpy: float, tcp: float, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def gigabytes(value: float | None) -> str:
+    return "" if value is None else f"{value / 1e9:.9g}"

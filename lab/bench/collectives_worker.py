@@ -36,12 +36,21 @@ def device_copy_ceiling(size: int, device: torch.device) -> dict:
     watch = Stopwatch(device)
     watch.time(lambda: target.copy_(source), 3)
     seconds = watch.time(lambda: target.copy_(source), 20)
-    return {"op": "device_copy", "bytes": size, "ranks": 1, "reps": 20, "seconds": seconds,
-            "algbw": size / seconds, "busbw": 2 * size / seconds, "error": None}
+    return {
+        "op": "device_copy",
+        "bytes": size,
+        "ranks": 1,
+        "reps": 20,
+        "seconds": seconds,
+        "algbw": size / seconds,
+        "busbw": 2 * size / seconds,
+        "error": None,
+    }
 
 
-def buffers(op: str, count: int, rank: int, ranks: int,
-            device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+def buffers(
+    op: str, count: int, rank: int, ranks: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """(input, output or None for in-place ops, the expected result) for `count` float32s, on device
     (the rank's GPU with nccl: nccl moves device memory only)."""
     with torch.device(device):
@@ -50,8 +59,7 @@ def buffers(op: str, count: int, rank: int, ranks: int,
 
 def _buffers(op: str, count: int, rank: int, ranks: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     if op == "all_reduce":
-        return (torch.full((count,), float(rank + 1)), None,
-                torch.full((count,), float(ranks * (ranks + 1) // 2)))
+        return (torch.full((count,), float(rank + 1)), None, torch.full((count,), float(ranks * (ranks + 1) // 2)))
     if op == "all_gather":
         chunk = count // ranks
         expected = torch.arange(1, ranks + 1, dtype=torch.float32).repeat_interleave(chunk)
@@ -108,8 +116,10 @@ class Stopwatch:
         return start.elapsed_time(end) / 1000 / reps
 
 
-def measure(op: str, size: int, rank: int, ranks: int, inject_error: str | None,
-            device: torch.device = torch.device("cpu")) -> dict:
+CPU = torch.device("cpu")
+
+
+def measure(op: str, size: int, rank: int, ranks: int, inject_error: str | None, device: torch.device = CPU) -> dict:
     count = size // 4
     source, output, _ = buffers(op, count, rank, ranks, device)
     watch = Stopwatch(device)
@@ -126,11 +136,22 @@ def measure(op: str, size: int, rank: int, ranks: int, inject_error: str | None,
         result[0] += 1.0
     wrong = int((result != expected).sum().item())
     wrong_anywhere = int(agree_max(wrong, device))
-    row = {"op": op, "bytes": size, "ranks": ranks, "reps": reps, "seconds": seconds,
-           "algbw": algbw(size, seconds), "busbw": busbw(op, size, seconds, ranks), "error": None}
+    row = {
+        "op": op,
+        "bytes": size,
+        "ranks": ranks,
+        "reps": reps,
+        "seconds": seconds,
+        "algbw": algbw(size, seconds),
+        "busbw": busbw(op, size, seconds, ranks),
+        "error": None,
+    }
     if wrong_anywhere:
-        row.update(algbw=None, busbw=None,
-                   error=f"wrong result: up to {wrong_anywhere} of {result.numel()} elements differ on a rank")
+        row.update(
+            algbw=None,
+            busbw=None,
+            error=f"wrong result: up to {wrong_anywhere} of {result.numel()} elements differ on a rank",
+        )
     return row
 
 

@@ -39,8 +39,16 @@ SCRAPE_INTERVAL_S = 2.0
 
 MODELS = {
     "tiny (width 64, batch 8)": ["--steps", "6000", "--ab-monitoring", "2"],
-    "wide (width 16384, batch 256)": ["--steps", "400", "--ab-monitoring", "2", "--width", "16384",
-                                      "--batch-size", "256"],
+    "wide (width 16384, batch 256)": [
+        "--steps",
+        "400",
+        "--ab-monitoring",
+        "2",
+        "--width",
+        "16384",
+        "--batch-size",
+        "256",
+    ],
 }
 MONITORING = {"exporters": False, "exporters + event log": True}
 
@@ -53,16 +61,29 @@ def free_port_block(size: int) -> int:
 
 def trial(model_args: list[str], event_log: bool, tmp: str) -> dict:
     """One trainer run switching its monitoring off and on; its A/B summary."""
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-            f"--log-dir={tmp}/torchrun", script_path("trainer"), *model_args, "--ckpt-every", "0",
-            "--metrics-port-base", str(free_port_block(2))]
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        f"--log-dir={tmp}/torchrun",
+        script_path("trainer"),
+        *model_args,
+        "--ckpt-every",
+        "0",
+        "--metrics-port-base",
+        str(free_port_block(2)),
+    ]
     if event_log:
         argv += ["--events-dir", f"{tmp}/ev-{time.time()}"]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     found = AB_LINE.search(out.stdout)
     if out.returncode != 0 or not found:
-        raise LabError(f"the trainer's monitoring A/B run failed (exit {out.returncode}): "
-                       f"{(out.stderr.strip().splitlines() or ['no output'])[-1]}")
+        raise LabError(
+            f"the trainer's monitoring A/B run failed (exit {out.returncode}): "
+            f"{(out.stderr.strip().splitlines() or ['no output'])[-1]}"
+        )
     return json.loads(found[1])
 
 
@@ -83,10 +104,16 @@ def scrape_ms(samples: int = 200) -> float:
 
 def whole_step_line(figures: dict) -> str:
     """Which whole-step differences stand out of their run's A/A difference (twice over)."""
-    beyond = [f"{name} ({1000 * row['on_minus_off_ms']:+.0f} us)" for name, row in figures.items()
-              if isinstance(row, dict) and abs(row["on_minus_off_ms"]) > 2 * abs(row["aa_ms"])]
-    return ("Whole-step differences hold indirect costs too, resolved only to about their A/A difference; "
-            + ("more than twice it: " + ", ".join(beyond) if beyond else "none is more than twice it") + ".")
+    beyond = [
+        f"{name} ({1000 * row['on_minus_off_ms']:+.0f} us)"
+        for name, row in figures.items()
+        if isinstance(row, dict) and abs(row["on_minus_off_ms"]) > 2 * abs(row["aa_ms"])
+    ]
+    return (
+        "Whole-step differences hold indirect costs too, resolved only to about their A/A difference; "
+        + ("more than twice it: " + ", ".join(beyond) if beyond else "none is more than twice it")
+        + "."
+    )
 
 
 def add_arguments(p) -> None:
@@ -96,10 +123,13 @@ def add_arguments(p) -> None:
 def run(args, out_dir: Path) -> BenchResult:
     if args.trials < 1:
         raise LabError("--trials must be at least 1")
-    lines = [f"2 ranks under torchrun, the trainer unpaced, monitoring switched off and on every 2 steps "
-             f"within each run (`--ab-monitoring 2`); medians of {args.trials} runs:", "",
-             "| model | monitoring | step | in the monitoring calls | share of the step | "
-             "whole step, on - off | A/A |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"2 ranks under torchrun, the trainer unpaced, monitoring switched off and on every 2 steps "
+        f"within each run (`--ab-monitoring 2`); medians of {args.trials} runs:",
+        "",
+        "| model | monitoring | step | in the monitoring calls | share of the step | whole step, on - off | A/A |",
+        "|---|---|---|---|---|---|---|",
+    ]
     figures = {}
     with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
         for model, model_args in MODELS.items():
@@ -107,26 +137,38 @@ def run(args, out_dir: Path) -> BenchResult:
                 runs = []
                 for i in range(args.trials):
                     runs.append(trial(model_args, event_log, tmp))
-                    print(f"{model}, {monitoring}, run {i + 1}: {runs[-1]['monitoring_us']:.1f} us in the "
-                          f"calls, step {runs[-1]['off_ms']:.3f} ms off / {runs[-1]['on_ms']:.3f} ms on",
-                          flush=True)
+                    print(
+                        f"{model}, {monitoring}, run {i + 1}: {runs[-1]['monitoring_us']:.1f} us in the "
+                        f"calls, step {runs[-1]['off_ms']:.3f} ms off / {runs[-1]['on_ms']:.3f} ms on",
+                        flush=True,
+                    )
                 for r in runs:
                     r["on_minus_off_ms"] = r["on_ms"] - r["off_ms"]
-                row = {key: statistics.median(r[key] for r in runs)
-                       for key in ("monitoring_us", "off_ms", "on_minus_off_ms", "aa_ms")}
+                row = {
+                    key: statistics.median(r[key] for r in runs)
+                    for key in ("monitoring_us", "off_ms", "on_minus_off_ms", "aa_ms")
+                }
                 row["share_pct"] = row["monitoring_us"] / (10 * row["off_ms"])
                 row["runs"] = runs
                 figures[f"{model}, {monitoring}"] = row
-                lines.append(f"| {model} | {monitoring} | {row['off_ms']:.3f} ms | {row['monitoring_us']:.1f} us | "
-                             f"{row['share_pct']:.2f}% | {1000 * row['on_minus_off_ms']:+.0f} us | "
-                             f"{1000 * row['aa_ms']:+.0f} us |")
+                lines.append(
+                    f"| {model} | {monitoring} | {row['off_ms']:.3f} ms | {row['monitoring_us']:.1f} us | "
+                    f"{row['share_pct']:.2f}% | {1000 * row['on_minus_off_ms']:+.0f} us | "
+                    f"{1000 * row['aa_ms']:+.0f} us |"
+                )
     figures["scrape_ms"] = scrape_ms()
     worst = max(row["share_pct"] for key, row in figures.items() if key.endswith(", exporters"))
-    lines += ["", f"One /metrics scrape of a rank exporter: {figures['scrape_ms']:.2f} ms (median of 200), "
-              f"every {SCRAPE_INTERVAL_S:g} s: {figures['scrape_ms'] / (10 * SCRAPE_INTERVAL_S):.3f}% "
-              "of a rank's time, at most.",
-              goal_line("the exporters cost under 1% of step time", worst < 1.0,
-                        f"at most {worst:.2f}% of a step, the tiny model's, timed in the monitoring calls"),
-              whole_step_line(figures),
-              "The exercises pace the tiny model to 100 ms a step."]
+    lines += [
+        "",
+        f"One /metrics scrape of a rank exporter: {figures['scrape_ms']:.2f} ms (median of 200), "
+        f"every {SCRAPE_INTERVAL_S:g} s: {figures['scrape_ms'] / (10 * SCRAPE_INTERVAL_S):.3f}% "
+        "of a rank's time, at most.",
+        goal_line(
+            "the exporters cost under 1% of step time",
+            worst < 1.0,
+            f"at most {worst:.2f}% of a step, the tiny model's, timed in the monitoring calls",
+        ),
+        whole_step_line(figures),
+        "The exercises pace the tiny model to 100 ms a step.",
+    ]
     return BenchResult("overhead", this_command(), lines, figures)

@@ -67,12 +67,33 @@ def bare_trial(tmp: Path) -> tuple[float, dict]:
     events, port = tmp / f"bare-events-{time.time()}", free_port()
     # TMPDIR: a killed worker's pytorch-errorfile-*.pickle stays in the bench's own temp dir.
     env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "TMPDIR": str(tmp)}
-    agents = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2", "--max-restarts=2",
-         "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-conf=is_host={int(i == 0)}",
-         f"--log-dir={tmp}/bare-logs-{i}-{port}", script_path("trainer"), *TRAINER_ARGS,
-         "--ckpt-dir", str(events) + "-ckpt", "--events-dir", str(events)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True) for i in range(2)]
+    agents = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes=2",
+                "--nproc-per-node=2",
+                "--max-restarts=2",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{port}",
+                f"--rdzv-conf=is_host={int(i == 0)}",
+                f"--log-dir={tmp}/bare-logs-{i}-{port}",
+                script_path("trainer"),
+                *TRAINER_ARGS,
+                "--ckpt-dir",
+                str(events) + "-ckpt",
+                "--events-dir",
+                str(events),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for i in range(2)
+    ]
     try:
         return kill_and_time(events)
     finally:
@@ -106,13 +127,18 @@ def run(args, out_dir: Path) -> BenchResult:
     lines = [
         f"Kill to the first step after the restart, median of {args.trials} alternating trials "
         f"({args.hosts} hosts, 2 x 2, the trainer, `--max-restarts 2`, bare torchrun with the restart workaround):",
-        "", "| job | median | range |", "|---|---|---|",
+        "",
+        "| job | median | range |",
+        "|---|---|---|",
         f"| lab | {lab_median:.2f} s | {min(lab):.2f}-{max(lab):.2f} |",
-        f"| bare torchrun | {bare_median:.2f} s | {min(bare):.2f}-{max(bare):.2f} |", "",
+        f"| bare torchrun | {bare_median:.2f} s | {min(bare):.2f}-{max(bare):.2f} |",
+        "",
         "The lab's breakdown, medians: " + ", ".join(f"{k} {v:.2f}" for k, v in medians.items()) + " s.",
-        goal_line("recovery faster than bare torchrun, target half its time", lab_median <= bare_median / 2,
-                  f"{100 * lab_median / bare_median:.0f}% of bare torchrun's time"),
+        goal_line(
+            "recovery faster than bare torchrun, target half its time",
+            lab_median <= bare_median / 2,
+            f"{100 * lab_median / bare_median:.0f}% of bare torchrun's time",
+        ),
     ]
-    figures = {"lab_s": lab_median, "bare_s": bare_median, "lab_trials": lab, "bare_trials": bare,
-               "breakdown": medians}
+    figures = {"lab_s": lab_median, "bare_s": bare_median, "lab_trials": lab, "bare_trials": bare, "breakdown": medians}
     return BenchResult("recovery", this_command(), lines, figures)

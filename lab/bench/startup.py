@@ -60,10 +60,21 @@ def lab_down(run_dir: str) -> None:
 
 def bare_torchrun(tmp: str) -> list[list[str]]:
     endpoint = f"127.0.0.1:{free_port()}"
-    return [[sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
-             f"--log-dir={tmp}/torchrun-{i}",
-             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-conf=is_host={int(i == 0)}",
-             script_path("ddp_train")] for i in range(2)]
+    return [
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            "--nproc-per-node=2",
+            f"--log-dir={tmp}/torchrun-{i}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}",
+            f"--rdzv-conf=is_host={int(i == 0)}",
+            script_path("ddp_train"),
+        ]
+        for i in range(2)
+    ]
 
 
 def docker_ready() -> bool:
@@ -88,16 +99,19 @@ def run(args, out_dir: Path) -> BenchResult:
     bare = "bare torchrun (loopback)"
     with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
         run_dir = f"{tmp}/run"
-        variants = {bare: lambda: bare_torchrun(tmp),
-                    "lab up (loopback, no Prometheus)": lambda: lab_up(run_dir, "--hosts", "loopback",
-                                                                       "--prometheus", "off")}
+        variants = {
+            bare: lambda: bare_torchrun(tmp),
+            "lab up (loopback, no Prometheus)": lambda: lab_up(run_dir, "--hosts", "loopback", "--prometheus", "off"),
+        }
         if os.geteuid() == 0:
-            variants["lab up (netns hosts, no Prometheus)"] = lambda: lab_up(run_dir, "--hosts", "netns",
-                                                                            "--prometheus", "off")
+            variants["lab up (netns hosts, no Prometheus)"] = lambda: lab_up(
+                run_dir, "--hosts", "netns", "--prometheus", "off"
+            )
             variants["lab up (netns hosts, Prometheus)"] = lambda: lab_up(run_dir, "--hosts", "netns")
         if docker_ready():
-            variants["lab up --runtime docker (no Prometheus)"] = lambda: lab_up(run_dir, "--runtime", "docker",
-                                                                                "--prometheus", "off")
+            variants["lab up --runtime docker (no Prometheus)"] = lambda: lab_up(
+                run_dir, "--runtime", "docker", "--prometheus", "off"
+            )
             variants["lab up --runtime docker (Prometheus)"] = lambda: lab_up(run_dir, "--runtime", "docker")
         times: dict[str, list[float]] = {name: [] for name in variants}
         for trial in range(args.trials):
@@ -109,16 +123,27 @@ def run(args, out_dir: Path) -> BenchResult:
                         lab_down(run_dir)
                 print(f"trial {trial + 1}: {name}: {times[name][-1]:.2f} s", flush=True)
     base = statistics.median(times[bare])
-    lines = [f"Seconds from the launch command to the first step, median of {args.trials} interleaved trials, "
-             "the lesson's script on 2 nodes x 2 processes:", "",
-             "| how | median | range | against bare torchrun |", "|---|---|---|---|"]
+    lines = [
+        f"Seconds from the launch command to the first step, median of {args.trials} interleaved trials, "
+        "the lesson's script on 2 nodes x 2 processes:",
+        "",
+        "| how | median | range | against bare torchrun |",
+        "|---|---|---|---|",
+    ]
     figures = {}
     for name, values in times.items():
         median = statistics.median(values)
         figures[name] = {"median_s": median, "trials": values}
-        lines.append(f"| {name} | {median:.2f} s | {min(values):.2f}-{max(values):.2f} | "
-                     f"{100 * (median / base - 1):+.1f}% |")
+        lines.append(
+            f"| {name} | {median:.2f} s | {min(values):.2f}-{max(values):.2f} | {100 * (median / base - 1):+.1f}% |"
+        )
     worst = max(statistics.median(v) for n, v in times.items() if n != bare)
-    lines += ["", goal_line("start-up within 20% of bare torchrun", worst <= 1.2 * base,
-                            f"slowest lab variant {100 * (worst / base - 1):+.1f}%")]
+    lines += [
+        "",
+        goal_line(
+            "start-up within 20% of bare torchrun",
+            worst <= 1.2 * base,
+            f"slowest lab variant {100 * (worst / base - 1):+.1f}%",
+        ),
+    ]
     return BenchResult("startup", this_command(), lines, figures)

@@ -86,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 -- the CLI's promise: one line, never a traceback
         if os.environ.get("LAB_DEBUG"):
             raise
-        print(f"lab {args.command}: error: {printable(one_line(e))} (LAB_DEBUG=1 shows the traceback)",
-              file=sys.stderr)
+        print(f"lab {args.command}: error: {printable(one_line(e))} (LAB_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1
     finally:
         for sig, handler in previous.items():

@@ -33,8 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     verbs.add_parser("list", help="list the exercises").set_defaults(handler=handle_list)
     explain_parser = verbs.add_parser("explain", help="the hypothesis, the command and what to watch")
     explain_parser.add_argument("name")
-    explain_parser.add_argument("--depth", choices=DEPTHS,
-                                help="lesson exercises: the explanation for a beginner, a developer or a researcher")
+    explain_parser.add_argument(
+        "--depth", choices=DEPTHS, help="lesson exercises: the explanation for a beginner, a developer or a researcher"
+    )
     explain_parser.set_defaults(handler=handle_explain)
     run = verbs.add_parser("run", help="run one exercise; exit 0 on pass, 1 on fail")
     names = run.add_subparsers(dest="name", required=True, metavar="NAME", parser_class=type(parser))
@@ -53,8 +54,11 @@ def add_exercise_parser(names: argparse._SubParsersAction, name: str, module: Mo
         add_all(parser, (TARGET_RANK, AT_STEP, TORCH_DEFAULTS, *exercises.own_options(module)))
         runtimes.add_options(parser, drills_only=True, default="local")
         # A drill needs no Prometheus unless its verdict reads it.
-        parser.set_defaults(handler=handle_drill, exercise=module,
-                            monitoring="on" if getattr(module, "NEEDS_PROMETHEUS", False) else "off")
+        parser.set_defaults(
+            handler=handle_drill,
+            exercise=module,
+            monitoring="on" if getattr(module, "NEEDS_PROMETHEUS", False) else "off",
+        )
     REPORT_DIR.add_to(parser)
     add_run_dir_option(parser)
 

@@ -19,8 +19,9 @@ def resolve_script(script: str) -> str:
     return str(path.resolve())
 
 
-def start(args: argparse.Namespace, script: str, script_args: list[str],
-          log: Log = print) -> tuple[Runtime, Topology, list[Node]] | None:
+def start(
+    args: argparse.Namespace, script: str, script_args: list[str], log: Log = print
+) -> tuple[Runtime, Topology, list[Node]] | None:
     """Start the job; returns (runtime, topology, nodes), or None after a dry run."""
     topology = topology_from_args(args)
     script = resolve_script(script)
@@ -35,6 +36,8 @@ def start(args: argparse.Namespace, script: str, script_args: list[str],
         runtime.down(grace_s=2.0)
         raise
     for node in nodes:
-        log(f"started {node.name} at {node.address} ({runtime.describe(node)}), {topology.nproc_per_node} "
-            f"workers; log {node.log_path}")
+        log(
+            f"started {node.name} at {node.address} ({runtime.describe(node)}), {topology.nproc_per_node} "
+            f"workers; log {node.log_path}"
+        )
     return runtime, topology, nodes

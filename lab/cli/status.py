@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-
 from pathlib import Path
 
 from lab import runtimes
 from lab.cli.options import add_run_dir_option
-from lab.options import run_dir_from_args
 from lab.health import prometheus, report
+from lab.options import run_dir_from_args
 
 
 def register(sub) -> None:
@@ -25,9 +24,11 @@ def handle(args: argparse.Namespace) -> int:
         print("no lab is running")
         return 3
     topo = state["topology"]
-    print(f"runtime {state['runtime']} ({state['hosts']} hosts), {topo['nodes']} nodes x "
-          f"{topo['nproc_per_node']} workers, {topo['backend']}, rendezvous "
-          f"{topo['rdzv_backend']} at {topo['rdzv_host']}:{topo['rdzv_port']}")
+    print(
+        f"runtime {state['runtime']} ({state['hosts']} hosts), {topo['nodes']} nodes x "
+        f"{topo['nproc_per_node']} workers, {topo['backend']}, rendezvous "
+        f"{topo['rdzv_backend']} at {topo['rdzv_host']}:{topo['rdzv_port']}"
+    )
     print(f"script {state['script']} {' '.join(state['script_args'])}".rstrip())
     for node in runtimes.create(state["runtime"], run_dir).attach():
         code = node.exit_code()
@@ -39,7 +40,8 @@ def handle(args: argparse.Namespace) -> int:
 
 def print_health(url: str | None, run_path: Path) -> None:
     if not url:
-        print(f"no Prometheus for this lab ({prometheus.INSTALL_HINT if prometheus.binary() is None else 'started with --prometheus off'})")
+        why = prometheus.INSTALL_HINT if prometheus.binary() is None else "started with --prometheus off"
+        print(f"no Prometheus for this lab ({why})")
         return
     prom = prometheus.Prometheus(run_path / "prometheus", port=int(url.rsplit(":", 1)[1]))
     try:
@@ -49,6 +51,12 @@ def print_health(url: str | None, run_path: Path) -> None:
         return
     print(f"health from Prometheus at {url}:")
     for agent in agents:
-        print(f"  agent {agent['node']}: {'up' if agent['up'] == 1 else 'DOWN'}, worker group "
-              f"{agent['state']}, restarts used {agent['restarts_used']}")
-    print(report.format_ranks(ranks) if ranks else "  no rank exporter has registered (the trainer workload has them; ddp_train does not)")
+        print(
+            f"  agent {agent['node']}: {'up' if agent['up'] == 1 else 'DOWN'}, worker group "
+            f"{agent['state']}, restarts used {agent['restarts_used']}"
+        )
+    print(
+        report.format_ranks(ranks)
+        if ranks
+        else "  no rank exporter has registered (the trainer workload has them; ddp_train does not)"
+    )

@@ -9,19 +9,26 @@ from lab.cli.options import add_topology_options
 from lab.cli.starting import start
 from lab.workloads import script_path
 
-
 WORKLOADS = ("ddp_train", "trainer", "broadcast_demo")
 
 
 def register(sub) -> None:
     parser = sub.add_parser("up", help="start the lab and run the lesson's 2-node DDP job")
     add_topology_options(parser)
-    parser.add_argument("--workload", choices=WORKLOADS, default="ddp_train",
-                        help="what the ranks run (default: the lesson's ddp_train)")
-    parser.add_argument("--detach", action="store_true",
-                        help="return once the job is started; watch it with `lab status`")
-    parser.add_argument("workload_args", nargs=argparse.REMAINDER,
-                        help="arguments for the workload after --, e.g. -- --steps 500 --step-time 0.1")
+    parser.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default="ddp_train",
+        help="what the ranks run (default: the lesson's ddp_train)",
+    )
+    parser.add_argument(
+        "--detach", action="store_true", help="return once the job is started; watch it with `lab status`"
+    )
+    parser.add_argument(
+        "workload_args",
+        nargs=argparse.REMAINDER,
+        help="arguments for the workload after --, e.g. -- --steps 500 --step-time 0.1",
+    )
     parser.set_defaults(handler=handle)
 
 

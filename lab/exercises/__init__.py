@@ -67,7 +67,7 @@ def load(name: str) -> ModuleType:
 
 
 def kind(module: ModuleType) -> str:
-    """"drill" (breaks one running job) or "lesson" (runs small jobs and compares them)."""
+    """ "drill" (breaks one running job) or "lesson" (runs small jobs and compares them)."""
     return str(getattr(module, "KIND", "drill"))
 
 
@@ -81,8 +81,10 @@ def options_from_args(drill: ModuleType, args: argparse.Namespace) -> DrillOptio
     options = DrillOptions(
         target_rank=drill.DEFAULT_TARGET_RANK if args.target_rank is None else args.target_rank,
         at_step=drill.DEFAULT_AT_STEP if args.at_step is None else args.at_step,
-        target_rank_chosen=chosen, torch_defaults=args.torch_defaults,
-        own={o.name: getattr(args, o.name) for o in own_options(drill)})
+        target_rank_chosen=chosen,
+        torch_defaults=args.torch_defaults,
+        own={o.name: getattr(args, o.name) for o in own_options(drill)},
+    )
     world = drill.topology(options).world_size
     if not 0 <= options.target_rank < world:
         raise LabError(f"--target-rank must be in [0, {world}) for {drill.NAME}; got {options.target_rank}")

@@ -30,8 +30,13 @@ STEPS, PG_TIMEOUT_S = 60, 60
 
 
 def topology(options) -> Topology:
-    return Topology(nodes=2, nproc_per_node=2, pg_timeout_s=PG_TIMEOUT_S, distributed_debug="DETAIL",
-                    torch_defaults=options.torch_defaults)
+    return Topology(
+        nodes=2,
+        nproc_per_node=2,
+        pg_timeout_s=PG_TIMEOUT_S,
+        distributed_debug="DETAIL",
+        torch_defaults=options.torch_defaults,
+    )
 
 
 def trainer_args(options) -> list[str]:
@@ -55,6 +60,9 @@ def run(drill, options) -> Report:
     report.check("the job failed", any(c != 0 for c in codes.values()), f"exit codes {codes}")
     report.check("the error names the mismatch", named is not None, named[0][:300] if named else "no such error")
     seconds = report.facts["seconds_to_failure"]
-    report.check(f"it failed fast, not at the {PG_TIMEOUT_S} s timeout", seconds is not None and seconds < PG_TIMEOUT_S / 2,
-                 f"{seconds or 0:.1f} s after the injection")
+    report.check(
+        f"it failed fast, not at the {PG_TIMEOUT_S} s timeout",
+        seconds is not None and seconds < PG_TIMEOUT_S / 2,
+        f"{seconds or 0:.1f} s after the injection",
+    )
     return report

@@ -50,10 +50,14 @@ def run(drill, options) -> Report:
     report.facts["lost_steps"] = reached - loaded[0] if loaded else None
     report.facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir), kill["time"])
     report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
-    report.check("the damaged checkpoint was detected", bool(invalid) and invalid[0]["path"] == damaged["result"],
-                 invalid[0]["reason"] if invalid else "no checkpoint_invalid event")
+    report.check(
+        "the damaged checkpoint was detected",
+        bool(invalid) and invalid[0]["path"] == damaged["result"],
+        invalid[0]["reason"] if invalid else "no checkpoint_invalid event",
+    )
     previous = saved[-2] if len(saved) >= 2 else None
-    report.check("resumed from the previous checkpoint", loaded[:1] == [previous],
-                 f"saved {saved[-2:]}, loaded {loaded[:1]}")
+    report.check(
+        "resumed from the previous checkpoint", loaded[:1] == [previous], f"saved {saved[-2:]}, loaded {loaded[:1]}"
+    )
     observe.check_matches_reference(report, drill, events, trainer_args(options))
     return report

@@ -120,17 +120,30 @@ class Drill:
 
     def wait_job(self, timeout_s: float) -> dict[str, int]:
         def codes():
-            found = {name: ray_get(agent.exit_code.remote(), 60, f"{name}'s exit status")
-                     for name, agent in self.agents.items()}
+            found = {
+                name: ray_get(agent.exit_code.remote(), 60, f"{name}'s exit status")
+                for name, agent in self.agents.items()
+            }
             return found if all(c is not None for c in found.values()) else None
+
         return self.wait_for(codes, timeout_s, "the job to end")
 
     def reference_checksums(self, trainer_args: list[str]) -> set[str]:
         """Final weights of an uninterrupted, unpaced run of the same job, in its own directories."""
         self.progress("running the uninterrupted reference")
         ref = self.runtime.run_dir.path / "reference"
-        self.rerun([*trainer_args, "--step-time", "0", "--ckpt-dir", str(ref / "checkpoints"),
-                    "--events-dir", str(ref / "events")], run_name="reference")
+        self.rerun(
+            [
+                *trainer_args,
+                "--step-time",
+                "0",
+                "--ckpt-dir",
+                str(ref / "checkpoints"),
+                "--events-dir",
+                str(ref / "events"),
+            ],
+            run_name="reference",
+        )
         self.wait_job(240)
         return observe.final_checksums(list(read_events(ref / "events")))
 
@@ -142,8 +155,14 @@ class Drill:
             node.start(self.runtime.node_argv(topology, node, script_path("trainer"), trainer_args))
 
 
-def run_drill(exercise: ModuleType, options: DrillOptions, runtime: Runtime, ray_address: str | None = None,
-              on_report: Callable[[Report, Drill], None] | None = None, out: TextIO = sys.stdout) -> Report:
+def run_drill(
+    exercise: ModuleType,
+    options: DrillOptions,
+    runtime: Runtime,
+    ray_address: str | None = None,
+    on_report: Callable[[Report, Drill], None] | None = None,
+    out: TextIO = sys.stdout,
+) -> Report:
     """Bring the lab up on runtime, run exercise.run(drill, options), hand the report to
     on_report(report, drill) while the events still exist, then tear everything down. Ray
     drives the drill: the cluster at ray_address, else a local instance of the drill's own."""
@@ -170,16 +189,30 @@ def run_drill(exercise: ModuleType, options: DrillOptions, runtime: Runtime, ray
             connect(ray_address)
         else:
             # A fresh local instance of this drill's own, reachable on loopback only.
-            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False, _temp_dir=ray_tmp, _node_ip_address="127.0.0.1")
+            ray.init(
+                address="local",
+                num_cpus=2,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+                _temp_dir=ray_tmp,
+                _node_ip_address="127.0.0.1",
+            )
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         workload = script_path(getattr(exercise, "WORKLOAD", "trainer"))
         topology, nodes = runtime.up(topology, workload, exercise.trainer_args(options))
         actor = ray.remote(num_cpus=0)(NodeAgent)
         agents = {n.name: actor.remote(str(run_dir.path), n.name) for n in nodes}
-        drill = Drill(runtime=runtime, topology=topology, agents=agents, events_dir=run_dir.path / "events",
-                      ckpt_dir=run_dir.path / "checkpoints", ray=ray, out=out)
+        drill = Drill(
+            runtime=runtime,
+            topology=topology,
+            agents=agents,
+            events_dir=run_dir.path / "events",
+            ckpt_dir=run_dir.path / "checkpoints",
+            ray=ray,
+            out=out,
+        )
         drill.progress(f"{exercise.NAME}: {len(nodes)} nodes x {topology.nproc_per_node} workers up")
         report = exercise.run(drill, options)
         if on_report:

@@ -31,8 +31,9 @@ NEEDS_PROMETHEUS = True
 
 
 def topology(options) -> Topology:
-    return Topology(nodes=2, nproc_per_node=2, max_restarts=1, pg_timeout_s=PG_TIMEOUT_S,
-                    torch_defaults=options.torch_defaults)
+    return Topology(
+        nodes=2, nproc_per_node=2, max_restarts=1, pg_timeout_s=PG_TIMEOUT_S, torch_defaults=options.torch_defaults
+    )
 
 
 def trainer_args(options) -> list[str]:
@@ -47,7 +48,9 @@ def run(drill, options) -> Report:
     prom = drill.runtime.prometheus
     seen_down = drill.wait_for(
         lambda: any(s["value"] == 0 for s in prom.query(f'up{{job="lab-ranks", rank="{target}"}}')) and time.time(),
-        30, f"Prometheus to see rank {target} down")
+        30,
+        f"Prometheus to see rank {target} down",
+    )
     codes = drill.wait_job(240)
     events = drill.events()
     agents = observe.agent_events(drill.events_dir)
@@ -57,18 +60,28 @@ def run(drill, options) -> Report:
     report.facts["recovery"] = observe.recovery_breakdown(events, agents, fault["time"])
     report.facts["seconds_until_prometheus_saw_it"] = seen_down - fault["time"]
     report.facts["seconds_until_the_timeout_fired"] = detected - fault["time"] if detected else None
-    report.check("Prometheus saw the frozen rank down before the group restarted",
-                 first_step is None or seen_down < first_step, f"{seen_down - fault['time']:.1f} s after the freeze")
+    report.check(
+        "Prometheus saw the frozen rank down before the group restarted",
+        first_step is None or seen_down < first_step,
+        f"{seen_down - fault['time']:.1f} s after the freeze",
+    )
     waited = report.facts["seconds_until_the_timeout_fired"]
-    report.check(f"the {PG_TIMEOUT_S} s process-group timeout, not gloo's 30 minutes, ended the wait",
-                 waited is not None and waited < PG_TIMEOUT_S + 15, f"failure detected after {waited or 0:.1f} s")
+    report.check(
+        f"the {PG_TIMEOUT_S} s process-group timeout, not gloo's 30 minutes, ended the wait",
+        waited is not None and waited < PG_TIMEOUT_S + 15,
+        f"failure detected after {waited or 0:.1f} s",
+    )
     loaded = [e["step"] for e in events if e["event"] == "checkpoint_loaded" and e["restart"] == 1 and e["rank"] == 0]
-    report.check("the group restarted and resumed from a checkpoint",
-                 report.facts["restarts"] == 1 and bool(loaded), f"restarts {report.facts['restarts']}, loaded {loaded[:1]}")
+    report.check(
+        "the group restarted and resumed from a checkpoint",
+        report.facts["restarts"] == 1 and bool(loaded),
+        f"restarts {report.facts['restarts']}, loaded {loaded[:1]}",
+    )
     report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
     observe.check_matches_reference(report, drill, events, trainer_args(options))
     report.explanation = (
         f"the peers' all-reduce timed out after the {PG_TIMEOUT_S} s process-group timeout; the frozen "
         "worker cannot handle SIGTERM, so its agent waits torchrun's 30 s before SIGKILL, and the other "
-        "agents wait that long in the next rendezvous round")
+        "agents wait that long in the next rendezvous round"
+    )
     return report

@@ -35,8 +35,14 @@ OPTIONS = (Option("--elastic", "an elastic job (--nnodes=1:N): the survivors car
 
 def topology(options) -> Topology:
     elastic = options.own.get("elastic", False)
-    return Topology(nodes=2, nproc_per_node=2, max_restarts=2, min_nodes=1 if elastic else None,
-                    last_call_timeout_s=5, torch_defaults=options.torch_defaults)
+    return Topology(
+        nodes=2,
+        nproc_per_node=2,
+        max_restarts=2,
+        min_nodes=1 if elastic else None,
+        last_call_timeout_s=5,
+        torch_defaults=options.torch_defaults,
+    )
 
 
 def trainer_args(options) -> list[str]:
@@ -57,9 +63,13 @@ def run(drill, options) -> Report:
     fault = drill.inject(node, "kill_node")
     elastic = drill.topology.min_nodes is not None
     if not elastic:
-        drill.wait_for(lambda: observe.first_time(observe.agent_events(drill.events_dir), fault["time"],
-                                                  lambda r: r["name"] == "lab.failure_detected"),
-                       60, "the surviving agent to notice")
+        drill.wait_for(
+            lambda: observe.first_time(
+                observe.agent_events(drill.events_dir), fault["time"], lambda r: r["name"] == "lab.failure_detected"
+            ),
+            60,
+            "the surviving agent to notice",
+        )
         drill.inject(node, "restart")
     codes = drill.wait_job(240)
     events = drill.events()
@@ -69,19 +79,24 @@ def run(drill, options) -> Report:
     report.facts["restarts"] = observe.restarts(events)
     report.facts["lost_steps"] = reached - loaded[0] if loaded else None
     report.facts["world_size_after"] = worlds
-    report.facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir),
-                                                          fault["time"])
-    report.check("resumed from the newest checkpoint", bool(loaded) and bool(saved) and loaded[0] == max(saved),
-                 f"newest before the kill {max(saved, default=None)}, loaded {loaded[:1]}")
+    report.facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir), fault["time"])
+    report.check(
+        "resumed from the newest checkpoint",
+        bool(loaded) and bool(saved) and loaded[0] == max(saved),
+        f"newest before the kill {max(saved, default=None)}, loaded {loaded[:1]}",
+    )
     if elastic:
         survivor = "node0"
         report.check("the survivor finished the job", codes.get(survivor) == 0, f"exit codes {codes}")
         report.check("the job carried on with fewer ranks", worlds == [2], f"world size after the kill: {worlds}")
-        report.explanation = ("an elastic job (--nnodes=1:2) closes its next rendezvous round after the last call "
-                              "with the nodes it has; the survivors resume from the checkpoint with world size 2")
+        report.explanation = (
+            "an elastic job (--nnodes=1:2) closes its next rendezvous round after the last call "
+            "with the nodes it has; the survivors resume from the checkpoint with world size 2"
+        )
     else:
-        report.check("the job succeeded once the node was back", all(c == 0 for c in codes.values()),
-                     f"exit codes {codes}")
+        report.check(
+            "the job succeeded once the node was back", all(c == 0 for c in codes.values()), f"exit codes {codes}"
+        )
         report.check("the restarted group had all 4 ranks again", worlds == [4], f"world size after: {worlds}")
         observe.check_matches_reference(report, drill, events, trainer_args(options))
     return report

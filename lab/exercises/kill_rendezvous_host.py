@@ -40,13 +40,23 @@ STEPS, CKPT_EVERY = 60, 10
 STORE_ERROR = re.compile(r"(RendezvousConnectionError[^\n]*|The connection to the C10d store has failed[^\n]*)")
 # How long the drill leaves node0 dead under etcd-v2: past the moment c10d's survivor failed.
 DOWN_S = 10
-OPTIONS = (RDZV_BACKEND.but(choices=("c10d", "etcd-v2"), default="c10d",
-                            help="where the rendezvous lives (etcd-v2: a lab-run etcd on the host; default c10d)"),)
+OPTIONS = (
+    RDZV_BACKEND.but(
+        choices=("c10d", "etcd-v2"),
+        default="c10d",
+        help="where the rendezvous lives (etcd-v2: a lab-run etcd on the host; default c10d)",
+    ),
+)
 
 
 def topology(options) -> Topology:
-    return Topology(nodes=2, nproc_per_node=2, max_restarts=2, torch_defaults=options.torch_defaults,
-                    rdzv_backend=options.own.get("rdzv_backend", "c10d"))
+    return Topology(
+        nodes=2,
+        nproc_per_node=2,
+        max_restarts=2,
+        torch_defaults=options.torch_defaults,
+        rdzv_backend=options.own.get("rdzv_backend", "c10d"),
+    )
 
 
 def trainer_args(options) -> list[str]:
@@ -66,20 +76,32 @@ def run(drill, options) -> Report:
     error = STORE_ERROR.search(log)
     report.facts.update(restarts=observe.restarts(events), lost_steps=None, final_weights_match_reference=False)
     report.check("the surviving node failed too", codes.get(survivor.name, 0) != 0, f"exit codes {codes}")
-    report.check("because it could not reach the rendezvous store", error is not None,
-                 error[0][:200] if error else "no store error in the log")
-    report.check("no worker group ever started again",
-                 not any(e["event"] == "rendezvous_done" and e["restart"] > 0 for e in events))
-    report.explanation = ("c10d rendezvous keeps its store in node0's agent: with node0 gone, the next round has "
-                          "nowhere to meet, so the restarts left are useless")
+    report.check(
+        "because it could not reach the rendezvous store",
+        error is not None,
+        error[0][:200] if error else "no store error in the log",
+    )
+    report.check(
+        "no worker group ever started again",
+        not any(e["event"] == "rendezvous_done" and e["restart"] > 0 for e in events),
+    )
+    report.explanation = (
+        "c10d rendezvous keeps its store in node0's agent: with node0 gone, the next round has "
+        "nowhere to meet, so the restarts left are useless"
+    )
     return report
 
 
 def judge_etcd(drill, report: Report, fault: dict, survivor) -> Report:
-    joining = drill.wait_for(lambda: observe.first_time(
-        observe.agent_events(drill.events_dir), fault["time"],
-        lambda r: r["node"] == survivor.name and "attempts to join" in r["message"]), 60,
-        "the survivor's agent to open the next round")
+    joining = drill.wait_for(
+        lambda: observe.first_time(
+            observe.agent_events(drill.events_dir),
+            fault["time"],
+            lambda r: r["node"] == survivor.name and "attempts to join" in r["message"],
+        ),
+        60,
+        "the survivor's agent to open the next round",
+    )
     time.sleep(max(0.0, joining + DOWN_S - time.time()))
     waiting = survivor.exit_code() is None
     drill.progress(f"after {time.time() - fault['time']:.0f}s the survivor is {'waiting' if waiting else 'gone'}")
@@ -88,15 +110,22 @@ def judge_etcd(drill, report: Report, fault: dict, survivor) -> Report:
     events = drill.events()
     saved, reached, loaded = observe.checkpoint_progress(events, fault["time"])
     error = STORE_ERROR.search(survivor.log_path.read_text(errors="replace"))
-    report.facts.update(restarts=observe.restarts(events), lost_steps=reached - loaded[0] if loaded else None,
-                        recovery=observe.recovery_breakdown(events, observe.agent_events(drill.events_dir),
-                                                            fault["time"]))
+    report.facts.update(
+        restarts=observe.restarts(events),
+        lost_steps=reached - loaded[0] if loaded else None,
+        recovery=observe.recovery_breakdown(events, observe.agent_events(drill.events_dir), fault["time"]),
+    )
     report.check(f"the survivor waited in the next round while node0 was down ({DOWN_S} s and more)", waiting)
     report.check("its log has no store error", error is None, error[0][:200] if error else "")
     report.check("the job succeeded once node0 came back", all(c == 0 for c in codes.values()), f"exit codes {codes}")
-    report.check("resumed from the newest checkpoint", bool(loaded) and bool(saved) and loaded[0] == max(saved),
-                 f"newest before the kill {max(saved, default=None)}, loaded {loaded[:1]}")
+    report.check(
+        "resumed from the newest checkpoint",
+        bool(loaded) and bool(saved) and loaded[0] == max(saved),
+        f"newest before the kill {max(saved, default=None)}, loaded {loaded[:1]}",
+    )
     observe.check_matches_reference(report, drill, events, trainer_args(None))
-    report.explanation = ("etcd-v2 keeps the rendezvous in etcd, outside every node: the survivor's agent waits "
-                          "there (up to the join timeout) and the job re-forms when node0 returns")
+    report.explanation = (
+        "etcd-v2 keeps the rendezvous in etcd, outside every node: the survivor's agent waits "
+        "there (up to the join timeout) and the job re-forms when node0 returns"
+    )
     return report

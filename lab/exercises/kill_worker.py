@@ -41,8 +41,13 @@ LATE_START_S = 4.0
 
 def topology(options) -> Topology:
     # --torch-defaults: a failing round waits the process-group timeout in gloo's connect retry.
-    return Topology(nodes=2, nproc_per_node=2, max_restarts=2, torch_defaults=options.torch_defaults,
-                    pg_timeout_s=10 if options.torch_defaults else Topology.pg_timeout_s)
+    return Topology(
+        nodes=2,
+        nproc_per_node=2,
+        max_restarts=2,
+        torch_defaults=options.torch_defaults,
+        pg_timeout_s=10 if options.torch_defaults else Topology.pg_timeout_s,
+    )
 
 
 def trainer_args(options) -> list[str]:
@@ -66,16 +71,22 @@ def run(drill, options) -> Report:
     saved, reached, loaded = observe.checkpoint_progress(events, fault["time"])
     report.facts["restarts"] = observe.restarts(events)
     report.facts["lost_steps"] = reached - loaded[0] if loaded else None
-    report.facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir),
-                                                          fault["time"])
+    report.facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir), fault["time"])
     report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
-    report.check("the worker group restarted once", report.facts["restarts"] == 1,
-                 f"restart count {report.facts['restarts']}")
-    report.check("resumed from the newest checkpoint", bool(loaded) and bool(saved) and loaded[0] == max(saved),
-                 f"newest before the kill: {max(saved, default=None)}, loaded: {loaded[:1]}")
+    report.check(
+        "the worker group restarted once", report.facts["restarts"] == 1, f"restart count {report.facts['restarts']}"
+    )
+    report.check(
+        "resumed from the newest checkpoint",
+        bool(loaded) and bool(saved) and loaded[0] == max(saved),
+        f"newest before the kill: {max(saved, default=None)}, loaded: {loaded[:1]}",
+    )
     lost = report.facts["lost_steps"]
-    report.check(f"lost at most one checkpoint interval ({CKPT_EVERY} steps)",
-                 lost is not None and 0 <= lost <= CKPT_EVERY, f"lost {lost} steps")
+    report.check(
+        f"lost at most one checkpoint interval ({CKPT_EVERY} steps)",
+        lost is not None and 0 <= lost <= CKPT_EVERY,
+        f"lost {lost} steps",
+    )
 
     observe.check_matches_reference(report, drill, events, trainer_args(options))
     return report
@@ -88,11 +99,13 @@ def judge_torch_defaults(drill, report: Report, codes: dict, events: list[dict])
     report.facts["final_weights_match_reference"] = False
     report.check("with torch's defaults the job fails", any(c != 0 for c in codes.values()), f"exit codes {codes}")
     report.check("the restarted workers failed in connectFullMesh", "connectFullMesh" in logs)
-    report.check("no restarted group ever completed a step",
-                 not any(e["event"] == "step" and e["restart"] > 0 for e in events))
+    report.check(
+        "no restarted group ever completed a step", not any(e["event"] == "step" and e["restart"] > 0 for e in events)
+    )
     report.explanation = (
         "torchrun shares its rendezvous TCPStore with the workers; the restarted group reads the previous "
         f"round's gloo addresses from it and cannot connect (pytorch/pytorch#135712); node0's restarted "
         f"workers started {LATE_START_S:.0f} s late, so their peers always read a stale address. lab.node.launch sets "
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 to give every round a fresh store.")
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 to give every round a fresh store."
+    )
     return report

@@ -16,8 +16,15 @@ def agent_events(events_dir: Path) -> list[dict]:
             except json.JSONDecodeError:
                 continue
             event = record.get("torchelastic", {})
-            records.append({"time": record["time"], "node": record["node"], "name": event.get("name", ""),
-                            "message": event.get("message", ""), "event": event})
+            records.append(
+                {
+                    "time": record["time"],
+                    "node": record["node"],
+                    "name": event.get("name", ""),
+                    "message": event.get("message", ""),
+                    "event": event,
+                }
+            )
     return sorted(records, key=lambda r: r["time"])
 
 
@@ -41,9 +48,15 @@ def recovery_breakdown(events: list[dict], agents: list[dict], fault_time: float
     ready = first_time(events, joined or fault_time, lambda e: e["event"] == "rendezvous_done")
     loaded = first_time(events, ready or fault_time, lambda e: e["event"] in ("checkpoint_loaded", "no_checkpoint"))
     first_step = first_time(events, loaded or ready or fault_time, lambda e: e["event"] == "step")
-    stages = [("detect", fault_time, detect), ("teardown", detect, join), ("rendezvous", join, joined),
-              ("worker_init", joined, ready), ("checkpoint_load", ready, loaded), ("first_step", loaded, first_step),
-              ("total", fault_time, first_step)]
+    stages = [
+        ("detect", fault_time, detect),
+        ("teardown", detect, join),
+        ("rendezvous", join, joined),
+        ("worker_init", joined, ready),
+        ("checkpoint_load", ready, loaded),
+        ("first_step", loaded, first_step),
+        ("total", fault_time, first_step),
+    ]
     return {name: (end - start if start is not None and end is not None else None) for name, start, end in stages}
 
 
@@ -53,8 +66,9 @@ def checkpoint_progress(events: list[dict], fault_time: float) -> tuple[list[int
     before = [e for e in events if e["time"] < fault_time]
     saved = sorted(e["step"] for e in before if e["event"] == "checkpoint_saved")
     reached = max((e["step"] for e in before if e["event"] == "step"), default=0)
-    loaded = [e["step"] for e in events
-              if e["time"] > fault_time and e["event"] == "checkpoint_loaded" and e["rank"] == 0]
+    loaded = [
+        e["step"] for e in events if e["time"] > fault_time and e["event"] == "checkpoint_loaded" and e["rank"] == 0
+    ]
     return saved, reached, loaded
 
 
@@ -71,5 +85,6 @@ def check_matches_reference(report, drill, events: list[dict], trainer_args: lis
     final, reference = final_checksums(events), drill.reference_checksums(trainer_args)
     match = len(final) == 1 and final == reference
     report.facts["final_weights_match_reference"] = match
-    return report.check("final weights bit-identical to an uninterrupted run", match,
-                        f"{sorted(final)} vs {sorted(reference)}")
+    return report.check(
+        "final weights bit-identical to an uninterrupted run", match, f"{sorted(final)} vs {sorted(reference)}"
+    )

@@ -34,8 +34,9 @@ STEPS, CKPT_EVERY, PG_TIMEOUT_S, HOLD_S = 60, 10, 10, 20.0
 
 
 def topology(options) -> Topology:
-    return Topology(nodes=2, nproc_per_node=2, max_restarts=2, pg_timeout_s=PG_TIMEOUT_S,
-                    torch_defaults=options.torch_defaults)
+    return Topology(
+        nodes=2, nproc_per_node=2, max_restarts=2, pg_timeout_s=PG_TIMEOUT_S, torch_defaults=options.torch_defaults
+    )
 
 
 def trainer_args(options) -> list[str]:
@@ -53,25 +54,39 @@ def run(drill, options) -> Report:
     events, agents = drill.events(), observe.agent_events(drill.events_dir)
     detected = {}
     for name in sorted({a["node"] for a in agents}):
-        t = observe.first_time([a for a in agents if a["node"] == name], fault["time"],
-                               lambda r: r["name"] == "lab.failure_detected")
+        t = observe.first_time(
+            [a for a in agents if a["node"] == name], fault["time"], lambda r: r["name"] == "lab.failure_detected"
+        )
         detected[name] = round(t - fault["time"], 2) if t else None
     logs = "".join(n.log_path.read_text(errors="replace") for n in drill.runtime.attach())
     errors = sorted(set(re.findall(r"(Timed out[^\n]{0,60}|Connection closed by peer|Connection reset by peer)", logs)))
-    report.facts.update(restarts=observe.restarts(events), failure_detected_after_s=detected, errors_seen=errors[:5],
-                        recovery=observe.recovery_breakdown(events, agents, fault["time"]))
+    report.facts.update(
+        restarts=observe.restarts(events),
+        failure_detected_after_s=detected,
+        errors_seen=errors[:5],
+        recovery=observe.recovery_breakdown(events, agents, fault["time"]),
+    )
     connected = [n for n in detected if n != node]
-    report.check(f"the side still holding the store failed at the {PG_TIMEOUT_S} s process-group timeout",
-                 all(detected[n] is not None and PG_TIMEOUT_S - 1 <= detected[n] <= PG_TIMEOUT_S + 10
-                     for n in connected), f"failure detected after {detected} s")
-    report.check("the cut-off side failed no sooner than the timeout",
-                 detected.get(node) is not None and detected[node] >= PG_TIMEOUT_S - 1, f"{node}: {detected.get(node)} s")
+    report.check(
+        f"the side still holding the store failed at the {PG_TIMEOUT_S} s process-group timeout",
+        all(detected[n] is not None and PG_TIMEOUT_S - 1 <= detected[n] <= PG_TIMEOUT_S + 10 for n in connected),
+        f"failure detected after {detected} s",
+    )
+    report.check(
+        "the cut-off side failed no sooner than the timeout",
+        detected.get(node) is not None and detected[node] >= PG_TIMEOUT_S - 1,
+        f"{node}: {detected.get(node)} s",
+    )
     report.explanation = (
         f"both sides' collectives time out after {PG_TIMEOUT_S} s (gloo: 'Timed out waiting ... for send/recv'). "
         f"The cut-off node's workers then do not exit until the network is back (the heal came at "
         f"{HOLD_S:g} s; where exactly they wait on the way out is not pinned down), so its agent saw the failure after "
-        f"{detected.get(node)} s against {[detected[n] for n in connected]} s on the connected side.")
+        f"{detected.get(node)} s against {[detected[n] for n in connected]} s on the connected side."
+    )
     report.check("the logs say it was a timeout", any("Timed out" in e for e in errors), "; ".join(errors[:2]))
-    report.check("after the heal the job recovered and finished", all(c == 0 for c in codes.values()),
-                 f"exit codes {codes}, restarts {report.facts['restarts']}")
+    report.check(
+        "after the heal the job recovered and finished",
+        all(c == 0 for c in codes.values()),
+        f"exit codes {codes}, restarts {report.facts['restarts']}",
+    )
     return report

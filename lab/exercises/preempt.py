@@ -44,15 +44,18 @@ def run(drill, options) -> Report:
     world = drill.topology.world_size
     exits = drill.wait_for(
         lambda: (found := [e for e in drill.events() if e["event"] == "exit"]) and len(found) >= world and found,
-        60, "every rank to stop")
+        60,
+        "every rank to stop",
+    )
     for other in drill.runtime.attach():  # healthy agents would wait out torchrun's 5-minute exit barrier
         other.stop(grace_s=5.0)
     stopped_at = {e["step"] for e in exits if e.get("reason") == "preempted"}
-    report.check(f"{node} was gone within the {GRACE_S:g} s grace period", gone_after < GRACE_S,
-                 f"{gone_after:.2f} s")
-    report.check("every rank stopped as preempted, at the same step",
-                 len(exits) == world and all(e.get("reason") == "preempted" for e in exits) and len(stopped_at) == 1,
-                 f"exits {[(e['rank'], e.get('reason'), e['step']) for e in exits]}")
+    report.check(f"{node} was gone within the {GRACE_S:g} s grace period", gone_after < GRACE_S, f"{gone_after:.2f} s")
+    report.check(
+        "every rank stopped as preempted, at the same step",
+        len(exits) == world and all(e.get("reason") == "preempted" for e in exits) and len(stopped_at) == 1,
+        f"exits {[(e['rank'], e.get('reason'), e['step']) for e in exits]}",
+    )
     step = min(stopped_at) if stopped_at else None
     saved = {e["step"] for e in drill.events() if e["event"] == "checkpoint_saved"}
     report.check("the preemption step was checkpointed", step in saved, f"step {step}, saved {sorted(saved)}")
@@ -66,7 +69,10 @@ def run(drill, options) -> Report:
     report.facts["restarts"] = 0
     report.facts["lost_steps"] = step - loaded[0] if loaded and step is not None else None
     report.check("the rerun succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
-    report.check("the rerun resumed at the preemption step: no step lost", report.facts["lost_steps"] == 0,
-                 f"stopped at {step}, resumed from {loaded[:1]}")
+    report.check(
+        "the rerun resumed at the preemption step: no step lost",
+        report.facts["lost_steps"] == 0,
+        f"stopped at {step}, resumed from {loaded[:1]}",
+    )
     observe.check_matches_reference(report, drill, events, trainer_args(options))
     return report

@@ -62,16 +62,29 @@ def run(drill, options) -> Report:
     fired_after = time.time() - fault["time"]
     after = step_rates(drill, time.time() - WINDOW_S, time.time())
     busy = {int(s["metric"]["rank"]): s["value"] for s in prom.query("lab:busy_seconds_per_step:rate1m")}
-    report.facts.update(restarts=0, step_rate_before=before, step_rate_after=after,
-                        busy_seconds_per_step=busy, alert_fired_after_s=fired_after)
-    report.check("every rank slowed down together",
-                 len(after) == drill.topology.world_size and all(after[r] < 0.6 * before.get(r, 0) for r in after),
-                 f"steps/s before {fmt(before)}, after {fmt(after)}")
+    report.facts.update(
+        restarts=0,
+        step_rate_before=before,
+        step_rate_after=after,
+        busy_seconds_per_step=busy,
+        alert_fired_after_s=fired_after,
+    )
+    report.check(
+        "every rank slowed down together",
+        len(after) == drill.topology.world_size and all(after[r] < 0.6 * before.get(r, 0) for r in after),
+        f"steps/s before {fmt(before)}, after {fmt(after)}",
+    )
     named = sorted({int(a["labels"]["rank"]) for a in firing})
-    report.check("LabStraggler fired for the slowed rank only", named == [target],
-                 f"firing for ranks {named} after {fired_after:.0f} s")
-    report.check("the slowed rank is the busiest outside the all-reduce",
-                 bool(busy) and max(busy, key=busy.get) == target, f"busy seconds per step {fmt(busy)}")
+    report.check(
+        "LabStraggler fired for the slowed rank only",
+        named == [target],
+        f"firing for ranks {named} after {fired_after:.0f} s",
+    )
+    report.check(
+        "the slowed rank is the busiest outside the all-reduce",
+        bool(busy) and max(busy, key=busy.get) == target,
+        f"busy seconds per step {fmt(busy)}",
+    )
     drill.inject(node, "unslow_worker")
     return report
 

@@ -35,20 +35,24 @@ class AgentMetrics(MetricHandler):
         self.max_restarts = max_restarts
         Gauge("lab_agent_info", "Always 1; the node this agent runs on.", ["node"], registry=r).labels(node).set(1)
         Gauge("lab_agent_max_restarts", "torchrun --max-restarts.", registry=r).set(max_restarts)
-        self.state = Gauge("lab_agent_worker_group_state", "1 for the worker group's current state.",
-                           ["state"], registry=r)
+        self.state = Gauge(
+            "lab_agent_worker_group_state", "1 for the worker group's current state.", ["state"], registry=r
+        )
         for state in STATES:
             self.state.labels(state).set(1 if state == "INIT" else 0)
         self.restarts_used = Gauge("lab_agent_restarts_used", "Worker-group restarts used so far.", registry=r)
         self.restarts_left = Gauge("lab_agent_restarts_remaining", "Worker-group restarts left.", registry=r)
         self.restarts_left.set(max_restarts)
         self.rendezvous = Counter("lab_agent_rendezvous", "Rendezvous rounds this agent completed.", registry=r)
-        self.rendezvous_failures = Counter("lab_agent_rendezvous_failures", "Rendezvous rounds that failed.",
-                                           registry=r)
-        self.rendezvous_duration = Gauge("lab_agent_rendezvous_duration_seconds",
-                                         "Duration of the last rendezvous round.", registry=r)
-        self.worker_exits = Counter("lab_agent_worker_exits", "Worker processes that exited, by exit code.",
-                                    ["exit_code"], registry=r)
+        self.rendezvous_failures = Counter(
+            "lab_agent_rendezvous_failures", "Rendezvous rounds that failed.", registry=r
+        )
+        self.rendezvous_duration = Gauge(
+            "lab_agent_rendezvous_duration_seconds", "Duration of the last rendezvous round.", registry=r
+        )
+        self.worker_exits = Counter(
+            "lab_agent_worker_exits", "Worker processes that exited, by exit code.", ["exit_code"], registry=r
+        )
         self._counted_pids: set[int] = set()
 
     # -- torchelastic's metrics stream -------------------------------------------------
@@ -122,9 +126,19 @@ def install(metrics: AgentMetrics | None, events_path: Path | None, node: str) -
         round_key = tuple(w.id for w in worker_group.workers)  # the worker pids: new every round
         if result.is_failed() and round_key not in reported_rounds:
             reported_rounds.add(round_key)
-            handler.emit(logging.makeLogRecord({"msg": json.dumps({
-                "name": "lab.failure_detected", "state": result.state.name,
-                "exit_codes": {str(r): f.exitcode for r, f in result.failures.items()}})}))
+            handler.emit(
+                logging.makeLogRecord(
+                    {
+                        "msg": json.dumps(
+                            {
+                                "name": "lab.failure_detected",
+                                "state": result.state.name,
+                                "exit_codes": {str(r): f.exitcode for r, f in result.failures.items()},
+                            }
+                        )
+                    }
+                )
+            )
         return result
 
     LocalElasticAgent._monitor_workers = monitor_and_observe

@@ -61,8 +61,10 @@ class EventLog:
         if self._file is None:
             return
         loss_text = repr(loss) if math.isfinite(loss) else json.dumps(loss)
-        self._file.write(f'{{"time": {time.time()!r}, "event": "step", {self._common_json}, "step": {step}, '
-                         f'"loss": {loss_text}, "seconds": {seconds!r}}}\n')
+        self._file.write(
+            f'{{"time": {time.time()!r}, "event": "step", {self._common_json}, "step": {step}, '
+            f'"loss": {loss_text}, "seconds": {seconds!r}}}\n'
+        )
 
 
 def read_events(directory: str | os.PathLike) -> Iterator[dict]:

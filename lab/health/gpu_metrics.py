@@ -49,26 +49,34 @@ class CudaSource:
 
             pynvml.nvmlInit()
             # NVML numbers GPUs as the machine does; torch as CUDA_VISIBLE_DEVICES does: match by PCI bus.
-            bus = torch.cuda.get_device_properties(device).pci_bus_id if hasattr(
-                torch.cuda.get_device_properties(device), "pci_bus_id") else None
-            self.nvml_handle = (pynvml.nvmlDeviceGetHandleByPciBusId(bus) if bus
-                                else pynvml.nvmlDeviceGetHandleByIndex(device))
+            bus = (
+                torch.cuda.get_device_properties(device).pci_bus_id
+                if hasattr(torch.cuda.get_device_properties(device), "pci_bus_id")
+                else None
+            )
+            self.nvml_handle = (
+                pynvml.nvmlDeviceGetHandleByPciBusId(bus) if bus else pynvml.nvmlDeviceGetHandleByIndex(device)
+            )
             self.pynvml = pynvml
         except Exception:  # noqa: BLE001 -- no NVML (package, driver or permission): memory figures only
             self.nvml_handle = None
 
     def read(self) -> GpuReading:
         cuda = self.torch.cuda
-        reading = GpuReading(allocated_bytes=cuda.memory_allocated(self.device),
-                             reserved_bytes=cuda.memory_reserved(self.device),
-                             total_bytes=cuda.get_device_properties(self.device).total_memory)
+        reading = GpuReading(
+            allocated_bytes=cuda.memory_allocated(self.device),
+            reserved_bytes=cuda.memory_reserved(self.device),
+            total_bytes=cuda.get_device_properties(self.device).total_memory,
+        )
         if self.nvml_handle is not None:
             nvml, handle = self.pynvml, self.nvml_handle
-            for field, call in (("utilization_ratio", lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100),
-                                ("temperature_celsius", lambda: nvml.nvmlDeviceGetTemperature(handle, 0)),
-                                ("power_watts", lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000),
-                                ("ecc_corrected", lambda: nvml.nvmlDeviceGetTotalEccErrors(handle, 0, 0)),
-                                ("ecc_uncorrected", lambda: nvml.nvmlDeviceGetTotalEccErrors(handle, 1, 0))):
+            for field, call in (
+                ("utilization_ratio", lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100),
+                ("temperature_celsius", lambda: nvml.nvmlDeviceGetTemperature(handle, 0)),
+                ("power_watts", lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000),
+                ("ecc_corrected", lambda: nvml.nvmlDeviceGetTotalEccErrors(handle, 0, 0)),
+                ("ecc_uncorrected", lambda: nvml.nvmlDeviceGetTotalEccErrors(handle, 1, 0)),
+            ):
                 try:
                     setattr(reading, field, float(call()))
                 except Exception:  # noqa: BLE001 -- a field this GPU does not report (ECC off, say)
@@ -101,22 +109,29 @@ class GpuCollector:
             return
         r = self.source.read()
         labels = ["gpu"]
-        gauges = (("lab_gpu_memory_allocated_bytes", "Bytes held by live tensors (torch's allocator).",
-                   r.allocated_bytes),
-                  ("lab_gpu_memory_reserved_bytes", "Bytes the caching allocator holds on the device.", r.reserved_bytes),
-                  ("lab_gpu_memory_total_bytes", "The device's memory (DCGM_FI_DEV_FB_TOTAL).", r.total_bytes),
-                  ("lab_gpu_utilization_ratio", "Busy fraction of the last sample period (DCGM_FI_DEV_GPU_UTIL/100).",
-                   r.utilization_ratio),
-                  ("lab_gpu_temperature_celsius", "GPU temperature (DCGM_FI_DEV_GPU_TEMP).", r.temperature_celsius),
-                  ("lab_gpu_power_watts", "Power draw (DCGM_FI_DEV_POWER_USAGE).", r.power_watts))
+        gauges = (
+            ("lab_gpu_memory_allocated_bytes", "Bytes held by live tensors (torch's allocator).", r.allocated_bytes),
+            ("lab_gpu_memory_reserved_bytes", "Bytes the caching allocator holds on the device.", r.reserved_bytes),
+            ("lab_gpu_memory_total_bytes", "The device's memory (DCGM_FI_DEV_FB_TOTAL).", r.total_bytes),
+            (
+                "lab_gpu_utilization_ratio",
+                "Busy fraction of the last sample period (DCGM_FI_DEV_GPU_UTIL/100).",
+                r.utilization_ratio,
+            ),
+            ("lab_gpu_temperature_celsius", "GPU temperature (DCGM_FI_DEV_GPU_TEMP).", r.temperature_celsius),
+            ("lab_gpu_power_watts", "Power draw (DCGM_FI_DEV_POWER_USAGE).", r.power_watts),
+        )
         for name, doc, value in gauges:
             if value is not None:
                 family = GaugeMetricFamily(name, doc, labels=labels)
                 family.add_metric([self.gpu], value)
                 yield family
         if r.ecc_corrected is not None or r.ecc_uncorrected is not None:
-            ecc = CounterMetricFamily("lab_gpu_ecc_errors", "ECC errors since the driver loaded "
-                                      "(DCGM_FI_DEV_ECC_SBE/DBE_VOL_TOTAL).", labels=["gpu", "kind"])
+            ecc = CounterMetricFamily(
+                "lab_gpu_ecc_errors",
+                "ECC errors since the driver loaded (DCGM_FI_DEV_ECC_SBE/DBE_VOL_TOTAL).",
+                labels=["gpu", "kind"],
+            )
             for kind, value in (("corrected", r.ecc_corrected), ("uncorrected", r.ecc_uncorrected)):
                 if value is not None:
                     ecc.add_metric([self.gpu, kind], value)

@@ -43,13 +43,19 @@ def wanted(mode: str, missing: str | None, log) -> bool:
 
 def config(targets_dir: Path, scrape_interval_s: float = 2.0, rules: Path = RULES) -> dict:
     """prometheus.yml as a dict (written as JSON, which is YAML)."""
+
     def job(name: str, pattern: str) -> dict:
-        return {"job_name": name,
-                "file_sd_configs": [{"files": [str(targets_dir / pattern)], "refresh_interval": "2s"}]}
+        return {
+            "job_name": name,
+            "file_sd_configs": [{"files": [str(targets_dir / pattern)], "refresh_interval": "2s"}],
+        }
 
     return {
-        "global": {"scrape_interval": f"{scrape_interval_s:g}s", "scrape_timeout": "1s",
-                   "evaluation_interval": f"{scrape_interval_s:g}s"},
+        "global": {
+            "scrape_interval": f"{scrape_interval_s:g}s",
+            "scrape_timeout": "1s",
+            "evaluation_interval": f"{scrape_interval_s:g}s",
+        },
         "rule_files": [str(rules)],
         "scrape_configs": [job("lab-ranks", "rank*.json"), job("lab-agents", "agent-*.json")],
     }
@@ -97,8 +103,13 @@ class Prometheus:
         if exe is None:
             raise LabError(INSTALL_HINT)
         self.write_config()
-        argv = [exe, f"--config.file={self.config_path}", f"--storage.tsdb.path={self.dir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"]
+        argv = [
+            exe,
+            f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={self.dir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--log.level=warn",
+        ]
         procs.spawn(argv, log_path=self.dir / "prometheus.log", env={**os.environ, MARKER: run_dir})
         self.wait_ready(timeout_s, lambda: (self.dir / "prometheus.log").read_text(errors="replace"))
 

@@ -14,16 +14,17 @@ from pathlib import Path
 import yaml
 
 RULES = Path(__file__).with_name("rules.yml")
-HEADER = ("# GENERATED from lab/health/rules.yml by `python -m lab.health.prometheus_rule`: "
-          "edit the rules there.\n")
+HEADER = "# GENERATED from lab/health/rules.yml by `python -m lab.health.prometheus_rule`: edit the rules there.\n"
 
 
 class _Dumper(yaml.SafeDumper):
     """Multi-line strings (PromQL expressions) as literal blocks, as rules.yml writes them."""
 
 
-_Dumper.add_representer(str, lambda dumper, value: dumper.represent_scalar(
-    "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
+_Dumper.add_representer(
+    str,
+    lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None),
+)
 
 
 def render() -> str:

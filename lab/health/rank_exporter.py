@@ -14,8 +14,7 @@ import os
 import socket
 from pathlib import Path
 
-from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics,
-                               start_http_server)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, start_http_server
 
 from lab.health import gpu_metrics
 from lab.health.gpu_metrics import GpuCollector
@@ -35,32 +34,45 @@ class ExporterPortError(RuntimeError):
 
 
 class RankMetrics:
-    def __init__(self, *, rank: int, local_rank: int, node: str, world_size: int, restart: int,
-                 registry: CollectorRegistry | None = None, gpu_source=DETECT):
+    def __init__(
+        self,
+        *,
+        rank: int,
+        local_rank: int,
+        node: str,
+        world_size: int,
+        restart: int,
+        registry: CollectorRegistry | None = None,
+        gpu_source=DETECT,
+    ):
         """gpu_source: what GpuCollector reads (default: this rank's CUDA device, none on CPU)."""
         self.registry = registry or CollectorRegistry()
         r = self.registry
         source = gpu_metrics.local_source(local_rank) if gpu_source is DETECT else gpu_source
         if source is not None:
             r.register(GpuCollector(source, gpu=str(local_rank)))
-        info = Gauge("lab_rank_info", "Always 1; labels say where this rank runs.",
-                     ["rank", "local_rank", "node"], registry=r)
+        info = Gauge(
+            "lab_rank_info", "Always 1; labels say where this rank runs.", ["rank", "local_rank", "node"], registry=r
+        )
         info.labels(str(rank), str(local_rank), node).set(1)
         Gauge("lab_world_size", "Ranks in the job.", registry=r).set(world_size)
-        Gauge("lab_restart_count", "Restarts of this worker group so far (TORCHELASTIC_RESTART_COUNT).",
-              registry=r).set(restart)
+        Gauge(
+            "lab_restart_count", "Restarts of this worker group so far (TORCHELASTIC_RESTART_COUNT).", registry=r
+        ).set(restart)
         # The figures every step updates: plain numbers, read at scrape time (step_metrics.py).
         self.per_step = StepMetrics(STEP_BUCKETS, COMM_BUCKETS)
         r.register(self.per_step)
         self.allreduce_duration = self.per_step.allreduce_duration
-        self.checkpoint_save = Histogram("lab_checkpoint_save_duration_seconds",
-                                         "Time to write one checkpoint.", registry=r)
-        self.last_checkpoint_time = Gauge("lab_last_checkpoint_timestamp_seconds",
-                                          "When the newest checkpoint was written or loaded.", registry=r)
-        self.checkpoint_failures = Counter("lab_checkpoint_failures", "Checkpoint writes that failed.",
-                                           registry=r)
-        self.rendezvous = Gauge("lab_rendezvous_duration_seconds",
-                                "Time this rank spent joining the process group.", registry=r)
+        self.checkpoint_save = Histogram(
+            "lab_checkpoint_save_duration_seconds", "Time to write one checkpoint.", registry=r
+        )
+        self.last_checkpoint_time = Gauge(
+            "lab_last_checkpoint_timestamp_seconds", "When the newest checkpoint was written or loaded.", registry=r
+        )
+        self.checkpoint_failures = Counter("lab_checkpoint_failures", "Checkpoint writes that failed.", registry=r)
+        self.rendezvous = Gauge(
+            "lab_rendezvous_duration_seconds", "Time this rank spent joining the process group.", registry=r
+        )
 
     def step_done(self, step: int, seconds: float, samples: int, loss: float) -> None:
         self.per_step.step_done(step, seconds, samples, loss)

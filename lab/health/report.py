@@ -21,8 +21,9 @@ def rank_health(prom: Prometheus) -> list[dict]:
             rank = sample["metric"].get("rank")
             if rank is None:
                 continue
-            row = rows.setdefault(rank, {"rank": int(rank), "node": sample["metric"].get("node", "?"),
-                                         **{c: None for c in RANK_QUERIES}})
+            row = rows.setdefault(
+                rank, {"rank": int(rank), "node": sample["metric"].get("node", "?"), **{c: None for c in RANK_QUERIES}}
+            )
             row[column] = sample["value"]
     return sorted(rows.values(), key=lambda r: r["rank"])
 
@@ -31,8 +32,7 @@ def agent_health(prom: Prometheus) -> list[dict]:
     states = {s["metric"]["node"]: s["metric"]["state"] for s in prom.query("lab_agent_worker_group_state == 1")}
     used = {s["metric"]["node"]: int(s["value"]) for s in prom.query("lab_agent_restarts_used")}
     up = {s["metric"]["node"]: s["value"] for s in prom.query('up{job="lab-agents"}')}
-    return [{"node": n, "up": up.get(n), "state": states.get(n, "?"), "restarts_used": used.get(n)}
-            for n in sorted(up)]
+    return [{"node": n, "up": up.get(n), "state": states.get(n, "?"), "restarts_used": used.get(n)} for n in sorted(up)]
 
 
 def format_ranks(rows: list[dict]) -> str:
@@ -41,7 +41,9 @@ def format_ranks(rows: list[dict]) -> str:
 
     lines = [f"  {'rank':<5}{'node':<8}{'up':<5}{'step':>6}{'last step':>11}{'steps/s':>9}{'restarts':>10}"]
     for r in rows:
-        lines.append(f"  {r['rank']:<5}{r['node']:<8}{'yes' if r['up'] == 1 else 'NO':<5}"
-                     f"{fmt(r['step'], '{:.0f}'):>6}{fmt(r['age'], '{:.1f}s ago'):>11}"
-                     f"{fmt(r['rate'], '{:.2f}'):>9}{fmt(r['restarts'], '{:.0f}'):>10}")
+        lines.append(
+            f"  {r['rank']:<5}{r['node']:<8}{'yes' if r['up'] == 1 else 'NO':<5}"
+            f"{fmt(r['step'], '{:.0f}'):>6}{fmt(r['age'], '{:.1f}s ago'):>11}"
+            f"{fmt(r['rate'], '{:.2f}'):>9}{fmt(r['restarts'], '{:.0f}'):>10}"
+        )
     return "\n".join(lines)

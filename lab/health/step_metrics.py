@@ -19,8 +19,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
-from prometheus_client.metrics_core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
-                                            Metric)
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 
 class StepHistogram:
@@ -40,7 +39,7 @@ class StepHistogram:
     def family(self) -> HistogramMetricFamily:
         counts, total = list(self.counts), self.sum
         cumulative, running = [], 0
-        for bound, count in zip([*self.bounds, math.inf], counts):
+        for bound, count in zip([*self.bounds, math.inf], counts, strict=False):
             running += count
             cumulative.append(("+Inf" if bound == math.inf else repr(float(bound)), running))
         return HistogramMetricFamily(self.name, self.documentation, buckets=cumulative, sum_value=total)
@@ -56,10 +55,10 @@ class StepMetrics:
         self.last_step_time = 0.0
         self.loss = math.nan
         self.nonfinite_losses = 0
-        self.step_duration = StepHistogram("lab_step_duration_seconds", "Wall time of one training step.",
-                                           step_buckets)
-        self.allreduce_duration = StepHistogram("lab_allreduce_duration_seconds",
-                                                "Gradient all-reduce time per DDP bucket.", allreduce_buckets)
+        self.step_duration = StepHistogram("lab_step_duration_seconds", "Wall time of one training step.", step_buckets)
+        self.allreduce_duration = StepHistogram(
+            "lab_allreduce_duration_seconds", "Gradient all-reduce time per DDP bucket.", allreduce_buckets
+        )
 
     def step_done(self, step: int, seconds: float, samples: int, loss: float) -> None:
         self.step = step
@@ -76,10 +75,12 @@ class StepMetrics:
         yield GaugeMetricFamily("lab_step", "The training step this rank completed last.", value=self.step)
         yield CounterMetricFamily("lab_steps", "Training steps completed by this process.", value=self.steps)
         yield CounterMetricFamily("lab_samples", "Samples processed by this process.", value=self.samples)
-        yield GaugeMetricFamily("lab_last_step_timestamp_seconds", "When the last step completed.",
-                                value=self.last_step_time)
+        yield GaugeMetricFamily(
+            "lab_last_step_timestamp_seconds", "When the last step completed.", value=self.last_step_time
+        )
         yield self.step_duration.family()
         yield self.allreduce_duration.family()
         yield GaugeMetricFamily("lab_loss", "Loss of the last step on this rank.", value=self.loss)
-        yield CounterMetricFamily("lab_nonfinite_loss", "Steps whose loss was NaN or infinite.",
-                                  value=self.nonfinite_losses)
+        yield CounterMetricFamily(
+            "lab_nonfinite_loss", "Steps whose loss was NaN or infinite.", value=self.nonfinite_losses
+        )

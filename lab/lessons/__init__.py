@@ -13,8 +13,17 @@ from types import ModuleType
 from lab import results
 
 MODULES = (
-    "hello_ddp", "broadcast_at_construction", "no_ddp_drift", "forgot_torchrun", "print_from_every_rank",
-    "same_data_every_rank", "buffers", "determinism", "rank_vs_local_rank", "bucket_size", "set_device_first",
+    "hello_ddp",
+    "broadcast_at_construction",
+    "no_ddp_drift",
+    "forgot_torchrun",
+    "print_from_every_rank",
+    "same_data_every_rank",
+    "buffers",
+    "determinism",
+    "rank_vs_local_rank",
+    "bucket_size",
+    "set_device_first",
 )
 
 
@@ -33,4 +42,3 @@ def all_equal(values) -> bool:
 
 def losses(output) -> list[str]:
     return [m[1] for m in output.matches(r"step \d+ loss (\S+)")]
-

@@ -40,9 +40,13 @@ def run(lesson) -> None:
     report.check("both ranks reported", output.ok and sorted(values) == [0, 1], f"ranks {sorted(values)}")
     if sorted(values) == [0, 1]:
         rank0_before = values[0][0]
-        report.check("the ranks started different", values[0][0] != values[1][0],
-                     f"before: {values[0][0]} vs {values[1][0]}")
-        report.check("after DDP every rank holds rank 0's weight", all(v[1] == rank0_before for v in values.values()),
-                     f"after: {[v[1] for v in values.values()]}, rank 0 before: {rank0_before}")
+        report.check(
+            "the ranks started different", values[0][0] != values[1][0], f"before: {values[0][0]} vs {values[1][0]}"
+        )
+        report.check(
+            "after DDP every rank holds rank 0's weight",
+            all(v[1] == rank0_before for v in values.values()),
+            f"after: {[v[1] for v in values.values()]}, rank 0 before: {rank0_before}",
+        )
         report.check("rank 1's weight changed", values[1][0] != values[1][1], f"{values[1][0]} -> {values[1][1]}")
     report.explanation = "DDP's constructor broadcasts rank 0's parameters and buffers to every rank"

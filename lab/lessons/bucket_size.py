@@ -40,13 +40,19 @@ def run(lesson) -> None:
     report = lesson.report
     ms_per_step = {}
     for mb in BUCKETS_MB:
-        output = lesson.job(f"bucket_cap_mb {mb:g}", Topology(nodes=2, nproc_per_node=2), "trainer",
-                            [*TRAINER, "--bucket-cap-mb", str(mb)])
+        output = lesson.job(
+            f"bucket_cap_mb {mb:g}",
+            Topology(nodes=2, nproc_per_node=2),
+            "trainer",
+            [*TRAINER, "--bucket-cap-mb", str(mb)],
+        )
         found = output.matches(r"\(([\d.]+) ms/step\)")
         ms_per_step[f"{mb:g}"] = float(found[0][1]) if output.ok and found else None
     report.facts["ms_per_step_by_bucket_cap_mb"] = ms_per_step
     for mb, ms in ms_per_step.items():
         report.check(f"bucket_cap_mb {mb}: trained and measured", ms is not None, f"{ms} ms/step")
     fastest = min((v, k) for k, v in ms_per_step.items() if v is not None)[1] if any(ms_per_step.values()) else None
-    report.explanation = (f"fastest here: bucket_cap_mb {fastest}; the figure depends on the network, "
-                          "the model and how much backward compute there is to overlap")
+    report.explanation = (
+        f"fastest here: bucket_cap_mb {fastest}; the figure depends on the network, "
+        "the model and how much backward compute there is to overlap"
+    )

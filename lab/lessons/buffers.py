@@ -49,16 +49,28 @@ def run(lesson) -> None:
         output = lesson.job(f"--mode {mode}", topology, "bn_buffers", ["--mode", mode])
         seen[mode] = {int(m["rank"]): m["seen"] for m in output.matches(LINE)}
     report.facts["running_mean_at_last_forward"] = seen
-    report.check("broadcast_buffers=True: every rank used the same statistics",
-                 len(seen["broadcast"]) == 2 and all_equal(seen["broadcast"].values()), str(seen["broadcast"]))
-    report.check("broadcast_buffers=False: the statistics diverged",
-                 len(seen["local"]) == 2 and not all_equal(seen["local"].values()), str(seen["local"]))
+    report.check(
+        "broadcast_buffers=True: every rank used the same statistics",
+        len(seen["broadcast"]) == 2 and all_equal(seen["broadcast"].values()),
+        str(seen["broadcast"]),
+    )
+    report.check(
+        "broadcast_buffers=False: the statistics diverged",
+        len(seen["local"]) == 2 and not all_equal(seen["local"].values()),
+        str(seen["local"]),
+    )
     sync = lesson.job("--mode sync", topology, "bn_buffers", ["--mode", "sync"])
     if torch.cuda.is_available():
         values = {int(m["rank"]): m["seen"] for m in sync.matches(LINE)}
-        report.check("SyncBatchNorm: every rank used the same statistics", len(values) == 2 and all_equal(values.values()),
-                     str(values))
+        report.check(
+            "SyncBatchNorm: every rank used the same statistics",
+            len(values) == 2 and all_equal(values.values()),
+            str(values),
+        )
     else:
-        report.check("SyncBatchNorm on CPU: torch refuses it, naming the reason", not sync.ok
-                     and bool(sync.matches(SYNC_CPU_ERROR)), SYNC_CPU_ERROR)
+        report.check(
+            "SyncBatchNorm on CPU: torch refuses it, naming the reason",
+            not sync.ok and bool(sync.matches(SYNC_CPU_ERROR)),
+            SYNC_CPU_ERROR,
+        )
     report.explanation = "buffers travel by broadcast from rank 0 before each forward, not by gradient averaging"

@@ -49,9 +49,14 @@ def run(lesson) -> None:
         report.check(f"{name}: the job succeeded, every rank equal", ok, str(sorted(set(sums.values()))))
         final[name] = next(iter(sums.values()), None)
     report.facts["final_checksums"] = final
-    report.check("the same world size repeated: bitwise equal", final["2x2"] == final["2x2 again"],
-                 f"{final['2x2']} vs {final['2x2 again']}")
+    report.check(
+        "the same world size repeated: bitwise equal",
+        final["2x2"] == final["2x2 again"],
+        f"{final['2x2']} vs {final['2x2 again']}",
+    )
     report.check("1 host x 4 equals 2 hosts x 2", final["1x4"] == final["2x2"], f"{final['1x4']} vs {final['2x2']}")
     report.check("2 processes differ from 4", final["1x2"] != final["2x2"], f"{final['1x2']} vs {final['2x2']}")
-    report.explanation = ("the world size fixes the data each rank sees and the order of the gradient sum; "
-                          "the hosts the ranks run on do not")
+    report.explanation = (
+        "the world size fixes the data each rank sees and the order of the gradient sum; "
+        "the hosts the ranks run on do not"
+    )

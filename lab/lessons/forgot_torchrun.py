@@ -40,10 +40,16 @@ def run(lesson) -> None:
     with_torchrun = lesson.job("the same file under torchrun", Topology(nodes=1, nproc_per_node=2), "bare_init")
     report.check("plain python fails", not plain.ok, f"exit code {plain.codes['python']}")
     error = plain.matches(r"ValueError: (Error initializing torch.distributed using env:// rendezvous: .*)")
-    report.check("with the env:// rendezvous error", bool(error) and ENV_ERROR in error[0][1],
-                 error[0][1][:200] if error else "no env:// error")
+    report.check(
+        "with the env:// rendezvous error",
+        bool(error) and ENV_ERROR in error[0][1],
+        error[0][1][:200] if error else "no env:// error",
+    )
     ready = with_torchrun.matches(r"rank (\d+) of 2: process group ready")
-    report.check("under torchrun both copies join the group", with_torchrun.ok and len(ready) == 2,
-                 f"{len(ready)} of 2 ready")
-    report.explanation = ("init_process_group reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the "
-                          "environment; torchrun sets them. Fix: torchrun --nproc-per-node=2 script.py")
+    report.check(
+        "under torchrun both copies join the group", with_torchrun.ok and len(ready) == 2, f"{len(ready)} of 2 ready"
+    )
+    report.explanation = (
+        "init_process_group reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the "
+        "environment; torchrun sets them. Fix: torchrun --nproc-per-node=2 script.py"
+    )

@@ -43,9 +43,15 @@ def run(lesson) -> None:
     for output, world in ((two, 2), (four, 4)):
         sums = checksums(output)
         report.facts[f"checksums_{world}"] = sums
-        report.check(f"{world} processes: every rank printed a checksum", sorted(sums) == list(range(world)),
-                     f"ranks {sorted(sums)}")
-        report.check(f"{world} processes: every rank holds the same weights", output.ok and all_equal(sums.values()),
-                     ", ".join(sorted(set(sums.values()))))
+        report.check(
+            f"{world} processes: every rank printed a checksum",
+            sorted(sums) == list(range(world)),
+            f"ranks {sorted(sums)}",
+        )
+        report.check(
+            f"{world} processes: every rank holds the same weights",
+            output.ok and all_equal(sums.values()),
+            ", ".join(sorted(set(sums.values()))),
+        )
     report.check("the lesson's losses with 2 processes", losses(two) == LESSON_LOSSES, " / ".join(losses(two)))
     report.explanation = "DDP averages the gradients, so equal weights stay equal after every step"

@@ -37,8 +37,14 @@ def run(lesson) -> None:
     with_ddp = checksums(lesson.job("with DDP", topology, "ddp_train"))
     without = checksums(lesson.job("without DDP (--no-ddp)", topology, "ddp_train", ["--no-ddp"]))
     report.facts.update(with_ddp=with_ddp, without_ddp=without)
-    report.check("with DDP the checksums are equal", len(with_ddp) == 2 and all_equal(with_ddp.values()),
-                 str(sorted(set(with_ddp.values()))))
-    report.check("without DDP they differ across ranks", len(without) == 2 and not all_equal(without.values()),
-                 str(sorted(set(without.values()))))
+    report.check(
+        "with DDP the checksums are equal",
+        len(with_ddp) == 2 and all_equal(with_ddp.values()),
+        str(sorted(set(with_ddp.values()))),
+    )
+    report.check(
+        "without DDP they differ across ranks",
+        len(without) == 2 and not all_equal(without.values()),
+        str(sorted(set(without.values()))),
+    )
     report.explanation = "only DDP's gradient all-reduce keeps the copies equal"

@@ -46,15 +46,27 @@ def run(lesson) -> None:
     args = ["--lines", str(LINES)]
     every = counts(lesson.job("every rank prints", topology, "print_ranks", args))
     guarded = counts(lesson.job("with the rank-0 guard", topology, "print_ranks", [*args, "--guard"]))
-    filtered_output = lesson.job("--tee=3 --local-ranks-filter=0", topology.replace(
-        torchrun_extra=("--tee=3", "--local-ranks-filter=0")), "print_ranks", args)
+    filtered_output = lesson.job(
+        "--tee=3 --local-ranks-filter=0",
+        topology.replace(torchrun_extra=("--tee=3", "--local-ranks-filter=0")),
+        "print_ranks",
+        args,
+    )
     filtered = counts(filtered_output)
     prefixed = len(filtered_output.matches(r"\[default0\]:hello from rank"))
     report.facts.update(lines_every_rank=dict(every), lines_guarded=dict(guarded), lines_filtered=dict(filtered))
-    report.check(f"unguarded: every rank printed its {LINES} lines", every == {r: LINES for r in range(4)}, str(dict(every)))
+    report.check(
+        f"unguarded: every rank printed its {LINES} lines", every == {r: LINES for r in range(4)}, str(dict(every))
+    )
     report.check("guarded: only rank 0 printed", guarded == {0: LINES}, str(dict(guarded)))
-    report.check("--local-ranks-filter=0: only local rank 0 of each node (ranks 0 and 2) on the console",
-                 filtered == {0: LINES, 2: LINES}, str(dict(filtered)))
-    report.check("--tee=3 prefixed those lines with the local rank", prefixed == 2 * LINES,
-                 f"{prefixed} lines start with [default0]:")
+    report.check(
+        "--local-ranks-filter=0: only local rank 0 of each node (ranks 0 and 2) on the console",
+        filtered == {0: LINES, 2: LINES},
+        str(dict(filtered)),
+    )
+    report.check(
+        "--tee=3 prefixed those lines with the local rank",
+        prefixed == 2 * LINES,
+        f"{prefixed} lines start with [default0]:",
+    )
     report.explanation = "every copy runs every print; guard with the rank, or let torchrun filter and prefix"

@@ -42,9 +42,15 @@ def run(lesson) -> None:
     missing = buggy.matches(r"FileNotFoundError.*(shard-[23])")
     report.facts.update(rank_index_opened=opened, rank_index_missing=sorted({m[1] for m in missing}))
     report.check("by RANK: node 0's ranks found their shards", opened == [0, 1], f"opened by ranks {opened}")
-    report.check("by RANK: node 1's ranks asked for shard-2/shard-3 and failed", not buggy.ok and bool(missing),
-                 ", ".join(sorted({m[1] for m in missing})) or "no FileNotFoundError")
+    report.check(
+        "by RANK: node 1's ranks asked for shard-2/shard-3 and failed",
+        not buggy.ok and bool(missing),
+        ", ".join(sorted({m[1] for m in missing})) or "no FileNotFoundError",
+    )
     fixed_opened = sorted(int(m[1]) for m in fixed.matches(r"rank (\d+) \(local rank \d+, node \d+\) opened"))
-    report.check("by LOCAL_RANK: every rank found its shard", fixed.ok and fixed_opened == [0, 1, 2, 3],
-                 f"opened by ranks {fixed_opened}")
+    report.check(
+        "by LOCAL_RANK: every rank found its shard",
+        fixed.ok and fixed_opened == [0, 1, 2, 3],
+        f"opened by ranks {fixed_opened}",
+    )
     report.explanation = "per-node things (GPUs, local files) are indexed by LOCAL_RANK; RANK is global"

@@ -73,8 +73,7 @@ class Lesson:
         buffer = io.StringIO()
         try:
             topology, nodes = runtime.up(topology, _path(script), list(args))
-            codes = job.wait(nodes, job.LogFollower(nodes, out=buffer), failure_grace_s=5.0,
-                             log=lambda m: None)
+            codes = job.wait(nodes, job.LogFollower(nodes, out=buffer), failure_grace_s=5.0, log=lambda m: None)
         finally:
             runtime.down(grace_s=5.0)
         output = JobOutput(name, codes, [line for line in buffer.getvalue().splitlines() if line.strip()])
@@ -84,10 +83,14 @@ class Lesson:
     def python(self, name: str, script: str, args: list[str] = ()) -> JobOutput:
         """`python script` without torchrun, as a learner who forgot it would type it."""
         self.progress(f"{name}: python {os.path.basename(_path(script))}")
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-        done = subprocess.run([sys.executable, _path(script), *args], capture_output=True, text=True,
-                              timeout=300, env=env)
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+        }
+        done = subprocess.run(
+            [sys.executable, _path(script), *args], capture_output=True, text=True, timeout=300, env=env
+        )
         lines = [f"[python] {line}" for line in (done.stdout + done.stderr).splitlines() if line.strip()]
         output = JobOutput(name, {"python": done.returncode}, lines)
         self.show(output, keep=4)

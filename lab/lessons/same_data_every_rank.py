@@ -44,8 +44,14 @@ def run(lesson) -> None:
         return
     p, s = plain[0].groupdict(), split[0].groupdict()
     report.facts.update(plain=p, sampler=s)
-    report.check("plain: every sample seen by all 4 ranks (3 duplicates each)",
-                 int(p["unique"]) == SAMPLES and int(p["dups"]) == 3 * SAMPLES, str(p))
-    report.check("DistributedSampler: no duplicates, every sample once", int(s["dups"]) == 0
-                 and int(s["unique"]) == SAMPLES == int(s["seen"]), str(s))
+    report.check(
+        "plain: every sample seen by all 4 ranks (3 duplicates each)",
+        int(p["unique"]) == SAMPLES and int(p["dups"]) == 3 * SAMPLES,
+        str(p),
+    )
+    report.check(
+        "DistributedSampler: no duplicates, every sample once",
+        int(s["dups"]) == 0 and int(s["unique"]) == SAMPLES == int(s["seen"]),
+        str(s),
+    )
     report.explanation = "a DistributedSampler gives each rank indices[rank::world_size] of one shared permutation"

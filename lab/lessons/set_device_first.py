@@ -40,12 +40,16 @@ def run(lesson) -> None:
     if gpus < 2:
         report.skipped = f"needs at least 2 GPUs; this machine has {gpus} (torch.cuda.device_count())"
         return
-    output = lesson.job("2 ranks on one host, nccl", Topology(nodes=1, nproc_per_node=2, backend="nccl"),
-                        "set_device")
+    output = lesson.job("2 ranks on one host, nccl", Topology(nodes=1, nproc_per_node=2, backend="nccl"), "set_device")
     found = {int(m[1]): (m[2], m[3]) for m in output.matches(r"rank (\d+) before set_device (\S+) after (\S+)")}
     report.facts["devices"] = found
     report.check("both ranks reported", output.ok and sorted(found) == [0, 1], str(found))
-    report.check("before set_device every tensor is on cuda:0", all(b == "cuda:0" for b, _ in found.values()), str(found))
-    report.check("after set_device each rank's is on cuda:LOCAL_RANK",
-                 all(a == f"cuda:{r}" for r, (_, a) in found.items()), str(found))
+    report.check(
+        "before set_device every tensor is on cuda:0", all(b == "cuda:0" for b, _ in found.values()), str(found)
+    )
+    report.check(
+        "after set_device each rank's is on cuda:LOCAL_RANK",
+        all(a == f"cuda:{r}" for r, (_, a) in found.items()),
+        str(found),
+    )
     report.explanation = "call torch.cuda.set_device(local_rank) before creating any CUDA tensor"

@@ -53,8 +53,9 @@ def argv_from_env(env) -> list[str]:
         fail("JOB_COMPLETION_INDEX is not set: run this in an Indexed Job's pod")
     workload = env.get("LAB_WORKLOAD", "trainer")
     script = workload if workload.endswith(".py") else script_path(workload)
-    return topology.launch_argv(int(index), script, shlex.split(env.get("LAB_WORKLOAD_ARGS", "")),
-                                python=sys.executable)
+    return topology.launch_argv(
+        int(index), script, shlex.split(env.get("LAB_WORKLOAD_ARGS", "")), python=sys.executable
+    )
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 RESTART_WORKAROUND = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
+
 @dataclass
 class LabFlags:
     env: dict[str, str] = field(default_factory=dict)
@@ -45,7 +46,7 @@ def split_lab_flags(argv: list[str]) -> tuple[LabFlags, list[str]]:
         elif flag == "--preload-workers":
             flags.preload_workers = True
         elif flag.startswith("--env="):
-            name, sep, value = flag[len("--env="):].partition("=")
+            name, sep, value = flag[len("--env=") :].partition("=")
             if not name or not sep:
                 raise SystemExit(f"lab.node.launch: error: --env expects NAME=VALUE, got {flag!r}")
             env[name] = value
@@ -83,8 +84,10 @@ def main(argv: list[str] | None = None) -> None:
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     apply_env(lab_environment(flags.env, flags.torch_defaults), os.environ, log)
     if flags.torch_defaults:
-        log("[lab.node.launch] --torch-defaults: restarts reuse the shared rendezvous store "
-            "(pytorch/pytorch#135712); expect a restarted group to fail in connectFullMesh")
+        log(
+            "[lab.node.launch] --torch-defaults: restarts reuse the shared rendezvous store "
+            "(pytorch/pytorch#135712); expect a restarted group to fail in connectFullMesh"
+        )
 
     # Imported late: torch takes seconds to import and the flags above need none of it.
     from torch.distributed.run import main as torchrun_main
@@ -115,8 +118,9 @@ def start_agent_exporter(torchrun_argv: list[str], log) -> None:
     # The lab's node name where the lab started us: loopback nodes all share one hostname.
     node = os.environ.get("TORCHRUN_LAB_NODE") or socket.gethostname()
     events_dir = os.environ.get("LAB_EVENTS_DIR")
-    metrics = agent_exporter.AgentMetrics(node=node, max_restarts=parse_args(torchrun_argv).max_restarts) \
-        if port else None
+    metrics = (
+        agent_exporter.AgentMetrics(node=node, max_restarts=parse_args(torchrun_argv).max_restarts) if port else None
+    )
     agent_exporter.install(metrics, Path(events_dir) / f"agent-{node}.jsonl" if events_dir else None, node)
     if not port:
         return

@@ -46,8 +46,9 @@ def main() -> int:
     if args.hostname:
         socket.sethostname(args.hostname)
     if args.private_shm:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "lab-node-shm", "/dev/shm"],
-                       check=True, timeout=30)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "lab-node-shm", "/dev/shm"], check=True, timeout=30
+        )
 
     child = subprocess.Popen(command, stdout=subprocess.PIPE if args.log_file else None, stderr=subprocess.STDOUT)
     if args.log_file:

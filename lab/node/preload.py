@@ -15,8 +15,15 @@ import sys
 # What the fork server imports once per node, so that its workers start with it loaded:
 # torch itself, and what a DDP trainer imports lazily on its first steps (torch._dynamo
 # alone is about a second, imported by the optimizer's first step).
-PRELOAD_MODULES = ["torch", "torch.distributed", "torch.nn.parallel", "torch.optim", "torch._dynamo",
-                   "torch.utils.data", "numpy"]
+PRELOAD_MODULES = [
+    "torch",
+    "torch.distributed",
+    "torch.nn.parallel",
+    "torch.optim",
+    "torch._dynamo",
+    "torch.utils.data",
+    "numpy",
+]
 
 
 def preload_workers(torchrun_argv: list[str], log) -> None:
@@ -27,8 +34,9 @@ def preload_workers(torchrun_argv: list[str], log) -> None:
 
     args = torch_run.parse_args(torchrun_argv)
     if not (args.run_path and args.start_method == "forkserver"):
-        raise SystemExit("lab.node.launch: error: --preload-workers needs torchrun's --run-path "
-                         "and --start-method=forkserver")
+        raise SystemExit(
+            "lab.node.launch: error: --preload-workers needs torchrun's --run-path and --start-method=forkserver"
+        )
     multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD_MODULES)
     # torchrun's config_from_args reads this module attribute when it builds the entrypoint.
     torch_run.run_script_path = run_script_path
@@ -53,5 +61,3 @@ def run_script_path(training_script: str, *training_script_args: str) -> None:
     except SystemExit as e:
         if e.code not in (None, 0):
             raise
-
-

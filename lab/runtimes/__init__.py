@@ -51,8 +51,9 @@ def runtime_class(name: str) -> type[Runtime]:
 def add_options(parser: argparse.ArgumentParser, drills_only: bool = False, default: str = AUTO) -> None:
     """--runtime and every runtime's own flags, each once, its help naming the runtimes that take it."""
     group = parser.add_argument_group("runtime")
-    group.add_argument("--runtime", choices=names(drills_only), default=default,
-                       help="where the nodes run (default %(default)s)")
+    group.add_argument(
+        "--runtime", choices=names(drills_only), default=default, help="where the nodes run (default %(default)s)"
+    )
     takers: dict[Option, list[str]] = {}
     for name, cls in registry().items():
         if cls.DRILLS or not drills_only:
@@ -84,8 +85,10 @@ def refuse_if_running(runtime: Runtime, log: Callable[[str], None]) -> None:
     # Only a recorded lab can be another runtime's; with none, this runtime clears its own leftovers.
     previous = for_run_dir(runtime.run_dir, log=log) if runtime.run_dir.read_state() else runtime
     if any(node.exit_code() is None for node in previous.attach()):
-        raise LabError(f"a lab is already running (run dir {runtime.run_dir.path}, runtime {previous.name}); "
-                       "stop it with `lab down`")
+        raise LabError(
+            f"a lab is already running (run dir {runtime.run_dir.path}, runtime {previous.name}); "
+            "stop it with `lab down`"
+        )
     leftovers = previous.down(grace_s=2.0)
     if previous.name != runtime.name:
         leftovers += runtime.down(grace_s=2.0)

@@ -216,15 +216,25 @@ class Runtime(ABC):
 
     def node_argv(self, topology: Topology, node: Node, script: str, script_args: list[str]) -> list[str]:
         """The node's agent command: lab.node.launch around torchrun, with node_env."""
-        return topology.launch_argv(node.index, script, script_args, log_dir=str(node.dir / "torchelastic"),
-                                    extra_env=self.node_env(node))
+        return topology.launch_argv(
+            node.index, script, script_args, log_dir=str(node.dir / "torchelastic"), extra_env=self.node_env(node)
+        )
 
 
 MONITORING_MODES = ("auto", "on", "off")
-MONITORING = Option("--prometheus", "start a Prometheus server scraping every rank (auto: when installed; "
-                                    "default %(default)s)", "auto", choices=MONITORING_MODES, dest="monitoring")
-PROMETHEUS_PORT = Option("--prometheus-port", "where the lab's Prometheus serves (default: 9090, or the next "
-                                              "free port)", type=port, metavar="PORT")
+MONITORING = Option(
+    "--prometheus",
+    "start a Prometheus server scraping every rank (auto: when installed; default %(default)s)",
+    "auto",
+    choices=MONITORING_MODES,
+    dest="monitoring",
+)
+PROMETHEUS_PORT = Option(
+    "--prometheus-port",
+    "where the lab's Prometheus serves (default: 9090, or the next free port)",
+    type=port,
+    metavar="PORT",
+)
 
 
 class MonitoredRuntime(Runtime):
@@ -232,8 +242,9 @@ class MonitoredRuntime(Runtime):
 
     OPTIONS: ClassVar[tuple[Option, ...]] = (MONITORING, PROMETHEUS_PORT)
 
-    def __init__(self, run_dir: RunDir, *, log: Log = print, monitoring: str = "auto",
-                 prometheus_port: int | None = None) -> None:
+    def __init__(
+        self, run_dir: RunDir, *, log: Log = print, monitoring: str = "auto", prometheus_port: int | None = None
+    ) -> None:
         super().__init__(run_dir, log=log)
         if monitoring not in MONITORING_MODES:
             raise LabError(f"--prometheus must be one of {', '.join(MONITORING_MODES)}; got {monitoring!r}")

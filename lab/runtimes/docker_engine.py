@@ -37,8 +37,9 @@ def client():
         return found
     except DockerException:
         where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise LabError(f"no Docker daemon answers at {where}: start one (`make host-deps` does, as root), "
-                       "or use --runtime local") from None
+        raise LabError(
+            f"no Docker daemon answers at {where}: start one (`make host-deps` does, as root), or use --runtime local"
+        ) from None
 
 
 def require_image(docker_client, tag: str, build_hint: str) -> None:

@@ -16,8 +16,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.node import worker_record
 from lab.errors import LabError
+from lab.node import worker_record
 from lab.runtimes.base import FaultUnsupported, Node, NodeFiles
 from lab.runtimes.docker_engine import HARDENED, LABEL
 
@@ -64,22 +64,43 @@ class DockerNode(NodeFiles, Node):
         """A fresh container running argv; one left from an earlier run of this node is removed."""
         old = self.container()
         if old is not None and old.labels.get(LABEL) != self.run_dir:
-            raise LabError(f"a container named {self.container_name} exists and is not this lab's "
-                           f"(label {LABEL}={old.labels.get(LABEL)}); `lab down --run-dir` its lab, or remove it")
+            raise LabError(
+                f"a container named {self.container_name} exists and is not this lab's "
+                f"(label {LABEL}={old.labels.get(LABEL)}); `lab down --run-dir` its lab, or remove it"
+            )
         if old is not None:
             old.remove(force=True)
         self.exit_file.unlink(missing_ok=True)
         self.workers_file.unlink(missing_ok=True)
-        shim = ["python", "-m", "lab.node.nodeproc", f"--exit-file={self.exit_file}",
-                f"--log-file={self.log_path}", "--"]
+        shim = [
+            "python",
+            "-m",
+            "lab.node.nodeproc",
+            f"--exit-file={self.exit_file}",
+            f"--log-file={self.log_path}",
+            "--",
+        ]
         created = self.docker.containers.create(
-            self.image, [*shim, *argv], name=self.container_name, hostname=self.name, user=self.user,
-            labels={LABEL: self.run_dir}, volumes=self.mounts, environment={"HOME": "/tmp", **self.environment},
-            init=True, stop_signal=STOP_SIGNAL, working_dir="/tmp", detach=True,
-            device_requests=self.device_requests(), **HARDENED, tmpfs={"/tmp": "exec"},
+            self.image,
+            [*shim, *argv],
+            name=self.container_name,
+            hostname=self.name,
+            user=self.user,
+            labels={LABEL: self.run_dir},
+            volumes=self.mounts,
+            environment={"HOME": "/tmp", **self.environment},
+            init=True,
+            stop_signal=STOP_SIGNAL,
+            working_dir="/tmp",
+            detach=True,
+            device_requests=self.device_requests(),
+            **HARDENED,
+            tmpfs={"/tmp": "exec"},
             network=self.network,
-            networking_config={self.network: self.docker.api.create_endpoint_config(
-                ipv4_address=self.address, aliases=[self.name])})
+            networking_config={
+                self.network: self.docker.api.create_endpoint_config(ipv4_address=self.address, aliases=[self.name])
+            },
+        )
         created.start()
 
     def device_requests(self) -> list | None:
@@ -148,8 +169,11 @@ class DockerNode(NodeFiles, Node):
             raise FaultUnsupported(f"{self.name} has no worker with local rank {local_rank}")
         stop_file = self.dir / "unslow"
         stop_file.unlink(missing_ok=True)
-        self._running().exec_run(["python", "-m", "lab.node.duty_cycle", str(pid), str(stopped_fraction),
-                                  str(period_s), str(stop_file)], user=self.user, detach=True)
+        self._running().exec_run(
+            ["python", "-m", "lab.node.duty_cycle", str(pid), str(stopped_fraction), str(period_s), str(stop_file)],
+            user=self.user,
+            detach=True,
+        )
         return pid
 
     def unslow_worker(self) -> None:
@@ -176,8 +200,7 @@ class DockerNode(NodeFiles, Node):
         self.docker.networks.get(self.network).disconnect(self._running(), force=True)
 
     def heal(self) -> None:
-        self.docker.networks.get(self.network).connect(self._running(), ipv4_address=self.address,
-                                                       aliases=[self.name])
+        self.docker.networks.get(self.network).connect(self._running(), ipv4_address=self.address, aliases=[self.name])
 
     def record(self) -> dict:
         return {"name": self.name, "index": self.index, "address": self.address, "gpus": self.gpu_ids}

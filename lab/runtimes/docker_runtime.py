@@ -45,8 +45,15 @@ class DockerRuntime(MonitoredRuntime):
     OPTIONS = (IMAGE, *MonitoredRuntime.OPTIONS)
     DRILLS = True
 
-    def __init__(self, run_dir: RunDir, *, image: str | None = None, log: Log = print, monitoring: str = "auto",
-                 prometheus_port: int | None = None):
+    def __init__(
+        self,
+        run_dir: RunDir,
+        *,
+        image: str | None = None,
+        log: Log = print,
+        monitoring: str = "auto",
+        prometheus_port: int | None = None,
+    ):
         super().__init__(run_dir, log=log, monitoring=monitoring, prometheus_port=prometheus_port)
         self.image = image or engine.NODE_IMAGE
         self._docker = None
@@ -91,7 +98,9 @@ class DockerRuntime(MonitoredRuntime):
         topology, nodes = self.layout(topology)
         return plan_text(self, topology, nodes, script, script_args)
 
-    def layout(self, topology: Topology, user: str = "", subnet: str | None = None) -> tuple[Topology, list[DockerNode]]:
+    def layout(
+        self, topology: Topology, user: str = "", subnet: str | None = None
+    ) -> tuple[Topology, list[DockerNode]]:
         subnet = subnet or self.subnet()
         try:
             hosts = list(ipaddress.ip_network(subnet).hosts())
@@ -100,13 +109,21 @@ class DockerRuntime(MonitoredRuntime):
         if topology.nodes + 10 > len(hosts):
             raise LabError(f"Docker subnet {subnet} is too small for {topology.nodes} nodes")
         devices = gpus.assign(topology.nodes, topology.node_gpus, gpus.count())
-        nodes = [self._node(f"node{i}", i, str(hosts[10 + i]), self.image, user, devices[i], self._docker)
-                 for i in range(topology.nodes)]
+        nodes = [
+            self._node(f"node{i}", i, str(hosts[10 + i]), self.image, user, devices[i], self._docker)
+            for i in range(topology.nodes)
+        ]
         return topology.replace(rdzv_host="node0"), nodes
 
     def node_argv(self, topology: Topology, node: Node, script: str, script_args: list[str]) -> list[str]:
-        return topology.launch_argv(node.index, engine.in_image(script), script_args, python="python",
-                                    log_dir=str(node.dir / "torchelastic"), extra_env=self.node_env(node))
+        return topology.launch_argv(
+            node.index,
+            engine.in_image(script),
+            script_args,
+            python="python",
+            log_dir=str(node.dir / "torchelastic"),
+            extra_env=self.node_env(node),
+        )
 
     def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[Node]]:
         if topology.rdzv_backend != "c10d":
@@ -118,18 +135,35 @@ class DockerRuntime(MonitoredRuntime):
             self.log(note)
         watch = self.use_prometheus()
         subnet = self.subnet()
-        self.run_dir.write_state({
-            "runtime": self.name, "hosts": "containers", "image": self.image, "started_at": time.time(),
-            "prometheus": self.prometheus.url if watch else None, "topology": asdict(topology),
-            "script": script, "script_args": list(script_args), "lab_id": self.run_dir.lab_id, "subnet": subnet,
-        })
-        user = engine.own_for_containers(*(self.run_dir.path / d for d in NODE_WRITES),
-                                         *(self.run_dir.path / "nodes" / f"node{i}" for i in range(topology.nodes)))
+        self.run_dir.write_state(
+            {
+                "runtime": self.name,
+                "hosts": "containers",
+                "image": self.image,
+                "started_at": time.time(),
+                "prometheus": self.prometheus.url if watch else None,
+                "topology": asdict(topology),
+                "script": script,
+                "script_args": list(script_args),
+                "lab_id": self.run_dir.lab_id,
+                "subnet": subnet,
+            }
+        )
+        user = engine.own_for_containers(
+            *(self.run_dir.path / d for d in NODE_WRITES),
+            *(self.run_dir.path / "nodes" / f"node{i}" for i in range(topology.nodes)),
+        )
         topology, nodes = self.layout(topology, user=user, subnet=subnet)
         for node in nodes:
             node.mounts.update(engine.script_mount(script))
-        self.run_dir.write_state({**self.run_dir.read_state(), "user": user, "topology": asdict(topology),
-                                  "nodes": [n.record() for n in nodes]})
+        self.run_dir.write_state(
+            {
+                **self.run_dir.read_state(),
+                "user": user,
+                "topology": asdict(topology),
+                "nodes": [n.record() for n in nodes],
+            }
+        )
         self.create_network()
         if watch:
             self.start_prometheus()
@@ -141,11 +175,18 @@ class DockerRuntime(MonitoredRuntime):
         from docker.errors import APIError
 
         try:
-            self.docker.networks.create(self.network, driver="bridge", labels={engine.LABEL: str(self.run_dir.path)},
-                                        ipam=_ipam(self.subnet()), check_duplicate=True)
+            self.docker.networks.create(
+                self.network,
+                driver="bridge",
+                labels={engine.LABEL: str(self.run_dir.path)},
+                ipam=_ipam(self.subnet()),
+                check_duplicate=True,
+            )
         except APIError as e:
-            raise LabError(f"cannot create the Docker network {self.network} on {self.subnet()}: "
-                           f"{e.explanation or e} (another lab's? `lab down --run-dir` it; or set LAB_DOCKER_SUBNET)") from None
+            raise LabError(
+                f"cannot create the Docker network {self.network} on {self.subnet()}: "
+                f"{e.explanation or e} (another lab's? `lab down --run-dir` it; or set LAB_DOCKER_SUBNET)"
+            ) from None
 
     def use_prometheus(self) -> bool:
         from docker.errors import ImageNotFound
@@ -167,11 +208,22 @@ class DockerRuntime(MonitoredRuntime):
         path = str(self.run_dir.path)
         container = self.docker.containers.run(
             engine.PROMETHEUS_IMAGE,
-            [f"--config.file={self.prometheus.config_path}", "--storage.tsdb.path=/tmp/prometheus",
-             "--web.listen-address=0.0.0.0:9090", "--log.level=warn"],
-            name=self.prometheus_container, hostname="prometheus", network=self.network, detach=True,
-            labels={engine.LABEL: path}, volumes={str(self.prometheus.dir): {"bind": str(self.prometheus.dir), "mode": "ro"}},
-            ports={"9090/tcp": ("127.0.0.1", self.prometheus.port)}, **engine.HARDENED, tmpfs={"/tmp": ""})
+            [
+                f"--config.file={self.prometheus.config_path}",
+                "--storage.tsdb.path=/tmp/prometheus",
+                "--web.listen-address=0.0.0.0:9090",
+                "--log.level=warn",
+            ],
+            name=self.prometheus_container,
+            hostname="prometheus",
+            network=self.network,
+            detach=True,
+            labels={engine.LABEL: path},
+            volumes={str(self.prometheus.dir): {"bind": str(self.prometheus.dir), "mode": "ro"}},
+            ports={"9090/tcp": ("127.0.0.1", self.prometheus.port)},
+            **engine.HARDENED,
+            tmpfs={"/tmp": ""},
+        )
         self.prometheus.wait_ready(30, lambda: container.logs().decode(errors="replace"))
         self.log(f"started Prometheus in container {self.prometheus_container} ({engine.PROMETHEUS_IMAGE})")
 
@@ -179,17 +231,39 @@ class DockerRuntime(MonitoredRuntime):
         state = self.run_dir.read_state() or {}
         if state.get("runtime") != self.name or not state.get("nodes"):
             return []
-        return [self._node(n["name"], n["index"], n["address"], state["image"], state.get("user", ""),
-                           n.get("gpus", []), self.docker)
-                for n in state["nodes"]]
+        return [
+            self._node(
+                n["name"],
+                n["index"],
+                n["address"],
+                state["image"],
+                state.get("user", ""),
+                n.get("gpus", []),
+                self.docker,
+            )
+            for n in state["nodes"]
+        ]
 
     def _node(self, name: str, index: int, address: str, image: str, user: str, gpu_ids: list, docker) -> DockerNode:
         """A node's handle: its container mounts the run-dir folders it writes, each at its own path."""
         node_dir = self.run_dir.path / "nodes" / name
-        mounts = {str(d): {"bind": str(d), "mode": "rw"} for d in (node_dir, *(self.run_dir.path / w for w in NODE_WRITES))}
-        return DockerNode(name=name, index=index, address=address, dir=node_dir, run_dir=str(self.run_dir.path),
-                          lab_id=self.run_dir.lab_id, network=self.network, image=image, user=user,
-                          gpu_ids=gpu_ids, mounts=mounts, docker=docker)
+        mounts = {
+            str(d): {"bind": str(d), "mode": "rw"} for d in (node_dir, *(self.run_dir.path / w for w in NODE_WRITES))
+        }
+        return DockerNode(
+            name=name,
+            index=index,
+            address=address,
+            dir=node_dir,
+            run_dir=str(self.run_dir.path),
+            lab_id=self.run_dir.lab_id,
+            network=self.network,
+            image=image,
+            user=user,
+            gpu_ids=gpu_ids,
+            mounts=mounts,
+            docker=docker,
+        )
 
     def down(self, grace_s: float = 10.0) -> list[str]:
         """Remove every container and network labelled with this run directory, then the run dir."""

@@ -11,16 +11,24 @@ from lab.runtimes.base import Node, Runtime
 from lab.topology import Topology
 
 
-def plan_text(runtime: Runtime, topology: Topology, nodes: Sequence[Node], script: str, script_args: list[str],
-              wrapper: Callable[[Node], list[str]] | None = None) -> str:
+def plan_text(
+    runtime: Runtime,
+    topology: Topology,
+    nodes: Sequence[Node],
+    script: str,
+    script_args: list[str],
+    wrapper: Callable[[Node], list[str]] | None = None,
+) -> str:
     """Each node: where it runs, its GPUs, the environment lab.node.launch sets, its command."""
     lines = []
     devices = gpus.assign(topology.nodes, topology.node_gpus, gpus.count())
     for node in nodes:
         lines.append(f"# {node.name}: {node.address} ({runtime.describe(node)})")
         if devices[node.index]:
-            lines.append(f"#   gpus {','.join(map(str, devices[node.index]))} of this machine's {gpus.count()} "
-                         "(CUDA_VISIBLE_DEVICES; a container's device_ids)")
+            lines.append(
+                f"#   gpus {','.join(map(str, devices[node.index]))} of this machine's {gpus.count()} "
+                "(CUDA_VISIBLE_DEVICES; a container's device_ids)"
+            )
         env = lab_environment({**topology.env(node.index), **runtime.node_env(node)}, topology.torch_defaults)
         for name, value in sorted(env.items()):
             lines.append(f"#   env {name}={value}  (set by lab.node.launch unless you set it)")

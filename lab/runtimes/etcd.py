@@ -18,8 +18,10 @@ from lab import procs
 from lab.errors import LabError
 from lab.rundir import MARKER
 
-INSTALL_HINT = ("etcd-v2 rendezvous needs etcd 3.4 (Debian: apt-get install etcd-server) and the "
-                "python-etcd client (pip install python-etcd); `make host-deps` installs both")
+INSTALL_HINT = (
+    "etcd-v2 rendezvous needs etcd 3.4 (Debian: apt-get install etcd-server) and the "
+    "python-etcd client (pip install python-etcd); `make host-deps` installs both"
+)
 
 
 def check_installed() -> str:
@@ -39,10 +41,18 @@ def start(directory: Path, address: str, port: int, run_dir: str, timeout_s: flo
     directory.mkdir(parents=True, exist_ok=True)
     client = f"http://{address}:{port}"
     peer = f"http://127.0.0.1:{port + 1}"  # a single-member cluster: peers only on loopback
-    argv = [exe, "--name=lab", f"--data-dir={directory / 'data'}", "--enable-v2=true",
-            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=lab={peer}", "--log-level=warn"]
+    argv = [
+        exe,
+        "--name=lab",
+        f"--data-dir={directory / 'data'}",
+        "--enable-v2=true",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=lab={peer}",
+        "--log-level=warn",
+    ]
     log_path = directory / "etcd.log"
     procs.spawn(argv, log_path=log_path, env={**os.environ, MARKER: run_dir})
     deadline = time.monotonic() + timeout_s

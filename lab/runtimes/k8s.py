@@ -39,8 +39,10 @@ OVERLAY = Option("--overlay", "which k8s/overlays/ to apply (default %(default)s
 def kubectl_exe() -> str:
     exe = shutil.which("kubectl")
     if exe is None:
-        raise LabError("kubectl is not installed (https://kubernetes.io/docs/tasks/tools/): "
-                       "the k8s runtime renders and applies the manifests with it")
+        raise LabError(
+            "kubectl is not installed (https://kubernetes.io/docs/tasks/tools/): "
+            "the k8s runtime renders and applies the manifests with it"
+        )
     return exe
 
 
@@ -61,8 +63,9 @@ class Kubectl:
         return done.stdout
 
     def check_cluster(self) -> None:
-        done = subprocess.run(self.argv("version", "--request-timeout=5s", "-o", "json"),
-                              capture_output=True, text=True, timeout=30)
+        done = subprocess.run(
+            self.argv("version", "--request-timeout=5s", "-o", "json"), capture_output=True, text=True, timeout=30
+        )
         if done.returncode != 0 or '"serverVersion"' not in done.stdout:
             first = (done.stderr.strip().splitlines() or ["no answer"])[0]
             where = f"context {self.context!r}" if self.context else "the current kubectl context"
@@ -73,8 +76,9 @@ def render(overlay: str, topology: Topology, script: str, script_args: list[str]
     """The overlay's objects, with this job's topology, node count and workload in them."""
     if overlay not in OVERLAYS:
         raise LabError(f"unknown overlay {overlay!r}; choose one of: {', '.join(OVERLAYS)}")
-    done = subprocess.run([kubectl_exe(), "kustomize", str(K8S_DIR / "overlays" / overlay)], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [kubectl_exe(), "kustomize", str(K8S_DIR / "overlays" / overlay)], capture_output=True, text=True, timeout=120
+    )
     if done.returncode != 0:
         raise LabError(f"kubectl kustomize failed: {done.stderr.strip().splitlines()[0]}")
     objects = [o for o in yaml.safe_load_all(done.stdout) if o]
@@ -82,8 +86,9 @@ def render(overlay: str, topology: Topology, script: str, script_args: list[str]
         if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == "torchrun-lab-topology":
             rendered = json.loads(obj["data"]["LAB_TOPOLOGY"])
             fields = {**rendered, **pod_fields(topology, rendered)}
-            obj["data"].update(LAB_TOPOLOGY=json.dumps(fields), LAB_WORKLOAD=script,
-                               LAB_WORKLOAD_ARGS=" ".join(script_args))
+            obj["data"].update(
+                LAB_TOPOLOGY=json.dumps(fields), LAB_WORKLOAD=script, LAB_WORKLOAD_ARGS=" ".join(script_args)
+            )
         if obj["kind"] == "Job":
             obj["spec"]["completions"] = obj["spec"]["parallelism"] = topology.nodes
     return objects
@@ -110,8 +115,14 @@ class PodNode(Node):
         self.dir = run_dir / "nodes" / self.name
 
     def pod(self) -> str:
-        out = self.kubectl("get", "pods", "-l", f"job-name={JOB},batch.kubernetes.io/job-completion-index={self.index}",
-                           "-o", "jsonpath={.items[-1:].metadata.name}")
+        out = self.kubectl(
+            "get",
+            "pods",
+            "-l",
+            f"job-name={JOB},batch.kubernetes.io/job-completion-index={self.index}",
+            "-o",
+            "jsonpath={.items[-1:].metadata.name}",
+        )
         if not out.strip():
             raise LabError(f"no pod for node {self.index} (yet)")
         return out.strip()
@@ -123,8 +134,13 @@ class PodNode(Node):
         self.kubectl("delete", "pod", self.pod(), f"--grace-period={int(grace_s)}", "--wait=false")
 
     def exit_code(self) -> int | None:
-        phase = self.kubectl("get", "pod", self.pod(), "-o",
-                             "jsonpath={.status.phase} {.status.containerStatuses[0].state.terminated.exitCode}")
+        phase = self.kubectl(
+            "get",
+            "pod",
+            self.pod(),
+            "-o",
+            "jsonpath={.status.phase} {.status.containerStatuses[0].state.terminated.exitCode}",
+        )
         state = phase.split()
         if state[:1] == ["Succeeded"]:
             return 0
@@ -136,8 +152,10 @@ class PodNode(Node):
         self.kubectl("delete", "pod", self.pod(), "--grace-period=0", "--force", "--wait=false")
 
     def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
-        code = (f"import json,os; pid=json.load(open({WORKERS_FILE!r}))['pids'][{str(local_rank)!r}]; "
-                f"os.kill(pid, {int(sig)}); print(pid)")
+        code = (
+            f"import json,os; pid=json.load(open({WORKERS_FILE!r}))['pids'][{str(local_rank)!r}]; "
+            f"os.kill(pid, {int(sig)}); print(pid)"
+        )
         return int(self.kubectl("exec", self.pod(), "-c", "node", "--", "python", "-c", code).strip())
 
 
@@ -145,8 +163,15 @@ class KubernetesRuntime(Runtime):
     name = "k8s"
     OPTIONS = (CONTEXT, NAMESPACE, OVERLAY)
 
-    def __init__(self, run_dir: RunDir, *, context: str | None = None, namespace: str = "default",
-                 overlay: str = "cpu-gloo", log: Log = print):
+    def __init__(
+        self,
+        run_dir: RunDir,
+        *,
+        context: str | None = None,
+        namespace: str = "default",
+        overlay: str = "cpu-gloo",
+        log: Log = print,
+    ):
         super().__init__(run_dir, log=log)
         self.overlay = overlay
         self.kubectl = Kubectl(context, namespace)
@@ -164,20 +189,41 @@ class KubernetesRuntime(Runtime):
         self.run_dir.claim()
         applied = self.run_dir.path / "applied.yaml"
         applied.write_text(manifests)
-        self.run_dir.write_state({"runtime": self.name, "hosts": "pods", "context": self.kubectl.context,
-                                  "namespace": self.kubectl.namespace, "nodes": topology.nodes,
-                                  "manifests": str(applied), "topology": dataclasses.asdict(topology),
-                                  "script": script, "script_args": list(script_args), "prometheus": None})
+        self.run_dir.write_state(
+            {
+                "runtime": self.name,
+                "hosts": "pods",
+                "context": self.kubectl.context,
+                "namespace": self.kubectl.namespace,
+                "nodes": topology.nodes,
+                "manifests": str(applied),
+                "topology": dataclasses.asdict(topology),
+                "script": script,
+                "script_args": list(script_args),
+                "prometheus": None,
+            }
+        )
         self.kubectl("apply", "-f", "-", stdin=manifests)
         self.kubectl("wait", "--for=create", "pod", "-l", f"job-name={JOB}", "--timeout=120s", timeout=150)
         nodes = self.attach()
         for node in nodes:
             node.dir.mkdir(parents=True, exist_ok=True)
             with open(node.log_path, "ab") as log:  # kubectl streams the pod's log into the run dir
-                subprocess.Popen(self.kubectl.argv("logs", "-f", f"job/{JOB}", "-c", "node",
-                                                   "-l", f"batch.kubernetes.io/job-completion-index={node.index}"),
-                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                 env={**os.environ, MARKER: str(self.run_dir.path)})
+                subprocess.Popen(
+                    self.kubectl.argv(
+                        "logs",
+                        "-f",
+                        f"job/{JOB}",
+                        "-c",
+                        "node",
+                        "-l",
+                        f"batch.kubernetes.io/job-completion-index={node.index}",
+                    ),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env={**os.environ, MARKER: str(self.run_dir.path)},
+                )
         return topology, nodes
 
     def attach(self) -> list[Node]:

@@ -31,8 +31,12 @@ from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
 from lab.topology import Topology
 
 HOST_MODES = ("auto", "netns", "userns", "loopback")
-HOSTS = Option("--hosts", "netns hosts (root), one unprivileged namespace (userns), or processes on loopback "
-                          "(default: netns when possible)", "auto", choices=HOST_MODES)
+HOSTS = Option(
+    "--hosts",
+    "netns hosts (root), one unprivileged namespace (userns), or processes on loopback (default: netns when possible)",
+    "auto",
+    choices=HOST_MODES,
+)
 
 
 @dataclass
@@ -103,8 +107,15 @@ class LocalRuntime(MonitoredRuntime):
     DRILLS = True
     AUTO = True
 
-    def __init__(self, run_dir: RunDir, *, hosts: str = "auto", log: Log = print, monitoring: str = "auto",
-                 prometheus_port: int | None = None):
+    def __init__(
+        self,
+        run_dir: RunDir,
+        *,
+        hosts: str = "auto",
+        log: Log = print,
+        monitoring: str = "auto",
+        prometheus_port: int | None = None,
+    ):
         if hosts not in HOST_MODES:
             raise LabError(f"--hosts must be one of {', '.join(HOST_MODES)}; got {hosts!r}")
         super().__init__(run_dir, log=log, monitoring=monitoring, prometheus_port=prometheus_port)
@@ -139,8 +150,10 @@ class LocalRuntime(MonitoredRuntime):
     def use_prometheus(self, mode: str = "netns") -> bool:
         missing = prometheus.INSTALL_HINT if prometheus.binary() is None else None
         if mode == "userns":
-            missing = ("the host's Prometheus cannot reach nodes in their own network namespace "
-                       "(--hosts loopback to watch them)")
+            missing = (
+                "the host's Prometheus cannot reach nodes in their own network namespace "
+                "(--hosts loopback to watch them)"
+            )
         return prometheus.wanted(self.monitoring, missing, self.log)
 
     def host_mode(self) -> str:
@@ -152,14 +165,18 @@ class LocalRuntime(MonitoredRuntime):
         if self.hosts == "userns" and closed:
             raise LabError(f"userns hosts need an unprivileged user namespace: {closed}")
         if wants_userns and not closed:
-            self.log(f"note: the nodes share one unprivileged network namespace of their own ({reason or 'asked for'}"
-                     "; loopback inside, closed to the LAN); network faults are unavailable")
+            self.log(
+                f"note: the nodes share one unprivileged network namespace of their own ({reason or 'asked for'}"
+                "; loopback inside, closed to the LAN); network faults are unavailable"
+            )
             return "userns"
         if self.hosts == "auto" and reason:
             self.log(f"note: nodes run as processes on loopback ({reason}); network faults are unavailable")
         if self.hosts == "loopback" or reason:
-            self.log("note: on loopback the exporters listen on 127.0.0.1 only, but torch's c10d store listens on "
-                     "all interfaces (and unpickles what it reads): use it on a trusted network")
+            self.log(
+                "note: on loopback the exporters listen on 127.0.0.1 only, but torch's c10d store listens on "
+                "all interfaces (and unpickles what it reads): use it on a trusted network"
+            )
         return "loopback" if self.hosts == "loopback" or reason else "netns"
 
     def plan(self, topology: Topology, script: str, script_args: list[str]) -> str:
@@ -171,14 +188,17 @@ class LocalRuntime(MonitoredRuntime):
         nodes = []
         for i in range(topology.nodes):
             host = self.net.host(i) if mode == "netns" else None
-            nodes.append(LocalNode(
-                name=f"node{i}", index=i,
-                address=host.address if host else "127.0.0.1",
-                netns=host.netns if host else None,
-                dir=self.run_dir.path / "nodes" / f"node{i}",
-                run_dir=str(self.run_dir.path),
-                userns_pid=self._userns_pid if mode == "userns" else None,
-            ))
+            nodes.append(
+                LocalNode(
+                    name=f"node{i}",
+                    index=i,
+                    address=host.address if host else "127.0.0.1",
+                    netns=host.netns if host else None,
+                    dir=self.run_dir.path / "nodes" / f"node{i}",
+                    run_dir=str(self.run_dir.path),
+                    userns_pid=self._userns_pid if mode == "userns" else None,
+                )
+            )
         if topology.rdzv_backend == "etcd-v2":
             # The lab's etcd runs on the host, outside every node (see lab.runtimes.etcd).
             rdzv_host = self.net.gateway if mode == "netns" else "127.0.0.1"
@@ -205,14 +225,22 @@ class LocalRuntime(MonitoredRuntime):
             for port in exporter_ports(topology):
                 ensure_port_free("0.0.0.0", port, "exporter port", "--metrics-port")
         # State first: if anything below fails or this process dies, `lab down` still knows.
-        self.run_dir.write_state({
-            "runtime": self.name, "hosts": mode, "lab_pid": os.getpid(), "started_at": time.time(),
-            "lab_id": self.run_dir.lab_id, "subnet": self.net.subnet if mode == "netns" else None,
-            "userns_pid": self._userns_pid if mode == "userns" else None,
-            "prometheus": self.prometheus.url if watch else None,
-            "topology": asdict(topology), "script": script, "script_args": list(script_args),
-            "nodes": [{"name": n.name, "index": n.index, "address": n.address, "netns": n.netns} for n in nodes],
-        })
+        self.run_dir.write_state(
+            {
+                "runtime": self.name,
+                "hosts": mode,
+                "lab_pid": os.getpid(),
+                "started_at": time.time(),
+                "lab_id": self.run_dir.lab_id,
+                "subnet": self.net.subnet if mode == "netns" else None,
+                "userns_pid": self._userns_pid if mode == "userns" else None,
+                "prometheus": self.prometheus.url if watch else None,
+                "topology": asdict(topology),
+                "script": script,
+                "script_args": list(script_args),
+                "nodes": [{"name": n.name, "index": n.index, "address": n.address, "netns": n.netns} for n in nodes],
+            }
+        )
         if watch:
             self.prometheus.start(str(self.run_dir.path))
         if mode == "netns":
@@ -229,16 +257,27 @@ class LocalRuntime(MonitoredRuntime):
     def node_argv(self, topology: Topology, node: Node, script: str, script_args: list[str]) -> list[str]:
         # Every node is on this machine: each sees its own GPUs (lab.gpus).
         devices = gpus.assign(topology.nodes, topology.node_gpus, gpus.count())[node.index]
-        return topology.launch_argv(node.index, script, script_args, log_dir=str(node.dir / "torchelastic"),
-                                    extra_env={**self.node_env(node), **gpus.visible_devices(devices)})
+        return topology.launch_argv(
+            node.index,
+            script,
+            script_args,
+            log_dir=str(node.dir / "torchelastic"),
+            extra_env={**self.node_env(node), **gpus.visible_devices(devices)},
+        )
 
     def attach(self) -> list[Node]:
         """The nodes of the lab recorded in the run directory (from any shell)."""
         state = self.run_dir.read_state() or {}
         return [
-            LocalNode(name=n["name"], index=n["index"], address=n["address"], netns=n["netns"],
-                      dir=self.run_dir.path / "nodes" / n["name"], run_dir=str(self.run_dir.path),
-                      userns_pid=state.get("userns_pid"))
+            LocalNode(
+                name=n["name"],
+                index=n["index"],
+                address=n["address"],
+                netns=n["netns"],
+                dir=self.run_dir.path / "nodes" / n["name"],
+                run_dir=str(self.run_dir.path),
+                userns_pid=state.get("userns_pid"),
+            )
             for n in state.get("nodes", [])
         ]
 

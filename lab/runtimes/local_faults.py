@@ -10,8 +10,8 @@ import time
 
 from lab import procs
 from lab.node import worker_record
-from lab.runtimes.base import Faults, FaultUnsupported
 from lab.node.duty_cycle import duty_cycle
+from lab.runtimes.base import Faults, FaultUnsupported
 
 PARTITION_COMMENT = "torchrun-lab-partition"
 
@@ -38,8 +38,9 @@ class LocalFaults(Faults):
     def _worker(self, local_rank: int) -> int:
         workers = self.worker_pids()
         if local_rank not in workers:
-            raise FaultUnsupported(f"{self.name} has no running worker with local rank {local_rank} "
-                                   f"(running: {sorted(workers)})")
+            raise FaultUnsupported(
+                f"{self.name} has no running worker with local rank {local_rank} (running: {sorted(workers)})"
+            )
         return workers[local_rank]
 
     def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
@@ -59,8 +60,11 @@ class LocalFaults(Faults):
         pid = self._worker(local_rank)
         self.unslow_worker()
         stop = threading.Event()
-        self._slowing = (stop, threading.Thread(target=duty_cycle, args=(pid, stopped_fraction, period_s, stop.wait),
-                                                daemon=True), pid)
+        self._slowing = (
+            stop,
+            threading.Thread(target=duty_cycle, args=(pid, stopped_fraction, period_s, stop.wait), daemon=True),
+            pid,
+        )
         self._slowing[1].start()
         return pid
 
@@ -113,24 +117,34 @@ class LocalFaults(Faults):
 
     def _netns_iptables(self, *args: str) -> subprocess.CompletedProcess:
         if self.netns is None:
-            raise FaultUnsupported("loopback nodes share the host's network: partitions need netns hosts "
-                                   "(run as root with iproute2, --hosts netns)")
+            raise FaultUnsupported(
+                "loopback nodes share the host's network: partitions need netns hosts "
+                "(run as root with iproute2, --hosts netns)"
+            )
         try:
-            return subprocess.run(["ip", "netns", "exec", self.netns, "iptables", "-w", "30", *args],
-                                  capture_output=True, text=True, timeout=60)
+            return subprocess.run(
+                ["ip", "netns", "exec", self.netns, "iptables", "-w", "30", *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
         except subprocess.TimeoutExpired:
             raise FaultUnsupported(f"iptables in {self.netns} did not answer within 60s") from None
 
     def partition(self) -> None:
         for chain, flag in (("INPUT", "-i"), ("OUTPUT", "-o")):
-            out = self._netns_iptables("-I", chain, "1", "!", flag, "lo", "-m", "comment",
-                                       "--comment", PARTITION_COMMENT, "-j", "DROP")
+            out = self._netns_iptables(
+                "-I", chain, "1", "!", flag, "lo", "-m", "comment", "--comment", PARTITION_COMMENT, "-j", "DROP"
+            )
             if out.returncode != 0:
                 raise FaultUnsupported(f"cannot partition {self.name}: {out.stderr.strip()}")
 
     def heal(self) -> None:
         for chain, flag in (("INPUT", "-i"), ("OUTPUT", "-o")):
-            while self._netns_iptables("-D", chain, "!", flag, "lo", "-m", "comment",
-                                       "--comment", PARTITION_COMMENT, "-j", "DROP").returncode == 0:
+            while (
+                self._netns_iptables(
+                    "-D", chain, "!", flag, "lo", "-m", "comment", "--comment", PARTITION_COMMENT, "-j", "DROP"
+                ).returncode
+                == 0
+            ):
                 pass  # delete until none is left
-

@@ -76,11 +76,13 @@ class LabNet:
         return f"{RULE_COMMENT}:{self.lab_id}"
 
     def host(self, index: int) -> Host:
-        return Host(name=f"node{index}", netns=f"{PREFIX}-{self.lab_id}-node{index}",
-                    address=f"{self.subnet}.{10 + index}")
+        return Host(
+            name=f"node{index}", netns=f"{PREFIX}-{self.lab_id}-node{index}", address=f"{self.subnet}.{10 + index}"
+        )
 
-    def create(self, count: int, aliases: dict[int, list[str]] | None = None,
-               own_aliases: dict[int, list[str]] | None = None) -> list[Host]:
+    def create(
+        self, count: int, aliases: dict[int, list[str]] | None = None, own_aliases: dict[int, list[str]] | None = None
+    ) -> list[Host]:
         """Build `count` hosts on a fresh bridge. On failure, remove what was made and raise.
 
         aliases: more names for host i, in every host's hosts file (a pod's DNS names, say);
@@ -124,8 +126,24 @@ class LabNet:
     def _allow_bridge_forwarding(self) -> None:
         if shutil.which("iptables") is None:
             return  # no firewall tool, so nothing of ours can be dropping the bridge's traffic
-        _run("iptables", "-w", str(TIMEOUT_S), "-I", "FORWARD", "1", "-i", self.bridge, "-o", self.bridge,
-             "-m", "comment", "--comment", self.rule_comment, "-j", "ACCEPT")
+        _run(
+            "iptables",
+            "-w",
+            str(TIMEOUT_S),
+            "-I",
+            "FORWARD",
+            "1",
+            "-i",
+            self.bridge,
+            "-o",
+            self.bridge,
+            "-m",
+            "comment",
+            "--comment",
+            self.rule_comment,
+            "-j",
+            "ACCEPT",
+        )
 
     def leftovers(self) -> list[str]:
         """Everything of this lab's that exists now: netns, links, iptables rules, /etc/netns dirs."""

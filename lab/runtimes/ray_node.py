@@ -37,16 +37,25 @@ class MachineAgent:
         from lab.runtimes.local import LocalNode
 
         self.address = ray.util.get_node_ip_address()
-        self.node = LocalNode(name=name, index=index, address=self.address, netns=None,
-                              dir=Path(run_dir) / "nodes" / name, run_dir=run_dir)
+        self.node = LocalNode(
+            name=name,
+            index=index,
+            address=self.address,
+            netns=None,
+            dir=Path(run_dir) / "nodes" / name,
+            run_dir=run_dir,
+        )
         self.node.dir.mkdir(parents=True, exist_ok=True)
         self.lab_id = RunDir(run_dir).lab_id
 
     def where(self) -> dict:
         import ray
 
-        return {"address": self.address, "hostname": socket.gethostname(),
-                "machine": ray.get_runtime_context().get_node_id()}
+        return {
+            "address": self.address,
+            "hostname": socket.gethostname(),
+            "machine": ray.get_runtime_context().get_node_id(),
+        }
 
     def start(self, argv: list[str]) -> None:
         # The driver rendered argv with its own interpreter; this machine's may live elsewhere.
@@ -133,9 +142,10 @@ class RayNode(Node):
         return self._call("corrupt_checkpoint", directory=directory, mode=mode)
 
     def partition(self) -> None:
-        raise FaultUnsupported("the ray runtime cannot partition a machine: cutting its network would cut "
-                               "it off from Ray too (use the local runtime's netns hosts)")
+        raise FaultUnsupported(
+            "the ray runtime cannot partition a machine: cutting its network would cut "
+            "it off from Ray too (use the local runtime's netns hosts)"
+        )
 
     def heal(self) -> None:
         self.partition()
-

@@ -33,11 +33,13 @@ from lab.runtimes.ray_node import ACTOR_NAMESPACE, MachineAgent, RayNode, actor_
 from lab.runtimes.tempdirs import temp_dir
 from lab.topology import Topology
 
-
 BUNDLE = {"CPU": 0.01}  # a token share: the bundle only pins the node to a machine
-RAY_ADDRESS = Option("--ray-address", "the Ray cluster: the ray runtime places one node on each of its machines; "
-                                      "a drill on another runtime joins it instead of starting a local Ray",
-                     metavar="auto|HOST:PORT")
+RAY_ADDRESS = Option(
+    "--ray-address",
+    "the Ray cluster: the ray runtime places one node on each of its machines; "
+    "a drill on another runtime joins it instead of starting a local Ray",
+    metavar="auto|HOST:PORT",
+)
 
 
 def placement_group_name(lab_id: str) -> str:
@@ -118,8 +120,15 @@ class RayRuntime(MonitoredRuntime):
     OPTIONS = (RAY_ADDRESS, *MonitoredRuntime.OPTIONS)
     DRILLS = True
 
-    def __init__(self, run_dir: RunDir, *, ray_address: str | None = None, log: Log = print,
-                 monitoring: str = "auto", prometheus_port: int | None = None):
+    def __init__(
+        self,
+        run_dir: RunDir,
+        *,
+        ray_address: str | None = None,
+        log: Log = print,
+        monitoring: str = "auto",
+        prometheus_port: int | None = None,
+    ):
         super().__init__(run_dir, log=log, monitoring=monitoring, prometheus_port=prometheus_port)
         self.ray_address = ray_address
 
@@ -128,8 +137,13 @@ class RayRuntime(MonitoredRuntime):
         if not args.ray_address:  # before anything starts: there is no Ray cluster to start it on
             raise LabError("the ray runtime needs --ray-address auto|HOST:PORT (a running Ray cluster)")
         check_reachable(args.ray_address)
-        return cls(run_dir, log=log, ray_address=args.ray_address, monitoring=args.monitoring,
-                   prometheus_port=args.prometheus_port)
+        return cls(
+            run_dir,
+            log=log,
+            ray_address=args.ray_address,
+            monitoring=args.monitoring,
+            prometheus_port=args.prometheus_port,
+        )
 
     def describe(self, node: Node) -> str:
         return "Ray machine"
@@ -150,30 +164,65 @@ class RayRuntime(MonitoredRuntime):
         connect(self.ray_address)
         found = machines()
         if len(found) < topology.nodes:
-            raise LabError(f"the Ray cluster at {self.ray_address} has {len(found)} machine(s); --nodes "
-                           f"{topology.nodes} needs {topology.nodes} (one lab node per machine)")
+            raise LabError(
+                f"the Ray cluster at {self.ray_address} has {len(found)} machine(s); --nodes "
+                f"{topology.nodes} needs {topology.nodes} (one lab node per machine)"
+            )
         watch = self.use_prometheus()
-        self.run_dir.write_state({
-            "runtime": self.name, "hosts": "machines", "ray_address": self.ray_address, "started_at": time.time(),
-            "prometheus": self.prometheus.url if watch else None, "topology": asdict(topology),
-            "script": script, "script_args": list(script_args), "nodes": [],
-        })
+        self.run_dir.write_state(
+            {
+                "runtime": self.name,
+                "hosts": "machines",
+                "ray_address": self.ray_address,
+                "started_at": time.time(),
+                "prometheus": self.prometheus.url if watch else None,
+                "topology": asdict(topology),
+                "script": script,
+                "script_args": list(script_args),
+                "nodes": [],
+            }
+        )
         # Named in the lab's namespace (connect joins it), so `lab down` finds it from any shell.
-        group = placement_group([dict(BUNDLE)] * topology.nodes, strategy="STRICT_SPREAD", name=placement_group_name(self.run_dir.lab_id), lifetime="detached")
+        group = placement_group(
+            [dict(BUNDLE)] * topology.nodes,
+            strategy="STRICT_SPREAD",
+            name=placement_group_name(self.run_dir.lab_id),
+            lifetime="detached",
+        )
         if not group.wait(timeout_seconds=60):
             raise LabError(f"Ray could not place {topology.nodes} nodes on {topology.nodes} machines within 60 s")
         agent = ray.remote(num_cpus=BUNDLE["CPU"], max_restarts=0)(MachineAgent)
-        actors = [agent.options(name=actor_name(self.run_dir.lab_id, i), namespace=ACTOR_NAMESPACE, lifetime="detached",
-                                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=b))
-                  .remote(str(self.run_dir.path), f"node{i}", i) for i, b in enumerate(bundles_by_address(group))]
+        actors = [
+            agent.options(
+                name=actor_name(self.run_dir.lab_id, i),
+                namespace=ACTOR_NAMESPACE,
+                lifetime="detached",
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=b),
+            ).remote(str(self.run_dir.path), f"node{i}", i)
+            for i, b in enumerate(bundles_by_address(group))
+        ]
         where = ray_get([a.where.remote() for a in actors], 120, "the machines' agents to start")
         topology = topology.replace(rdzv_host=where[0]["address"])
-        nodes = [RayNode(a, f"node{i}", i, w["address"], self.run_dir.path / "nodes" / f"node{i}")
-                 for i, (a, w) in enumerate(zip(actors, where))]
-        self.run_dir.write_state({**self.run_dir.read_state(), "topology": asdict(topology),
-                                  "nodes": [{"name": n.name, "index": n.index, "address": n.address,
-                                             "hostname": w["hostname"], "machine": w["machine"]}
-                                            for n, w in zip(nodes, where)]})
+        nodes = [
+            RayNode(a, f"node{i}", i, w["address"], self.run_dir.path / "nodes" / f"node{i}")
+            for i, (a, w) in enumerate(zip(actors, where, strict=True))
+        ]
+        self.run_dir.write_state(
+            {
+                **self.run_dir.read_state(),
+                "topology": asdict(topology),
+                "nodes": [
+                    {
+                        "name": n.name,
+                        "index": n.index,
+                        "address": n.address,
+                        "hostname": w["hostname"],
+                        "machine": w["machine"],
+                    }
+                    for n, w in zip(nodes, where, strict=True)
+                ],
+            }
+        )
         if watch:
             self.prometheus.start(str(self.run_dir.path))
         for node in nodes:
@@ -226,8 +275,10 @@ class RayRuntime(MonitoredRuntime):
             for node in self._recorded_nodes(state):
                 try:
                     node.stop(grace_s)
-                    removed += [f"{d} on {node.address}" for d in ray_get(node.actor.cleanup.remote(), 60,
-                                                                          f"{node.name}'s cleanup")]
+                    removed += [
+                        f"{d} on {node.address}"
+                        for d in ray_get(node.actor.cleanup.remote(), 60, f"{node.name}'s cleanup")
+                    ]
                 finally:
                     ray.kill(node.actor)
                 removed.append(f"actor {actor_name(self.run_dir.lab_id, node.index)} ({node.name} on {node.address})")
@@ -243,4 +294,3 @@ class RayRuntime(MonitoredRuntime):
         procs.terminate(stray, grace_s=2.0, run_dir=str(self.run_dir.path))
         removed += [f"process {pid}" for pid in stray]
         return removed + self.run_dir.take_down()
-

@@ -25,8 +25,7 @@ from lab.rundir import MARKER
 
 # Loopback up, and a /dev/shm of the lab's own: multiprocessing semaphores of killed nodes go
 # when the holder goes, instead of staying on the machine.
-HOLD = ("ip link set lo up && mount -t tmpfs -o mode=1777,nosuid,nodev lab-shm /dev/shm "
-        "&& exec sleep 2147483647")
+HOLD = "ip link set lo up && mount -t tmpfs -o mode=1777,nosuid,nodev lab-shm /dev/shm && exec sleep 2147483647"
 
 
 @functools.lru_cache(maxsize=1)
@@ -36,9 +35,20 @@ def unavailable_reason() -> str | None:
         if shutil.which(tool) is None:
             return f"`{tool}` is not installed (apt-get install util-linux iproute2)"
     try:
-        probe = subprocess.run(["unshare", "-rnm", "--propagation", "private", "sh", "-c",
-                                "ip link set lo up && mount -t tmpfs lab-shm /dev/shm"], capture_output=True,
-                               text=True, timeout=10)
+        probe = subprocess.run(
+            [
+                "unshare",
+                "-rnm",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                "ip link set lo up && mount -t tmpfs lab-shm /dev/shm",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except subprocess.TimeoutExpired:
         return "`unshare -rn` did not answer"
     if probe.returncode != 0:
@@ -49,14 +59,17 @@ def unavailable_reason() -> str | None:
 def start_holder(run_dir: str, log_path: Path, timeout_s: float = 10.0) -> int:
     """The namespace's first process (it holds the namespace open); returns its pid once it is in."""
     env = {**os.environ, MARKER: run_dir}
-    holder = procs.spawn(["unshare", "-rnm", "--propagation", "private", "--", "sh", "-c", HOLD],
-                         log_path=log_path, env=env)
+    holder = procs.spawn(
+        ["unshare", "-rnm", "--propagation", "private", "--", "sh", "-c", HOLD], log_path=log_path, env=env
+    )
     mine = os.readlink("/proc/self/ns/net")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if os.readlink(f"/proc/{holder.pid}/ns/net") != mine and "sleep" in Path(
-                    f"/proc/{holder.pid}/cmdline").read_text():
+            if (
+                os.readlink(f"/proc/{holder.pid}/ns/net") != mine
+                and "sleep" in Path(f"/proc/{holder.pid}/cmdline").read_text()
+            ):
                 return holder.pid
         except OSError:
             pass

@@ -64,7 +64,7 @@ def read(path: Path) -> dict:
     header = len(MAGIC) + 32
     if len(data) < header or not data.startswith(MAGIC):
         raise CheckpointError(f"not a lab checkpoint or truncated ({len(data)} bytes)")
-    digest, payload = data[len(MAGIC):header], data[header:]
+    digest, payload = data[len(MAGIC) : header], data[header:]
     if hashlib.sha256(payload).digest() != digest:
         raise CheckpointError(f"checksum mismatch: truncated or corrupted ({len(data)} bytes)")
     # weights_only: tensors, containers and plain values only. A file with a valid checksum

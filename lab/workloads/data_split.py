@@ -32,8 +32,10 @@ def main() -> None:
         if ctx.rank == 0:
             counts = Counter(i for indices in everyone for i in indices)
             total = sum(counts.values())
-            say(f"seen {total} unique {len(counts)} duplicates {total - len(counts)} "
-                f"({'DistributedSampler' if args.sampler else 'no sampler'}, {ctx.world_size} ranks)")
+            say(
+                f"seen {total} unique {len(counts)} duplicates {total - len(counts)} "
+                f"({'DistributedSampler' if args.sampler else 'no sampler'}, {ctx.world_size} ranks)"
+            )
 
 
 if __name__ == "__main__":

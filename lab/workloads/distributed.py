@@ -53,9 +53,15 @@ def process_group(backend: str | None = None, allow_single: bool = False):
     if "RANK" not in os.environ:
         if allow_single:
             cuda = torch.cuda.is_available()
-            yield Ctx(rank=0, local_rank=0, world_size=1, backend="none",
-                      device=torch.device("cuda" if cuda else "cpu"), host=socket.gethostname(),
-                      distributed=False)
+            yield Ctx(
+                rank=0,
+                local_rank=0,
+                world_size=1,
+                backend="none",
+                device=torch.device("cuda" if cuda else "cpu"),
+                host=socket.gethostname(),
+                distributed=False,
+            )
             return
         raise RuntimeError(
             "RANK is not set: this script is meant to be started by torchrun, e.g. "

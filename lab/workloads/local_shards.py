@@ -20,8 +20,11 @@ from lab.workloads.distributed import process_group, say
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--index", choices=("rank", "local_rank"), required=True)
-    p.add_argument("--dir", default=os.environ.get("LAB_CKPT_DIR", "/tmp/lab-local-shards"),
-                   help="where each node's folder goes (default: the lab's checkpoint dir)")
+    p.add_argument(
+        "--dir",
+        default=os.environ.get("LAB_CKPT_DIR", "/tmp/lab-local-shards"),
+        help="where each node's folder goes (default: the lab's checkpoint dir)",
+    )
     args = p.parse_args()
     with process_group() as ctx:
         node = int(os.environ.get("GROUP_RANK", "0"))  # torchrun's node rank

@@ -18,6 +18,7 @@ them (`monitoring_us`), the cost itself, to a fraction of a microsecond.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -49,11 +50,13 @@ class MonitoringAB:
     def gate(self, observe: Callable[[float], None]) -> Callable[[float], None]:
         """`observe`, called and timed only while monitoring is on (for the all-reduce hook,
         which runs on the thread completing the all-reduce: the only writer of its figure)."""
+
         def gated(seconds: float) -> None:
             if self.on:
                 started = time.perf_counter()
                 observe(seconds)
                 self._spent["allreduce"] += time.perf_counter() - started
+
         return gated
 
     def summary(self) -> dict:
@@ -63,8 +66,8 @@ class MonitoringAB:
         the step's monitoring too.
         """
         on, off_even, off_odd = [], [], []
-        iterations = zip(self._starts, self._starts[1:])
-        for (step, started), (_, next_started) in list(iterations)[WARMUP_BLOCKS * self.block:]:
+        iterations = itertools.pairwise(self._starts)
+        for (step, started), (_, next_started) in list(iterations)[WARMUP_BLOCKS * self.block :]:
             block = step // self.block
             seconds = next_started - started
             if self.monitoring_on(step):

@@ -53,16 +53,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--ckpt-every", type=int, default=10, help="checkpoint interval in steps (0: never)")
     p.add_argument("--ckpt-dir", default=env("LAB_CKPT_DIR"), help="where checkpoints live (default: none)")
     p.add_argument("--events-dir", default=env("LAB_EVENTS_DIR"), help="where rankN.jsonl event logs go")
-    p.add_argument("--metrics-port-base", type=int, default=int(env("LAB_METRICS_PORT_BASE", "0")),
-                   help="serve /metrics on this port + rank (0: no exporter)")
+    p.add_argument(
+        "--metrics-port-base",
+        type=int,
+        default=int(env("LAB_METRICS_PORT_BASE", "0")),
+        help="serve /metrics on this port + rank (0: no exporter)",
+    )
     p.add_argument("--targets-dir", default=env("LAB_TARGETS_DIR"), help="Prometheus file_sd directory")
     p.add_argument("--batch-size", type=int, default=8, help="per rank")
     p.add_argument("--width", type=int, default=64, help="hidden units (a wider model makes longer steps)")
     p.add_argument("--samples", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size (default 25)")
-    p.add_argument("--ab-monitoring", type=int, default=0, metavar="K",
-                   help="measure monitoring's cost: switch it off and on every K steps, print both step times")
+    p.add_argument(
+        "--ab-monitoring",
+        type=int,
+        default=0,
+        metavar="K",
+        help="measure monitoring's cost: switch it off and on every K steps, print both step times",
+    )
     args = p.parse_args(argv)
     if args.steps < 1 or args.ckpt_every < 0 or args.step_time < 0 or args.ab_monitoring < 0:
         p.error("--steps must be >= 1, --ckpt-every, --step-time and --ab-monitoring >= 0")
@@ -97,16 +106,19 @@ def main(argv=None) -> None:
         # Nodes with their own address (pods) all use the same ports: keyed by local rank.
         by_local = os.environ.get("LAB_METRICS_PORT_BY") == "local_rank"
         port = args.metrics_port_base + (local_rank if by_local else rank)
-        metrics = RankMetrics(rank=rank, local_rank=local_rank, node=events.common["node"],
-                              world_size=int(os.environ.get("WORLD_SIZE", 1)),
-                              restart=events.common["restart"])
+        metrics = RankMetrics(
+            rank=rank,
+            local_rank=local_rank,
+            node=events.common["node"],
+            world_size=int(os.environ.get("WORLD_SIZE", 1)),
+            restart=events.common["restart"],
+        )
         try:
             metrics.serve(port)
         except ExporterPortError as e:
             raise SystemExit(f"trainer rank {rank}: error: {e}") from None
         if args.targets_dir:
-            register_target(args.targets_dir, f"rank{rank}", port,
-                            {"rank": str(rank), "node": events.common["node"]})
+            register_target(args.targets_dir, f"rank{rank}", port, {"rank": str(rank), "node": events.common["node"]})
     progress = {"step": 0, "preempted": False}
     completed = False
     try:
@@ -142,8 +154,9 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
         ddp_model.register_comm_hook(None, timed_allreduce_hook(ab.gate(observe) if ab and observe else observe))
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01, momentum=0.9)
     dataset = make_dataset(args.samples)
-    sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
-                                 shuffle=True, seed=args.seed, drop_last=True)
+    sampler = DistributedSampler(
+        dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed, drop_last=True
+    )
     steps_per_epoch = len(sampler) // args.batch_size
 
     step = 0
@@ -169,7 +182,7 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
             ab.step_started(step)
         epoch, batch = divmod(step, steps_per_epoch)
         sampler.set_epoch(epoch)
-        indices = list(sampler)[batch * args.batch_size:(batch + 1) * args.batch_size]
+        indices = list(sampler)[batch * args.batch_size : (batch + 1) * args.batch_size]
         x, y = (t.to(ctx.device) for t in dataset[indices])
         optimizer.zero_grad()
         loss = loss_fn(ddp_model(x), y)
@@ -202,18 +215,21 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
         except ValueError as e:
             say(f"monitoring A/B: {e}")
     if ctx.rank == 0 and step > first_step:
-        say(f"rank 0 trained {step - first_step} steps in {loop_seconds:.3f} s "
-              f"({1000 * loop_seconds / (step - first_step):.3f} ms/step)")
+        say(
+            f"rank 0 trained {step - first_step} steps in {loop_seconds:.3f} s "
+            f"({1000 * loop_seconds / (step - first_step):.3f} ms/step)"
+        )
     checksum = params_checksum(model)
-    say(f"rank {ctx.rank} local_rank {ctx.local_rank} host {ctx.host} "
-          f"checksum {checksum:.6f} ({checksum.hex()}) at step {step}")
+    say(
+        f"rank {ctx.rank} local_rank {ctx.local_rank} host {ctx.host} "
+        f"checksum {checksum:.6f} ({checksum.hex()}) at step {step}"
+    )
     events.write("exit", reason="completed", step=step, checksum=checksum.hex())
 
 
-
-
-def record_step(events: EventLog, metrics: RankMetrics | None, step: int, seconds: float, samples: int,
-                loss: float) -> None:
+def record_step(
+    events: EventLog, metrics: RankMetrics | None, step: int, seconds: float, samples: int, loss: float
+) -> None:
     """A step's monitoring: its event line and its metrics."""
     events.step(step, loss, seconds)
     if metrics:
@@ -255,8 +271,6 @@ def settle_buckets(ddp_model, dataset, batch_size, loss_fn, optimizer, ctx: Ctx)
     x, y = (t.to(ctx.device) for t in dataset[list(range(batch_size))])
     loss_fn(ddp_model(x), y).backward()
     optimizer.zero_grad(set_to_none=True)
-
-
 
 
 if __name__ == "__main__":

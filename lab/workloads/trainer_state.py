@@ -18,8 +18,11 @@ from lab.workloads.distributed import Ctx, say
 def rng_state() -> dict:
     """Every RNG's state in types torch.load(weights_only=True) accepts (NumPy's keys as a tensor)."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"torch": torch.get_rng_state(), "python": random.getstate(),
-            "numpy": [name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)]}
+    return {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+    }
 
 
 def set_rng_state(state: dict) -> None:
@@ -44,9 +47,11 @@ def resume(args, ctx: Ctx, events: EventLog) -> dict | None:
     directory = Path(args.ckpt_dir)
     chosen = None
     if ctx.rank == 0:
+
         def invalid(path, why):
             events.write("checkpoint_invalid", path=str(path), reason=why)
             say(f"rank 0: skipping checkpoint {path.name}: {why}; set aside as {path.name}.bad")
+
         found = checkpoint.load_newest_valid(directory, invalid)
         chosen = str(found[0]) if found else None
     if ctx.distributed:
@@ -66,11 +71,18 @@ def save_checkpoint(args, ctx, model, optimizer, step, epoch, batch, events, met
         return
     started = time.perf_counter()
     try:
-        path = checkpoint.save(Path(args.ckpt_dir), step, {
-            "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "sampler": {"epoch": epoch, "batch": batch, "seed": args.seed},
-            "world_size": ctx.world_size, "rng": rngs,
-        })
+        path = checkpoint.save(
+            Path(args.ckpt_dir),
+            step,
+            {
+                "step": step,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "sampler": {"epoch": epoch, "batch": batch, "seed": args.seed},
+                "world_size": ctx.world_size,
+                "rng": rngs,
+            },
+        )
     except OSError as e:
         events.write("checkpoint_failed", step=step, reason=str(e))
         if metrics:
