@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 .DEFAULT_GOAL := help
-.PHONY: help venv host-deps lab-up lab-down lab-status exercise test test-fast bench wheels images soak
+.PHONY: help venv host-deps lab-up lab-down lab-status exercise lint test test-fast bench wheels images soak
 NAME ?= kill-worker
 
 help: ## list the targets
@@ -44,10 +44,15 @@ wheels: venv ## download every wheel the node image needs into docker/wheels/ (f
 images: venv ## build the images: TARGETS="cpu cuda" (default; also ray), BASE_IMAGE=..., OFFLINE=1 (see docker/)
 	scripts/build-images.sh
 
-test: venv host-deps ## the whole test suite (what CI runs)
+lint: venv ## ruff (lint and format) and mypy, as configured in pyproject.toml
+	$(BIN)/ruff check lab tests
+	$(BIN)/ruff format --check lab tests
+	$(BIN)/mypy
+
+test: venv host-deps lint ## the whole test suite (what CI runs)
 	$(BIN)/pytest -q
 
-test-fast: venv ## the quick inner loop: no multi-process jobs, no containers
+test-fast: venv lint ## the quick inner loop: no multi-process jobs, no containers
 	$(BIN)/pytest -q -m "not slow and not docker"
 
 soak: venv host-deps ## 20 kill-worker + 5 kill-node drills on netns hosts, 5 kill-node in containers; count leaks (about 25 min)

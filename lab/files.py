@@ -28,4 +28,4 @@ def replace_with(path: Path, write: Callable[[str], None]) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    replace_with(path, lambda tmp: Path(tmp).write_text(text))
+    replace_with(path, lambda tmp: None if Path(tmp).write_text(text) else None)

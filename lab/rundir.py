@@ -129,8 +129,8 @@ class RunDir:
             os.fchmod(fd, 0o700)
             lab_id = self._provisional_id or new_lab_id()
             body = json.dumps({"uid": os.geteuid(), "lab_id": lab_id}).encode()
-            mark = os.open(MARK_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
-            with os.fdopen(mark, "wb") as f:
+            mark_fd = os.open(MARK_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
+            with os.fdopen(mark_fd, "wb") as f:
                 f.write(body)
         finally:
             os.close(fd)

@@ -108,7 +108,8 @@ def soak(plan: list[tuple[str, str, int]], work: Path, log=print) -> dict:
     caches that stay, a plotting font say) to after the last; what changed over the first
     is reported too."""
     before = census()
-    cycles, warm = [], None
+    cycles: list[dict] = []
+    warm = None
     total = sum(n for _, _, n in plan)
     for runtime, drill, count in plan:
         for _ in range(count):

@@ -37,7 +37,7 @@ def serve(port: int, total: int) -> float:
         print("listening", flush=True)
         conn, _ = server.accept()
         with conn:
-            received, buf, started = 0, bytearray(CHUNK), None
+            received, buf, started = 0, bytearray(CHUNK), 0.0
             while received < total:
                 n = conn.recv_into(buf)
                 if n == 0:
@@ -68,6 +68,7 @@ def tcp_bandwidth(
     receiver = subprocess.Popen(
         in_netns(receiver_netns, "serve", str(port), str(total)), stdout=subprocess.PIPE, text=True
     )
+    assert receiver.stdout is not None
     try:
         if receiver.stdout.readline().strip() != "listening":
             raise RuntimeError("the TCP receiver did not start")

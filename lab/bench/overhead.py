@@ -27,6 +27,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from lab.bench import TRIALS, free_port
 from lab.bench.result import BenchResult, goal_line, this_command
@@ -130,7 +131,7 @@ def run(args, out_dir: Path) -> BenchResult:
         "| model | monitoring | step | in the monitoring calls | share of the step | whole step, on - off | A/A |",
         "|---|---|---|---|---|---|---|",
     ]
-    figures = {}
+    figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
         for model, model_args in MODELS.items():
             for monitoring, event_log in MONITORING.items():

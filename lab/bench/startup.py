@@ -36,7 +36,7 @@ def time_to_line(commands: list[list[str]], env: dict[str, str], marker: bytes =
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env) for c in commands]
     elapsed = None
     try:
-        for line in procs[0].stdout:  # rank 0's node prints the loss
+        for line in procs[0].stdout or ():  # rank 0's node prints the loss
             if marker in line and elapsed is None:
                 elapsed = time.monotonic() - start
         for p in procs:
@@ -44,7 +44,8 @@ def time_to_line(commands: list[list[str]], env: dict[str, str], marker: bytes =
     finally:
         for p in procs:
             p.kill()
-            p.stdout.close()
+            if p.stdout:
+                p.stdout.close()
     if elapsed is None or any(p.returncode for p in procs):
         raise RuntimeError(f"job failed: exit codes {[p.returncode for p in procs]}")
     return elapsed

@@ -24,7 +24,7 @@ def register(sub) -> None:
     parser = sub.add_parser("bench", help="measure collectives, recovery, start-up and exporter overhead")
     benches = parser.add_subparsers(dest="bench", required=True, parser_class=type(parser))
     for name, module in BENCHES.items():
-        p = benches.add_parser(name, help=module.__doc__.splitlines()[0].split(": ", 1)[-1])
+        p = benches.add_parser(name, help=(module.__doc__ or "").splitlines()[0].split(": ", 1)[-1])
         module.add_arguments(p)
         OUT.add_to(p)
         p.set_defaults(handler=handle, module=module)

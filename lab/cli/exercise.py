@@ -76,11 +76,11 @@ def handle_list(args: argparse.Namespace) -> int:
 def handle_explain(args: argparse.Namespace) -> int:
     exercise = exercises.load(args.name)
     if exercises.kind(exercise) == "lesson":
-        print(explain(exercise, args.depth) if args.depth else exercise.__doc__.strip())
+        print(explain(exercise, args.depth) if args.depth else (exercise.__doc__ or "").strip())
     elif args.depth:
         raise LabError(f"{args.name} is a fault drill: it has one explanation (drop --depth)")
     else:
-        print(exercise.__doc__.strip())
+        print((exercise.__doc__ or "").strip())
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 from lab import runtimes
@@ -21,7 +22,7 @@ def resolve_script(script: str) -> str:
 
 def start(
     args: argparse.Namespace, script: str, script_args: list[str], log: Log = print
-) -> tuple[Runtime, Topology, list[Node]] | None:
+) -> tuple[Runtime, Topology, Sequence[Node]] | None:
     """Start the job; returns (runtime, topology, nodes), or None after a dry run."""
     topology = topology_from_args(args)
     script = resolve_script(script)

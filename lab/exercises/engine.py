@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from lab import runtimes
 from lab.errors import LabError
@@ -31,6 +31,8 @@ from lab.runtimes.ray_runtime import connect, ray_get
 from lab.runtimes.tempdirs import ray_session_prefix
 from lab.topology import Topology
 from lab.workloads import script_path
+
+T = TypeVar("T")
 
 
 def paced_trainer(steps: int, ckpt_every: int, step_time: float = 0.1) -> list[str]:
@@ -81,7 +83,7 @@ class Drill:
     def events(self) -> list[dict]:
         return list(read_events(self.events_dir)) if self.events_dir.exists() else []
 
-    def wait_for(self, condition, timeout_s: float, what: str):
+    def wait_for(self, condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
         self.progress(f"waiting for {what}")
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -107,7 +109,7 @@ class Drill:
             raise LabError(f"rank {rank} has not started")
         return starts[-1]["node"], starts[-1]["local_rank"]
 
-    def inject(self, node: str, fault: str, **kwargs) -> dict:
+    def inject(self, node: str, fault: str, **kwargs: Any) -> dict[str, Any]:
         try:
             record = ray_get(self.agents[node].inject.remote(fault, **kwargs), 120, f"{fault} on {node}")
         except self.ray.exceptions.RayTaskError as e:
@@ -119,7 +121,7 @@ class Drill:
         return record
 
     def wait_job(self, timeout_s: float) -> dict[str, int]:
-        def codes():
+        def codes() -> dict[str, int] | None:
             found = {
                 name: ray_get(agent.exit_code.remote(), 60, f"{name}'s exit status")
                 for name, agent in self.agents.items()

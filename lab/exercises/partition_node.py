@@ -69,12 +69,12 @@ def run(drill, options) -> Report:
     connected = [n for n in detected if n != node]
     report.check(
         f"the side still holding the store failed at the {PG_TIMEOUT_S} s process-group timeout",
-        all(detected[n] is not None and PG_TIMEOUT_S - 1 <= detected[n] <= PG_TIMEOUT_S + 10 for n in connected),
+        all((t := detected[n]) is not None and PG_TIMEOUT_S - 1 <= t <= PG_TIMEOUT_S + 10 for n in connected),
         f"failure detected after {detected} s",
     )
     report.check(
         "the cut-off side failed no sooner than the timeout",
-        detected.get(node) is not None and detected[node] >= PG_TIMEOUT_S - 1,
+        (t := detected.get(node)) is not None and t >= PG_TIMEOUT_S - 1,
         f"{node}: {detected.get(node)} s",
     )
     report.explanation = (

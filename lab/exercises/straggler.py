@@ -82,7 +82,7 @@ def run(drill, options) -> Report:
     )
     report.check(
         "the slowed rank is the busiest outside the all-reduce",
-        bool(busy) and max(busy, key=busy.get) == target,
+        bool(busy) and max(busy, key=lambda rank: busy[rank]) == target,
         f"busy seconds per step {fmt(busy)}",
     )
     drill.inject(node, "unslow_worker")

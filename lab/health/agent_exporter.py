@@ -141,7 +141,7 @@ def install(metrics: AgentMetrics | None, events_path: Path | None, node: str) -
             )
         return result
 
-    LocalElasticAgent._monitor_workers = monitor_and_observe
+    setattr(LocalElasticAgent, "_monitor_workers", monitor_and_observe)  # noqa: B010 -- a patch, on purpose
 
 
 def serve(metrics: AgentMetrics, port: int) -> None:

@@ -13,12 +13,13 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 class EventLog:
     def __init__(self, directory: str | os.PathLike | None, rank: int, local_rank: int):
         self.path = Path(directory) / f"rank{rank}.jsonl" if directory else None
-        self.common = {
+        self.common: dict[str, Any] = {
             "rank": rank,
             "local_rank": local_rank,
             # The lab's node name where the lab started us (loopback nodes share a hostname).
@@ -36,6 +37,7 @@ class EventLog:
 
     def _end_torn_line(self) -> None:
         """A process killed mid-write leaves a partial last line; start ours on a fresh one."""
+        assert self.path is not None
         try:
             with open(self.path, "rb+") as f:
                 f.seek(-1, os.SEEK_END)

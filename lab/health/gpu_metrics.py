@@ -49,11 +49,7 @@ class CudaSource:
 
             pynvml.nvmlInit()
             # NVML numbers GPUs as the machine does; torch as CUDA_VISIBLE_DEVICES does: match by PCI bus.
-            bus = (
-                torch.cuda.get_device_properties(device).pci_bus_id
-                if hasattr(torch.cuda.get_device_properties(device), "pci_bus_id")
-                else None
-            )
+            bus = getattr(torch.cuda.get_device_properties(device), "pci_bus_id", None)
             self.nvml_handle = (
                 pynvml.nvmlDeviceGetHandleByPciBusId(bus) if bus else pynvml.nvmlDeviceGetHandleByIndex(device)
             )

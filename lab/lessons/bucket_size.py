@@ -38,16 +38,16 @@ cores shared by 4 ranks there is little, so the per-bucket cost dominates.""",
 
 def run(lesson) -> None:
     report = lesson.report
-    ms_per_step = {}
-    for mb in BUCKETS_MB:
+    ms_per_step: dict[str, float | None] = {}
+    for cap in BUCKETS_MB:
         output = lesson.job(
-            f"bucket_cap_mb {mb:g}",
+            f"bucket_cap_mb {cap:g}",
             Topology(nodes=2, nproc_per_node=2),
             "trainer",
-            [*TRAINER, "--bucket-cap-mb", str(mb)],
+            [*TRAINER, "--bucket-cap-mb", str(cap)],
         )
         found = output.matches(r"\(([\d.]+) ms/step\)")
-        ms_per_step[f"{mb:g}"] = float(found[0][1]) if output.ok and found else None
+        ms_per_step[f"{cap:g}"] = float(found[0][1]) if output.ok and found else None
     report.facts["ms_per_step_by_bucket_cap_mb"] = ms_per_step
     for mb, ms in ms_per_step.items():
         report.check(f"bucket_cap_mb {mb}: trained and measured", ms is not None, f"{ms} ms/step")

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TextIO
@@ -64,7 +65,7 @@ class Lesson:
         self.out.write(f"   exit codes {output.codes}\n")
         self.out.flush()
 
-    def job(self, name: str, topology: Topology, script: str, args: list[str] = ()) -> JobOutput:
+    def job(self, name: str, topology: Topology, script: str, args: Sequence[str] = ()) -> JobOutput:
         """Run `script` (a workload name or a path) across topology.nodes hosts; return its output."""
         topology = topology.replace(agent_metrics_port=0, rank_metrics_port=0)
         self.report.world_size = max(self.report.world_size, topology.world_size)
@@ -80,7 +81,7 @@ class Lesson:
         self.show(output)
         return output
 
-    def python(self, name: str, script: str, args: list[str] = ()) -> JobOutput:
+    def python(self, name: str, script: str, args: Sequence[str] = ()) -> JobOutput:
         """`python script` without torchrun, as a learner who forgot it would type it."""
         self.progress(f"{name}: python {os.path.basename(_path(script))}")
         env = {

@@ -18,12 +18,13 @@ import json
 import os
 import shlex
 import sys
+from typing import NoReturn
 
 from lab.topology import Topology, TopologyError
 from lab.workloads import script_path
 
 
-def fail(message: str):
+def fail(message: str) -> NoReturn:
     raise SystemExit(f"lab.node.k8s_pod: error: {message}")
 
 

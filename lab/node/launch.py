@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 RESTART_WORKAROUND = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -56,7 +56,7 @@ def split_lab_flags(argv: list[str]) -> tuple[LabFlags, list[str]]:
     return flags, rest
 
 
-def apply_env(wanted: Mapping[str, str], environ: dict[str, str], log=print) -> dict[str, str]:
+def apply_env(wanted: Mapping[str, str], environ: MutableMapping[str, str], log=print) -> dict[str, str]:
     """Set each wanted variable the user left unset; keep the user's value otherwise.
 
     Returns the variables actually set. Never silent: every decision is logged.
@@ -122,7 +122,7 @@ def start_agent_exporter(torchrun_argv: list[str], log) -> None:
         agent_exporter.AgentMetrics(node=node, max_restarts=parse_args(torchrun_argv).max_restarts) if port else None
     )
     agent_exporter.install(metrics, Path(events_dir) / f"agent-{node}.jsonl" if events_dir else None, node)
-    if not port:
+    if metrics is None:
         return
     try:
         agent_exporter.serve(metrics, port)

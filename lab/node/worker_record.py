@@ -25,7 +25,7 @@ def install(path: str | Path) -> None:
         write(path, worker_group.spec.max_restarts - agent._remaining_restarts, pids)
         return pids
 
-    LocalElasticAgent._start_workers = start_and_record
+    setattr(LocalElasticAgent, "_start_workers", start_and_record)  # noqa: B010 -- a patch, on purpose
 
 
 def write(path: Path, restart: int, pids: dict[int, int]) -> None:

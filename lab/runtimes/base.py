@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import signal
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -190,11 +190,11 @@ class Runtime(ABC):
         raise LabError(f"the {self.name} runtime has no dry run")
 
     @abstractmethod
-    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[Node]]:
+    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, Sequence[Node]]:
         """Start one agent per node; returns the topology as it runs (its rendezvous host) and the nodes."""
 
     @abstractmethod
-    def attach(self) -> list[Node]:
+    def attach(self) -> Sequence[Node]:
         """The nodes of the lab recorded in the run directory, from any shell."""
 
     @abstractmethod

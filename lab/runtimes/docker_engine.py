@@ -32,7 +32,7 @@ def client():
     import docker
 
     try:
-        found = docker.from_env(timeout=30)
+        found = docker.from_env(timeout=30)  # type: ignore[attr-defined]
         found.ping()
         return found
     except DockerException:

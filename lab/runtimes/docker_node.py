@@ -15,6 +15,7 @@ import signal
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lab.errors import LabError
 from lab.node import worker_record
@@ -40,7 +41,7 @@ class DockerNode(NodeFiles, Node):
     mounts: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
     gpu_ids: list = field(default_factory=list)  # this node's GPUs on the host (needs the NVIDIA container toolkit)
-    docker: object = None  # a docker client
+    docker: Any = None  # a docker client
 
     @property
     def container_name(self) -> str:

@@ -71,12 +71,12 @@ class DockerRuntime(MonitoredRuntime):
         chosen = os.environ.get("LAB_DOCKER_SUBNET") or (self.run_dir.read_state() or {}).get("subnet")
         if chosen:
             return chosen
-        taken = []
+        taken: list[ipaddress.IPv4Network] = []
         if self._docker is not None:
             for network in self._docker.networks.list():
                 for pool in (network.attrs.get("IPAM") or {}).get("Config") or []:
                     try:
-                        taken.append(ipaddress.ip_network(pool.get("Subnet", ""), strict=False))
+                        taken.append(ipaddress.IPv4Network(pool.get("Subnet", ""), strict=False))
                     except ValueError:
                         pass
         block = subnets.free_block(SUPERNET, taken, self.run_dir.lab_id)
@@ -125,7 +125,7 @@ class DockerRuntime(MonitoredRuntime):
             extra_env=self.node_env(node),
         )
 
-    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[Node]]:
+    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[DockerNode]]:
         if topology.rdzv_backend != "c10d":
             raise LabError("the docker runtime runs the c10d rendezvous on node0; use --rdzv-backend c10d")
         docker = self.docker
@@ -158,7 +158,7 @@ class DockerRuntime(MonitoredRuntime):
             node.mounts.update(engine.script_mount(script))
         self.run_dir.write_state(
             {
-                **self.run_dir.read_state(),
+                **(self.run_dir.read_state() or {}),
                 "user": user,
                 "topology": asdict(topology),
                 "nodes": [n.record() for n in nodes],

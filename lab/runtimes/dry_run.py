@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from lab import gpus
 from lab.node.launch import lab_environment
 from lab.runtimes.base import Node, Runtime
 from lab.topology import Topology
 
+N = TypeVar("N", bound=Node)
+
 
 def plan_text(
     runtime: Runtime,
     topology: Topology,
-    nodes: Sequence[Node],
+    nodes: Sequence[N],
     script: str,
     script_args: list[str],
-    wrapper: Callable[[Node], list[str]] | None = None,
+    wrapper: Callable[[N], list[str]] | None = None,
 ) -> str:
     """Each node: where it runs, its GPUs, the environment lab.node.launch sets, its command."""
     lines = []

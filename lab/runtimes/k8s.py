@@ -183,7 +183,7 @@ class KubernetesRuntime(Runtime):
     def describe(self, node: Node) -> str:
         return "pod"
 
-    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[Node]]:
+    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[PodNode]]:
         manifests = self.plan(topology, script, script_args)
         self.kubectl.check_cluster()
         self.run_dir.claim()
@@ -226,7 +226,7 @@ class KubernetesRuntime(Runtime):
                 )
         return topology, nodes
 
-    def attach(self) -> list[Node]:
+    def attach(self) -> list[PodNode]:
         state = self.run_dir.read_state() or {}
         if state.get("runtime") != self.name:
             return []

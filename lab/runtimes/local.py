@@ -24,7 +24,7 @@ from lab.health import prometheus
 from lab.options import Option
 from lab.rundir import MARKER, NODE_MARKER, RunDir
 from lab.runtimes import etcd, netns, userns
-from lab.runtimes.base import Log, MonitoredRuntime, Node, NodeFiles
+from lab.runtimes.base import Log, MonitoredRuntime, Node
 from lab.runtimes.dry_run import plan_text
 from lab.runtimes.local_faults import LocalFaults
 from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
@@ -40,7 +40,7 @@ HOSTS = Option(
 
 
 @dataclass
-class LocalNode(NodeFiles, LocalFaults, Node):
+class LocalNode(LocalFaults):
     runtime_name = "local"
     name: str
     index: int
@@ -208,7 +208,7 @@ class LocalRuntime(MonitoredRuntime):
             topology = topology.replace(torchrun_extra=(*topology.torchrun_extra, "--local-addr=127.0.0.1"))
         return topology.replace(rdzv_host=rdzv_host), nodes
 
-    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[Node]]:
+    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[LocalNode]]:
         mode = self.host_mode()
         if mode == "userns":
             self.run_dir.claim()
@@ -265,7 +265,7 @@ class LocalRuntime(MonitoredRuntime):
             extra_env={**self.node_env(node), **gpus.visible_devices(devices)},
         )
 
-    def attach(self) -> list[Node]:
+    def attach(self) -> list[LocalNode]:
         """The nodes of the lab recorded in the run directory (from any shell)."""
         state = self.run_dir.read_state() or {}
         return [

@@ -11,7 +11,7 @@ import time
 from lab import procs
 from lab.node import worker_record
 from lab.node.duty_cycle import duty_cycle
-from lab.runtimes.base import Faults, FaultUnsupported
+from lab.runtimes.base import FaultUnsupported, Node, NodeFiles
 
 PARTITION_COMMENT = "torchrun-lab-partition"
 
@@ -20,8 +20,13 @@ def _continue(pid: int, run_dir: str) -> None:
     procs.send(pid, signal.SIGCONT, run_dir)
 
 
-class LocalFaults(Faults):
-    """Mixed into LocalNode: needs .name, .run_dir, .dir, .netns, .pid, .start()."""
+class LocalFaults(NodeFiles, Node):
+    """The faults of a node whose processes run on this machine, found by the run dir's mark
+    (LocalNode; on a Ray cluster, each machine's own node)."""
+
+    run_dir: str  # the mark its processes carry
+    netns: str | None  # its network namespace, None on loopback
+    _slowing: tuple[threading.Event, threading.Thread, int] | None = None
 
     def worker_pids(self) -> dict[int, int]:
         recorded = worker_record.read(self.workers_file)
@@ -69,7 +74,7 @@ class LocalFaults(Faults):
         return pid
 
     def unslow_worker(self) -> None:
-        slowing = getattr(self, "_slowing", None)
+        slowing = self._slowing
         if slowing:
             stop, thread, pid = slowing
             stop.set()

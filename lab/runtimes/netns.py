@@ -161,12 +161,12 @@ def for_lab(lab_id: str, subnet: str | None = None) -> LabNet:
 
 def free_subnet(lab_id: str) -> str:
     """The first three octets of a /24 of SUPERNET that no interface of this machine is on."""
-    taken = []
+    taken: list[ipaddress.IPv4Network] = []
     if shutil.which("ip"):
         for line in _out("ip", "-o", "-4", "addr", "show").splitlines():
             fields = line.split()
             if "inet" in fields:
-                taken.append(ipaddress.ip_interface(fields[fields.index("inet") + 1]).network)
+                taken.append(ipaddress.IPv4Interface(fields[fields.index("inet") + 1]).network)
     block = subnets.free_block(str(SUPERNET), taken, lab_id)
     if block is None:
         raise LabError("netns hosts: every /24 of 10.213.0.0/16 is in use; `lab down` the labs you no longer need")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import asdict
+from typing import Any
 
 from lab.errors import LabError
 from lab.health import prometheus
@@ -156,7 +157,7 @@ class RayRuntime(MonitoredRuntime):
     def plan(self, topology: Topology, script: str, script_args: list[str]) -> str:
         raise LabError("the ray runtime places nodes when it starts them: --dry-run needs another runtime")
 
-    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[Node]]:
+    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[RayNode]]:
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -191,7 +192,7 @@ class RayRuntime(MonitoredRuntime):
         )
         if not group.wait(timeout_seconds=60):
             raise LabError(f"Ray could not place {topology.nodes} nodes on {topology.nodes} machines within 60 s")
-        agent = ray.remote(num_cpus=BUNDLE["CPU"], max_restarts=0)(MachineAgent)
+        agent: Any = ray.remote(num_cpus=BUNDLE["CPU"], max_restarts=0)(MachineAgent)
         actors = [
             agent.options(
                 name=actor_name(self.run_dir.lab_id, i),
@@ -209,7 +210,7 @@ class RayRuntime(MonitoredRuntime):
         ]
         self.run_dir.write_state(
             {
-                **self.run_dir.read_state(),
+                **(self.run_dir.read_state() or {}),
                 "topology": asdict(topology),
                 "nodes": [
                     {
@@ -233,7 +234,7 @@ class RayRuntime(MonitoredRuntime):
         missing = prometheus.INSTALL_HINT if prometheus.binary() is None else None
         return prometheus.wanted(self.monitoring, missing, self.log)
 
-    def attach(self) -> list[Node]:
+    def attach(self) -> list[RayNode]:
         state = self.run_dir.read_state() or {}
         if state.get("runtime") != self.name or not state.get("nodes"):
             return []

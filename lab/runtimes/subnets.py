@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 def free_block(supernet: str, taken: Iterable[ipaddress.IPv4Network], lab_id: str) -> ipaddress.IPv4Network | None:
     """The first /24 of supernet, from the lab id's place on, that overlaps none of taken (None: all do)."""
-    blocks = list(ipaddress.ip_network(supernet).subnets(new_prefix=24))
+    blocks = list(ipaddress.IPv4Network(supernet).subnets(new_prefix=24))
     taken = list(taken)
     start = int(lab_id, 16) % len(blocks) if all(c in "0123456789abcdef" for c in lab_id) else 0
     for k in range(len(blocks)):

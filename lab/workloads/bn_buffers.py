@@ -36,7 +36,7 @@ def train(ctx, mode: str) -> None:
     if mode == "sync":
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     ddp_model = ddp(model, ctx, broadcast_buffers=(mode != "local"))
-    seen = {}
+    seen: dict[str, torch.Tensor] = {}
     model[1].register_forward_pre_hook(lambda module, inputs: seen.update(mean=module.running_mean.clone()))
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
     torch.manual_seed(100 + ctx.rank)
@@ -45,7 +45,8 @@ def train(ctx, mode: str) -> None:
         optimizer.zero_grad()
         ddp_model(x).pow(2).mean().backward()
         optimizer.step()
-    at_forward, after = seen["mean"].sum().item(), model[1].running_mean.sum().item()
+    at_forward = float(seen["mean"].sum().item())
+    after = float(model[1].running_mean.sum().item())  # type: ignore[operator]  # a BatchNorm buffer
     say(f"rank {ctx.rank} mode {mode} running_mean at last forward {at_forward.hex()} after training {after.hex()}")
 
 

@@ -80,8 +80,8 @@ def checkpoints(directory: Path) -> list[Path]:
     """Checkpoint files in the directory, newest step first."""
     if not directory.is_dir():
         return []
-    found = [p for p in directory.iterdir() if NAME.match(p.name)]
-    return sorted(found, key=lambda p: int(NAME.match(p.name)[1]), reverse=True)
+    steps = {p: int(m[1]) for p in directory.iterdir() if (m := NAME.match(p.name))}
+    return sorted(steps, key=steps.__getitem__, reverse=True)
 
 
 def load_newest_valid(

@@ -24,10 +24,12 @@ def main() -> None:
     args = p.parse_args()
     with process_group() as ctx:
         dataset = TensorDataset(torch.arange(SAMPLES))
-        sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank) if args.sampler else None
+        sampler: DistributedSampler | None = (
+            DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank) if args.sampler else None
+        )
         loader = DataLoader(dataset, batch_size=8, sampler=sampler)
         seen = [int(i) for (batch,) in loader for i in batch]
-        everyone = [None] * ctx.world_size
+        everyone: list[list[int]] = [[] for _ in range(ctx.world_size)]
         dist.all_gather_object(everyone, seen)
         if ctx.rank == 0:
             counts = Counter(i for indices in everyone for i in indices)

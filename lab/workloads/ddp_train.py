@@ -56,7 +56,7 @@ def train(ctx: Ctx, use_ddp: bool = True) -> None:
         if ctx.rank == 0:
             say(f"step {step} loss {loss.item():.4f}")
 
-    checksum = model[0].weight.sum().item()
+    checksum = float(model[0].weight.sum().item())  # type: ignore[operator]  # nn.Sequential indexes to Module
     say(f"rank {ctx.rank} local_rank {ctx.local_rank} host {ctx.host} checksum {checksum:.6f} ({checksum.hex()})")
 
 

@@ -65,7 +65,9 @@ class MonitoringAB:
         An iteration runs from the start of a step to the start of the next, so it holds
         the step's monitoring too.
         """
-        on, off_even, off_odd = [], [], []
+        on: list[float] = []
+        off_even: list[float] = []
+        off_odd: list[float] = []
         iterations = itertools.pairwise(self._starts)
         for (step, started), (_, next_started) in list(iterations)[WARMUP_BLOCKS * self.block :]:
             block = step // self.block

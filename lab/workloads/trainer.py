@@ -151,10 +151,11 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
     if ctx.distributed:
         # Installed with or without metrics, so monitoring never changes how the job communicates.
         observe = metrics.allreduce_duration.observe if metrics else None
-        ddp_model.register_comm_hook(None, timed_allreduce_hook(ab.gate(observe) if ab and observe else observe))
+        hook = timed_allreduce_hook(ab.gate(observe) if ab and observe else observe)
+        ddp_model.register_comm_hook(None, hook)  # type: ignore[operator]  # DDP's, through a Module type
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01, momentum=0.9)
     dataset = make_dataset(args.samples)
-    sampler = DistributedSampler(
+    sampler: DistributedSampler = DistributedSampler(
         dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed, drop_last=True
     )
     steps_per_epoch = len(sampler) // args.batch_size

@@ -21,7 +21,7 @@ def rng_state() -> dict:
     return {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
-        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+        "numpy": [name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), float(cached)],
     }
 
 
@@ -32,10 +32,11 @@ def set_rng_state(state: dict) -> None:
     np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
 
 
-def gather_rng(ctx: Ctx) -> list[dict]:
+def gather_rng(ctx: Ctx) -> list[dict] | None:
+    """Every rank's RNG state, on rank 0 (None on the others)."""
     if not ctx.distributed:
         return [rng_state()]
-    states = [None] * ctx.world_size if ctx.rank == 0 else None
+    states: list[dict] | None = [{} for _ in range(ctx.world_size)] if ctx.rank == 0 else None
     dist.gather_object(rng_state(), states, dst=0)
     return states
 
@@ -61,7 +62,7 @@ def resume(args, ctx: Ctx, events: EventLog) -> dict | None:
     if chosen is None:
         events.write("no_checkpoint", directory=str(directory))
         return None
-    state = found[1] if ctx.rank == 0 else checkpoint.read(Path(chosen))
+    state = found[1] if found is not None else checkpoint.read(Path(chosen))  # rank 0 found it
     return {**state, "path": chosen}
 
 
