@@ -27,7 +27,7 @@ from lab.health import prometheus_rule
 from lab.node import k8s_pod
 from lab.runtimes import netns
 
-OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos")
+OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos", "shared-checkpoints")
 GOLDEN = Path(__file__).parent / "golden" / "k8s"
 CRD_KINDS = {"PodMonitor", "PrometheusRule"}
 needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed (make host-deps)")
@@ -298,3 +298,30 @@ def test_rendered_pod_template_trains_on_netns_hosts(tmp_path):
     assert sorted(int(r) for r, _, _ in sums) == [0, 1, 2, 3]
     assert len({exact for _, _, exact in sums}) == 1
     assert {host for _, host, _ in sums} == {f"{name}-0", f"{name}-1"}
+
+
+@needs_kubectl
+@pytest.mark.parametrize("gpus", [1, 4, 8])
+def test_gpu_pods_request_what_torchrun_is_told(lab, gpus, monkeypatch):
+    """The cuda-nccl pod requests --gpus-per-node GPUs; the pod runs one worker per GPU it sees.
+    The device plugin makes a pod see exactly what it requested: torch.cuda.device_count() is
+    set to that here (no GPU on this machine), and the rendered torchrun command must match."""
+    out = lab("up", "--runtime", "k8s", "--overlay", "cuda-nccl", "--gpus-per-node", str(gpus), "--dry-run")
+    assert out.returncode == 0, out.stderr
+    objs = [o for o in yaml.safe_load_all(out.stdout) if o]
+    job = next(o for o in objs if o["kind"] == "Job")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    resources = container["resources"]
+    assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == gpus
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["NCCL_SOCKET_IFNAME"] and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    shm = next(m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm")
+    volume = next(v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == shm["name"])
+    assert volume["emptyDir"]["medium"] == "Memory"
+    config = next(o for o in objs if o["kind"] == "ConfigMap")["data"]
+    assert json.loads(config["LAB_TOPOLOGY"])["nproc_per_node"] == "gpu"
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    argv = k8s_pod.argv_from_env({**config, "JOB_COMPLETION_INDEX": "1"})
+    assert f"--nproc-per-node={gpus}" in argv and "--nnodes=2" in argv

@@ -22,6 +22,7 @@ from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElas
 from torch.distributed.elastic.events import handlers as event_handlers
 from torch.distributed.elastic.metrics.api import MetricData, MetricHandler
 
+from lab.health.events import echo
 from lab.health.rank_exporter import ExporterPortError
 
 STATES = [s.name for s in WorkerState]
@@ -101,8 +102,10 @@ class EventFileHandler(logging.Handler):
             event = json.loads(record.getMessage())
         except (TypeError, ValueError):
             return
+        line = json.dumps({"time": time.time(), "node": self.node, "torchelastic": event}) + "\n"
         with open(self.path, "a") as f:
-            f.write(json.dumps({"time": time.time(), "node": self.node, "torchelastic": event}) + "\n")
+            f.write(line)
+        echo(self.path.stem, line)
 
 
 def install(metrics: AgentMetrics | None, events_path: Path | None, node: str) -> None:

@@ -2,6 +2,10 @@
 
 Exercises and tests read these to reconstruct what happened and when: every record
 has the wall-clock time, the rank, the node and the restart attempt it belongs to.
+
+Where the controller cannot read a node's files (a pod's emptyDir), LAB_EVENTS_ECHO=1
+also prints each record on stderr as `@lab-event FILE JSON`: the k8s runtime's log
+follower (lab.runtimes.k8s_logs) writes them back into files of the run dir.
 """
 
 from __future__ import annotations
@@ -10,10 +14,30 @@ import json
 import math
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+ECHO_PREFIX = "@lab-event "
+ECHO = os.environ.get("LAB_EVENTS_ECHO") == "1"
+
+
+def echo(stem: str, line: str) -> None:
+    """One record, also on stderr, for a controller that reads the node's log, not its files."""
+    if ECHO:
+        sys.stderr.write(f"{ECHO_PREFIX}{stem} {line}")
+        sys.stderr.flush()
+
+
+def split_echo(line: str) -> tuple[str, str] | None:
+    """(file stem, JSON line) from an echoed record; None for any other line."""
+    if not line.startswith(ECHO_PREFIX):
+        return None
+    stem, _, record = line[len(ECHO_PREFIX) :].partition(" ")
+    valid = stem.replace("-", "").replace("_", "").isalnum() and record.startswith("{")
+    return (stem, record if record.endswith("\n") else record + "\n") if valid else None
 
 
 class EventLog:
@@ -50,7 +74,9 @@ class EventLog:
         if self._file is None:
             return
         record = {"time": time.time(), "event": event, **self.common, **fields}
-        self._file.write(json.dumps(record) + "\n")
+        line = json.dumps(record) + "\n"
+        self._file.write(line)
+        echo(self.path.stem if self.path else "", line)
 
     def step(self, step: int, loss: float, seconds: float) -> None:
         """The record every training step writes: `write("step", ...)`'s line, formatted directly.
@@ -63,10 +89,12 @@ class EventLog:
         if self._file is None:
             return
         loss_text = repr(loss) if math.isfinite(loss) else json.dumps(loss)
-        self._file.write(
+        line = (
             f'{{"time": {time.time()!r}, "event": "step", {self._common_json}, "step": {step}, '
             f'"loss": {loss_text}, "seconds": {seconds!r}}}\n'
         )
+        self._file.write(line)
+        echo(self.path.stem if self.path else "", line)
 
 
 def read_events(directory: str | os.PathLike) -> Iterator[dict]:

@@ -138,27 +138,12 @@ class NodeFiles:
         return self.dir / WORKERS_FILE
 
     def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
-        return corrupt_newest_checkpoint(Path(directory), mode)
+        from lab.workloads import checkpoint
 
-
-def corrupt_newest_checkpoint(directory: Path, mode: str = "truncate") -> str:
-    """Damage the newest checkpoint in directory (halve it, or flip bytes); returns its path."""
-    from lab.workloads import checkpoint
-
-    found = checkpoint.checkpoints(directory)
-    if not found:
-        raise FaultUnsupported(f"no checkpoint in {directory} to corrupt")
-    newest = found[0]
-    data = bytearray(newest.read_bytes())
-    if mode == "truncate":
-        data = data[: len(data) // 2]
-    elif mode == "flip":
-        for i in range(len(data) // 2, len(data), 97):
-            data[i] ^= 0xFF
-    else:
-        raise FaultUnsupported(f"unknown corruption mode {mode!r} (truncate or flip)")
-    newest.write_bytes(bytes(data))
-    return str(newest)
+        try:
+            return str(checkpoint.corrupt_newest(Path(directory), mode))
+        except (checkpoint.CheckpointError, ValueError) as e:
+            raise FaultUnsupported(str(e)) from None
 
 
 class Runtime(ABC):
@@ -210,6 +195,9 @@ class Runtime(ABC):
         return {
             "LAB_EVENTS_DIR": str(self.run_dir.path / "events"),
             "LAB_CKPT_DIR": str(self.run_dir.path / "checkpoints"),
+            # Every node of these runtimes sees the run dir's one checkpoints folder: only rank 0
+            # writes it. (A pod has its own; k8s/base leaves this out: peer recovery.)
+            "LAB_CKPT_SHARED": "1",
             "LAB_TARGETS_DIR": str(self.run_dir.path / "prometheus" / "targets"),
             "LAB_WORKERS_FILE": str(node.dir / WORKERS_FILE),
         }

@@ -1,11 +1,12 @@
 """The Kubernetes runtime: `lab up --runtime k8s [--context C] [--namespace NS] [--overlay O]`.
 
 It renders an overlay of k8s/ with `kubectl kustomize`, writes the job's Topology into
-the rendered ConfigMap (and the node count into the Job), applies it with kubectl, streams
-every pod's log into the run directory and waits like any runtime. `lab down` deletes
-exactly the objects it applied. Faults act through the API: deleting a pod is losing a
-node; `kubectl exec` kills a worker. Nothing here talks to a cluster until `up`, so
-`--dry-run` prints the manifests offline.
+the rendered ConfigMap (the node count into the Job, the GPUs into the pod), applies it
+with kubectl, follows every index's pods into the run directory (their log, and their
+events back into files: lab.runtimes.k8s_logs) and waits like any runtime. `lab down`
+deletes exactly the objects it applied. Faults act through the API (lab.runtimes.k8s_node);
+every kubectl call is built in lab.runtimes.kubectl. Nothing here talks to a cluster
+until `up`, so `--dry-run` prints the manifests offline.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import signal
 import subprocess
 from pathlib import Path
 
@@ -25,51 +24,16 @@ from lab.errors import LabError
 from lab.options import Option
 from lab.rundir import MARKER, RunDir
 from lab.runtimes.base import Log, Node, Runtime
+from lab.runtimes.k8s_node import PodNode, follow_logs
+from lab.runtimes.kubectl import Kubectl, kubectl_exe
 from lab.topology import Topology
 
 K8S_DIR = Path(__file__).resolve().parents[2] / "k8s"
-OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos")
-JOB = "torchrun-lab"
-WORKERS_FILE = "/tmp/lab-workers.json"  # LAB_WORKERS_FILE in k8s/base/job.yaml
+OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos", "shared-checkpoints")
+GPU = "nvidia.com/gpu"
 CONTEXT = Option("--context", "the kubectl context (default: the current one)")
 NAMESPACE = Option("--namespace", "the namespace (default %(default)s)", "default")
 OVERLAY = Option("--overlay", "which k8s/overlays/ to apply (default %(default)s)", "cpu-gloo", choices=OVERLAYS)
-
-
-def kubectl_exe() -> str:
-    exe = shutil.which("kubectl")
-    if exe is None:
-        raise LabError(
-            "kubectl is not installed (https://kubernetes.io/docs/tasks/tools/): "
-            "the k8s runtime renders and applies the manifests with it"
-        )
-    return exe
-
-
-class Kubectl:
-    def __init__(self, context: str | None, namespace: str):
-        self.context, self.namespace = context, namespace
-
-    def argv(self, *args: str) -> list[str]:
-        exe = kubectl_exe()
-        context = [f"--context={self.context}"] if self.context else []
-        return [exe, *context, f"--namespace={self.namespace}", *args]
-
-    def __call__(self, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
-        done = subprocess.run(self.argv(*args), input=stdin, capture_output=True, text=True, timeout=timeout)
-        if done.returncode != 0:
-            first = (done.stderr.strip().splitlines() or ["no output"])[0]
-            raise LabError(f"kubectl {args[0]} failed: {first}")
-        return done.stdout
-
-    def check_cluster(self) -> None:
-        done = subprocess.run(
-            self.argv("version", "--request-timeout=5s", "-o", "json"), capture_output=True, text=True, timeout=30
-        )
-        if done.returncode != 0 or '"serverVersion"' not in done.stdout:
-            first = (done.stderr.strip().splitlines() or ["no answer"])[0]
-            where = f"context {self.context!r}" if self.context else "the current kubectl context"
-            raise LabError(f"no reachable Kubernetes cluster in {where}: {first}")
 
 
 def render(overlay: str, topology: Topology, script: str, script_args: list[str]) -> list[dict]:
@@ -91,7 +55,19 @@ def render(overlay: str, topology: Topology, script: str, script_args: list[str]
             )
         if obj["kind"] == "Job":
             obj["spec"]["completions"] = obj["spec"]["parallelism"] = topology.nodes
+            set_gpus(obj, topology.gpus_per_node)
     return objects
+
+
+def set_gpus(job: dict, gpus: int | None) -> None:
+    """--gpus-per-node: the GPUs each pod requests. The pod runs one worker per GPU it sees
+    ("nproc_per_node": "gpu"), so torchrun is told exactly what was requested."""
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    resources = container.get("resources", {})
+    if gpus is None or GPU not in resources.get("limits", {}):
+        return
+    for kind in ("requests", "limits"):
+        resources[kind][GPU] = gpus
 
 
 def pod_fields(topology: Topology, rendered: dict) -> dict:
@@ -101,62 +77,6 @@ def pod_fields(topology: Topology, rendered: dict) -> dict:
     if rendered.get("nproc_per_node") == "gpu":
         chosen.pop("nproc_per_node")
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in chosen.items()}
-
-
-class PodNode(Node):
-    """A pod of the Job; its processes live on a cluster node, not here (no pid)."""
-
-    runtime_name = "k8s"
-
-    def __init__(self, kubectl: Kubectl, index: int, run_dir: Path):
-        self.kubectl, self.index = kubectl, index
-        self.name = f"{JOB}-{index}"
-        self.address = f"{JOB}-{index}.{JOB}"
-        self.dir = run_dir / "nodes" / self.name
-
-    def pod(self) -> str:
-        out = self.kubectl(
-            "get",
-            "pods",
-            "-l",
-            f"job-name={JOB},batch.kubernetes.io/job-completion-index={self.index}",
-            "-o",
-            "jsonpath={.items[-1:].metadata.name}",
-        )
-        if not out.strip():
-            raise LabError(f"no pod for node {self.index} (yet)")
-        return out.strip()
-
-    def start(self, argv: list[str]) -> None:
-        raise LabError("pods are started by their Job: apply the manifests (lab up --runtime k8s)")
-
-    def stop(self, grace_s: float = 10.0) -> None:
-        self.kubectl("delete", "pod", self.pod(), f"--grace-period={int(grace_s)}", "--wait=false")
-
-    def exit_code(self) -> int | None:
-        phase = self.kubectl(
-            "get",
-            "pod",
-            self.pod(),
-            "-o",
-            "jsonpath={.status.phase} {.status.containerStatuses[0].state.terminated.exitCode}",
-        )
-        state = phase.split()
-        if state[:1] == ["Succeeded"]:
-            return 0
-        if state[:1] == ["Failed"]:
-            return int(state[1]) if len(state) > 1 else 1
-        return None
-
-    def kill_node(self) -> None:
-        self.kubectl("delete", "pod", self.pod(), "--grace-period=0", "--force", "--wait=false")
-
-    def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
-        code = (
-            f"import json,os; pid=json.load(open({WORKERS_FILE!r}))['pids'][{str(local_rank)!r}]; "
-            f"os.kill(pid, {int(sig)}); print(pid)"
-        )
-        return int(self.kubectl("exec", self.pod(), "-c", "node", "--", "python", "-c", code).strip())
 
 
 class KubernetesRuntime(Runtime):
@@ -203,27 +123,12 @@ class KubernetesRuntime(Runtime):
                 "prometheus": None,
             }
         )
-        self.kubectl("apply", "-f", "-", stdin=manifests)
-        self.kubectl("wait", "--for=create", "pod", "-l", f"job-name={JOB}", "--timeout=120s", timeout=150)
+        self.kubectl.run(self.kubectl.apply(), stdin=manifests)
+        self.kubectl.run(self.kubectl.wait_pods_created(120), timeout=150)
         nodes = self.attach()
+        marked = {**os.environ, MARKER: str(self.run_dir.path)}  # `lab down` stops the followers
         for node in nodes:
-            node.dir.mkdir(parents=True, exist_ok=True)
-            with open(node.log_path, "ab") as log:  # kubectl streams the pod's log into the run dir
-                subprocess.Popen(
-                    self.kubectl.argv(
-                        "logs",
-                        "-f",
-                        f"job/{JOB}",
-                        "-c",
-                        "node",
-                        "-l",
-                        f"batch.kubernetes.io/job-completion-index={node.index}",
-                    ),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    env={**os.environ, MARKER: str(self.run_dir.path)},
-                )
+            follow_logs(self.kubectl, node, self.run_dir.path / "events", marked)
         return topology, nodes
 
     def attach(self) -> list[PodNode]:
@@ -238,9 +143,10 @@ class KubernetesRuntime(Runtime):
         removed = []
         if state.get("runtime") == self.name and Path(state["manifests"]).exists():
             kubectl = Kubectl(state.get("context"), state.get("namespace", "default"))
-            kubectl("delete", "-f", state["manifests"], "--ignore-not-found", "--wait=false")
+            kubectl.run(kubectl.delete_manifests(state["manifests"]))
             removed.append(f"the objects in {state['manifests']}")
-        procs.signal_all(procs.marked_pids(str(self.run_dir.path)), signal.SIGTERM)  # the log streams
+        followers = procs.marked_pids(str(self.run_dir.path))  # the log followers
+        procs.terminate(followers, grace_s=2.0, run_dir=str(self.run_dir.path))
         return removed + self.run_dir.take_down()
 
 

@@ -104,6 +104,25 @@ def load_newest_valid(
     return None
 
 
+def corrupt_newest(directory: Path, mode: str = "truncate") -> Path:
+    """Damage the newest checkpoint in directory, for the corrupt-checkpoint drill: cut it in
+    half (truncate), or flip bytes in its second half (flip). Returns its path."""
+    found = checkpoints(directory)
+    if not found:
+        raise CheckpointError(f"no checkpoint in {directory} to corrupt")
+    newest = found[0]
+    data = bytearray(newest.read_bytes())
+    if mode == "truncate":
+        data = data[: len(data) // 2]
+    elif mode == "flip":
+        for i in range(len(data) // 2, len(data), 97):
+            data[i] ^= 0xFF
+    else:
+        raise ValueError(f"unknown corruption mode {mode!r} (truncate or flip)")
+    newest.write_bytes(bytes(data))
+    return newest
+
+
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:

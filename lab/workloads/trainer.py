@@ -52,6 +52,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--step-time", type=float, default=0.0, help="pace each step to at least this many seconds")
     p.add_argument("--ckpt-every", type=int, default=10, help="checkpoint interval in steps (0: never)")
     p.add_argument("--ckpt-dir", default=env("LAB_CKPT_DIR"), help="where checkpoints live (default: none)")
+    p.add_argument(
+        "--ckpt-shared",
+        action="store_true",
+        default=env("LAB_CKPT_SHARED") == "1",
+        help="every node sees the same --ckpt-dir (one shared volume): only rank 0 writes. Without it "
+        "each node keeps its own copy, and a node that lacks the newest receives it from a peer",
+    )
     p.add_argument("--events-dir", default=env("LAB_EVENTS_DIR"), help="where rankN.jsonl event logs go")
     p.add_argument(
         "--metrics-port-base",

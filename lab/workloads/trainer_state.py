@@ -32,43 +32,67 @@ def set_rng_state(state: dict) -> None:
     np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
 
 
-def gather_rng(ctx: Ctx) -> list[dict] | None:
-    """Every rank's RNG state, on rank 0 (None on the others)."""
+def all_rng(ctx: Ctx) -> list[dict]:
+    """Every rank's RNG state, on every rank (any node may be the one that writes)."""
     if not ctx.distributed:
         return [rng_state()]
-    states: list[dict] | None = [{} for _ in range(ctx.world_size)] if ctx.rank == 0 else None
-    dist.gather_object(rng_state(), states, dst=0)
+    states: list[dict] = [{} for _ in range(ctx.world_size)]
+    dist.all_gather_object(states, rng_state())
     return states
 
 
+def keeps_checkpoints(args, ctx: Ctx) -> bool:
+    """The rank that writes and reads its node's checkpoints: each node's local rank 0, or
+    rank 0 alone when every node sees the same directory (--ckpt-shared)."""
+    return ctx.rank == 0 if args.ckpt_shared else ctx.local_rank == 0
+
+
 def resume(args, ctx: Ctx, events: EventLog) -> dict | None:
-    """Rank 0 picks the newest valid checkpoint and tells the others which one it is."""
+    """The newest checkpoint any node can load, on every rank (peer recovery).
+
+    Each node's keeper loads the newest valid checkpoint in its own directory (setting
+    bad ones aside); the ranks agree on the newest step found anywhere; the lowest rank
+    that has it sends it to all over the process group, and a keeper whose node lacked
+    it (a replaced pod, an emptied disk) writes it down, so its node has its copy again.
+    """
     if not args.ckpt_dir:
         return None
     directory = Path(args.ckpt_dir)
-    chosen = None
-    if ctx.rank == 0:
+    found = None
+    if keeps_checkpoints(args, ctx):
 
         def invalid(path, why):
             events.write("checkpoint_invalid", path=str(path), reason=why)
-            say(f"rank 0: skipping checkpoint {path.name}: {why}; set aside as {path.name}.bad")
+            say(f"rank {ctx.rank}: skipping checkpoint {path.name}: {why}; set aside as {path.name}.bad")
 
         found = checkpoint.load_newest_valid(directory, invalid)
-        chosen = str(found[0]) if found else None
+    mine = found[1]["step"] if found else -1
+    steps = [mine]
     if ctx.distributed:
-        box = [chosen]
-        dist.broadcast_object_list(box, src=0)
-        chosen = box[0]
-    if chosen is None:
+        steps = [-1] * ctx.world_size
+        dist.all_gather_object(steps, mine)
+    newest = max(steps)
+    if newest < 0:
         events.write("no_checkpoint", directory=str(directory))
         return None
-    state = found[1] if found is not None else checkpoint.read(Path(chosen))  # rank 0 found it
-    return {**state, "path": chosen}
+    source = steps.index(newest)
+    state = found[1] if found and mine == newest else None
+    if ctx.distributed:
+        box = [state if ctx.rank == source else None]
+        dist.broadcast_object_list(box, src=source)
+        state = box[0]
+    assert state is not None
+    path = checkpoint.path_for(directory, newest)
+    if keeps_checkpoints(args, ctx) and mine != newest:
+        path = checkpoint.save(directory, newest, state)
+        events.write("checkpoint_received", step=newest, source_rank=source, path=str(path))
+        say(f"rank {ctx.rank}: received checkpoint step {newest} from rank {source}; kept as {path}")
+    return {**state, "path": str(path)}
 
 
 def save_checkpoint(args, ctx, model, optimizer, step, epoch, batch, events, metrics) -> None:
-    rngs = gather_rng(ctx)  # a collective: every rank takes part
-    if ctx.rank != 0:
+    rngs = all_rng(ctx)  # a collective: every rank takes part
+    if not keeps_checkpoints(args, ctx):
         return
     started = time.perf_counter()
     try:
