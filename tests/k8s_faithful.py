@@ -3,9 +3,10 @@
 Each pod runs the rendered container's command with its environment (the ConfigMap resolved
 as envFrom does, JOB_COMPLETION_INDEX as the Job controller sets it), on a netns host named
 as the pod would be (hostname torchrun-lab-<i>, DNS torchrun-lab-<i>.torchrun-lab), each
-emptyDir mount a fresh folder of its own. `replace(i)` does what the Job controller does for
-an evicted pod: the old one is gone, a new one starts on the same index with empty
-emptyDirs. What a cluster adds (scheduling, the Service's DNS server, the API) is not here.
+emptyDir mount a fresh folder of its own, and a /dev/shm of its own as a pod has.
+`replace(i)` does what the Job controller does for an evicted pod: the old one is gone,
+a new one starts on the same index with empty emptyDirs. What a cluster adds (scheduling,
+the Service's DNS server, the API) is not here.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class FaithfulJob:
         env.update(JOB_COMPLETION_INDEX=str(index), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
         command = self.container["command"] + self.container.get("args", [])
         shim = [sys.executable, "-m", "lab.node.nodeproc", f"--exit-file={self.pod_dir(index) / 'exit'}",
-                f"--hostname={self.name}-{index}", "--"]  # fmt: skip
+                f"--hostname={self.name}-{index}", "--private-shm", "--"]  # fmt: skip
         with open(self.log(index), "w") as out:
             self.procs[index] = subprocess.Popen(
                 [*netns.exec_prefix(self.net.host(index)), *shim, *command],

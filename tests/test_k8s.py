@@ -13,10 +13,10 @@ the API) is not exercised here; its offline half (--dry-run, the errors) is.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,6 @@ from conftest import REPO, needs_netns
 
 from lab.health import prometheus_rule
 from lab.node import k8s_pod
-from lab.runtimes import netns
 
 OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos", "shared-checkpoints")
 GOLDEN = Path(__file__).parent / "golden" / "k8s"
@@ -224,75 +223,20 @@ def test_k8s_without_kubectl_or_a_cluster_is_a_one_line_error(lab, tmp_path):
 @needs_netns
 @needs_kubectl
 def test_rendered_pod_template_trains_on_netns_hosts(tmp_path):
-    """The manifest-faithful run: the rendered Job's container command, args and environment
-    (the ConfigMap resolved as envFrom does), one netns host per completion index named as
-    the pod would be (hostname torchrun-lab-<i>, DNS torchrun-lab-<i>.torchrun-lab), with
-    JOB_COMPLETION_INDEX set as the Job controller sets it and each emptyDir mount a fresh
+    """The manifest-faithful run (tests/k8s_faithful.py): the rendered Job's container command,
+    args and environment (the ConfigMap resolved as envFrom does), one netns host per completion
+    index named as the pod would be (hostname torchrun-lab-<i>, DNS torchrun-lab-<i>.torchrun-lab),
+    with JOB_COMPLETION_INDEX set as the Job controller sets it and each emptyDir mount a fresh
     folder. What a cluster adds (scheduling, the Service's DNS server) is not here."""
+    from k8s_faithful import FaithfulJob
+
     objs = objects("cpu-gloo")
-    job = next(o for o in objs if o["kind"] == "Job")
-    config = next(o for o in objs if o["kind"] == "ConfigMap")["data"]
-    pod = job["spec"]["template"]["spec"]
-    container = pod["containers"][0]
-    subdomain, name = pod["subdomain"], job["metadata"]["name"]
-    count = job["spec"]["completions"]
-    procs_, outputs = [], []
-    # As cluster DNS and the kubelet's /etc/hosts would answer: every pod resolves the
-    # others' DNS names; only a pod itself resolves its bare hostname (to its FQDN, which
-    # is what torch's agent then advertises to the workers).
-    fqdn = {i: f"{name}-{i}.{subdomain}.default.svc.cluster.local" for i in range(count)}
-    net = netns.for_lab("ee0b2")
-    net.create(
-        count,
-        aliases={i: [fqdn[i], f"{name}-{i}.{subdomain}"] for i in range(count)},
-        own_aliases={i: [f"{name}-{i}"] for i in range(count)},
-    )
-    try:
-        for index in range(count):
-            mounts = {m["mountPath"]: tmp_path / f"pod{index}" / m["name"] for m in container["volumeMounts"]}
-            for folder in mounts.values():
-                folder.mkdir(parents=True)
-            env = {**config, **{e["name"]: e["value"] for e in container["env"]}}
-            for key, value in env.items():  # emptyDir mounts: fresh folders per pod
-                for mount, folder in mounts.items():
-                    if value.startswith(mount):
-                        env[key] = str(folder) + value[len(mount) :]
-            env.update(JOB_COMPLETION_INDEX=str(index), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-            command = container["command"] + container.get("args", [])
-            out = open(tmp_path / f"pod{index}.log", "w")
-            outputs.append(out)
-            procs_.append(
-                subprocess.Popen(
-                    [
-                        *netns.exec_prefix(net.host(index)),
-                        sys.executable,
-                        "-m",
-                        "lab.node.nodeproc",
-                        f"--exit-file={tmp_path / f'exit{index}'}",
-                        f"--hostname={name}-{index}",
-                        "--",
-                        *command,
-                    ],
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    cwd=tmp_path,
-                    start_new_session=True,
-                )
-            )
-        deadline = time.monotonic() + 300
-        for p in procs_:
-            p.wait(max(1, deadline - time.monotonic()))
-    finally:
-        for p in procs_:
-            if p.poll() is None:
-                os.killpg(p.pid, 9)
-        for out in outputs:
-            out.close()
-        net.destroy()
-    logs = [(tmp_path / f"pod{i}.log").read_text() for i in range(count)]
-    assert [p.returncode for p in procs_] == [0] * count, "\n".join(log[-2000:] for log in logs)
-    import re
+    with FaithfulJob(objs, tmp_path, "ee0b2") as job:
+        job.start_all()
+        codes = job.wait(300)
+        name, count = job.name, job.count
+    logs = [(tmp_path / f"pod{i}.0.log").read_text() for i in range(count)]
+    assert codes == [0] * count, "\n".join(log[-2000:] for log in logs)
 
     sums = re.findall(r"rank (\d+) local_rank \d+ host (\S+) checksum \S+ \((\S+)\) at step 200", "".join(logs))
     assert sorted(int(r) for r, _, _ in sums) == [0, 1, 2, 3]
