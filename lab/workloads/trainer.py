@@ -8,10 +8,13 @@ A small MLP learns a fixed linear map from deterministic synthetic data. A
 `DistributedSampler` gives every rank its own slice; the training position is a pure
 function of the step, so a resumed run sees exactly the batches it would have seen.
 
-Every `--ckpt-every` steps rank 0 writes a checkpoint (atomically, newest two kept)
-holding the model, the optimizer, the step, the sampler position and every rank's
-torch, Python and NumPy RNG states. On start the trainer resumes from the newest
-checkpoint that verifies; a truncated or corrupted one is logged and set aside.
+Every `--ckpt-every` steps each node's local rank 0 writes a checkpoint into its own
+`--ckpt-dir` (atomically, newest two kept; with `--ckpt-shared`, one shared directory,
+rank 0 alone) holding the model, the optimizer, the step, the sampler position and
+every rank's torch, Python and NumPy RNG states. On start the ranks resume from the
+newest checkpoint that verifies on any node, sent over the process group to the nodes
+that lack it (lab/workloads/trainer_state.py); a truncated or corrupted one is logged
+and set aside.
 
 On SIGTERM the ranks agree to stop at the next step, checkpoint it, and exit 0, so a
 preempted job loses no step. With `--events-dir` each rank appends JSON lines (start,
