@@ -2,7 +2,8 @@
 # Install the host tools the lab uses, if they are missing: iproute2 and iptables for netns
 # hosts, prometheus (with promtool) to watch the ranks, etcd for the etcd-v2 rendezvous,
 # kubectl to render (kustomize) and apply the Kubernetes manifests, docker.io and debootstrap
-# for the docker runtime and its images (and a running dockerd, see start-dockerd.sh).
+# for the docker runtime and its images (and a running dockerd, see start-dockerd.sh),
+# chromium (headless) for the tests that load the lab's pages in a real browser.
 # Without root they cannot be installed here: the lab then runs its nodes on loopback and
 # goes without Prometheus, and says so.
 set -euo pipefail
@@ -14,6 +15,8 @@ command -v prometheus >/dev/null || missing+=(prometheus)
 command -v etcd >/dev/null || missing+=(etcd-server)
 docker info >/dev/null 2>&1 || command -v dockerd >/dev/null || missing+=(docker.io)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
+# A real browser for the tests of the live view (lab/health/consoles) and the drill matrix page.
+command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
 docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || missing+=(docker-compose)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then

@@ -13,12 +13,17 @@ from lab.options import run_dir_from_args
 
 def register(sub) -> None:
     parser = sub.add_parser("status", help="show the lab's nodes and whether they run (exit 3: no lab)")
+    parser.add_argument("--watch", action="store_true", help="a live view, redrawn every second, until Ctrl-C")
     add_run_dir_option(parser)
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     run_dir = run_dir_from_args(args)
+    if args.watch:
+        from lab.cli.watch import watch
+
+        return watch(run_dir)
     state = run_dir.read_state()
     if state is None:
         print("no lab is running")

@@ -7,6 +7,7 @@ import argparse
 from lab import job, results
 from lab.cli.options import add_topology_options
 from lab.cli.starting import start
+from lab.health import prometheus
 from lab.workloads import script_path
 
 WORKLOADS = ("ddp_train", "trainer", "broadcast_demo")
@@ -40,7 +41,8 @@ def handle(args: argparse.Namespace) -> int:
     runtime, topology, nodes = started
     state = runtime.run_dir.read_state() or {}
     if state.get("prometheus"):
-        print(f"Prometheus: {state['prometheus']} (try lab_steps_total, or `lab status`)")
+        print(f"Prometheus: {state['prometheus']} (try lab_steps_total, or `lab status --watch`)")
+        print(f"live view: {state['prometheus']}/{prometheus.LIVE_PAGE}")
     if args.detach:
         print("the job runs in the background: `lab status` to watch it, `lab down` to stop it")
         return 0

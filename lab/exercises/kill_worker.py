@@ -10,7 +10,7 @@ redone, and the job ends with weights bit-identical to an uninterrupted run.
 
 Look for: in the node logs, "failed (exitcode: -9)" and "will restart worker group";
 in the events, restart 1's checkpoint_loaded; in Prometheus, `lab_agent_restarts_used`
-becoming 1, `lab_restart_count` 1 on every rank, a gap in `lab_steps_total`.
+becoming 1, `lab_worker_group_restarts` 1 on every rank, a gap in `lab_steps_total`.
 
 With --torch-defaults (no TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1) the restarted workers
 share the agent's store with the previous round, whose gloo addresses are still in it

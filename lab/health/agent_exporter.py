@@ -23,6 +23,7 @@ from torch.distributed.elastic.events import handlers as event_handlers
 from torch.distributed.elastic.metrics.api import MetricData, MetricHandler
 
 from lab.health.events import echo
+from lab.health.labelled import exposed
 from lab.health.rank_exporter import ExporterPortError
 
 STATES = [s.name for s in WorkerState]
@@ -35,6 +36,7 @@ class AgentMetrics(MetricHandler):
         r = self.registry
         self.max_restarts = max_restarts
         Gauge("lab_agent_info", "Always 1; the node this agent runs on.", ["node"], registry=r).labels(node).set(1)
+        self.where = {"node": node}
         Gauge("lab_agent_max_restarts", "torchrun --max-restarts.", registry=r).set(max_restarts)
         self.state = Gauge(
             "lab_agent_worker_group_state", "1 for the worker group's current state.", ["state"], registry=r
@@ -151,6 +153,8 @@ def serve(metrics: AgentMetrics, port: int) -> None:
     from prometheus_client import start_http_server
 
     try:
-        start_http_server(port, addr=os.environ.get("LAB_EXPORTER_ADDR", "0.0.0.0"), registry=metrics.registry)
+        start_http_server(
+            port, addr=os.environ.get("LAB_EXPORTER_ADDR", "0.0.0.0"), registry=exposed(metrics.registry, metrics.where)
+        )
     except OSError as e:
         raise ExporterPortError(f"agent exporter port {port} is already in use ({e.strerror})") from None

@@ -21,6 +21,15 @@ from lab.errors import LabError
 from lab.rundir import MARKER
 
 RULES = Path(__file__).resolve().parent / "rules.yml"
+# The live view (consoles/lab.html): console templates Prometheus serves itself at /consoles/.
+CONSOLES = Path(__file__).resolve().parent / "consoles"
+LIVE_PAGE = "consoles/lab.html"
+
+
+def console_flags(consoles: Path = CONSOLES) -> list[str]:
+    return [f"--web.console.templates={consoles}", f"--web.console.libraries={consoles}"]
+
+
 INSTALL_HINT = "prometheus is not installed: `apt-get install prometheus` (or `make host-deps`) to watch the ranks"
 
 
@@ -47,6 +56,8 @@ def config(targets_dir: Path, scrape_interval_s: float = 2.0, rules: Path = RULE
     def job(name: str, pattern: str) -> dict:
         return {
             "job_name": name,
+            # The exporters label every series with where it comes from (lab.health.labelled).
+            "honor_labels": True,
             "file_sd_configs": [{"files": [str(targets_dir / pattern)], "refresh_interval": "2s"}],
         }
 
@@ -85,6 +96,7 @@ class Prometheus:
         self.dir = directory
         self.port = port if port is not None else first_free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.live_url = f"{self.url}/{LIVE_PAGE}"
 
     @property
     def targets_dir(self) -> Path:
@@ -109,6 +121,7 @@ class Prometheus:
             f"--storage.tsdb.path={self.dir / 'data'}",
             f"--web.listen-address=127.0.0.1:{self.port}",
             "--log.level=warn",
+            *console_flags(),
         ]
         procs.spawn(argv, log_path=self.dir / "prometheus.log", env={**os.environ, MARKER: run_dir})
         self.wait_ready(timeout_s, lambda: (self.dir / "prometheus.log").read_text(errors="replace"))

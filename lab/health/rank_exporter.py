@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 
 from lab.health import gpu_metrics
 from lab.health.gpu_metrics import GpuCollector
+from lab.health.labelled import exposed
 from lab.health.step_metrics import StepMetrics
 
 DETECT = object()  # RankMetrics: find the rank's GPU
@@ -55,10 +56,10 @@ class RankMetrics:
             "lab_rank_info", "Always 1; labels say where this rank runs.", ["rank", "local_rank", "node"], registry=r
         )
         info.labels(str(rank), str(local_rank), node).set(1)
+        self.where = {"rank": str(rank), "local_rank": str(local_rank), "node": node}
         Gauge("lab_world_size", "Ranks in the job.", registry=r).set(world_size)
-        Gauge(
-            "lab_restart_count", "Restarts of this worker group so far (TORCHELASTIC_RESTART_COUNT).", registry=r
-        ).set(restart)
+        restarts = "Restarts of this worker group so far (TORCHELASTIC_RESTART_COUNT)."
+        Gauge("lab_worker_group_restarts", restarts, registry=r).set(restart)
         # The figures every step updates: plain numbers, read at scrape time (step_metrics.py).
         self.per_step = StepMetrics(STEP_BUCKETS, COMM_BUCKETS)
         r.register(self.per_step)
@@ -79,7 +80,9 @@ class RankMetrics:
 
     def serve(self, port: int) -> None:
         try:
-            start_http_server(port, addr=os.environ.get("LAB_EXPORTER_ADDR", "0.0.0.0"), registry=self.registry)
+            start_http_server(
+                port, addr=os.environ.get("LAB_EXPORTER_ADDR", "0.0.0.0"), registry=exposed(self.registry, self.where)
+            )
         except OSError as e:
             raise ExporterPortError(
                 f"rank exporter port {port} is already in use ({e.strerror}); "

@@ -9,7 +9,7 @@ RANK_QUERIES = {
     "step": "lab_step",
     "age": "time() - lab_last_step_timestamp_seconds",
     "rate": "rate(lab_steps_total[10s])",
-    "restarts": "lab_restart_count",
+    "restarts": "lab_worker_group_restarts",
 }
 
 

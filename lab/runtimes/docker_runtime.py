@@ -204,6 +204,8 @@ class DockerRuntime(MonitoredRuntime):
         rules = self.prometheus.dir / "rules.yml"
         self.prometheus.dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(prometheus.RULES, rules)
+        consoles = self.prometheus.dir / "consoles"  # the live view, mounted with the rest
+        shutil.copytree(prometheus.CONSOLES, consoles, dirs_exist_ok=True)
         self.prometheus.write_config(rules=rules)
         path = str(self.run_dir.path)
         container = self.docker.containers.run(
@@ -213,6 +215,7 @@ class DockerRuntime(MonitoredRuntime):
                 "--storage.tsdb.path=/tmp/prometheus",
                 "--web.listen-address=0.0.0.0:9090",
                 "--log.level=warn",
+                *prometheus.console_flags(consoles),
             ],
             name=self.prometheus_container,
             hostname="prometheus",

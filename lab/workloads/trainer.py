@@ -128,7 +128,7 @@ def main(argv=None) -> None:
         except ExporterPortError as e:
             raise SystemExit(f"trainer rank {rank}: error: {e}") from None
         if args.targets_dir:
-            register_target(args.targets_dir, f"rank{rank}", port, {"rank": str(rank), "node": events.common["node"]})
+            register_target(args.targets_dir, f"rank{rank}", port, metrics.where)
     progress = {"step": 0, "preempted": False}
     completed = False
     try:
