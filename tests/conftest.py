@@ -79,6 +79,17 @@ def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         )
 
 
+def wait_for(condition, timeout_s: float, what: str):
+    """condition()'s first truthy value within timeout_s, polled every 0.5 s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def wait_for_output(proc, text: str, count: int, timeout_s: float) -> bool:
     """Read proc's output until `text` has appeared `count` times; never block past the deadline."""
     deadline, seen, buffer = time.monotonic() + timeout_s, 0, ""

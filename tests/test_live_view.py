@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Lab
+from conftest import REPO, Lab, wait_for
 
 from lab.health.prometheus import LIVE_PAGE, Prometheus, first_free_port
 
@@ -38,16 +38,6 @@ def chromium(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["chromium", *flags, *args], capture_output=True, text=True, timeout=90)
     finally:
         shutil.rmtree(profile, ignore_errors=True)
-
-
-def wait_for(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")

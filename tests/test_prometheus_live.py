@@ -1,10 +1,9 @@
 """A real Prometheus scraping a real 2-node x 2-process job on netns hosts."""
 
 import socket
-import time
 
 import pytest
-from conftest import needs_netns
+from conftest import needs_netns, wait_for
 
 from lab.health.prometheus import Prometheus, binary
 
@@ -23,16 +22,6 @@ def free_port() -> int:
 
 def steps_by_rank(prom: Prometheus) -> dict[str, float]:
     return {s["metric"]["rank"]: s["value"] for s in prom.query("lab_steps_total")}
-
-
-def wait_for(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_prometheus_sees_every_rank_step_and_then_go_down(lab):

@@ -56,10 +56,11 @@ class Faults:
         self._unsupported("restart a node")
 
     def pause_worker(self, local_rank: int) -> int:
-        return self._unsupported("pause a worker")
+        """SIGSTOP one worker: a hang, as the process sees none of it."""
+        return self.kill_worker(local_rank, signal.SIGSTOP)
 
     def resume_worker(self, local_rank: int) -> int:
-        return self._unsupported("resume a worker")
+        return self.kill_worker(local_rank, signal.SIGCONT)
 
     def slow_worker(self, local_rank: int, stopped_fraction: float = 0.75, period_s: float = 0.2) -> int:
         """Make one worker a straggler: it runs only (1 - stopped_fraction) of the time."""

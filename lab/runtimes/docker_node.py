@@ -141,7 +141,7 @@ class DockerNode(NodeFiles, Node):
             raise FaultUnsupported(f"{self.name}'s container is not running")
         return found
 
-    def _signal_worker(self, local_rank: int, sig: int) -> int:
+    def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
         workers = self.worker_pids()
         if local_rank not in workers:
             raise FaultUnsupported(f"{self.name} has no worker with local rank {local_rank} (has: {sorted(workers)})")
@@ -152,15 +152,6 @@ class DockerNode(NodeFiles, Node):
             last = result.output.decode(errors="replace").strip().splitlines()[-1:]
             raise FaultUnsupported(f"cannot signal worker {local_rank} on {self.name}: {' '.join(last)}")
         return pid
-
-    def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
-        return self._signal_worker(local_rank, sig)
-
-    def pause_worker(self, local_rank: int) -> int:
-        return self._signal_worker(local_rank, signal.SIGSTOP)
-
-    def resume_worker(self, local_rank: int) -> int:
-        return self._signal_worker(local_rank, signal.SIGCONT)
 
     def slow_worker(self, local_rank: int, stopped_fraction: float = 0.75, period_s: float = 0.2) -> int:
         """SIGSTOP/SIGCONT on a duty cycle, from a process exec'd into the container; it ends when

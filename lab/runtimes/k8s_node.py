@@ -81,21 +81,12 @@ class PodNode(Node):
         )
         return {int(rank): pid for rank, pid in json.loads(self._in_pod(code) or "{}").items()}
 
-    def _signal_worker(self, local_rank: int, sig: int) -> int:
+    def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
         pid = self.worker_pids().get(local_rank)
         if pid is None:
             raise FaultUnsupported(f"{self.name} has no worker with local rank {local_rank}")
         self._in_pod(f"import os; os.kill({pid}, {int(sig)})")
         return pid
-
-    def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
-        return self._signal_worker(local_rank, sig)
-
-    def pause_worker(self, local_rank: int) -> int:
-        return self._signal_worker(local_rank, signal.SIGSTOP)
-
-    def resume_worker(self, local_rank: int) -> int:
-        return self._signal_worker(local_rank, signal.SIGCONT)
 
     def _evict(self, grace_s: int) -> str:
         pod = self.pod()

@@ -54,12 +54,6 @@ class LocalFaults(NodeFiles, Node):
             raise FaultUnsupported(f"worker {local_rank} of {self.name} (pid {pid}) is no longer running")
         return pid
 
-    def pause_worker(self, local_rank: int) -> int:
-        return self.kill_worker(local_rank, signal.SIGSTOP)
-
-    def resume_worker(self, local_rank: int) -> int:
-        return self.kill_worker(local_rank, signal.SIGCONT)
-
     def slow_worker(self, local_rank: int, stopped_fraction: float = 0.75, period_s: float = 0.2) -> int:
         """SIGSTOP/SIGCONT on a duty cycle, from a thread of the calling process (the node agent)."""
         pid = self._worker(local_rank)

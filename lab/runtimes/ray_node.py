@@ -120,12 +120,6 @@ class RayNode(Node):
     def restart(self) -> None:
         self._call("restart")
 
-    def pause_worker(self, local_rank: int) -> int:
-        return self._call("pause_worker", local_rank=local_rank)
-
-    def resume_worker(self, local_rank: int) -> int:
-        return self._call("resume_worker", local_rank=local_rank)
-
     def slow_worker(self, local_rank: int, stopped_fraction: float = 0.75, period_s: float = 0.2) -> int:
         return self._call("slow_worker", local_rank=local_rank, stopped_fraction=stopped_fraction, period_s=period_s)
 
