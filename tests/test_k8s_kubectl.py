@@ -51,6 +51,7 @@ def example_calls(k: Kubectl) -> dict[str, tuple[list[str], str | None]]:
         "exec": (k.exec("torchrun-lab-1-abcde", "python", "-c", "print(1)"), None),
         "evict": (k.evict("torchrun-lab-1-abcde"), k.eviction_body("torchrun-lab-1-abcde", 0)),
         "label_partitioned": (k.label_partitioned("torchrun-lab-1-abcde", True), None),
+        "delete_job": (k.delete_job(60), None),
         "delete_manifests": (k.delete_manifests(str(Path(__file__).parent / "golden" / "k8s" / "chaos.yaml")), None),
     }
 

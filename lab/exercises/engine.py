@@ -64,13 +64,18 @@ class Drill:
 
     runtime: Runtime  # the runtime the lab runs on (one with DRILLS: local, docker, ray)
     topology: Topology
-    agents: dict[str, Any]  # node name -> Ray actor handle of its NodeAgent
+    agents: dict[str, Any]  # node name -> Ray actor handle of its NodeAgent, in node-index order
     events_dir: Path
-    ckpt_dir: Path
+    ckpt_dir: str  # the checkpoints' folder as a node sees it (corrupt-checkpoint reaches in there)
     ray: Any  # the ray module
     started: float = field(default_factory=time.time)
     faults: list[dict[str, Any]] = field(default_factory=list)
     out: TextIO = sys.stdout
+
+    @property
+    def store_host(self) -> str:
+        """The node that hosts the c10d rendezvous store: node 0 (node0; a pod: torchrun-lab-0)."""
+        return next(iter(self.agents))  # agents are in node-index order
 
     def new_report(self, exercise: str) -> Report:
         """The exercise's report; it shares the drill's list of injected faults."""
@@ -133,28 +138,13 @@ class Drill:
     def reference_checksums(self, trainer_args: list[str]) -> set[str]:
         """Final weights of an uninterrupted, unpaced run of the same job, in its own directories."""
         self.progress("running the uninterrupted reference")
-        ref = self.runtime.run_dir.path / "reference"
-        self.rerun(
-            [
-                *trainer_args,
-                "--step-time",
-                "0",
-                "--ckpt-dir",
-                str(ref / "checkpoints"),
-                "--events-dir",
-                str(ref / "events"),
-            ],
-            run_name="reference",
-        )
+        events = self.rerun([*trainer_args, "--step-time", "0"], fresh="reference")
         self.wait_job(240)
-        return observe.final_checksums(list(read_events(ref / "events")))
+        return observe.final_checksums(list(read_events(events)))
 
-    def rerun(self, trainer_args: list[str], run_name: str = "rerun") -> None:
-        """Start the trainer again on the same hosts (they stay up between runs), as a job of
-        its own: an etcd rendezvous outlives the first job and stays closed under its id."""
-        topology = self.topology.replace(rdzv_id=f"{self.topology.rdzv_id}-{run_name}")
-        for node in self.runtime.attach():
-            node.start(self.runtime.node_argv(topology, node, script_path("trainer"), trainer_args))
+    def rerun(self, trainer_args: list[str], fresh: str | None = None) -> Path:
+        """Start the trainer again on the same hosts (they stay up between runs); see Runtime.rerun."""
+        return self.runtime.rerun(self.topology, script_path("trainer"), trainer_args, fresh)
 
 
 def run_drill(
@@ -205,13 +195,13 @@ def run_drill(
         workload = script_path(getattr(exercise, "WORKLOAD", "trainer"))
         topology, nodes = runtime.up(topology, workload, exercise.trainer_args(options))
         actor = ray.remote(num_cpus=0)(NodeAgent)
-        agents = {n.name: actor.remote(str(run_dir.path), n.name) for n in nodes}
+        agents = {n.name: actor.remote(str(run_dir.path), n.name) for n in sorted(nodes, key=lambda n: n.index)}
         drill = Drill(
             runtime=runtime,
             topology=topology,
             agents=agents,
             events_dir=run_dir.path / "events",
-            ckpt_dir=run_dir.path / "checkpoints",
+            ckpt_dir=runtime.checkpoint_dir(),
             ray=ray,
             out=out,
         )

@@ -53,13 +53,13 @@ def run(drill, options) -> Report:
     report = drill.new_report(NAME)
     target = options.target_rank
     node, _ = drill.reach(target, options.at_step)
-    if node == "node0" and not options.target_rank_chosen:
+    if node == drill.store_host and not options.target_rank_chosen:
         # Which node's agent gets which ranks is the c10d rendezvous' choice (the order agents
         # join in, which a Ray cluster does not fix): by default, hit the last rank off node0.
-        target = max(r for r in range(drill.topology.world_size) if drill.locate(r)[0] != "node0")
+        target = max(r for r in range(drill.topology.world_size) if drill.locate(r)[0] != drill.store_host)
         node, _ = drill.locate(target)
-    if node == "node0":
-        raise LabError(f"rank {target} runs on node0, which hosts the rendezvous: that drill is kill-rendezvous-host")
+    if node == drill.store_host:
+        raise LabError(f"rank {target} runs on {node}, which hosts the rendezvous: that drill is kill-rendezvous-host")
     fault = drill.inject(node, "kill_node")
     elastic = drill.topology.min_nodes is not None
     if not elastic:
@@ -86,7 +86,7 @@ def run(drill, options) -> Report:
         f"newest before the kill {max(saved, default=None)}, loaded {loaded[:1]}",
     )
     if elastic:
-        survivor = "node0"
+        survivor = drill.store_host
         report.check("the survivor finished the job", codes.get(survivor) == 0, f"exit codes {codes}")
         report.check("the job carried on with fewer ranks", worlds == [2], f"world size after the kill: {worlds}")
         report.explanation = (

@@ -66,8 +66,8 @@ def trainer_args(options) -> list[str]:
 def run(drill, options) -> Report:
     report = drill.new_report(NAME)
     drill.reach(options.target_rank, options.at_step)
-    fault = drill.inject("node0", "kill_node")
-    survivor = next(n for n in drill.runtime.attach() if n.name != "node0")
+    fault = drill.inject(drill.store_host, "kill_node")
+    survivor = next(n for n in drill.runtime.attach() if n.name != drill.store_host)
     if drill.topology.rdzv_backend == "etcd-v2":
         return judge_etcd(drill, report, fault, survivor)
     codes = drill.wait_job(240)
@@ -105,7 +105,7 @@ def judge_etcd(drill, report: Report, fault: dict, survivor) -> Report:
     time.sleep(max(0.0, joining + DOWN_S - time.time()))
     waiting = survivor.exit_code() is None
     drill.progress(f"after {time.time() - fault['time']:.0f}s the survivor is {'waiting' if waiting else 'gone'}")
-    drill.inject("node0", "restart")
+    drill.inject(drill.store_host, "restart")
     codes = drill.wait_job(240)
     events = drill.events()
     saved, reached, loaded = observe.checkpoint_progress(events, fault["time"])

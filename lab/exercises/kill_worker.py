@@ -59,7 +59,7 @@ def run(drill, options) -> Report:
     target = options.target_rank
     node, local_rank = drill.reach(target, options.at_step)
     if options.torch_defaults:
-        drill.inject("node0", "delay_restarted_workers", seconds=LATE_START_S)
+        drill.inject(drill.store_host, "delay_restarted_workers", seconds=LATE_START_S)
     fault = drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL))
     fault["rank"] = target
     codes = drill.wait_job(240)

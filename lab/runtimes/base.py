@@ -187,15 +187,35 @@ class Runtime(ABC):
     def down(self, grace_s: float = 10.0) -> list[str]:
         """Stop and remove everything this runtime made for the run directory; returns what was removed."""
 
+    def rerun(self, topology: Topology, script: str, script_args: list[str], fresh: str | None = None) -> Path:
+        """Run the job again on the same nodes once it has ended, as a job of its own (an etcd
+        rendezvous outlives a job and stays closed under its id). fresh: a name, and this run
+        keeps its checkpoints and events apart, under the run dir's <fresh>/ (an uninterrupted
+        reference); else it resumes from the checkpoints. Returns where its events go."""
+        events = self.run_dir.path / "events"
+        args = list(script_args)
+        if fresh:
+            apart = self.run_dir.path / fresh
+            args += ["--ckpt-dir", str(apart / "checkpoints"), "--events-dir", str(apart / "events")]
+            events = apart / "events"
+        topology = topology.replace(rdzv_id=f"{topology.rdzv_id}-{fresh or 'rerun'}")
+        for node in self.attach():
+            node.start(self.node_argv(topology, node, script, args))
+        return events
+
     def describe(self, node: Node) -> str:
         """Where the node runs, in a few words (for `lab up` and the dry run)."""
         return self.name
+
+    def checkpoint_dir(self) -> str:
+        """Where a node's trainer keeps its checkpoints, as the node sees the path."""
+        return str(self.run_dir.path / "checkpoints")
 
     def node_env(self, node: Node) -> dict[str, str]:
         """Where a node's agent and workloads keep their state: all under the run directory."""
         return {
             "LAB_EVENTS_DIR": str(self.run_dir.path / "events"),
-            "LAB_CKPT_DIR": str(self.run_dir.path / "checkpoints"),
+            "LAB_CKPT_DIR": self.checkpoint_dir(),
             # Every node of these runtimes sees the run dir's one checkpoints folder: only rank 0
             # writes it. (A pod has its own; k8s/base leaves this out: peer recovery.)
             "LAB_CKPT_SHARED": "1",

@@ -31,6 +31,7 @@ from lab.topology import Topology
 K8S_DIR = Path(__file__).resolve().parents[2] / "k8s"
 OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos", "shared-checkpoints")
 GPU = "nvidia.com/gpu"
+POD_CKPT_DIR = "/data/checkpoints"  # LAB_CKPT_DIR in k8s/base/job.yaml
 CONTEXT = Option("--context", "the kubectl context (default: the current one)")
 NAMESPACE = Option("--namespace", "the namespace (default %(default)s)", "default")
 OVERLAY = Option("--overlay", "which k8s/overlays/ to apply (default %(default)s)", "cpu-gloo", choices=OVERLAYS)
@@ -82,6 +83,7 @@ def pod_fields(topology: Topology, rendered: dict) -> dict:
 class KubernetesRuntime(Runtime):
     name = "k8s"
     OPTIONS = (CONTEXT, NAMESPACE, OVERLAY)
+    DRILLS = True  # the faults act through the API (lab.runtimes.k8s_node)
 
     def __init__(
         self,
@@ -102,6 +104,9 @@ class KubernetesRuntime(Runtime):
 
     def describe(self, node: Node) -> str:
         return "pod"
+
+    def checkpoint_dir(self) -> str:
+        return POD_CKPT_DIR
 
     def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[PodNode]]:
         manifests = self.plan(topology, script, script_args)
@@ -130,6 +135,22 @@ class KubernetesRuntime(Runtime):
         for node in nodes:
             follow_logs(self.kubectl, node, self.run_dir.path / "events", marked)
         return topology, nodes
+
+    def rerun(self, topology: Topology, script: str, script_args: list[str], fresh: str | None = None) -> Path:
+        """A new Job in place of the ended one: new pods, so new emptyDirs. A fresh run (the
+        reference) starts empty as it should; a resumed one has only what the pods' volumes
+        kept, which with per-pod emptyDirs is nothing (overlays/shared-checkpoints keeps it)."""
+        events = self.run_dir.path / (f"{fresh}/events" if fresh else "events")
+        topology = topology.replace(rdzv_id=f"{topology.rdzv_id}-{fresh or 'rerun'}")
+        manifests = self.plan(topology, script, script_args)
+        self.kubectl.run(self.kubectl.delete_job(120), timeout=150)
+        (self.run_dir.path / "applied.yaml").write_text(manifests)
+        self.kubectl.run(self.kubectl.apply(), stdin=manifests)
+        self.kubectl.run(self.kubectl.wait_pods_created(120), timeout=150)
+        marked = {**os.environ, MARKER: str(self.run_dir.path)}
+        for node in self.attach():
+            follow_logs(self.kubectl, node, events, marked)
+        return events
 
     def attach(self) -> list[PodNode]:
         state = self.run_dir.read_state() or {}

@@ -104,6 +104,10 @@ class Kubectl:
         value = f"{PARTITION_LABEL}=true" if on else f"{PARTITION_LABEL}-"
         return self._argv("label", "pod", pod, value, "--overwrite")
 
+    def delete_job(self, timeout_s: int) -> list[str]:
+        """The Job and its pods, waited for (the ConfigMap, Service and policies stay)."""
+        return self._argv("delete", "job", JOB, "--cascade=foreground", "--ignore-not-found", f"--timeout={timeout_s}s")
+
     def delete_manifests(self, path: str) -> list[str]:
         return self._argv("delete", "-f", path, "--ignore-not-found", "--wait=false")
 
