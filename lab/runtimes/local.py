@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -27,6 +26,7 @@ from lab.runtimes import etcd, netns, userns
 from lab.runtimes.base import Log, MonitoredRuntime, Node
 from lab.runtimes.dry_run import plan_text
 from lab.runtimes.local_faults import LocalFaults
+from lab.runtimes.ports import ensure_port_free, exporter_ports
 from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
 from lab.topology import Topology
 
@@ -297,21 +297,3 @@ class LocalRuntime(MonitoredRuntime):
             removed += netns.destroy(self.run_dir.lab_id)
         removed += remove_temp_dirs(self.run_dir.lab_id)
         return removed + self.run_dir.take_down()
-
-
-def exporter_ports(topology: Topology) -> list[int]:
-    agents = range(topology.agent_metrics_port, topology.agent_metrics_port + topology.nodes)
-    ranks = range(topology.rank_metrics_port, topology.rank_metrics_port + topology.world_size)
-    return [*(agents if topology.agent_metrics_port else []), *(ranks if topology.rank_metrics_port else [])]
-
-
-def ensure_port_free(host: str, port: int, what: str, option: str) -> None:
-    with socket.socket() as s:
-        # As servers do: a port whose old connections linger in TIME_WAIT is still free.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            others = sorted({procs.environ(pid).get(MARKER, "") for pid in procs.marked_pids()} - {""})
-            by = f" (a lab is running in {', '.join(others)})" if others else ""
-            raise LabError(f"{what} {host}:{port} is already in use{by}; pick another with {option}") from None

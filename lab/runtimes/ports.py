@@ -1,0 +1,28 @@
+"""Ports loopback nodes share with everything else on the machine: checked free before a lab starts."""
+
+from __future__ import annotations
+
+import socket
+
+from lab import procs
+from lab.errors import LabError
+from lab.rundir import MARKER
+from lab.topology import Topology
+
+
+def exporter_ports(topology: Topology) -> list[int]:
+    agents = range(topology.agent_metrics_port, topology.agent_metrics_port + topology.nodes)
+    ranks = range(topology.rank_metrics_port, topology.rank_metrics_port + topology.world_size)
+    return [*(agents if topology.agent_metrics_port else []), *(ranks if topology.rank_metrics_port else [])]
+
+
+def ensure_port_free(host: str, port: int, what: str, option: str) -> None:
+    with socket.socket() as s:
+        # As servers do: a port whose old connections linger in TIME_WAIT is still free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            others = sorted({procs.environ(pid).get(MARKER, "") for pid in procs.marked_pids()} - {""})
+            by = f" (a lab is running in {', '.join(others)})" if others else ""
+            raise LabError(f"{what} {host}:{port} is already in use{by}; pick another with {option}") from None
