@@ -164,6 +164,7 @@ def run_drill(
     if getattr(exercise, "NEEDS_PROMETHEUS", False) and not watched:
         raise LabError(f"{exercise.NAME} reads its verdict from Prometheus: drop --prometheus off")
     topology = exercise.topology(options)
+    runtime.check()  # before Ray starts: a runtime that cannot run here says so first
     run_dir = runtime.run_dir
     runtimes.refuse_if_running(runtime, runtime.log)  # this run dir's lab; other labs are left alone
     lab_id = run_dir.claim()

@@ -171,6 +171,11 @@ class Runtime(ABC):
         """The runtime as the command line asks for it (each of OPTIONS by its name)."""
         return cls(run_dir, log=log, **{o.name: getattr(args, o.name) for o in cls.OPTIONS})
 
+    def check(self) -> None:
+        """Fail in one line, before anything starts, when this runtime cannot run here now
+        (by default there is nothing to check before `up`)."""
+        return None
+
     def plan(self, topology: Topology, script: str, script_args: list[str]) -> str:
         """What `--dry-run` prints: each node's command, or why this runtime cannot tell before it starts."""
         raise LabError(f"the {self.name} runtime has no dry run")

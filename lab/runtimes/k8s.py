@@ -102,6 +102,9 @@ class KubernetesRuntime(Runtime):
         """The manifests `up` applies, rendered offline."""
         return yaml.safe_dump_all(render(self.overlay, topology, _in_image(script), script_args), sort_keys=False)
 
+    def check(self) -> None:
+        self.kubectl.check_cluster()
+
     def describe(self, node: Node) -> str:
         return "pod"
 
@@ -110,7 +113,7 @@ class KubernetesRuntime(Runtime):
 
     def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[PodNode]]:
         manifests = self.plan(topology, script, script_args)
-        self.kubectl.check_cluster()
+        self.check()
         self.run_dir.claim()
         applied = self.run_dir.path / "applied.yaml"
         applied.write_text(manifests)

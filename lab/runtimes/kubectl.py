@@ -21,6 +21,18 @@ INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 PARTITION_LABEL = "torchrun-lab/partitioned"
 
 
+TELLING = ("refused", "Unable to connect", "no such host", "i/o timeout", "Unauthorized", "Forbidden", "certificate")
+
+
+def reason(stderr: str) -> str:
+    """The line of kubectl's complaint that says what is wrong (it may print several)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if any("Please enter Username" in line for line in lines):
+        return "the context has no credentials (kubectl asked for a username)"
+    telling = [line for line in lines for key in TELLING if key in line]
+    return telling[-1] if telling else (lines[-1] if lines else "no output")
+
+
 def kubectl_exe() -> str:
     exe = shutil.which("kubectl")
     if exe is None:
@@ -114,16 +126,16 @@ class Kubectl:
     # Running them -------------------------------------------------------------------------
 
     def run(self, argv: list[str], stdin: str | None = None, timeout: float = 60) -> str:
-        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout)
+        # stdin never the terminal's: kubectl would stop there to ask for credentials.
+        feed = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **feed)
         if done.returncode != 0:
-            first = (done.stderr.strip().splitlines() or ["no output"])[-1]
             verb = argv[argv.index(f"--namespace={self.namespace}") + 1]
-            raise LabError(f"kubectl {verb} failed: {first}")
+            raise LabError(f"kubectl {verb} failed: {reason(done.stderr)}")
         return done.stdout
 
     def check_cluster(self) -> None:
-        done = subprocess.run(self.version(), capture_output=True, text=True, timeout=30)
+        done = subprocess.run(self.version(), capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
         if done.returncode != 0 or '"serverVersion"' not in done.stdout:
-            first = (done.stderr.strip().splitlines() or ["no answer"])[-1]
             where = f"context {self.context!r}" if self.context else "the current kubectl context"
-            raise LabError(f"no reachable Kubernetes cluster in {where}: {first}")
+            raise LabError(f"no reachable Kubernetes cluster in {where}: {reason(done.stderr)}")
