@@ -52,6 +52,7 @@ def running_job(tmp_path_factory):
         prom = Prometheus(lab.run_dir / "prometheus", port=port)
         assert f"live view: {prom.url}/{LIVE_PAGE}" in up.stdout
         wait_for(lambda: len(prom.query("lab_steps_total > 0")) == 4, 120, "four ranks scraped")
+        wait_for(lambda: len(prom.query('up{job="lab-agents"} == 1')) == 2, 60, "both agents scraped")
         yield prom
     finally:
         lab("down", timeout=120)
