@@ -107,3 +107,12 @@ def report_of(out) -> dict:
     """The report.json an exercise run printed the path of (`report: PATH[, timeline: ...]`)."""
     line = next(line for line in out.stdout.splitlines() if line.startswith("report: "))
     return json.loads(open(line.split()[1].rstrip(",")).read())
+
+
+@pytest.fixture(scope="session")
+def images():
+    """The cpu node image and Debian's Prometheus image, built once a session as CI builds them
+    (tests/docker_support.py); a missing daemon fails the Docker tests, it does not skip them."""
+    from docker_support import images_or_fail
+
+    return images_or_fail()
