@@ -70,6 +70,9 @@ class Topology:
     # GPUs each node uses (nodes on one machine get disjoint ones, see lab.gpus). None: one per
     # worker with nccl, none with gloo.
     gpus_per_node: int | None = None
+    # Run the script through lab.node.user_script with these arguments (torchrun --module): a
+    # user's own script in a drill, watched without a change to it. Workers are spawned.
+    script_wrapper: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _at_least("nodes", self.nodes, 1)
@@ -91,6 +94,8 @@ class Topology:
         if not self.monitor_interval_s > 0:
             raise TopologyError(f"monitor_interval_s must be positive, got {self.monitor_interval_s}")
         _one_of("worker_start", self.worker_start, WORKER_STARTS)
+        if self.script_wrapper and self.worker_start == "preload":
+            raise TopologyError("worker_start must be spawn or auto for a watched script (torchrun --module)")
         _one_of("metrics_ports", self.metrics_ports, ("offset", "fixed"))
         if self.distributed_debug is not None:
             _one_of("distributed_debug", self.distributed_debug, ("OFF", "INFO", "DETAIL"))
@@ -140,6 +145,8 @@ class Topology:
 
     @property
     def preloads_workers(self) -> bool:
+        if self.script_wrapper:
+            return False
         if self.worker_start == "auto":
             return not self.torch_defaults
         return self.worker_start == "preload"
@@ -226,6 +233,7 @@ class Topology:
             "lab.node.launch",
             *lab_flags,
             *self.torchrun_args(node_rank, log_dir=log_dir),
+            *(("--module", "lab.node.user_script", *self.script_wrapper) if self.script_wrapper else ()),
             script,
             *script_args,
         ]

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 from lab import exercises, runtimes
+from lab.cli import exercise_script
 from lab.cli.options import add_run_dir_option
 from lab.errors import LabError
 from lab.lessons.runner import DEPTHS, explain, run_lesson
@@ -41,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     names = run.add_subparsers(dest="name", required=True, metavar="NAME", parser_class=type(parser))
     for name, module in exercises.all_exercises().items():
         add_exercise_parser(names, name, module)
+    exercise_script.register_matrix(verbs)
 
 
 def add_exercise_parser(names: argparse._SubParsersAction, name: str, module: ModuleType) -> None:
@@ -52,6 +54,8 @@ def add_exercise_parser(names: argparse._SubParsersAction, name: str, module: Mo
         parser.set_defaults(handler=handle_lesson, exercise=module)
     else:
         add_all(parser, (TARGET_RANK, AT_STEP, TORCH_DEFAULTS, *exercises.own_options(module)))
+        if hasattr(module, "break_script"):
+            exercise_script.add_script_options(parser)
         runtimes.add_options(parser, drills_only=True, default="local")
         # A drill needs no Prometheus unless its verdict reads it.
         parser.set_defaults(
@@ -92,10 +96,14 @@ def report_dir(args: argparse.Namespace, run_dir: RunDir) -> Path:
 def handle_drill(args: argparse.Namespace) -> int:
     from lab.exercises.engine import Drill, run_drill
 
-    options = exercises.options_from_args(args.exercise, args)
     run_dir = run_dir_from_args(args)
-    runtime = runtimes.from_args(args, run_dir)
     where = report_dir(args, run_dir)
+    if getattr(args, "script", None):
+        return exercise_script.handle_script_drill(args, where)
+    if hasattr(args.exercise, "break_script"):
+        exercise_script.refuse_script_flags(args)
+    options = exercises.options_from_args(args.exercise, args)
+    runtime = runtimes.from_args(args, run_dir)
 
     def finish(report: Report, drill: Drill) -> None:
         report.write(where, drill.events())

@@ -27,7 +27,7 @@ from typing import Any
 from lab.errors import LabError
 from lab.options import Option
 
-_NOT_DRILLS = ("engine", "observe")  # the machinery the drills share
+_NOT_DRILLS = ("engine", "observe", "script")  # the machinery the drills share; drills on your script
 
 
 @dataclass(frozen=True)

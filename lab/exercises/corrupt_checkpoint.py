@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import signal
 
+from lab.errors import LabError
 from lab.exercises import observe
 from lab.exercises.engine import paced_trainer
 from lab.report import Report
@@ -61,3 +62,16 @@ def run(drill, options) -> Report:
     )
     observe.check_matches_reference(report, drill, events, trainer_args(options))
     return report
+
+
+SCRIPT_RECOVERY = "restart"
+
+
+def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
+    """On a user's script (needs --ckpt-dir): truncate its newest checkpoint file, then
+    SIGKILL the target rank's worker."""
+    if ckpt_dir is None:
+        raise LabError("corrupt-checkpoint on your script needs --ckpt-dir (where it writes checkpoints)")
+    node, local_rank = drill.locate(target)
+    drill.inject(node, "corrupt_checkpoint", directory=ckpt_dir, mode="truncate")
+    return drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL)) | {"rank": target}

@@ -125,13 +125,14 @@ class Drill:
         self.progress(f"injected {fault} on {node} {kwargs or ''}".rstrip())
         return record
 
+    def exit_codes(self) -> dict[str, int | None]:
+        """Each node's exit status now (None: still running)."""
+        return {name: ray_get(agent.exit_code.remote(), 60, f"{name}'s exit status") for name, agent in self.agents.items()}
+
     def wait_job(self, timeout_s: float) -> dict[str, int]:
         def codes() -> dict[str, int] | None:
-            found = {
-                name: ray_get(agent.exit_code.remote(), 60, f"{name}'s exit status")
-                for name, agent in self.agents.items()
-            }
-            return found if all(c is not None for c in found.values()) else None
+            found = self.exit_codes()
+            return found if all(c is not None for c in found.values()) else None  # type: ignore[return-value]
 
         return self.wait_for(codes, timeout_s, "the job to end")
 
@@ -193,7 +194,8 @@ def run_drill(
             )
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-        workload = script_path(getattr(exercise, "WORKLOAD", "trainer"))
+        # A user's script (lab.exercises.script) or one of the lab's workloads.
+        workload = getattr(exercise, "SCRIPT", None) or script_path(getattr(exercise, "WORKLOAD", "trainer"))
         topology, nodes = runtime.up(topology, workload, exercise.trainer_args(options))
         actor = ray.remote(num_cpus=0)(NodeAgent)
         agents = {n.name: actor.remote(str(run_dir.path), n.name) for n in sorted(nodes, key=lambda n: n.index)}

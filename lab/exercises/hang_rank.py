@@ -85,3 +85,13 @@ def run(drill, options) -> Report:
         "agents wait that long in the next rendezvous round"
     )
     return report
+
+
+SCRIPT_RECOVERY = "restart"
+
+
+def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
+    """On a user's script: SIGSTOP the target rank's worker; only the script's own
+    process-group timeout turns the hang into a restart."""
+    node, local_rank = drill.locate(target)
+    return drill.inject(node, "pause_worker", local_rank=local_rank) | {"rank": target}

@@ -52,25 +52,12 @@ def trainer_args(options) -> list[str]:
 def run(drill, options) -> Report:
     report = drill.new_report(NAME)
     target = options.target_rank
-    node, _ = drill.reach(target, options.at_step)
-    if node == drill.store_host and not options.target_rank_chosen:
-        # Which node's agent gets which ranks is the c10d rendezvous' choice (the order agents
-        # join in, which a Ray cluster does not fix): by default, hit the last rank off node0.
-        target = max(r for r in range(drill.topology.world_size) if drill.locate(r)[0] != drill.store_host)
-        node, _ = drill.locate(target)
-    if node == drill.store_host:
-        raise LabError(f"rank {target} runs on {node}, which hosts the rendezvous: that drill is kill-rendezvous-host")
+    drill.reach(target, options.at_step)
+    target, node = off_the_store_host(drill, target, options.target_rank_chosen)
     fault = drill.inject(node, "kill_node")
     elastic = drill.topology.min_nodes is not None
     if not elastic:
-        drill.wait_for(
-            lambda: observe.first_time(
-                observe.agent_events(drill.events_dir), fault["time"], lambda r: r["name"] == "lab.failure_detected"
-            ),
-            60,
-            "the surviving agent to notice",
-        )
-        drill.inject(node, "restart")
+        bring_back(drill, node, fault)
     codes = drill.wait_job(240)
     events = drill.events()
     after = [e for e in events if e["time"] > fault["time"]]
@@ -100,3 +87,40 @@ def run(drill, options) -> Report:
         report.check("the restarted group had all 4 ranks again", worlds == [4], f"world size after: {worlds}")
         observe.check_matches_reference(report, drill, events, trainer_args(options))
     return report
+
+
+def off_the_store_host(drill, target: int, chosen: bool) -> tuple[int, str]:
+    """(rank, its node): the target, moved off node0 unless the user chose it."""
+    node, _ = drill.locate(target)
+    if node == drill.store_host and not chosen:
+        # Which node's agent gets which ranks is the c10d rendezvous' choice (the order agents
+        # join in, which a Ray cluster does not fix): by default, hit the last rank off node0.
+        target = max(r for r in range(drill.topology.world_size) if drill.locate(r)[0] != drill.store_host)
+        node, _ = drill.locate(target)
+    if node == drill.store_host:
+        raise LabError(f"rank {target} runs on {node}, which hosts the rendezvous: that drill is kill-rendezvous-host")
+    return target, node
+
+
+def bring_back(drill, node: str, fault: dict) -> None:
+    """Once the surviving agent has noticed, start the dead node again (a replaced machine)."""
+    drill.wait_for(
+        lambda: observe.first_time(
+            observe.agent_events(drill.events_dir), fault["time"], lambda r: r["name"] == "lab.failure_detected"
+        ),
+        60,
+        "the surviving agent to notice",
+    )
+    drill.inject(node, "restart")
+
+
+SCRIPT_RECOVERY = "restart"
+SCRIPT_MIN_NODES = 2
+
+
+def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
+    """On a user's script: SIGKILL a whole node (not node0's rendezvous), and bring it back."""
+    target, node = off_the_store_host(drill, target, chosen=False)
+    fault = drill.inject(node, "kill_node")
+    bring_back(drill, node, fault)
+    return fault | {"rank": target}

@@ -109,3 +109,12 @@ def judge_torch_defaults(drill, report: Report, codes: dict, events: list[dict])
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 to give every round a fresh store."
     )
     return report
+
+
+SCRIPT_RECOVERY = "restart"
+
+
+def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
+    """On a user's script (lab.exercises.script): SIGKILL the target rank's worker."""
+    node, local_rank = drill.locate(target)
+    return drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL)) | {"rank": target}

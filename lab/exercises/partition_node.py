@@ -90,3 +90,16 @@ def run(drill, options) -> Report:
         f"exit codes {codes}, restarts {report.facts['restarts']}",
     )
     return report
+
+
+SCRIPT_RECOVERY = "restart"
+SCRIPT_MIN_NODES = 2
+
+
+def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
+    """On a user's script: cut the target rank's node off for HOLD_S, then heal it."""
+    node, _ = drill.locate(target)
+    fault = drill.inject(node, "partition")
+    time.sleep(HOLD_S)
+    drill.inject(node, "heal")
+    return fault | {"rank": target}

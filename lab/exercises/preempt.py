@@ -76,3 +76,13 @@ def run(drill, options) -> Report:
     )
     observe.check_matches_reference(report, drill, events, trainer_args(options))
     return report
+
+
+SCRIPT_RECOVERY = "rerun"
+
+
+def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
+    """On a user's script: SIGTERM the target rank's node with a grace period; the lab starts
+    the job again once it has ended, as a scheduler would."""
+    node, _ = drill.locate(target)
+    return drill.inject(node, "preempt", grace_s=GRACE_S) | {"rank": target}

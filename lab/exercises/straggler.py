@@ -91,3 +91,17 @@ def run(drill, options) -> Report:
 
 def fmt(values: dict) -> str:
     return "{" + ", ".join(f"{k}: {v:.2f}" for k, v in values.items()) + "}"
+
+
+SCRIPT_RECOVERY = "none"
+SCRIPT_SLOW_S = 10.0
+
+
+def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
+    """On a user's script: run the target rank at a quarter speed for SCRIPT_SLOW_S, then
+    let it go; the job should slow down and finish without a restart."""
+    node, local_rank = drill.locate(target)
+    fault = drill.inject(node, "slow_worker", local_rank=local_rank, stopped_fraction=0.75, period_s=1.0)
+    time.sleep(SCRIPT_SLOW_S)
+    drill.inject(node, "unslow_worker")
+    return fault | {"rank": target}

@@ -18,6 +18,7 @@ import io
 import os
 import pickle
 import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -104,13 +105,26 @@ def load_newest_valid(
     return None
 
 
+def newest_file(directory: Path) -> Path | None:
+    """The most recently written regular file anywhere below directory (a script's own
+    checkpoints: one file, or a torch.distributed.checkpoint folder). Links are not followed."""
+    found: list[tuple[float, str]] = []
+    for root, _dirs, names in os.walk(directory):  # os.walk does not descend into linked dirs
+        for name in names:
+            info = os.lstat(os.path.join(root, name))
+            if stat.S_ISREG(info.st_mode):
+                found.append((info.st_mtime, os.path.join(root, name)))
+    return Path(max(found)[1]) if found else None
+
+
 def corrupt_newest(directory: Path, mode: str = "truncate") -> Path:
     """Damage the newest checkpoint in directory, for the corrupt-checkpoint drill: cut it in
-    half (truncate), or flip bytes in its second half (flip). Returns its path."""
+    half (truncate), or flip bytes in its second half (flip). The trainer's newest step file,
+    else the newest file of any name (a user's script). Returns its path."""
     found = checkpoints(directory)
-    if not found:
+    newest = found[0] if found else newest_file(directory) if directory.is_dir() else None
+    if newest is None:
         raise CheckpointError(f"no checkpoint in {directory} to corrupt")
-    newest = found[0]
     data = bytearray(newest.read_bytes())
     if mode == "truncate":
         data = data[: len(data) // 2]
@@ -119,7 +133,10 @@ def corrupt_newest(directory: Path, mode: str = "truncate") -> Path:
             data[i] ^= 0xFF
     else:
         raise ValueError(f"unknown corruption mode {mode!r} (truncate or flip)")
-    newest.write_bytes(bytes(data))
+    # In place, never through a link planted since it was found.
+    fd = os.open(newest, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+    with os.fdopen(fd, "wb") as f:
+        f.write(bytes(data))
     return newest
 
 

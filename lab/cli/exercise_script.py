@@ -1,0 +1,145 @@
+"""Drills on the user's own script: `lab exercise run NAME --script PATH ... -- ARGS` and
+`lab exercise matrix --script PATH --faults a,b,c ... -- ARGS` (see lab.exercises.script)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+from lab import exercises, runtimes
+from lab.errors import LabError
+from lab.exercises import DrillOptions
+from lab.exercises.script import matrix as script_matrix
+from lab.exercises.script import runner, spec
+from lab.options import TORCH_DEFAULTS, Option, add_all, run_dir_from_args
+from lab.topology import Topology
+
+FAULTS = Option("--faults", "comma-separated drills to run on the script, e.g. kill-worker,preempt", metavar="LIST")
+
+
+def script_drills() -> dict[str, ModuleType]:
+    """The drills that can break a user's script (they define break_script)."""
+    return {name: m for name, m in exercises.drills().items() if hasattr(m, "break_script")}
+
+
+def add_script_options(parser: argparse.ArgumentParser) -> None:
+    """--script and what goes with it; the script's own arguments follow `--`."""
+    group = parser.add_argument_group("your own script (instead of the lab's trainer)")
+    add_all(group, (*spec.OPTIONS, *spec.SCRIPT_TOPOLOGY))
+    parser.add_argument("script_args", nargs="*", metavar="-- ARGS", help="arguments for --script")
+
+
+def refuse_script_flags(args: argparse.Namespace) -> None:
+    """A drill on the lab's trainer: the --script flags say nothing there, so refuse them."""
+    given = [o.flag for o in (*spec.OPTIONS, *spec.SCRIPT_TOPOLOGY) if getattr(args, o.name) not in (None, o.default)]
+    if given or args.script_args:
+        raise LabError(f"{', '.join(given) or 'arguments after --'}: only with --script (your own training script)")
+
+
+def topology_for(args: argparse.Namespace, fault: ModuleType | None) -> Topology:
+    """The drill's job shape (restarts, timeouts) at the user's size; workers spawned, as bare torchrun's."""
+    own = {o.name: getattr(args, o.name, None) for o in exercises.own_options(fault)} if fault else {}
+    options = DrillOptions(target_rank=0, at_step=1, torch_defaults=args.torch_defaults, own=own)
+    base = fault.topology(options) if fault else Topology(torch_defaults=args.torch_defaults)
+    nodes = args.nodes or 2
+    if fault is not None and nodes < getattr(fault, "SCRIPT_MIN_NODES", 1):
+        raise LabError(f"{fault.NAME} needs at least {fault.SCRIPT_MIN_NODES} nodes; got --nodes {nodes}")
+    return base.replace(
+        nodes=nodes,
+        nproc_per_node=args.nproc_per_node or 2,
+        max_restarts=args.max_restarts if args.max_restarts is not None else base.max_restarts,
+        worker_start="spawn",
+        min_nodes=None,
+    )
+
+
+def options_for(args: argparse.Namespace, fault: ModuleType | None) -> DrillOptions:
+    world = topology_for(args, fault).world_size
+    target = runner.target_rank(fault, args.target_rank, world) if fault else 0
+    at_step = spec.DEFAULT_AT_STEP if args.at_step is None else args.at_step
+    if at_step < 1:
+        raise LabError(f"--at-step must be 1 or more; got {at_step}")
+    own = {o.name: getattr(args, o.name, None) for o in exercises.own_options(fault)} if fault else {}
+    return DrillOptions(target, at_step, args.target_rank is not None, args.torch_defaults, own)
+
+
+def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, reference: bool) -> script_matrix.Matrix:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from lab.exercises.engine import run_drill
+
+    the_spec = spec.spec_from_args(args)
+    for fault in faults:
+        options_for(args, fault)  # every row's flags checked before the first run starts
+    run_dir = run_dir_from_args(args)
+    rows = len(faults) + (1 if reference else 0)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns) as bar:
+        task = bar.add_task("runs", total=rows)
+
+        def on_row(row: script_matrix.Row) -> None:
+            bar.advance(task)
+            bar.console.print(f"{row.label}: {row.verdict}")
+
+        return script_matrix.run_matrix(
+            the_spec,
+            faults,
+            topology_for=lambda fault: topology_for(args, fault),
+            options_for=lambda fault: options_for(args, fault),
+            make_runtime=lambda: runtimes.from_args(args, run_dir),
+            run_drill=run_drill,
+            out_dir=out_dir,
+            ray_address=args.ray_address,
+            out=sys.stdout,  # rich's stand-in while the bar shows: the drills' lines print above it
+            on_row=on_row,
+            reference=reference,
+        )
+
+
+def handle_script_drill(args: argparse.Namespace, out_dir: Path) -> int:
+    """`lab exercise run NAME --script ...`: with --compare, the fault-free reference runs first."""
+    if not hasattr(args.exercise, "break_script"):
+        raise LabError(f"{args.name} cannot run on your script; these can: {', '.join(script_drills())}")
+    result = run(args, [args.exercise], out_dir, reference=bool(args.compare))
+    last = result.rows[-1]
+    if last.report is not None:
+        last.report.summary()
+    elif last.error:
+        print(f"{last.label}: {last.error}")
+    print(f"report: {out_dir / last.label / 'report.json'}")
+    return 0 if result.passed else 1
+
+
+def register_matrix(verbs: argparse._SubParsersAction) -> None:
+    parser = verbs.add_parser(
+        "matrix", help="your script under several faults: one verdict each, matrix.json/.md/.html"
+    )
+    add_all(parser, (FAULTS, TORCH_DEFAULTS))
+    parser.add_argument("--target-rank", type=int, help="the rank each fault hits (default: each drill's)")
+    parser.add_argument("--at-step", type=int, help=f"inject at this step (default {spec.DEFAULT_AT_STEP})")
+    parser.add_argument("--report-dir", help="where the matrix goes (default: under the run dir's reports)")
+    add_script_options(parser)
+    runtimes.add_options(parser, drills_only=True, default="local")
+    parser.add_argument("--run-dir", help="where the lab keeps its state (default: as lab up)")
+    parser.set_defaults(handler=handle_matrix, monitoring="off")
+
+
+def handle_matrix(args: argparse.Namespace) -> int:
+    if not args.script:
+        raise LabError("lab exercise matrix needs --script PATH (your training script)")
+    if not args.faults:
+        raise LabError(f"--faults: name one or more of {', '.join(script_drills())}")
+    available = script_drills()
+    names = [n.strip() for n in args.faults.split(",") if n.strip()]
+    unknown = [n for n in names if n not in available]
+    if unknown or not names:
+        raise LabError(f"--faults: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(available)}")
+    run_dir = run_dir_from_args(args)
+    out_dir = Path(args.report_dir) if args.report_dir else run_dir.reports / f"matrix-{time.strftime('%Y%m%d-%H%M%S')}"
+    result = run(args, [available[n] for n in names], out_dir, reference=True)
+    print(script_matrix.markdown(result.to_json()), end="")
+    print(f"matrix: {out_dir / 'matrix.html'} (and matrix.json, matrix.md)")
+    return 0 if result.passed else 1

@@ -1,0 +1,58 @@
+"""The script's result file against the fault-free reference run's: bitwise, or its numbers within --rtol."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)", re.IGNORECASE)
+
+
+def numbers(path: Path) -> list[float]:
+    """Every number in the file: the tensors of a torch.save'd object (weights_only: loading a
+    result never runs code), else the numbers written in its text."""
+    import torch
+
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # not a torch file: read it as text
+        return [float(n) for n in NUMBER.findall(path.read_text(errors="replace"))]
+    found: list[float] = []
+    _collect(loaded, found)
+    return found
+
+
+def _collect(value: object, found: list[float]) -> None:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        found.extend(value.detach().double().flatten().tolist())
+    elif isinstance(value, bool):
+        found.append(float(value))
+    elif isinstance(value, int | float):
+        found.append(float(value))
+    elif isinstance(value, dict):
+        for key in sorted(value, key=str):
+            _collect(value[key], found)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect(item, found)
+
+
+def compare(ours: Path, reference: Path, rtol: float | None) -> tuple[bool, str]:
+    """(equal?, what was compared and found)."""
+    if not reference.is_file():
+        return False, f"the reference run wrote no {reference.name}"
+    if not ours.is_file():
+        return False, f"this run wrote no {ours.name}"
+    a, b = ours.read_bytes(), reference.read_bytes()
+    if a == b:
+        return True, f"bitwise equal ({len(a)} bytes)"
+    if rtol is None:
+        return False, f"{ours.name} differs from the reference's, bitwise (--rtol compares its numbers)"
+    x, y = numbers(ours), numbers(reference)
+    if len(x) != len(y) or not x:
+        return False, f"{len(x)} numbers against the reference's {len(y)}"
+    worst = max(abs(p - q) / max(abs(q), 1e-300) if p != q else 0.0 for p, q in zip(x, y, strict=True))
+    ok = worst <= rtol
+    return ok, f"{len(x)} numbers, largest relative difference {worst:.3g} ({'within' if ok else 'over'} {rtol:g})"

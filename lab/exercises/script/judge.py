@@ -1,0 +1,128 @@
+"""The verdict on a user's script after a fault: did it finish, restart, resume, and what was redone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lab.exercises import observe
+from lab.exercises.script import signals
+from lab.report import Report
+
+
+def segments(events: list[dict], fault_time: float, source: str, unit: str) -> dict[str, Any]:
+    """Rank 0's progress before the fault and after its workers started again."""
+    mine = signals.series(events, 0, source, unit)
+    before = [e["step"] for e in mine if e["time"] < fault_time]
+    restarted = min((e["time"] for e in events if e["event"] == "start" and e["time"] > fault_time), default=None)
+    after = [e["step"] for e in mine if restarted is not None and e["time"] > restarted]
+    return {
+        "first": before[0] if before else None,
+        "reached": max(before, default=None),
+        "resumed_at": after[0] if after else None,
+        "last": after[-1] if after else None,
+    }
+
+
+def errors(events: list[dict], since: float) -> list[str]:
+    """What the ranks died of after the fault, once each: the exception and the script's line."""
+    seen: list[str] = []
+    for e in events:
+        if e["event"] == "exit" and e["time"] > since and e.get("reason") == "exception":
+            text = f"{e['error']} ({e['where']})"
+            if text not in seen:
+                seen.append(text)
+    return seen[:3]
+
+
+def judge_fault(
+    report: Report,
+    drill: Any,
+    recovery: str,
+    fault: dict,
+    codes: dict[str, int | None],
+    fire: dict,
+) -> None:
+    """Checks and facts for one fault run (recovery: restart, rerun or none)."""
+    events = drill.events()
+    found = signals.step_source(events)
+    source, unit = found if found else (fire["source"], None)
+    facts = report.facts
+    facts["progress"] = {"source": source, "unit": unit, "fired_at": fire}
+    facts["restarts"] = observe.restarts(events)
+    facts["errors_after_fault"] = errors(events, fault["time"])
+    loaded = [e["path"] for e in events if e["event"] == "loaded" and e["rank"] == 0 and e["time"] > fault["time"]]
+    facts["loaded_after_fault"] = loaded[:3]
+    facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir), fault["time"])
+    finished = all(code == 0 for code in codes.values())
+    stuck = any(code is None for code in codes.values())
+    report.check(
+        "the job finished with exit 0",
+        finished,
+        f"still running {facts['deadline_s']:g} s after the fault: nothing ended the hang (a process-group "
+        "timeout in init_process_group would; gloo's default is 30 minutes)"
+        if stuck
+        else f"node exit codes {codes}"
+        + (f"; {facts['errors_after_fault'][-1]}" if facts["errors_after_fault"] and not finished else ""),
+    )
+    if recovery == "none":
+        report.check("no restart was needed", facts["restarts"] == 0, f"restarts {facts['restarts']}")
+        facts["work_redone"] = None
+        return
+    if recovery == "restart":
+        report.check("torchrun restarted the workers", facts["restarts"] >= 1, f"restarts {facts['restarts']}")
+    if unit is None:
+        # No step signal: whether it resumed can only be read from what it loaded.
+        facts["work_redone"] = None
+        report.check(
+            "it loaded a checkpoint when it started again",
+            bool(loaded),
+            f"loaded {loaded[0]} (no step signal: work redone unknown)"
+            if loaded
+            else "no torch.load or dcp.load after the fault, and no step signal to tell",
+        )
+        return
+    seg = segments(events, fault["time"], source, unit)
+    facts["progress"].update(seg)
+    first, reached, resumed = seg["first"], seg["reached"], seg["resumed_at"]
+    redone = max(0, reached - resumed + 1) if reached is not None and resumed is not None else None
+    facts["work_redone"] = (
+        {"unit": unit, "count": redone, "from": resumed, "to": reached} if redone is not None else None
+    )
+    resumed_ok = resumed is not None and first is not None and resumed > first
+    if resumed is None:
+        detail = f"no {unit} after the workers started again"
+    elif resumed_ok:
+        detail = f"{unit} {reached} reached before the fault, resumed at {unit} {resumed}: {redone} {unit}(s) redone"
+        detail += f"; loaded {loaded[0]}" if loaded else ""
+    else:
+        detail = f"restarted from {unit} {resumed}: your script does not load its checkpoint" + (
+            "" if loaded else " (it loaded no file after the fault)"
+        )
+    report.check("it resumed where it left off, not from the start", resumed_ok, detail)
+
+
+def finding(report: Report) -> str:
+    """One sentence for the matrix and the summary: what happened, what was lost."""
+    facts = report.facts
+    failed = [c for c in report.checks if not c.ok]
+    if failed:
+        return f"{failed[0].name}: no. {failed[0].detail}"
+    parts = []
+    if facts.get("restarts"):
+        parts.append(f"{facts['restarts']} restart(s)")
+    redone = facts.get("work_redone")
+    if redone:
+        parts.append(
+            f"redid {redone['count']} {redone['unit']}(s) ({redone['from']}..{redone['to']})"
+            if redone["count"]
+            else f"redid no {redone['unit']}"
+        )
+    total = (facts.get("recovery") or {}).get("total")
+    if total is not None:
+        parts.append(f"first {facts['progress']['unit'] or 'step'} {total:.1f} s after the fault")
+    if facts.get("compared"):
+        parts.append(f"result {facts['compared']}")
+    source = (facts.get("progress") or {}).get("source")
+    if source and source not in signals.STEP_SOURCES:
+        parts.append(f"progress read from {source} (no step in the output; work redone unknown)")
+    return "finished; " + ", ".join(parts) if parts else "finished"

@@ -1,0 +1,150 @@
+"""`lab exercise matrix`: the user's script, once without a fault and once per fault, one verdict each.
+
+Every run is a drill of its own (lab up, the script in a fresh working dir, lab down), so no
+run sees another's checkpoints. The fault-free reference runs first: its result file is what
+each fault's is compared with, and a script that fails without any fault stops the matrix.
+Writes matrix.json, matrix.md and a self-contained matrix.html (lab.exercises.script.page).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TextIO
+
+from lab import files
+from lab.errors import LabError
+from lab.exercises import DrillOptions
+from lab.exercises.script import page
+from lab.exercises.script.runner import REFERENCE, ScriptRun
+from lab.exercises.script.spec import ScriptSpec
+from lab.report import Report
+from lab.runtimes.base import Runtime
+from lab.topology import Topology
+
+
+@dataclass
+class Row:
+    label: str
+    report: Report | None = None
+    error: str = ""  # the run could not happen (a fault this runtime cannot inject, ...)
+    directory: Path | None = None
+
+    @property
+    def verdict(self) -> str:
+        return "error" if self.error else self.report.verdict if self.report else "not run"
+
+    def to_json(self) -> dict[str, Any]:
+        facts = self.report.facts if self.report else {}
+        return {
+            "fault": self.label,
+            "verdict": self.verdict,
+            "finding": self.error or facts.get("finding", ""),
+            "restarts": facts.get("restarts"),
+            "work_redone": facts.get("work_redone"),
+            "recovery_s": (facts.get("recovery") or {}).get("total"),
+            "progress_source": (facts.get("progress") or {}).get("source"),
+            "compared": facts.get("compared"),
+            "checks": [c.__dict__ for c in self.report.checks] if self.report else [],
+            "report": str(self.directory / "report.json") if self.report and self.directory else None,
+            "timeline": str(self.directory / "timeline.png") if self.directory else None,
+        }
+
+
+@dataclass
+class Matrix:
+    spec: ScriptSpec
+    runtime: str
+    topology: Topology
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and all(r.verdict == "pass" for r in self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "script": self.spec.path,
+            "script_args": list(self.spec.args),
+            "runtime": self.runtime,
+            "nodes": self.topology.nodes,
+            "nproc_per_node": self.topology.nproc_per_node,
+            "verdict": "pass" if self.passed else "fail",
+            "rows": [r.to_json() for r in self.rows],
+        }
+
+    def write(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        record = self.to_json()
+        files.write_text(directory / "matrix.json", json.dumps(record, indent=2, default=str) + "\n")
+        files.write_text(directory / "matrix.md", markdown(record))
+        files.write_text(directory / "matrix.html", page.html(record))
+
+
+def markdown(record: dict[str, Any]) -> str:
+    lines = [
+        f"# Fault matrix: {Path(record['script']).name} ({record['nodes']} x {record['nproc_per_node']}, "
+        f"{record['runtime']}): {record['verdict'].upper()}",
+        "",
+        "| fault | verdict | restarts | work redone | recovery s | progress from | finding |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in record["rows"]:
+        cells = [row["fault"], row["verdict"], *page.cell_texts(row), row["finding"].replace("|", "/")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run_matrix(
+    spec: ScriptSpec,
+    faults: list[ModuleType],
+    topology_for: Callable[[ModuleType | None], Topology],
+    options_for: Callable[[ModuleType | None], DrillOptions],
+    make_runtime: Callable[[], Runtime],
+    run_drill: Callable[..., Report],
+    out_dir: Path,
+    ray_address: str | None = None,
+    out: TextIO = sys.stdout,
+    on_row: Callable[[Row], None] = lambda row: None,
+    reference: bool = True,
+) -> Matrix:
+    """The reference (unless reference=False: nothing to compare), then each fault, one drill
+    each; the matrix files are rewritten after every row."""
+    runtime = make_runtime()
+    matrix = Matrix(spec, runtime.name, topology_for(None))
+    reference_result = None
+    for fault in [None, *faults] if reference else faults:
+        label = fault.NAME if fault else REFERENCE
+        runtime = make_runtime()  # a fresh handle per run: each brings its own lab up and down
+        run = ScriptRun(
+            spec=spec,
+            fault=fault,
+            base_topology=topology_for(fault),
+            workdir=runtime.run_dir.path / "work" / label,
+            keep_dir=out_dir / label,
+            reference_result=reference_result,
+        )
+        row = Row(label, directory=out_dir / label)
+        try:
+            row.report = run_drill(
+                run,
+                options_for(fault),
+                runtime,
+                ray_address=ray_address,
+                on_report=lambda report, drill: report.write(run.keep_dir, drill.events()),
+                out=out,
+            )
+        except LabError as e:
+            row.error = str(e)
+        matrix.rows.append(row)
+        matrix.write(out_dir)
+        on_row(row)
+        if fault is None:
+            if row.verdict != "pass":
+                break  # nothing to compare a fault with: the script fails on its own
+            reference_result = run.kept_result
+    return matrix

@@ -1,0 +1,80 @@
+"""Where a drill on the user's script reads its progress, and when the fault fires.
+
+In order of preference: the steps the script reports itself (lab.progress.step), the
+steps read from its output (--progress-regex), checkpoint files appearing in --ckpt-dir,
+and otherwise wall time. The report says which one was used.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from lab.errors import LabError
+from lab.workloads.checkpoint import newest_file
+
+STEP_SOURCES = ("helper", "output")  # lab.progress.step, then the regex on the output
+FIRE_POINT_TIMEOUT_S = 300.0  # from the start until the fault's step: a script that never gets there
+
+
+def step_source(events: list[dict]) -> tuple[str, str] | None:
+    """(source, unit) of the step events the verdict counts: the helper's if any, else the
+    output's; the unit the most lines give (a script printing "epoch" and "step" counts in one)."""
+    for source in STEP_SOURCES:
+        units = Counter(e.get("unit", "step") for e in events if e["event"] == "step" and e.get("source") == source)
+        if units:
+            return source, units.most_common(1)[0][0]
+    return None
+
+
+def series(events: list[dict], rank: int, source: str, unit: str) -> list[dict]:
+    """rank's step events of that source and unit, in time order."""
+    return [
+        e
+        for e in events
+        if e["event"] == "step" and e["rank"] == rank and e.get("source") == source and e.get("unit", "step") == unit
+    ]
+
+
+def has_checkpoint(directory: Path | None) -> bool:
+    return directory is not None and directory.is_dir() and newest_file(directory) is not None
+
+
+def listing(directory: Path | None) -> list[str]:
+    """What is already in a checkpoint dir (up to 5 names): a run that should start clean."""
+    if directory is None or not directory.is_dir():
+        return []
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())[:5]
+
+
+def wait_fire_point(drill: Any, target: int, at_step: int, at_time_s: float, ckpt: Path | None) -> dict | None:
+    """Block until the fault should fire; returns how it was decided ({source, unit, value}),
+    or None when the job ended first. With steps: when `target` reaches at_step. Without any
+    step at_time_s after the workers started: once a checkpoint exists (with --ckpt-dir),
+    else at once (wall time)."""
+    deadline = time.monotonic() + FIRE_POINT_TIMEOUT_S
+    drill.progress(f"waiting for rank {target} at step {at_step} (or {at_time_s:g} s without a step signal)")
+    next_check = 0.0
+    while time.monotonic() < deadline:
+        events = drill.events()
+        found = step_source(events)
+        if found:
+            values = [e["step"] for e in series(events, target, *found)]
+            if values and max(values) >= at_step:
+                return {"source": found[0], "unit": found[1], "value": max(values)}
+        else:
+            starts = [e["time"] for e in events if e["event"] == "start"]
+            since = time.time() - min(starts) if starts else 0.0
+            if starts and since >= at_time_s:
+                if ckpt is None:
+                    return {"source": "wall time", "unit": "s", "value": round(since, 1)}
+                if has_checkpoint(ckpt):
+                    return {"source": "checkpoint files", "unit": "s", "value": round(since, 1)}
+        if time.monotonic() >= next_check:  # asking every node costs a Ray call each: once a second
+            next_check = time.monotonic() + 1.0
+            if all(code is not None for code in drill.exit_codes().values()):
+                return None
+        time.sleep(0.1)
+    raise LabError(f"rank {target} did not reach step {at_step} within {FIRE_POINT_TIMEOUT_S:.0f} s")

@@ -1,0 +1,152 @@
+"""Runs a user's training script, unmodified, in a torchrun worker, and watches it for a drill.
+
+    torchrun ... --module lab.node.user_script [--workdir DIR] [--events-dir DIR]
+                 [--progress-regex RE] -- SCRIPT [ARGS...]
+
+The script runs as `python SCRIPT ARGS` would run it (`__main__`, its folder first on
+sys.path, sys.argv), after these steps, none of which its code can see:
+
+- chdir to --workdir (each drill run has its own: a relative checkpoint path never leaks
+  from one run into the next);
+- this rank's event log (rankN.jsonl): `start`, then `exit` (completed, an exit status, or
+  the exception with the script's file and line);
+- progress: `lab.progress.step(n)` if the script calls it; otherwise each line it prints
+  (stdout or stderr, through Python) that matches --progress-regex becomes a `step` event
+  (the named group `n`, else the first group; the group `unit`, else "step");
+- `rendezvous_done` when init_process_group returns, and `loaded` (the path) for each
+  torch.load or torch.distributed.checkpoint.load: where the run resumed from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import runpy
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from lab import progress
+from lab.health.events import EventLog
+
+# "step 12", "Step: 12", "Epoch 3", "epoch=3", "iter 40/100", "Iteration 40", "[GPU0] Epoch 3 | ..."
+DEFAULT_REGEX = r"(?i)\b(?P<unit>step|epoch|iter(?:ation)?)\b\s*[:=#]?\s*(?P<n>\d+)"
+UNITS = {"iteration": "iter"}
+
+
+def progress_value(pattern: re.Pattern[str], line: str) -> tuple[int, str] | None:
+    """(number, unit) from the first match in a line of output, or None."""
+    match = pattern.search(line)
+    if not match:
+        return None
+    groups = match.groupdict()
+    try:
+        number = int(groups["n"] if groups.get("n") is not None else match.group(1))
+    except (IndexError, TypeError, ValueError):
+        return None
+    unit = (groups.get("unit") or "step").lower()
+    return number, UNITS.get(unit, unit)
+
+
+class LineWatcher:
+    """Stands in for sys.stdout/sys.stderr: passes everything through, reads whole lines."""
+
+    def __init__(self, stream: Any, on_line):
+        self._stream, self._on_line, self._partial = stream, on_line, ""
+
+    def write(self, text: str) -> int:
+        written = self._stream.write(text)
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            self._on_line(line)
+        return written
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding, buffer, ...
+        return getattr(self._stream, name)
+
+
+def watch_output(log: EventLog, pattern: re.Pattern[str]) -> None:
+    def on_line(line: str) -> None:
+        if progress.called:
+            return  # the script reports its own steps: its output is not read for them
+        found = progress_value(pattern, line)
+        if found:
+            log.write("step", step=found[0], unit=found[1], source="output")
+
+    sys.stdout = LineWatcher(sys.stdout, on_line)  # type: ignore[assignment]
+    sys.stderr = LineWatcher(sys.stderr, on_line)  # type: ignore[assignment]
+
+
+def watch_torch(log: EventLog) -> None:
+    """Record when the process group is up and what the script loads; behaviour unchanged."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    def after(original, record):
+        def wrapped(*args, **kwargs):
+            result = original(*args, **kwargs)
+            record(args, kwargs)
+            return result
+
+        wrapped.__wrapped__ = original  # type: ignore[attr-defined]
+        return wrapped
+
+    def path_of(args, kwargs, key: str) -> str:
+        where = args[0] if args else kwargs.get(key)
+        return os.fspath(where) if isinstance(where, str | os.PathLike) else type(where).__name__
+
+    dist.init_process_group = after(
+        dist.init_process_group, lambda a, k: log.write("rendezvous_done", world_size=dist.get_world_size())
+    )
+    torch.load = after(torch.load, lambda a, k: log.write("loaded", path=path_of(a, k, "f"), how="torch.load"))
+    dcp.load = after(
+        dcp.load,
+        lambda a, k: log.write("loaded", path=path_of(a[1:], k, "checkpoint_id"), how="dcp.load"),
+    )
+
+
+def script_frame(error: BaseException, script: str) -> str:
+    """'file:line' of the deepest frame in the user's script, else of the deepest frame."""
+    frames = traceback.extract_tb(error.__traceback__)
+    mine = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(script)]
+    frame = (mine or frames or [None])[-1]
+    return f"{frame.filename}:{frame.lineno}" if frame else "?"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="lab.node.user_script")
+    parser.add_argument("--workdir")
+    parser.add_argument("--events-dir", default=os.environ.get("LAB_EVENTS_DIR"))
+    parser.add_argument("--progress-regex", default=DEFAULT_REGEX)
+    parser.add_argument("script")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    script = os.path.abspath(args.script)
+    script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
+    if args.workdir:
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
+        os.chdir(args.workdir)
+    log = EventLog(args.events_dir, int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")))
+    progress.use(log)
+    log.write("start", script=script, workdir=os.getcwd(), world_size=int(os.environ.get("WORLD_SIZE", "1")))
+    watch_output(log, re.compile(args.progress_regex))
+    watch_torch(log)
+    sys.argv = [script, *script_args]
+    sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` has it
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        log.write("exit", reason="completed" if code == 0 else "exit_status", code=code)
+        raise
+    except BaseException as e:
+        log.write("exit", reason="exception", error=f"{type(e).__name__}: {e}"[:500], where=script_frame(e, script))
+        raise
+    log.write("exit", reason="completed", code=0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""One optional line for your own training script: tell the lab's drills which step it is on.
+
+    try:
+        from lab.progress import step
+    except ImportError:  # the lab is not installed where this runs
+        def step(n, unit="step"): pass
+    ...
+    step(global_step)            # or step(epoch, unit="epoch")
+
+Outside the lab (not a torchrun worker, or no LAB_EVENTS_DIR) it does nothing. In a drill
+(`lab exercise run NAME --script ...`) the count it records is preferred over anything the
+drill reads from the script's output (see lab.node.user_script).
+"""
+
+from __future__ import annotations
+
+import os
+
+from lab.health.events import EventLog
+
+_log: EventLog | None = None
+_opened = False
+called = False  # the script reports its own steps (lab.node.user_script then stops reading its output)
+
+
+def use(log: EventLog | None) -> None:
+    """Where steps go (lab.node.user_script hands over the rank's event log)."""
+    global _log, _opened
+    _log, _opened = log, True
+
+
+def step(n: int, unit: str = "step") -> None:
+    """Record that this rank is at step (or epoch, ...) n."""
+    global _log, _opened, called
+    called = True
+    if not _opened:  # first call without the shim: a worker of `lab run` or bare torchrun
+        _opened = True
+        directory, rank = os.environ.get("LAB_EVENTS_DIR"), os.environ.get("RANK")
+        if directory and rank is not None:
+            _log = EventLog(directory, int(rank), int(os.environ.get("LOCAL_RANK", "0")))
+    if _log is not None:
+        _log.write("step", step=int(n), unit=str(unit), source="helper")
