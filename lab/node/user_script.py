@@ -94,18 +94,16 @@ def watch_torch(log: EventLog) -> None:
         wrapped.__wrapped__ = original  # type: ignore[attr-defined]
         return wrapped
 
-    def path_of(args, kwargs, key: str) -> str:
+    def loaded(args, kwargs, key: str, how: str) -> None:
         where = args[0] if args else kwargs.get(key)
-        return os.fspath(where) if isinstance(where, str | os.PathLike) else type(where).__name__
+        if isinstance(where, str | os.PathLike):  # a file object: a read inside dcp.load, say
+            log.write("loaded", path=os.fspath(where), how=how)
 
     dist.init_process_group = after(
         dist.init_process_group, lambda a, k: log.write("rendezvous_done", world_size=dist.get_world_size())
     )
-    torch.load = after(torch.load, lambda a, k: log.write("loaded", path=path_of(a, k, "f"), how="torch.load"))
-    dcp.load = after(
-        dcp.load,
-        lambda a, k: log.write("loaded", path=path_of(a[1:], k, "checkpoint_id"), how="dcp.load"),
-    )
+    torch.load = after(torch.load, lambda a, k: loaded(a, k, "f", "torch.load"))
+    dcp.load = after(dcp.load, lambda a, k: loaded(a[1:], k, "checkpoint_id", "dcp.load"))
 
 
 def script_frame(error: BaseException, script: str) -> str:
@@ -143,7 +141,8 @@ def main(argv: list[str] | None = None) -> None:
         log.write("exit", reason="completed" if code == 0 else "exit_status", code=code)
         raise
     except BaseException as e:
-        log.write("exit", reason="exception", error=f"{type(e).__name__}: {e}"[:500], where=script_frame(e, script))
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        log.write("exit", reason="exception", error=f"{type(e).__name__}: {first_line}"[:300], where=script_frame(e, script))
         raise
     log.write("exit", reason="completed", code=0)
 

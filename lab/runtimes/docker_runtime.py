@@ -36,7 +36,7 @@ from lab.topology import Topology
 
 SUPERNET = "172.29.0.0/16"  # the lab's networks take a free /24 of it
 # What a node writes, under the run dir; each is mounted at its own path (see _node).
-NODE_WRITES = ("events", "checkpoints", "reference", "prometheus/targets")
+NODE_WRITES = ("events", "checkpoints", "reference", "work", "prometheus/targets")
 IMAGE = Option("--image", "the node image (default: $LAB_IMAGE or torchrun-lab:cpu)")
 
 

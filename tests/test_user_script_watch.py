@@ -1,0 +1,99 @@
+"""What lab.node.user_script records around an unmodified script under real torchrun, the
+progress regex against the forms scripts print, and result-file comparison."""
+
+import json
+
+import pytest
+import torch
+from conftest import REPO, torchrun
+
+from lab.exercises.script.compare import compare
+from lab.node.user_script import DEFAULT_REGEX, progress_value
+
+SCRIPTS = REPO / "tests" / "user_scripts"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("step 12", (12, "step")),
+        ("Step: 7 loss 0.3", (7, "step")),
+        ("[GPU0] Epoch 3 | Batchsize: 32 | Steps: 8", (3, "epoch")),
+        ("epoch=4 lr=0.1", (4, "epoch")),
+        ("iter 40/100", (40, "iter")),
+        ("Iteration 9", (9, "iter")),
+        ("train | step #15 |", (15, "step")),
+    ],
+)
+def test_the_default_regex_reads_the_common_forms(line, expected):
+    import re
+
+    assert progress_value(re.compile(DEFAULT_REGEX), line) == expected
+
+
+@pytest.mark.parametrize("line", ["steps remaining", "stepping 3", "loss 0.25", "epochs: many", ""])
+def test_lines_without_a_count_are_not_progress(line):
+    import re
+
+    assert progress_value(re.compile(DEFAULT_REGEX), line) is None
+
+
+def test_a_custom_regex_with_named_groups():
+    import re
+
+    pattern = re.compile(r"(?P<unit>batch)=(?P<n>\d+)")
+    assert progress_value(pattern, "lr 0.1 batch=42") == (42, "batch")
+    assert progress_value(re.compile(r"done (\d+)"), "done 5 of 9") == (5, "step")
+
+
+def test_the_watcher_records_start_helper_steps_loads_and_the_exception_line(tmp_path):
+    """Real torchrun, 2 workers, the script unmodified: it runs in --workdir, the helper's steps
+    are recorded (its printed 'epoch 10x' is not), and rank 1's exception names the script's line."""
+    events, work = tmp_path / "events", tmp_path / "work"
+    out = torchrun(
+        "--nproc-per-node=2",
+        "--module",
+        "lab.node.user_script",
+        "--workdir",
+        str(work),
+        "--events-dir",
+        str(events),
+        str(SCRIPTS / "helper_and_crash.py"),
+        timeout=120,
+    )
+    assert out.returncode != 0
+    assert (work / "marker-0.txt").read_text() == str(work)
+    records = {r: [json.loads(line) for line in (events / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)}
+    steps = [(e["step"], e["unit"], e["source"]) for e in records[0] if e["event"] == "step"]
+    # Its first line came before its first helper call; after that only the helper counts.
+    assert steps == [(100, "epoch", "output"), *((i, "step", "helper") for i in range(5))]
+    assert [e["event"] for e in records[1]][:2] == ["start", "rendezvous_done"]
+    crash = records[1][-1]
+    assert crash["event"] == "exit" and crash["reason"] == "exception"
+    assert crash["error"] == "ValueError: bad batch on purpose"
+    source = (SCRIPTS / "helper_and_crash.py").read_text().splitlines()
+    raise_line = next(i for i, text in enumerate(source, 1) if "raise ValueError" in text)
+    assert crash["where"] == f"{SCRIPTS / 'helper_and_crash.py'}:{raise_line}"
+
+
+def test_compare_bitwise_then_within_rtol(tmp_path):
+    # One file name in three runs' folders, as the drill keeps them: torch.save writes the
+    # file's own name into its archive, so differently named files never match bitwise.
+    a, b, c = (tmp_path / run / "result.pt" for run in ("reference", "fault", "other"))
+    for path in (a, b, c):
+        path.parent.mkdir()
+    torch.save({"w": torch.tensor([1.0, 2.0])}, a)
+    torch.save({"w": torch.tensor([1.0, 2.0])}, b)
+    torch.save({"w": torch.tensor([1.0, 2.0 + 1e-6])}, c)
+    assert compare(a, b, None)[0]
+    ok, detail = compare(c, a, None)
+    assert not ok and "bitwise" in detail
+    assert compare(c, a, 1e-5)[0]
+    ok, detail = compare(c, a, 1e-8)
+    assert not ok and "over" in detail
+    text, other = tmp_path / "r.txt", tmp_path / "s.txt"
+    text.write_text("0.100000 -0.250000\n")
+    other.write_text("0.100001 -0.250000\n")
+    assert compare(other, text, 1e-4)[0] and not compare(other, text, 1e-7)[0]
+    ok, detail = compare(tmp_path / "missing.pt", a, None)
+    assert not ok and "wrote no" in detail
