@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,10 @@ from lab.runtimes import netns
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
+ARTIFACTS = Path(os.environ.get("LAB_TEST_ARTIFACTS", REPO / "test-artifacts"))
+needs_chromium = pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="chromium is not installed (make host-deps)"
+)
 needs_netns = pytest.mark.skipif(
     netns.unavailable_reason() is not None, reason=f"netns hosts unavailable: {netns.unavailable_reason()}"
 )
@@ -62,6 +67,18 @@ def lab(tmp_path):
         yield handle
     finally:
         handle("down", timeout=120)
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess:
+    """Headless Chromium as the machine allows it: no sandbox as root, no network of its own."""
+    profile = ARTIFACTS / ".chromium-profile"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--window-size=1100,700"]  # fmt: skip
+    try:
+        return subprocess.run(["chromium", *flags, *args], capture_output=True, text=True, timeout=90)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
 
 
 def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -10,10 +10,9 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
-from conftest import REPO, Lab, wait_for
+from conftest import ARTIFACTS, REPO, Lab, chromium, needs_chromium, wait_for
 
 from lab.health.prometheus import LIVE_PAGE, Prometheus, first_free_port
 
@@ -21,23 +20,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed (make host-deps)"),
 ]
-needs_chromium = pytest.mark.skipif(
-    shutil.which("chromium") is None, reason="chromium is not installed (make host-deps)"
-)
-ARTIFACTS = Path(os.environ.get("LAB_TEST_ARTIFACTS", REPO / "test-artifacts"))
 ROW = re.compile(r'<tr class="rank[^"]*" data-rank="(\d+)">.*?<td class="step">([\d-]+)</td>', re.S)
-
-
-def chromium(*args: str) -> subprocess.CompletedProcess:
-    """Headless Chromium as the machine allows it: no sandbox as root, no network of its own."""
-    profile = ARTIFACTS / ".chromium-profile"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--window-size=1100,700"]  # fmt: skip
-    try:
-        return subprocess.run(["chromium", *flags, *args], capture_output=True, text=True, timeout=90)
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

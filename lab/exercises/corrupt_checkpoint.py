@@ -18,7 +18,7 @@ import signal
 
 from lab.errors import LabError
 from lab.exercises import observe
-from lab.exercises.engine import paced_trainer
+from lab.exercises.engine import aimed, paced_trainer
 from lab.report import Report
 from lab.topology import Topology
 
@@ -74,4 +74,4 @@ def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
         raise LabError("corrupt-checkpoint on your script needs --ckpt-dir (where it writes checkpoints)")
     node, local_rank = drill.locate(target)
     drill.inject(node, "corrupt_checkpoint", directory=ckpt_dir, mode="truncate")
-    return drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL)) | {"rank": target}
+    return aimed(drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL)), target)

@@ -40,6 +40,12 @@ def paced_trainer(steps: int, ckpt_every: int, step_time: float = 0.1) -> list[s
     return ["--steps", str(steps), "--ckpt-every", str(ckpt_every), "--step-time", str(step_time)]
 
 
+def aimed(fault: dict[str, Any], rank: int) -> dict[str, Any]:
+    """The fault record (as kept in Drill.faults), marked with the rank it hit."""
+    fault["rank"] = rank
+    return fault
+
+
 class NodeAgent:
     """A Ray actor that owns one lab node. Created with ray.remote(num_cpus=0)(NodeAgent)."""
 
@@ -127,7 +133,9 @@ class Drill:
 
     def exit_codes(self) -> dict[str, int | None]:
         """Each node's exit status now (None: still running)."""
-        return {name: ray_get(agent.exit_code.remote(), 60, f"{name}'s exit status") for name, agent in self.agents.items()}
+        return {
+            name: ray_get(agent.exit_code.remote(), 60, f"{name}'s exit status") for name, agent in self.agents.items()
+        }
 
     def wait_job(self, timeout_s: float) -> dict[str, int]:
         def codes() -> dict[str, int] | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 
 from lab.exercises import observe
-from lab.exercises.engine import paced_trainer
+from lab.exercises.engine import aimed, paced_trainer
 from lab.report import Report
 from lab.topology import Topology
 
@@ -94,4 +94,4 @@ def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
     """On a user's script: SIGSTOP the target rank's worker; only the script's own
     process-group timeout turns the hang into a restart."""
     node, local_rank = drill.locate(target)
-    return drill.inject(node, "pause_worker", local_rank=local_rank) | {"rank": target}
+    return aimed(drill.inject(node, "pause_worker", local_rank=local_rank), target)

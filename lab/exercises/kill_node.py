@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from lab.errors import LabError
 from lab.exercises import observe
-from lab.exercises.engine import paced_trainer
+from lab.exercises.engine import aimed, paced_trainer
 from lab.options import Option
 from lab.report import Report
 from lab.topology import Topology
@@ -123,4 +123,4 @@ def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
     target, node = off_the_store_host(drill, target, chosen=False)
     fault = drill.inject(node, "kill_node")
     bring_back(drill, node, fault)
-    return fault | {"rank": target}
+    return aimed(fault, target)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import signal
 
 from lab.exercises import observe
-from lab.exercises.engine import paced_trainer
+from lab.exercises.engine import aimed, paced_trainer
 from lab.report import Report
 from lab.topology import Topology
 
@@ -117,4 +117,4 @@ SCRIPT_RECOVERY = "restart"
 def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
     """On a user's script (lab.exercises.script): SIGKILL the target rank's worker."""
     node, local_rank = drill.locate(target)
-    return drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL)) | {"rank": target}
+    return aimed(drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL)), target)

@@ -23,7 +23,7 @@ import re
 import time
 
 from lab.exercises import observe
-from lab.exercises.engine import paced_trainer
+from lab.exercises.engine import aimed, paced_trainer
 from lab.report import Report
 from lab.topology import Topology
 
@@ -102,4 +102,4 @@ def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
     fault = drill.inject(node, "partition")
     time.sleep(HOLD_S)
     drill.inject(node, "heal")
-    return fault | {"rank": target}
+    return aimed(fault, target)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from lab.exercises import observe
-from lab.exercises.engine import paced_trainer
+from lab.exercises.engine import aimed, paced_trainer
 from lab.report import Report
 from lab.topology import Topology
 
@@ -85,4 +85,4 @@ def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
     """On a user's script: SIGTERM the target rank's node with a grace period; the lab starts
     the job again once it has ended, as a scheduler would."""
     node, _ = drill.locate(target)
-    return drill.inject(node, "preempt", grace_s=GRACE_S) | {"rank": target}
+    return aimed(drill.inject(node, "preempt", grace_s=GRACE_S), target)

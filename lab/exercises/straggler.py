@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 
-from lab.exercises.engine import paced_trainer
+from lab.exercises.engine import aimed, paced_trainer
 from lab.report import Report
 from lab.topology import Topology
 
@@ -104,4 +104,4 @@ def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
     fault = drill.inject(node, "slow_worker", local_rank=local_rank, stopped_fraction=0.75, period_s=1.0)
     time.sleep(SCRIPT_SLOW_S)
     drill.inject(node, "unslow_worker")
-    return fault | {"rank": target}
+    return aimed(fault, target)

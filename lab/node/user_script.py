@@ -142,7 +142,9 @@ def main(argv: list[str] | None = None) -> None:
         raise
     except BaseException as e:
         first_line = (str(e).strip().splitlines() or [""])[0]
-        log.write("exit", reason="exception", error=f"{type(e).__name__}: {first_line}"[:300], where=script_frame(e, script))
+        log.write(
+            "exit", reason="exception", error=f"{type(e).__name__}: {first_line}"[:300], where=script_frame(e, script)
+        )
         raise
     log.write("exit", reason="completed", code=0)
 

@@ -1,6 +1,6 @@
 """A script that saves checkpoints but never loads one: after a restart it starts again from step 0.
 
-    torchrun --nproc-per-node=2 never_loads.py --steps 30
+torchrun --nproc-per-node=2 never_loads.py --steps 30
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """Prints nothing a progress regex would know, and checkpoints into state/ every few iterations.
 
-    torchrun --nproc-per-node=2 silent.py --rounds 40
+torchrun --nproc-per-node=2 silent.py --rounds 40
 """
 
 import argparse

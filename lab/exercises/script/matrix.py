@@ -135,7 +135,7 @@ def run_matrix(
                 options_for(fault),
                 runtime,
                 ray_address=ray_address,
-                on_report=lambda report, drill: report.write(run.keep_dir, drill.events()),
+                on_report=lambda report, drill, keep=run.keep_dir: report.write(keep, drill.events()),
                 out=out,
             )
         except LabError as e:

@@ -43,11 +43,12 @@ DEADLINE = Option(
 )
 COMPARE = Option(
     "--compare",
-    "a file your script writes at the end (relative to its working dir): compared with a fault-free "
-    "reference run's",
+    "a file your script writes at the end (relative to its working dir): compared with a fault-free reference run's",
     metavar="FILE",
 )
-RTOL = Option("--rtol", "compare the numbers in --compare within this relative tolerance (default: bitwise)", type=float)
+RTOL = Option(
+    "--rtol", "compare the numbers in --compare within this relative tolerance (default: bitwise)", type=float
+)
 SCRIPT_TOPOLOGY = (
     NODES,
     NPROC_PER_NODE,

@@ -1,0 +1,130 @@
+"""Fault drills on unmodified user scripts (tests/user_scripts, written in the styles people use),
+on netns hosts: verdicts say what was lost and why, every run starts from a clean slate, and the
+matrix page renders in a real headless browser (Debian's Chromium)."""
+
+import json
+import re
+
+import pytest
+import torch
+from conftest import ARTIFACTS, REPO, chromium, needs_chromium, needs_netns, report_of
+
+pytestmark = [pytest.mark.slow, needs_netns]
+SCRIPTS = REPO / "tests" / "user_scripts"
+
+
+def script(name: str) -> str:
+    return str(SCRIPTS / name)
+
+
+def reports(directory) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in directory.glob("*/report.json")}
+
+
+@needs_chromium
+def test_matrix_on_the_snapshot_tutorial_script(lab, tmp_path):
+    """Reference, kill-worker, preempt and corrupt-checkpoint on the snapshot-every-epoch pattern:
+    the first two faults resume bit-identical; the damaged snapshot crashes it (it never checks
+    one), so the matrix fails and says where."""
+    out_dir = tmp_path / "matrix"
+    out = lab(
+        "exercise", "matrix", "--script", script("snapshot_every_epoch.py"),
+        "--faults", "kill-worker,preempt,corrupt-checkpoint", "--ckpt-dir", ".", "--compare", "result.pt",
+        "--report-dir", str(out_dir), "--", "--epochs", "8", "--epoch-time", "1.0",
+        timeout=1200,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-2000:]
+    matrix = json.loads((out_dir / "matrix.json").read_text())
+    rows = {row["fault"]: row for row in matrix["rows"]}
+    assert list(rows) == ["reference", "kill-worker", "preempt", "corrupt-checkpoint"], matrix
+    assert matrix["verdict"] == "fail"
+    for fault in ("kill-worker", "preempt"):
+        assert rows[fault]["verdict"] == "pass", rows[fault]
+        assert rows[fault]["work_redone"]["unit"] == "epoch" and rows[fault]["progress_source"] == "output"
+        assert rows[fault]["compared"].startswith("bitwise equal"), rows[fault]
+    assert rows["kill-worker"]["restarts"] == 1 and rows["kill-worker"]["recovery_s"] > 0
+    broken = rows["corrupt-checkpoint"]
+    assert broken["verdict"] == "fail"
+    load_line = next(
+        i
+        for i, text in enumerate((SCRIPTS / "snapshot_every_epoch.py").read_text().splitlines(), 1)
+        if "torch.load(" in text
+    )
+    assert f"snapshot_every_epoch.py:{load_line})" in broken["finding"], broken["finding"]
+    # A clean slate each: no run found the previous run's relative snapshot.pt at its start.
+    assert {r["progress"]["first"] for r in reports(out_dir).values()} == {0}
+    assert "| corrupt-checkpoint | fail |" in (out_dir / "matrix.md").read_text()
+
+    dom = chromium("--dump-dom", (out_dir / "matrix.html").as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    body = dom.stdout[dom.stdout.index("<tbody>") : dom.stdout.index("</tbody>")]
+    assert re.findall(r'<tr class="(\w+)"><td>([\w-]+)</td>', body) == [
+        ("pass", "reference"), ("pass", "kill-worker"), ("pass", "preempt"), ("fail", "corrupt-checkpoint")
+    ]  # fmt: skip
+    assert body.count('src="data:image/png;base64,') == 4  # every timeline inline: the page stands alone
+    shot = chromium(f"--screenshot={ARTIFACTS / 'matrix.png'}", (out_dir / "matrix.html").as_uri())
+    assert shot.returncode == 0 and (ARTIFACTS / "matrix.png").stat().st_size > 10_000
+
+
+def test_a_script_that_never_loads_its_checkpoint_fails_and_says_why(lab):
+    """One node of three workers (1 x 3): torchrun restarts it, it starts again from step 0."""
+    out = lab(
+        "exercise", "run", "kill-worker", "--script", script("never_loads.py"), "--nodes", "1",
+        "--nproc-per-node", "3", "--at-step", "8", "--", "--steps", "30",
+        timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-2000:]
+    report = report_of(out)
+    assert report["world_size"] == 3 and report["restarts"] == 1
+    assert report["faults"][0]["rank"] == 1
+    failed = [c for c in report["checks"] if not c["ok"]]
+    assert [c["name"] for c in failed] == ["it resumed where it left off, not from the start"]
+    assert "restarted from step 0: your script does not load its checkpoint" in failed[0]["detail"]
+    assert report["work_redone"]["count"] >= 8 and report["work_redone"]["from"] == 0
+
+
+def test_a_dcp_script_on_three_nodes_resumes_and_matches_the_reference(lab):
+    """torch.distributed.checkpoint, steps from the lab's helper, 3 x 1, the last rank killed."""
+    out = lab(
+        "exercise", "run", "kill-worker", "--script", script("dcp_checkpoint.py"), "--nodes", "3",
+        "--nproc-per-node", "1", "--target-rank", "2", "--at-step", "12", "--compare", "result.txt",
+        "--", "--steps", "30",
+        timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass" and report["progress"]["source"] == "helper"
+    assert report["faults"][0]["rank"] == 2 and report["world_size"] == 3
+    assert re.fullmatch(r"ckpt/step(5|10|15)", report["loaded_after_fault"][0]), report["loaded_after_fault"]
+    redone = report["work_redone"]
+    assert redone["unit"] == "step" and 0 <= redone["count"] <= 5, redone  # at most one interval of 5
+    assert report["compared"].startswith("bitwise equal")
+
+
+def test_a_silent_script_is_judged_by_its_checkpoint_files_and_says_so(lab):
+    out = lab(
+        "exercise", "run", "kill-worker", "--script", script("silent.py"), "--ckpt-dir", "state",
+        "--at-time", "4", "--", "--rounds", "40",
+        timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    report = report_of(out)
+    assert report["progress"]["source"] == "checkpoint files" and report["work_redone"] is None
+    assert report["loaded_after_fault"][0] == "state/latest.pt"
+    assert "progress read from checkpoint files" in report["finding"]
+
+
+def test_a_checkpoint_left_in_an_absolute_dir_is_reported_not_judged_as_a_recovery(lab, tmp_path):
+    shared = tmp_path / "shared-ckpt"
+    shared.mkdir()
+    model = torch.nn.Linear(8, 1)
+    torch.save({"model": model.state_dict(), "epoch": 5}, shared / "snapshot.pt")
+    out = lab(
+        "exercise", "run", "kill-worker", "--script", script("snapshot_every_epoch.py"), "--ckpt-dir", str(shared),
+        "--", "--epochs", "12", "--snapshot", str(shared / "snapshot.pt"),
+        timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-2000:]
+    report = report_of(out)
+    stale = next(c for c in report["checks"] if c["name"] == "it started from a clean slate")
+    assert not stale["ok"] and "already held snapshot.pt" in stale["detail"]
