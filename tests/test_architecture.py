@@ -21,7 +21,7 @@ LAYERS = [
     ("lab.exercises", "lab.lessons"),
     ("lab.report", "lab.job", "lab.results"),
     ("lab.runtimes",),
-    ("lab.node",),
+    ("lab.node", "lab.progress"),
     ("lab.workloads",),
     ("lab.health",),
     ("lab.options",),

@@ -14,7 +14,7 @@ import signal
 import time
 
 import pytest
-from conftest import Lab, report_of, wait_for_output
+from conftest import REPO, Lab, report_of, wait_for_output
 from docker_support import docker, labelled
 from test_multinode import ranks_from
 
@@ -120,6 +120,19 @@ def test_fault_drill_passes_in_containers(docker_lab, name):
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     report = report_of(out)
     assert report["runtime"] == "docker" and report["verdict"] == "pass", report
+
+
+def test_a_drill_on_a_users_script_in_containers(docker_lab):
+    """The user's folder is mounted read-only; the script runs in a working dir of the run dir."""
+    script = REPO / "tests" / "user_scripts" / "snapshot_every_epoch.py"
+    out = docker_lab(
+        "exercise", "run", "kill-worker", "--runtime", "docker", "--script", str(script), "--", "--epochs", "8",
+        timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    report = report_of(out)
+    assert report["runtime"] == "docker" and report["verdict"] == "pass", report
+    assert report["loaded_after_fault"] == ["snapshot.pt"] and report["work_redone"]["unit"] == "epoch"
 
 
 def test_interrupted_lab_up_removes_its_containers_and_network(docker_lab):

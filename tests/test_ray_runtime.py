@@ -154,6 +154,19 @@ def test_fault_drill_passes_on_the_ray_cluster(ray_cluster, run_dir, name):
     assert report["runtime"] == "ray" and report["verdict"] == "pass", report
 
 
+def test_a_drill_on_a_users_script_on_the_ray_cluster(ray_cluster, run_dir):
+    script = REPO / "tests" / "user_scripts" / "snapshot_every_epoch.py"
+    out = on_head(
+        "exercise", "run", "kill-worker", "--runtime", "ray", "--ray-address", ray_cluster, "--script", str(script),
+        "--compare", "result.pt", "--", "--epochs", "8",
+        run_dir=run_dir, timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    report = report_of(out)
+    assert report["runtime"] == "ray" and report["verdict"] == "pass", report
+    assert report["compared"].startswith("bitwise equal") and report["loaded_after_fault"] == ["snapshot.pt"]
+
+
 def test_more_nodes_than_machines_names_both_numbers(ray_cluster, run_dir):
     out = on_head("up", "--runtime", "ray", "--ray-address", ray_cluster, "--nodes", "3", run_dir=run_dir)
     assert out.returncode == 1

@@ -15,17 +15,13 @@ from types import ModuleType
 
 from lab import exercises, runtimes
 from lab.cli import exercise_script
-from lab.cli.options import add_run_dir_option
+from lab.cli.options import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option
 from lab.errors import LabError
 from lab.lessons.runner import DEPTHS, explain, run_lesson
-from lab.options import TORCH_DEFAULTS, Option, add_all, run_dir_from_args
+from lab.options import TORCH_DEFAULTS, add_all, run_dir_from_args
 from lab.report import Report
 from lab.rundir import RunDir
 from lab.runtimes.local import HOSTS
-
-TARGET_RANK = Option("--target-rank", "the rank the fault hits (default: the exercise's)", type=int)
-AT_STEP = Option("--at-step", "inject when the target rank reaches this step (default: the exercise's)", type=int)
-REPORT_DIR = Option("--report-dir", "where report.json and timeline.png go (default: under the run dir)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 from lab import exercises, runtimes
+from lab.cli.options import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option
 from lab.errors import LabError
 from lab.exercises import DrillOptions
 from lab.exercises.script import matrix as script_matrix
@@ -117,13 +118,10 @@ def register_matrix(verbs: argparse._SubParsersAction) -> None:
     parser = verbs.add_parser(
         "matrix", help="your script under several faults: one verdict each, matrix.json/.md/.html"
     )
-    add_all(parser, (FAULTS, TORCH_DEFAULTS))
-    parser.add_argument("--target-rank", type=int, help="the rank each fault hits (default: each drill's)")
-    parser.add_argument("--at-step", type=int, help=f"inject at this step (default {spec.DEFAULT_AT_STEP})")
-    parser.add_argument("--report-dir", help="where the matrix goes (default: under the run dir's reports)")
+    add_all(parser, (FAULTS, TARGET_RANK, AT_STEP, TORCH_DEFAULTS, REPORT_DIR))
     add_script_options(parser)
     runtimes.add_options(parser, drills_only=True, default="local")
-    parser.add_argument("--run-dir", help="where the lab keeps its state (default: as lab up)")
+    add_run_dir_option(parser)
     parser.set_defaults(handler=handle_matrix, monitoring="off")
 
 

@@ -9,7 +9,16 @@ from __future__ import annotations
 import argparse
 
 from lab import runtimes
-from lab.options import DRY_RUN, RUN_DIR, TOPOLOGY, WORKER_START, add_all
+from lab.options import DRY_RUN, RUN_DIR, TOPOLOGY, WORKER_START, Option, add_all
+
+# The drills' flags (`lab exercise run` and `lab exercise matrix`).
+TARGET_RANK = Option("--target-rank", "the rank the fault hits (default: the exercise's)", type=int)
+AT_STEP = Option(
+    "--at-step",
+    "inject when the target rank reaches this step (default: the exercise's; on --script, 3)",
+    type=int,
+)
+REPORT_DIR = Option("--report-dir", "where the report (or the matrix) goes (default: under the run dir)")
 
 
 def add_run_dir_option(parser: argparse.ArgumentParser) -> None:

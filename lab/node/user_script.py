@@ -75,8 +75,8 @@ def watch_output(log: EventLog, pattern: re.Pattern[str]) -> None:
         if found:
             log.write("step", step=found[0], unit=found[1], source="output")
 
-    sys.stdout = LineWatcher(sys.stdout, on_line)  # type: ignore[assignment]
-    sys.stderr = LineWatcher(sys.stderr, on_line)  # type: ignore[assignment]
+    sys.stdout = LineWatcher(sys.stdout, on_line)
+    sys.stderr = LineWatcher(sys.stderr, on_line)
 
 
 def watch_torch(log: EventLog) -> None:
@@ -110,8 +110,8 @@ def script_frame(error: BaseException, script: str) -> str:
     """'file:line' of the deepest frame in the user's script, else of the deepest frame."""
     frames = traceback.extract_tb(error.__traceback__)
     mine = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(script)]
-    frame = (mine or frames or [None])[-1]
-    return f"{frame.filename}:{frame.lineno}" if frame else "?"
+    found = mine or list(frames)
+    return f"{found[-1].filename}:{found[-1].lineno}" if found else "?"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,33 @@
+"""Bad input to the drills on your own script: one line, a non-zero exit, nothing started."""
+
+import pytest
+from conftest import REPO
+from test_cli_errors import assert_one_line_error
+
+SNAPSHOT = str(REPO / "tests" / "user_scripts" / "snapshot_every_epoch.py")
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["run", "kill-worker", "--script", "no/such.py"], ["--script", "no such file", "no/such.py"]),
+        (["run", "kill-worker", "--script", SNAPSHOT, "--progress-regex", "(step"], ["--progress-regex", "regular"]),
+        (["run", "kill-worker", "--script", SNAPSHOT, "--rtol", "0.1"], ["--rtol", "--compare"]),
+        (["run", "kill-worker", "--script", SNAPSHOT, "--rtol", "-1", "--compare", "r.pt"], ["--rtol", "-1"]),
+        (["run", "kill-worker", "--script", SNAPSHOT, "--compare", "/abs/r.pt"], ["--compare", "relative"]),
+        (["run", "kill-worker", "--script", SNAPSHOT, "--deadline", "0"], ["--deadline", "positive"]),
+        (["run", "kill-worker", "--script", SNAPSHOT, "--target-rank", "4"], ["--target-rank", "[0, 4)", "4"]),
+        (["run", "kill-worker", "--script", SNAPSHOT, "--at-step", "0"], ["--at-step", "0"]),
+        (["run", "kill-node", "--script", SNAPSHOT, "--nodes", "1"], ["kill-node", "2 nodes", "--nodes 1"]),
+        (["run", "kill-worker", "--ckpt-dir", "ckpt"], ["--ckpt-dir", "only with --script"]),
+        (["run", "kill-worker", "--", "--epochs", "3"], ["arguments after --", "--script"]),
+        (["matrix", "--faults", "kill-worker"], ["--script"]),
+        (["matrix", "--script", SNAPSHOT], ["--faults", "kill-worker"]),
+        (["matrix", "--script", SNAPSHOT, "--faults", "kill-worker,nosuch"], ["nosuch", "choose from"]),
+        (["matrix", "--script", SNAPSHOT, "--faults", "collective-mismatch"], ["collective-mismatch"]),
+    ],
+)
+def test_bad_script_drill_input_is_one_line(lab, args, words):
+    out = lab("exercise", *args)
+    assert_one_line_error(out, *words)
+    assert not lab.run_dir.exists(), "nothing may be started on bad input"
