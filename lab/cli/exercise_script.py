@@ -72,6 +72,9 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
 
     from lab.exercises.engine import run_drill
 
+    refusal = runtimes.runtime_class(args.runtime).NO_SCRIPT_DRILLS
+    if refusal:
+        raise LabError(f"--script on --runtime {args.runtime}: {refusal}")
     the_spec = spec.spec_from_args(args)
     for fault in faults:
         options_for(args, fault)  # every row's flags checked before the first run starts

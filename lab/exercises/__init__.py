@@ -9,7 +9,9 @@ A drill is one module of this package (a new one needs no other edit) with:
 - topology(options) -> Topology and trainer_args(options) -> list[str]: the job it breaks;
 - run(drill, options) -> Report: the timeline, given a lab.exercises.engine.Drill;
 - optionally OPTIONS (its own flags, lab.options.Option; read back from options.own by
-  name), WORKLOAD (a lab.workloads script other than "trainer") and NEEDS_PROMETHEUS.
+  name), WORKLOAD (a lab.workloads script other than "trainer") and NEEDS_PROMETHEUS;
+- optionally break_script(drill, target, ckpt_dir) and SCRIPT_RECOVERY: the same fault on
+  a user's own script (see lab.exercises.script).
 
 `options` is a frozen DrillOptions, never the command line itself.
 """

@@ -154,6 +154,9 @@ class Runtime(ABC):
     name: ClassVar[str]
     OPTIONS: ClassVar[tuple[Option, ...]] = ()
     DRILLS: ClassVar[bool] = False  # the exercise engine can drive its nodes (lab exercise run --runtime)
+    # Why a drill on a user's own script (--script) cannot run here; "" where it can: the
+    # script's folder and the run dir's working dirs must be visible to the nodes.
+    NO_SCRIPT_DRILLS: ClassVar[str] = ""
     AUTO: ClassVar[bool] = False  # what --runtime auto means
     registered: ClassVar[dict[str, type[Runtime]]] = {}
 

@@ -84,6 +84,10 @@ class KubernetesRuntime(Runtime):
     name = "k8s"
     OPTIONS = (CONTEXT, NAMESPACE, OVERLAY)
     DRILLS = True  # the faults act through the API (lab.runtimes.k8s_node)
+    NO_SCRIPT_DRILLS = (
+        "a pod sees neither your script's folder nor the run dir's working dirs: run drills on your "
+        "script with --runtime local, docker or ray (or bake it into the node image and use lab up)"
+    )
 
     def __init__(
         self,

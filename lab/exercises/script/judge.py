@@ -34,6 +34,21 @@ def errors(events: list[dict], since: float) -> list[str]:
     return seen[:3]
 
 
+def rates(events: list[dict], faults: list[dict], source: str, unit: str) -> dict[str, float | None]:
+    """Rank 0's progress per second before the fault (from its first step, at most as long
+    as the fault) and while the fault lasted (until the next fault record: its release)."""
+    start = faults[0]["time"]
+    end = faults[1]["time"] if len(faults) > 1 else max(e["time"] for e in events)
+    times = [e["time"] for e in signals.series(events, 0, source, unit)]
+
+    def rate(since: float, until: float) -> float | None:
+        inside = [t for t in times if since <= t < until]  # steps per second between the first and last seen
+        return round((len(inside) - 1) / (inside[-1] - inside[0]), 3) if len(inside) >= 2 else None
+
+    first = min((t for t in times if t < start), default=start)  # not the start-up: from the first step on
+    return {"before": rate(max(first, start - (end - start)), start), "during": rate(start, end)}
+
+
 def judge_fault(
     report: Report,
     drill: Any,
@@ -52,7 +67,11 @@ def judge_fault(
     facts["errors_after_fault"] = errors(events, fault["time"])
     loaded = [e["path"] for e in events if e["event"] == "loaded" and e["rank"] == 0 and e["time"] > fault["time"]]
     facts["loaded_after_fault"] = loaded[:3]
-    facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir), fault["time"])
+    facts["recovery"] = (
+        None
+        if recovery == "none"
+        else observe.recovery_breakdown(events, observe.agent_events(drill.events_dir), fault["time"])
+    )
     finished = all(code == 0 for code in codes.values())
     stuck = any(code is None for code in codes.values())
     report.check(
@@ -67,6 +86,8 @@ def judge_fault(
     if recovery == "none":
         report.check("no restart was needed", facts["restarts"] == 0, f"restarts {facts['restarts']}")
         facts["work_redone"] = None
+        if unit is not None:
+            facts["progress"]["rate_per_s"] = rates(events, drill.faults, source, unit)
         return
     if recovery == "restart":
         report.check("torchrun restarted the workers", facts["restarts"] >= 1, f"restarts {facts['restarts']}")
@@ -117,6 +138,9 @@ def finding(report: Report) -> str:
             if redone["count"]
             else f"redid no {redone['unit']}"
         )
+    rate = (facts.get("progress") or {}).get("rate_per_s")
+    if rate and rate["before"] is not None and rate["during"] is not None:
+        parts.append(f"{rate['during']:g} {facts['progress']['unit']}/s while slowed, {rate['before']:g} before")
     total = (facts.get("recovery") or {}).get("total")
     if total is not None:
         parts.append(f"first {facts['progress']['unit'] or 'step'} {total:.1f} s after the fault")
