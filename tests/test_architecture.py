@@ -217,3 +217,12 @@ def test_the_readme_layout_names_every_top_level_module():
     )
     missing = [m for m in top if f"lab/{m}" not in layout]
     assert not missing, f"README's layout does not name: {missing}"
+
+
+def test_the_cli_parses_without_importing_torch():
+    """torch takes over a second to import here: `lab --help`, bad flags and dry runs must not wait for it."""
+    probe = (
+        "import sys, lab.cli; lab.cli.build_parser(); print(sorted(m for m in ('torch', 'ray') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

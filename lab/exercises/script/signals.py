@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from lab.errors import LabError
-from lab.workloads.checkpoint import newest_file
 
 STEP_SOURCES = ("helper", "output")  # lab.progress.step, then the regex on the output
 FIRE_POINT_TIMEOUT_S = 300.0  # from the start until the fault's step: a script that never gets there
@@ -39,6 +38,8 @@ def series(events: list[dict], rank: int, source: str, unit: str) -> list[dict]:
 
 
 def has_checkpoint(directory: Path | None) -> bool:
+    from lab.workloads.checkpoint import newest_file  # imports torch: not at the CLI's start
+
     return directory is not None and directory.is_dir() and newest_file(directory) is not None
 
 
