@@ -19,7 +19,7 @@ LAYERS = [
     ("lab.cli",),
     ("lab.bench",),
     ("lab.exercises", "lab.lessons"),
-    ("lab.report", "lab.job", "lab.results"),
+    ("lab.report", "lab.job", "lab.results", "lab.why"),
     ("lab.runtimes",),
     ("lab.node", "lab.progress"),
     ("lab.workloads",),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from lab import job
+from lab import job, why
+from lab.cli import why as why_cli
 from lab.cli.options import add_topology_options
 from lab.cli.starting import start
 
@@ -26,8 +27,11 @@ def handle(args: argparse.Namespace) -> int:
     runtime, topology, nodes = started
     try:
         codes = job.wait(nodes, job.LogFollower(nodes), failure_grace_s=job.failure_grace_s(topology))
+        status = job.job_status(codes)
+        if status:  # the card before the run dir goes: it keeps the story, the logs are gone after down
+            card = why.card(runtime.run_dir.path)
+            print(f"\n{card.text()}(saved as {why_cli.save(runtime.run_dir, card)}; `lab why` prints it again)")
     finally:
         runtime.down(grace_s=5.0)
-    status = job.job_status(codes)
     print(f"job {'succeeded' if status == 0 else 'failed'}: node exit codes {codes}")
     return status

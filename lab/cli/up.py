@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lab import job, results
+from lab import job, results, why
 from lab.cli.options import add_topology_options
 from lab.cli.starting import start
 from lab.health import prometheus
@@ -61,5 +61,6 @@ def handle(args: argparse.Namespace) -> int:
     print(line)
     if job.job_status(codes):
         print(f"job failed: node exit codes {codes}")
+        print(why.card(runtime.run_dir.path).text(), end="")
     print("the lab's hosts stay up for inspection: `lab status`, then `lab down`")
     return 0 if ok and job.job_status(codes) == 0 else 1

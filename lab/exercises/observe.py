@@ -2,30 +2,9 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from lab.health.events import read_agent_events
 
-
-def agent_events(events_dir: Path) -> list[dict]:
-    """torchelastic's agent and rendezvous events as lab.node.launch recorded them, in time order."""
-    records = []
-    for path in sorted(Path(events_dir).glob("agent-*.jsonl")):
-        for line in path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            event = record.get("torchelastic", {})
-            records.append(
-                {
-                    "time": record["time"],
-                    "node": record["node"],
-                    "name": event.get("name", ""),
-                    "message": event.get("message", ""),
-                    "event": event,
-                }
-            )
-    return sorted(records, key=lambda r: r["time"])
+agent_events = read_agent_events  # torchelastic's agent events, as the drills read them
 
 
 def first_time(records: list[dict], after: float, predicate) -> float | None:

@@ -139,6 +139,11 @@ def install(metrics: AgentMetrics | None, events_path: Path | None, node: str) -
                                 "name": "lab.failure_detected",
                                 "state": result.state.name,
                                 "exit_codes": {str(r): f.exitcode for r, f in result.failures.items()},
+                                # Where each failed rank ran, for `lab why` (lab.why).
+                                "failures": {
+                                    str(r): {"local_rank": f.local_rank, "pid": f.pid, "exitcode": f.exitcode}
+                                    for r, f in result.failures.items()
+                                },
                             }
                         )
                     }

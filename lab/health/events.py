@@ -107,3 +107,25 @@ def read_events(directory: str | os.PathLike) -> Iterator[dict]:
             except json.JSONDecodeError:
                 continue
     return iter(sorted(records, key=lambda r: r["time"]))
+
+
+def read_agent_events(events_dir: Path) -> list[dict]:
+    """torchelastic's agent and rendezvous events as lab.node.launch recorded them, in time order."""
+    records = []
+    for path in sorted(Path(events_dir).glob("agent-*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            event = record.get("torchelastic", {})
+            records.append(
+                {
+                    "time": record["time"],
+                    "node": record["node"],
+                    "name": event.get("name", ""),
+                    "message": event.get("message", ""),
+                    "event": event,
+                }
+            )
+    return sorted(records, key=lambda r: r["time"])

@@ -1,0 +1,50 @@
+"""`lab why [--run-dir DIR] [--json]`: the first-failure card of the lab's job (lab.why).
+
+From the run dir's events and node logs while the lab's hosts are up (`lab up` keeps them);
+after `lab run` or `lab down`, from the card `lab run` saved in the run dir's reports when
+its job failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from lab import files, why
+from lab.cli.options import add_run_dir_option
+from lab.errors import LabError
+from lab.options import run_dir_from_args
+from lab.rundir import RunDir
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("why", help="which rank failed first, how and where, and what the others did next")
+    parser.add_argument("--as-json", action="store_true", dest="json", help="print the card as JSON")
+    add_run_dir_option(parser)
+    parser.set_defaults(handler=handle)
+
+
+def save(run_dir: RunDir, card: why.Card) -> str:
+    """Keep the card where `lab down` leaves it (the reports); returns its path."""
+    path = run_dir.reports / f"why-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    files.write_text(path, json.dumps({**card.to_json(), "text": card.text()}, indent=2) + "\n")
+    return str(path)
+
+
+def handle(args: argparse.Namespace) -> int:
+    run_dir = run_dir_from_args(args)
+    if (run_dir.path / "events").is_dir() or (run_dir.path / "nodes").is_dir():
+        card = why.card(run_dir.path)
+        print(json.dumps(card.to_json(), indent=2) if args.json else card.text(), end="" if not args.json else "\n")
+        return 0
+    saved = sorted(run_dir.reports.glob("why-*.json")) if run_dir.is_marked() else []
+    if not saved:
+        raise LabError(
+            f"nothing to explain in {run_dir.path}: no job's events or logs, and no saved card "
+            "(`lab run` saves one when its job fails)"
+        )
+    record = json.loads(saved[-1].read_text())
+    print(json.dumps(record, indent=2) if args.json else f"(saved {saved[-1].name})\n{record['text']}", end="")
+    return 0

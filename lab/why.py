@@ -1,0 +1,209 @@
+"""The first-failure card: which rank failed first, how, where in its script, and what the others did.
+
+Read from what a run dir holds: the agents' `lab.failure_detected` records (the moment
+each agent saw its workers fail, with every failed rank's exit code and pid), the ranks'
+event logs (last step, and the exception a watched script died of), and the node logs
+(each failed rank's Python traceback, which torch prefixes with `[rankN]:`, and the pids
+torchrun itself sent SIGTERM). A rank killed by a signal nobody in the job sent, or one
+that raised something other than a peer's disconnect or timeout, is the cause; the rest
+are consequences and are listed after it.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from lab.health.events import read_agent_events, read_events
+from lab.node import worker_record
+
+# What a rank says when a *peer* failed: these are consequences, never the first cause.
+CONSEQUENCE = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Timed out|timed out|Broken pipe|"
+    r"DistNetworkError|DistStoreError|SIGTERM|Socket Timeout|connectFullMesh|RendezvousClosedError"
+)
+TRACE_LINE = re.compile(r"^\[rank(\d+)\]:(.*)$")
+FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+EXCEPTION = re.compile(r"^\s*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))(?::\s*(.*))?$")
+SIGTERM_SENT = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
+
+
+@dataclass
+class RankFailure:
+    rank: int
+    node: str
+    local_rank: int | None
+    time: float  # when its agent saw it (a raised exception: when the rank recorded it, if it did)
+    exit_code: int | None
+    pid: int | None = None
+    error: str = ""  # "ValueError: bad batch", from its traceback or its event log
+    where: str = ""  # file:line, the deepest frame outside torch and the lab
+    how: str = ""  # "killed by SIGKILL", "raised ValueError", "exited with status 3", ...
+    consequence: bool = False  # it failed because a peer did
+    last_step: int | None = None
+
+
+@dataclass
+class Card:
+    first: RankFailure | None
+    then: list[RankFailure] = field(default_factory=list)
+    rounds: int = 0  # how many times an agent saw its group fail
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "first": asdict(self.first) if self.first else None,
+            "then": [asdict(f) for f in self.then],
+            "rounds": self.rounds,
+            "notes": self.notes,
+        }
+
+    def text(self) -> str:
+        if self.first is None:
+            return "no rank failed: the agents recorded no failure\n"
+        f = self.first
+        lines = [
+            f"first failure: rank {f.rank} on {f.node}"
+            + (f" (local rank {f.local_rank}, pid {f.pid})" if f.local_rank is not None else "")
+            + f": {f.how}",
+        ]
+        if f.error:
+            lines.append(f"  {f.error}" + (f"  at {f.where}" if f.where else ""))
+        if f.last_step is not None:
+            lines.append(f"  its last step: {f.last_step}")
+        for other in self.then:
+            lines.append(
+                f"then rank {other.rank} on {other.node}, +{other.time - f.time:.1f} s: {other.how}"
+                + (f" ({other.error[:120]})" if other.error and other.error not in other.how else "")
+            )
+        if self.rounds > 1:
+            lines.append(f"the group failed {self.rounds} times in all (restarts)")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines) + "\n"
+
+
+def tracebacks(log: str) -> dict[int, tuple[str, str]]:
+    """rank -> (its exception line, the deepest frame of its own code) from `[rankN]:` lines."""
+    found: dict[int, tuple[str, str]] = {}
+    where: dict[int, str] = {}
+    for line in log.splitlines():
+        match = TRACE_LINE.match(line)
+        if not match:
+            continue
+        rank, text = int(match[1]), match[2]
+        frame = FRAME.search(text)
+        if frame and not re.search(r"site-packages|<frozen|/lab/node/", frame[1]):
+            where[rank] = f"{frame[1]}:{frame[2]}"
+        exception = EXCEPTION.match(text)
+        if exception:
+            found[rank] = (text.strip(), where.get(rank, ""))
+    return found
+
+
+def describe(code: int | None, pid: int | None, terminated_by_agent: set[int]) -> str:
+    if code is None:
+        return "failed"
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+        by = " from torchrun's agent (its teardown)" if pid in terminated_by_agent else ""
+        return f"killed by {name}{by}"
+    return f"exited with status {code}"
+
+
+def card(run_dir: Path) -> Card:
+    """The card for everything the run dir's events and logs say."""
+    events_dir = run_dir / "events"
+    agents = (
+        [a for a in read_agent_events(events_dir) if a["name"] == "lab.failure_detected"] if events_dir.is_dir() else []
+    )
+    ranks = list(read_events(events_dir)) if events_dir.is_dir() else []
+    logs = {p.parent.name: p.read_text(errors="replace") for p in sorted((run_dir / "nodes").glob("*/node.log"))}
+    traces: dict[int, tuple[str, str]] = {}
+    terminated: set[int] = set()
+    for text in logs.values():
+        traces.update(tracebacks(text))
+        terminated |= {int(pid) for pid, _ in SIGTERM_SENT.findall(text)}
+    raised = {e["rank"]: e for e in ranks if e["event"] == "exit" and e.get("reason") == "exception"}
+    steps: dict[int, int] = {}
+    for e in ranks:
+        if e["event"] == "step":
+            steps[e["rank"]] = max(steps.get(e["rank"], e["step"]), e["step"])
+
+    failures: list[RankFailure] = []
+    seen: set[tuple[int, int | None]] = set()
+    for record in agents:
+        details = record["event"].get("failures") or {
+            r: {"exitcode": c, "pid": None, "local_rank": None}
+            for r, c in record["event"].get("exit_codes", {}).items()
+        }
+        for rank_text, info in details.items():
+            rank = int(rank_text)
+            if (rank, info.get("pid")) in seen:
+                continue
+            seen.add((rank, info.get("pid")))
+            failure = RankFailure(rank, record["node"], info.get("local_rank"), record["time"], info.get("exitcode"))
+            failure.pid = info.get("pid")
+            event = raised.get(rank)
+            if event and (failure.pid is None or event.get("pid") == failure.pid):
+                failure.error, failure.where, failure.time = event["error"], event["where"], event["time"]
+            elif rank in traces:
+                failure.error, failure.where = traces[rank]
+            failure.how = (
+                f"raised {failure.error.split(':')[0]}"
+                if failure.error and (failure.exit_code or 0) > 0
+                else describe(failure.exit_code, failure.pid, terminated)
+            )
+            failure.consequence = bool(CONSEQUENCE.search(failure.error)) or failure.pid in terminated
+            failure.last_step = steps.get(rank)
+            failures.append(failure)
+    failures += stopped_by_the_agent(run_dir, failures, terminated, steps)
+    result = Card(first=None, rounds=len({(a["node"], a["time"]) for a in agents}))
+    if not failures:
+        return result
+    failures.sort(key=lambda f: f.time)
+    causes = [f for f in failures if not f.consequence]
+    silent = [f for f in failures if f.consequence and not f.error and f.how.startswith("stopped")]
+    result.first = causes[0] if causes else silent[0] if silent else failures[0]
+    result.then = [f for f in failures if f is not result.first][:8]
+    if not causes and silent:
+        result.notes.append(
+            f"rank {result.first.rank} raised nothing while its peers failed waiting for it (a timeout or a lost "
+            "connection), and torchrun had to stop it: the likely hung rank"
+        )
+    elif not causes:
+        result.notes.append(
+            "every failed rank reports a peer's failure (a timeout or a lost connection): a rank hung or a node "
+            "was cut off; the earliest report is shown first"
+        )
+    if result.first.exit_code == -signal.SIGKILL and result.first.pid not in terminated:
+        result.notes.append("SIGKILL from outside the job: the kernel's OOM killer, a scheduler, or a person")
+    return result
+
+
+def stopped_by_the_agent(
+    run_dir: Path, failures: list[RankFailure], terminated: set[int], steps: dict[int, int]
+) -> list[RankFailure]:
+    """Ranks still running when their group failed, which torchrun then stopped (SIGTERM): a
+    hung rank looks like this. Their pids are in each node's workers file; the rank is the
+    node's first rank (known from a failure on it) plus the local rank."""
+    found = []
+    known = {f.pid for f in failures}
+    for node_dir in sorted((run_dir / "nodes").glob("*")):
+        recorded = worker_record.read(node_dir / "workers.json")
+        bases = {f.rank - f.local_rank for f in failures if f.node == node_dir.name and f.local_rank is not None}
+        if recorded is None or len(bases) != 1:
+            continue
+        base = bases.pop()
+        detected = min(f.time for f in failures if f.node == node_dir.name)
+        for local_rank, pid in recorded[1].items():
+            if pid in terminated and pid not in known:
+                rank = base + local_rank
+                failure = RankFailure(rank, node_dir.name, local_rank, detected, None, pid=pid, consequence=True)
+                failure.how, failure.last_step = (
+                    "stopped by torchrun's agent (SIGTERM) after its group failed",
+                    steps.get(rank),
+                )
+                found.append(failure)
+    return found

@@ -1,0 +1,37 @@
+"""`lab why` and the card `lab run` prints when a job fails, on real failures: one rank of a
+2 x 2 job on netns hosts raises, is SIGKILLed, exits with a status, or hangs until its peers'
+5 s process-group timeout. The card must name rank 1, say how, and (raised) where."""
+
+import pytest
+from conftest import SCRIPTS, needs_netns
+
+pytestmark = [pytest.mark.slow, needs_netns]
+SCRIPT = SCRIPTS / "fail_one_rank.py"
+RAISE_LINE = next(i for i, text in enumerate(SCRIPT.read_text().splitlines(), 1) if "raise ValueError" in text)
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        ("raise", ["raised ValueError", "ValueError: bad batch at step 5", f"fail_one_rank.py:{RAISE_LINE}"]),
+        ("kill", ["killed by SIGKILL", "SIGKILL from outside the job"]),
+        ("exit", ["exited with status 3"]),
+        ("hang", ["stopped by torchrun's agent", "the likely hung rank", "Timed out"]),
+    ],
+)
+def test_the_card_names_the_rank_that_failed_first_and_how(lab, how, expected):
+    out = lab("run", str(SCRIPT), "--rank", "1", "--how", how, "--timeout", "5", timeout=300)
+    assert out.returncode != 0, out.stdout[-3000:]
+    card = out.stdout[out.stdout.index("first failure:") :]
+    assert card.startswith("first failure: rank 1 on node"), card
+    for text in expected:
+        assert text in card, card
+    assert "then rank" in card  # what the others did next
+    # The run dir's logs went with `lab run`'s teardown; the saved card did not.
+    again = lab("why")
+    assert again.returncode == 0 and again.stdout.count("first failure: rank 1 on node") == 1, again.stdout
+
+
+def test_why_with_nothing_to_explain_is_one_line(lab):
+    out = lab("why")
+    assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1 and "nothing to explain" in out.stderr
