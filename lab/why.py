@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import signal
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -75,7 +76,7 @@ class Card:
             lines.append(f"  its last step: {f.last_step}")
         for other in self.then:
             lines.append(
-                f"then rank {other.rank} on {other.node}, +{other.time - f.time:.1f} s: {other.how}"
+                f"then rank {other.rank} on {other.node}, {round(other.time - f.time, 1) + 0.0:+.1f} s: {other.how}"
                 + (f" ({other.error[:120]})" if other.error and other.error not in other.how else "")
             )
         if self.rounds > 1:
@@ -97,8 +98,8 @@ def tracebacks(log: str) -> dict[int, tuple[str, str]]:
         if frame and not re.search(r"site-packages|<frozen|/lab/node/", frame[1]):
             where[rank] = f"{frame[1]}:{frame[2]}"
         exception = EXCEPTION.match(text)
-        if exception:
-            found[rank] = (text.strip(), where.get(rank, ""))
+        if exception:  # gloo's "[/path/to/pair.cc:553] " says nothing to a user
+            found[rank] = (re.sub(r"\[/[^\]]+\] ", "", text.strip()), where.get(rank, ""))
     return found
 
 
@@ -107,7 +108,7 @@ def describe(code: int | None, pid: int | None, terminated_by_agent: set[int]) -
         return "failed"
     if code < 0:
         name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
-        by = " from torchrun's agent (its teardown)" if pid in terminated_by_agent else ""
+        by = " from torchrun's agent, stopping the group" if pid in terminated_by_agent else ""
         return f"killed by {name}{by}"
     return f"exited with status {code}"
 
@@ -159,12 +160,14 @@ def card(run_dir: Path) -> Card:
             failure.last_step = steps.get(rank)
             failures.append(failure)
     failures += stopped_by_the_agent(run_dir, failures, terminated, steps)
-    result = Card(first=None, rounds=len({(a["node"], a["time"]) for a in agents}))
+    per_node = Counter(a["node"] for a in agents)  # every node's agent reports each failed round
+    result = Card(first=None, rounds=max(per_node.values(), default=0))
     if not failures:
         return result
     failures.sort(key=lambda f: f.time)
     causes = [f for f in failures if not f.consequence]
-    silent = [f for f in failures if f.consequence and not f.error and f.how.startswith("stopped")]
+    # A rank with nothing to say of its own that torchrun had to stop, while its peers failed waiting.
+    silent = [f for f in failures if not f.error and f.pid in terminated]
     result.first = causes[0] if causes else silent[0] if silent else failures[0]
     result.then = [f for f in failures if f is not result.first][:8]
     if not causes and silent:

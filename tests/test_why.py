@@ -16,7 +16,7 @@ RAISE_LINE = next(i for i, text in enumerate(SCRIPT.read_text().splitlines(), 1)
         ("raise", ["raised ValueError", "ValueError: bad batch at step 5", f"fail_one_rank.py:{RAISE_LINE}"]),
         ("kill", ["killed by SIGKILL", "SIGKILL from outside the job"]),
         ("exit", ["exited with status 3"]),
-        ("hang", ["stopped by torchrun's agent", "the likely hung rank", "Timed out"]),
+        ("hang", ["killed by SIGTERM from torchrun's agent", "the likely hung rank", "Timed out"]),
     ],
 )
 def test_the_card_names_the_rank_that_failed_first_and_how(lab, how, expected):
