@@ -2,7 +2,7 @@
 
 import pytest
 
-from lab.node.launch import RESTART_WORKAROUND, apply_env, lab_environment, split_lab_flags
+from lab.node.launch import FLIGHT_RECORDER, RESTART_WORKAROUND, apply_env, lab_environment, split_lab_flags
 
 
 def test_unset_variables_are_set_and_logged():
@@ -20,8 +20,8 @@ def test_a_user_value_is_kept_with_a_warning_naming_both_values():
 
 
 def test_restart_workaround_is_on_by_default_and_off_with_torch_defaults():
-    assert lab_environment({}, torch_defaults=False) == RESTART_WORKAROUND
-    assert lab_environment({"X": "1"}, torch_defaults=True) == {"X": "1"}
+    assert lab_environment({}, torch_defaults=False) == {**FLIGHT_RECORDER, **RESTART_WORKAROUND}
+    assert lab_environment({"X": "1"}, torch_defaults=True) == {**FLIGHT_RECORDER, "X": "1"}
 
 
 def test_lab_flags_stop_at_the_first_torchrun_flag():

@@ -97,3 +97,47 @@ def test_compare_bitwise_then_within_rtol(tmp_path):
     assert compare(other, text, 1e-4)[0] and not compare(other, text, 1e-7)[0]
     ok, detail = compare(tmp_path / "missing.pt", a, None)
     assert not ok and "wrote no" in detail
+
+
+def test_forensics_name_the_rank_that_never_entered_the_collective(tmp_path):
+    """Real torchrun, 3 workers: rank 1 sleeps at step 5 instead of entering the next all-reduce.
+    Asked while the others wait (30 s timeout), every rank answers from its forensics thread,
+    and the Flight Recorder's sequence numbers say rank 1 is one collective behind, in the sleep."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import SCRIPTS as LAB_SCRIPTS
+
+    from lab.exercises import forensics
+
+    events = tmp_path / "events"
+    script = LAB_SCRIPTS / "fail_one_rank.py"
+    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "200"}
+    argv = [sys.executable, "-m", "torch.distributed.run", f"--log-dir={tmp_path / 'logs'}", "--nproc-per-node=3",
+            "--module", "lab.node.user_script", "--workdir", str(tmp_path / "work"), "--events-dir", str(events),
+            str(script), "--rank", "1", "--how", "hang", "--timeout", "30"]  # fmt: skip
+    job = subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            steps = (
+                [line for line in (events / "rank0.jsonl").read_text().splitlines() if '"step"' in line]
+                if (events / "rank0.jsonl").exists()
+                else []
+            )
+            if len(steps) >= 5:
+                break
+            time.sleep(0.2)
+        time.sleep(1.0)  # ranks 0 and 2 are in the all-reduce rank 1 never joins
+        found = forensics.collect(events, 3)
+    finally:  # torchrun stops its workers (each in a session of its own) on SIGTERM
+        job.send_signal(signal.SIGTERM)
+        job.wait(60)
+    sleep_line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "time.sleep(3600)" in text)
+    assert found["answered"] == [0, 1, 2] and found["behind"] == [1] and found["suspects"] == [1], found
+    assert found["collective"].startswith("all_reduce #")
+    assert f"fail_one_rank.py:{sleep_line} in <module>" in found["finding"], found["finding"]
+    assert found["finding"].startswith("rank 1 never entered all_reduce #")

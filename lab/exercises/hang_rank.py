@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 
-from lab.exercises import observe
+from lab.exercises import forensics, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.report import Report
 from lab.topology import Topology
@@ -51,6 +51,8 @@ def run(drill, options) -> Report:
         30,
         f"Prometheus to see rank {target} down",
     )
+    found = forensics.collect(drill.events_dir, drill.topology.world_size)  # before the timeout tears it down
+    drill.progress(f"forensics: {found['finding']}")
     codes = drill.wait_job(240)
     events = drill.events()
     agents = observe.agent_events(drill.events_dir)
@@ -60,6 +62,12 @@ def run(drill, options) -> Report:
     report.facts["recovery"] = observe.recovery_breakdown(events, agents, fault["time"])
     report.facts["seconds_until_prometheus_saw_it"] = seen_down - fault["time"]
     report.facts["seconds_until_the_timeout_fired"] = detected - fault["time"] if detected else None
+    report.facts["forensics"] = found
+    report.check(
+        "forensics named the frozen rank, and the collective the others wait in",
+        found["suspects"] == [target] and bool(found["collective"]),
+        found["finding"],
+    )
     report.check(
         "Prometheus saw the frozen rank down before the group restarted",
         first_step is None or seen_down < first_step,
@@ -88,6 +96,7 @@ def run(drill, options) -> Report:
 
 
 SCRIPT_RECOVERY = "restart"
+SCRIPT_FORENSICS = True  # the runner asks every rank where it stands while it hangs
 
 
 def break_script(drill, target: int, ckpt_dir: str | None) -> dict:

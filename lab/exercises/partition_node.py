@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import time
 
-from lab.exercises import observe
+from lab.exercises import forensics, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.report import Report
 from lab.topology import Topology
@@ -48,7 +48,10 @@ def run(drill, options) -> Report:
     target = options.target_rank
     node, _ = drill.reach(target, options.at_step)
     fault = drill.inject(node, "partition")
-    time.sleep(HOLD_S)
+    time.sleep(2.0)  # long enough for every rank to block in the next all-reduce
+    found = forensics.collect(drill.events_dir, drill.topology.world_size)
+    drill.progress(f"forensics: {found['finding']}")
+    time.sleep(max(0.0, HOLD_S - (time.time() - fault["time"])))
     drill.inject(node, "heal")
     codes = drill.wait_job(300)
     events, agents = drill.events(), observe.agent_events(drill.events_dir)
@@ -61,6 +64,7 @@ def run(drill, options) -> Report:
     logs = "".join(n.log_path.read_text(errors="replace") for n in drill.runtime.attach())
     errors = sorted(set(re.findall(r"(Timed out[^\n]{0,60}|Connection closed by peer|Connection reset by peer)", logs)))
     report.facts.update(
+        forensics=found,
         restarts=observe.restarts(events),
         failure_detected_after_s=detected,
         errors_seen=errors[:5],
@@ -100,6 +104,9 @@ def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
     """On a user's script: cut the target rank's node off for HOLD_S, then heal it."""
     node, _ = drill.locate(target)
     fault = drill.inject(node, "partition")
-    time.sleep(HOLD_S)
+    time.sleep(2.0)  # long enough for every rank to block in the next all-reduce
+    found = forensics.collect(drill.events_dir, drill.topology.world_size)
+    drill.progress(f"forensics: {found['finding']}")
+    time.sleep(max(0.0, HOLD_S - (time.time() - fault["time"])))
     drill.inject(node, "heal")
     return aimed(fault, target)

@@ -25,6 +25,9 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 RESTART_WORKAROUND = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+# The Flight Recorder's ring of recent collectives (gloo records too in 2.13), read by hang
+# forensics (lab.health.forensics). Off by default in torch; a few KB here.
+FLIGHT_RECORDER = {"TORCH_FR_BUFFER_SIZE": "200"}
 
 
 @dataclass
@@ -74,7 +77,7 @@ def apply_env(wanted: Mapping[str, str], environ: MutableMapping[str, str], log=
 
 
 def lab_environment(extra: Mapping[str, str], torch_defaults: bool) -> dict[str, str]:
-    wanted = {} if torch_defaults else dict(RESTART_WORKAROUND)
+    wanted = {**FLIGHT_RECORDER, **({} if torch_defaults else RESTART_WORKAROUND)}
     wanted.update(extra)
     return wanted
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import progress
+from lab.health import forensics
 from lab.health.events import EventLog
 
 # "step 12", "Step: 12", "Epoch 3", "epoch=3", "iter 40/100", "Iteration 40", "[GPU0] Epoch 3 | ..."
@@ -79,7 +80,7 @@ def watch_output(log: EventLog, pattern: re.Pattern[str]) -> None:
     sys.stderr = LineWatcher(sys.stderr, on_line)
 
 
-def watch_torch(log: EventLog) -> None:
+def watch_torch(log: EventLog, events_dir: str | None) -> None:
     """Record when the process group is up and what the script loads; behaviour unchanged."""
     import torch
     import torch.distributed as dist
@@ -99,9 +100,11 @@ def watch_torch(log: EventLog) -> None:
         if isinstance(where, str | os.PathLike):  # a file object: a read inside dcp.load, say
             log.write("loaded", path=os.fspath(where), how=how)
 
-    dist.init_process_group = after(
-        dist.init_process_group, lambda a, k: log.write("rendezvous_done", world_size=dist.get_world_size())
-    )
+    def joined(args, kwargs) -> None:
+        log.write("rendezvous_done", world_size=dist.get_world_size())
+        forensics.install(events_dir, dist.get_rank())
+
+    dist.init_process_group = after(dist.init_process_group, joined)
     torch.load = after(torch.load, lambda a, k: loaded(a, k, "f", "torch.load"))
     dcp.load = after(dcp.load, lambda a, k: loaded(a[1:], k, "checkpoint_id", "dcp.load"))
 
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     progress.use(log)
     log.write("start", script=script, workdir=os.getcwd(), world_size=int(os.environ.get("WORLD_SIZE", "1")))
     watch_output(log, re.compile(args.progress_regex))
-    watch_torch(log)
+    watch_torch(log, args.events_dir)
     sys.argv = [script, *script_args]
     sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` has it
     try:

@@ -27,6 +27,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from lab.health import forensics
+
 
 @dataclass(frozen=True)
 class Ctx:
@@ -79,6 +81,7 @@ def process_group(backend: str | None = None, allow_single: bool = False):
     started = time.monotonic()
     dist.init_process_group(backend=backend, timeout=timeout)
     rendezvous_seconds = time.monotonic() - started
+    forensics.install(os.environ.get("LAB_EVENTS_DIR"), dist.get_rank())  # hang forensics on request
     finished = False
     try:
         yield Ctx(

@@ -126,8 +126,9 @@ def finding(report: Report) -> str:
     """One sentence for the matrix and the summary: what happened, what was lost."""
     facts = report.facts
     failed = [c for c in report.checks if not c.ok]
+    hang = f"; forensics: {facts['forensics']['finding']}" if facts.get("forensics") else ""
     if failed:
-        return f"{failed[0].name}: no. {failed[0].detail}"
+        return f"{failed[0].name}: no. {failed[0].detail}{hang}"
     parts = []
     if facts.get("restarts"):
         parts.append(f"{facts['restarts']} restart(s)")
@@ -149,4 +150,4 @@ def finding(report: Report) -> str:
     source = (facts.get("progress") or {}).get("source")
     if source and source not in signals.STEP_SOURCES:
         parts.append(f"progress read from {source} (no step in the output; work redone unknown)")
-    return "finished; " + ", ".join(parts) if parts else "finished"
+    return ("finished; " + ", ".join(parts) if parts else "finished") + hang

@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from lab.errors import LabError
-from lab.exercises import DrillOptions
+from lab.exercises import DrillOptions, forensics
 from lab.exercises.script import judge, signals
 from lab.exercises.script.compare import compare
 from lab.exercises.script.spec import ScriptSpec
@@ -26,6 +26,7 @@ from lab.topology import Topology
 
 REFERENCE = "reference"
 RERUN_WAIT_S = 60.0  # after a preemption, how long the other nodes get to notice before they are stopped
+FORENSICS_AFTER_S = 2.0  # after a hang starts: the others are in the collective by then
 
 
 @dataclass
@@ -110,6 +111,10 @@ class ScriptRun:
         drill.progress(f"fire point: {fire['source']} {fire['unit']} {fire['value']}")
         fault = self.fault.break_script(drill, target, str(ckpt) if ckpt else None)
         recovery = self.fault.SCRIPT_RECOVERY
+        if getattr(self.fault, "SCRIPT_FORENSICS", False):  # a hang: ask every rank where it stands, now
+            time.sleep(max(0.0, FORENSICS_AFTER_S - (time.time() - fault["time"])))
+            report.facts["forensics"] = forensics.collect(drill.events_dir, drill.topology.world_size)
+            drill.progress(f"forensics: {report.facts['forensics']['finding']}")
         codes = wait_end(drill, self.spec.deadline_s)
         if recovery == "rerun" and all(c is not None for c in codes.values()):
             drill.progress("starting the job again, as after a preemption")

@@ -1,0 +1,120 @@
+"""Hang forensics, the controller's side: ask every rank for its Flight Recorder entries and
+stacks (lab.health.forensics), then say which rank is behind, in which collective.
+
+    forensics = collect(drill.events_dir, world_size)
+    forensics["finding"]  # "rank 1 never entered all_reduce #27; ..."
+
+Called while the job hangs: before the process-group timeout turns the hang into errors
+and torchrun tears the ranks down, which is when their state is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from lab.health.forensics import DIRECTORY
+
+ANSWER_WITHIN_S = 3.0
+LIBRARY = ("/site-packages/", "<frozen", "/lab/health/forensics.py", "/threading.py")
+
+
+def collect(events_dir: Path, world_size: int, wait_s: float = ANSWER_WITHIN_S) -> dict[str, Any]:
+    """Request dumps, wait up to wait_s for every rank, analyse what came back."""
+    directory = events_dir / DIRECTORY
+    directory.mkdir(parents=True, exist_ok=True)
+    request = f"{time.time():.6f}"
+    tmp = directory / ".request.tmp"
+    tmp.write_text(request)
+    tmp.replace(directory / "request")
+    deadline = time.monotonic() + wait_s
+    dumps: dict[int, dict] = {}
+    while time.monotonic() < deadline and len(dumps) < world_size:
+        for rank in range(world_size):
+            if rank not in dumps:
+                try:
+                    record = json.loads((directory / f"rank{rank}.json").read_text())
+                except (OSError, ValueError):
+                    continue
+                if record.get("request") == request:
+                    dumps[rank] = record
+        time.sleep(0.1)
+    return analyse(dumps, world_size)
+
+
+def where(stack: list[str]) -> list[str]:
+    """The frames of the rank's own code (the script, the lab's workload), innermost last."""
+    return [f for f in stack if not any(part in f for part in LIBRARY)]
+
+
+def main_stack(record: dict) -> list[str]:
+    threads = record.get("stacks", {})
+    return threads.get("MainThread") or next(iter(threads.values()), [])
+
+
+def analyse(dumps: dict[int, dict], world_size: int) -> dict[str, Any]:
+    """Per rank: its last collective and where its main thread stands; then who is behind."""
+    ranks: dict[int, dict] = {}
+    for rank, record in sorted(dumps.items()):
+        entries = [e for e in record.get("flight_recorder", []) if e.get("pg") == "0"] or record.get(
+            "flight_recorder", []
+        )
+        last = entries[-1] if entries else None
+        ranks[rank] = {"last_collective": last, "stack": where(main_stack(record))[-3:]}
+    silent = [r for r in range(world_size) if r not in dumps]
+    seqs = {r: info["last_collective"]["seq"] for r, info in ranks.items() if info["last_collective"]}
+    front = max(seqs.values(), default=None)
+    behind = sorted(r for r, seq in seqs.items() if front is not None and seq < front)
+    finding = _finding(ranks, silent, behind, front)
+    return {
+        "answered": sorted(dumps),
+        "silent": silent,
+        "behind": behind,
+        "collective": _describe(
+            next(
+                (
+                    i["last_collective"]
+                    for i in ranks.values()
+                    if i["last_collective"] and i["last_collective"]["seq"] == front
+                ),
+                None,
+            )
+        ),
+        "ranks": {str(r): info for r, info in ranks.items()},
+        "suspects": silent + behind,
+        "finding": finding,
+    }
+
+
+def _describe(entry: dict | None) -> str:
+    if not entry:
+        return ""
+    return f"{entry['op']} #{entry['seq']} (sizes {entry['sizes']})"
+
+
+def _finding(ranks: dict[int, dict], silent: list[int], behind: list[int], front: int | None) -> str:
+    if not ranks:
+        return "no rank answered: none recorded a collective, or all are stopped"
+    waiting = next(
+        (i["last_collective"] for i in ranks.values() if i["last_collective"] and i["last_collective"]["seq"] == front),
+        None,
+    )
+    at = next((i["stack"][-1] for i in ranks.values() if i["last_collective"] == waiting and i["stack"]), "")
+    parts = []
+    if silent:
+        parts.append(
+            f"rank {', '.join(map(str, silent))} did not answer (stopped, or stuck holding the GIL)"
+            + (f" while the others wait in {_describe(waiting)}" + (f" at {at}" if at else "") if waiting else "")
+        )
+    for rank in behind:
+        info = ranks[rank]
+        stack = info["stack"][-1] if info["stack"] else "an unknown place"
+        parts.append(
+            f"rank {rank} never entered {_describe(waiting)}: its last was #{info['last_collective']['seq']}; "
+            f"it stands at {stack}"
+        )
+    if not parts:
+        return f"every rank entered {_describe(waiting)}: none is behind (a network or peer problem, not a stuck rank)"
+    return "; ".join(parts)

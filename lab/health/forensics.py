@@ -1,0 +1,90 @@
+"""Hang forensics inside a rank: on request, write its Flight Recorder entries and its stacks.
+
+A daemon thread watches `<LAB_EVENTS_DIR>/forensics/request`. When the controller writes
+a new request id there, the thread writes `rank<N>.json` beside it:
+
+- the Flight Recorder's entries (torch 2.13 records gloo's collectives too, when
+  TORCH_FR_BUFFER_SIZE is set before the process group exists: lab.node.launch sets it):
+  each with its collective sequence number, op, sizes and state;
+- every thread's Python stack.
+
+The thread runs while the main thread waits inside a collective (gloo releases the GIL
+there), so a rank blocked in all_reduce answers. A rank that does not answer is
+stopped, or stuck holding the GIL: itself the finding. It works wherever the events dir
+is shared with the controller (netns hosts, containers, a Ray machine's run dir).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+POLL_S = 0.2
+DIRECTORY = "forensics"
+
+
+def flight_recorder() -> list[dict]:
+    """This process's Flight Recorder entries, oldest first; [] when it records nothing."""
+    try:
+        from torch._C._distributed_c10d import _dump_fr_trace_json
+
+        trace = json.loads(_dump_fr_trace_json(includeCollectives=True))
+    except Exception:  # no process group yet, or a build without the recorder
+        return []
+    return [
+        {
+            "seq": e.get("collective_seq_id"),
+            "op": str(e.get("profiling_name", "")).split(":")[-1],
+            "sizes": e.get("input_sizes"),
+            "state": e.get("state"),
+            "pg": (e.get("process_group") or ["?"])[0],
+            "created_ns": e.get("time_created_ns"),
+        }
+        for e in trace.get("entries", [])
+    ]
+
+
+def stacks() -> dict[str, list[str]]:
+    """Every thread's stack, innermost last, as 'file:line in function'."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return {
+        names.get(ident, str(ident)): [f"{f.filename}:{f.lineno} in {f.name}" for f in traceback.extract_stack(frame)]
+        for ident, frame in sys._current_frames().items()
+    }
+
+
+def write_dump(directory: Path, rank: int, request: str) -> None:
+    record = {"rank": rank, "pid": os.getpid(), "request": request, "time": time.time()}
+    record.update(flight_recorder=flight_recorder(), stacks=stacks())
+    tmp = directory / f".rank{rank}.json.tmp"
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, directory / f"rank{rank}.json")
+
+
+def install(events_dir: str | os.PathLike | None, rank: int) -> None:
+    """Start the watching thread (nothing without an events dir)."""
+    if not events_dir:
+        return
+    directory = Path(events_dir) / DIRECTORY
+
+    def watch() -> None:
+        answered = ""
+        while True:
+            time.sleep(POLL_S)
+            try:
+                request = (directory / "request").read_text().strip()
+            except OSError:
+                continue
+            if request and request != answered:
+                answered = request
+                try:
+                    write_dump(directory, rank, request)
+                except OSError:
+                    pass
+
+    threading.Thread(target=watch, name="lab-forensics", daemon=True).start()
