@@ -31,7 +31,7 @@ DIRECTORY = "forensics"
 def flight_recorder() -> list[dict]:
     """This process's Flight Recorder entries, oldest first; [] when it records nothing."""
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json
+        from torch._C._distributed_c10d import _dump_fr_trace_json  # type: ignore[attr-defined]
 
         trace = json.loads(_dump_fr_trace_json(includeCollectives=True))
     except Exception:  # no process group yet, or a build without the recorder
