@@ -73,6 +73,9 @@ class Topology:
     # Run the script through lab.node.user_script with these arguments (torchrun --module): a
     # user's own script in a drill, watched without a change to it. Workers are spawned.
     script_wrapper: tuple[str, ...] = ()
+    # torchelastic's file-timer watchdog (lab.workloads.distributed.StepDeadline): a rank whose
+    # training step takes longer than this is SIGKILLed by its agent. 0: off.
+    step_watchdog_s: int = 0
 
     def __post_init__(self) -> None:
         _at_least("nodes", self.nodes, 1)
@@ -91,6 +94,7 @@ class Topology:
         _at_least("join_timeout_s", self.join_timeout_s, 1)
         _at_least("last_call_timeout_s", self.last_call_timeout_s, 0)
         _at_least("pg_timeout_s", self.pg_timeout_s, 1)
+        _at_least("step_watchdog_s", self.step_watchdog_s, 0)
         if not self.monitor_interval_s > 0:
             raise TopologyError(f"monitor_interval_s must be positive, got {self.monitor_interval_s}")
         _one_of("worker_start", self.worker_start, WORKER_STARTS)
@@ -204,6 +208,8 @@ class Topology:
                 env["LAB_METRICS_PORT_BY"] = "local_rank"
         if self.distributed_debug:
             env["TORCH_DISTRIBUTED_DEBUG"] = self.distributed_debug
+        if self.step_watchdog_s:
+            env.update(TORCHELASTIC_ENABLE_FILE_TIMER="1", LAB_STEP_WATCHDOG_S=str(self.step_watchdog_s))
         return env
 
     def launch_argv(

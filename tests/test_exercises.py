@@ -82,6 +82,20 @@ def test_hang_rank_is_seen_in_prometheus_and_ended_by_the_short_timeout(lab):
     report = report_of(out)
     assert report["verdict"] == "pass" and report["restarts"] == 1
     assert report["seconds_until_prometheus_saw_it"] < report["seconds_until_the_timeout_fired"] < 25
+    # Forensics while it hung: rank 1 silent (SIGSTOPped), the other three waiting in one collective.
+    assert report["forensics"]["silent"] == [1] and report["forensics"]["answered"] == [0, 2, 3]
+    assert report["forensics"]["collective"].startswith("all_reduce #")
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="hang-rank watches the rank in Prometheus")
+def test_hang_rank_with_the_step_watchdog_ends_within_seconds(lab):
+    """torchelastic's file-timer watchdog: the agents SIGKILL the ranks, and themselves (torch 2.13),
+    well before the 10 s process-group timeout; the lab reruns the job, which resumes bit-identical."""
+    out = lab("exercise", "run", "hang-rank", "--target-rank", "2", "--watchdog", "3", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass" and report["forensics"]["silent"] == [2]
+    assert report["seconds_until_the_agents_ended"] < 10 and report["final_weights_match_reference"] is True
 
 
 def test_kill_node_fixed_job_recovers_when_the_node_comes_back(lab):
@@ -117,6 +131,9 @@ def test_partition_times_out_at_the_process_group_timeout_and_recovers_after_the
     report = report_of(out)
     assert report["verdict"] == "pass" and report["restarts"] >= 1
     assert any("Timed out" in e for e in report["errors_seen"])
+    # Forensics during the cut: every rank answers (a file, not the network) and none is behind.
+    assert report["forensics"]["answered"] == [0, 1, 2, 3] and report["forensics"]["suspects"] == []
+    assert "none is behind" in report["forensics"]["finding"]
 
 
 def test_killing_the_rendezvous_host_fails_the_whole_job(lab):

@@ -7,7 +7,14 @@ error, the agent restarts the group (after torchrun's 30 s SIGTERM-to-SIGKILL wa
 for the frozen process), and the job resumes from its checkpoint. Before any of
 that, Prometheus already shows the frozen rank: its exporter stops answering.
 
-    lab exercise run hang-rank [--target-rank 1] [--at-step 25]
+    lab exercise run hang-rank [--target-rank 1] [--at-step 25] [--watchdog 3]
+
+While it hangs, the drill asks every rank for its Flight Recorder entries and stacks
+(lab.exercises.forensics): the frozen rank does not answer, the others name the
+collective they wait in and the line. With `--watchdog SECONDS` each trainer step
+registers a deadline with torchelastic's file-timer server in its agent
+(TORCHELASTIC_ENABLE_FILE_TIMER=1), which SIGKILLs the frozen rank once the deadline
+passes: no timeout, no 30 s wait.
 
 Look for: the frozen rank's target going down in Prometheus (`up{rank="1"} == 0`),
 then the peers' "Timed out" / gloo errors in the node logs, "will restart worker
@@ -20,6 +27,7 @@ import time
 
 from lab.exercises import forensics, observe
 from lab.exercises.engine import aimed, paced_trainer
+from lab.options import Option
 from lab.report import Report
 from lab.topology import Topology
 
@@ -27,12 +35,30 @@ NAME = "hang-rank"
 SUMMARY = "SIGSTOP one rank; a short process-group timeout turns the hang into a restart"
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 25
 STEPS, CKPT_EVERY, PG_TIMEOUT_S = 60, 10, 10
+FORENSICS_AFTER_S = 1.0
 NEEDS_PROMETHEUS = True
+
+
+OPTIONS = (
+    Option(
+        "--watchdog",
+        "torchelastic's file-timer watchdog: the agent SIGKILLs a rank whose step takes longer than "
+        "SECONDS, before the process-group timeout (default: off)",
+        0,
+        int,
+        metavar="SECONDS",
+    ),
+)
 
 
 def topology(options) -> Topology:
     return Topology(
-        nodes=2, nproc_per_node=2, max_restarts=1, pg_timeout_s=PG_TIMEOUT_S, torch_defaults=options.torch_defaults
+        nodes=2,
+        nproc_per_node=2,
+        max_restarts=1,
+        pg_timeout_s=PG_TIMEOUT_S,
+        torch_defaults=options.torch_defaults,
+        step_watchdog_s=options.own.get("watchdog") or 0,
     )
 
 
@@ -45,14 +71,24 @@ def run(drill, options) -> Report:
     target = options.target_rank
     node, local_rank = drill.reach(target, options.at_step)
     fault = drill.inject(node, "pause_worker", local_rank=local_rank)
+    time.sleep(FORENSICS_AFTER_S)  # the others are in the next collective by then
+    found = forensics.collect(drill.events_dir, drill.topology.world_size)  # before anything tears it down
+    drill.progress(f"forensics: {found['finding']}")
     prom = drill.runtime.prometheus
     seen_down = drill.wait_for(
         lambda: any(s["value"] == 0 for s in prom.query(f'up{{job="lab-ranks", rank="{target}"}}')) and time.time(),
         30,
         f"Prometheus to see rank {target} down",
     )
-    found = forensics.collect(drill.events_dir, drill.topology.world_size)  # before the timeout tears it down
-    drill.progress(f"forensics: {found['finding']}")
+    report.facts["forensics"] = found
+    report.facts["seconds_until_prometheus_saw_it"] = seen_down - fault["time"]
+    report.check(
+        "forensics named the frozen rank, and the collective the others wait in",
+        found["suspects"] == [target] and bool(found["collective"]),
+        found["finding"],
+    )
+    if drill.topology.step_watchdog_s:
+        return judge_watchdog(drill, report, fault, options)
     codes = drill.wait_job(240)
     events = drill.events()
     agents = observe.agent_events(drill.events_dir)
@@ -60,14 +96,7 @@ def run(drill, options) -> Report:
     first_step = min((e["time"] for e in events if e["event"] == "step" and e["restart"] == 1), default=None)
     report.facts["restarts"] = observe.restarts(events)
     report.facts["recovery"] = observe.recovery_breakdown(events, agents, fault["time"])
-    report.facts["seconds_until_prometheus_saw_it"] = seen_down - fault["time"]
     report.facts["seconds_until_the_timeout_fired"] = detected - fault["time"] if detected else None
-    report.facts["forensics"] = found
-    report.check(
-        "forensics named the frozen rank, and the collective the others wait in",
-        found["suspects"] == [target] and bool(found["collective"]),
-        found["finding"],
-    )
     report.check(
         "Prometheus saw the frozen rank down before the group restarted",
         first_step is None or seen_down < first_step,
@@ -90,7 +119,41 @@ def run(drill, options) -> Report:
     report.explanation = (
         f"the peers' all-reduce timed out after the {PG_TIMEOUT_S} s process-group timeout; the frozen "
         "worker cannot handle SIGTERM, so its agent waits torchrun's 30 s before SIGKILL, and the other "
-        "agents wait that long in the next rendezvous round"
+        "agents wait that long in the next rendezvous round (--watchdog SECONDS ends it sooner)"
+    )
+    return report
+
+
+def judge_watchdog(drill, report: Report, fault: dict, options) -> Report:
+    """--watchdog: every rank's step deadline passes (the frozen one's, and its peers' waiting in
+    the collective); each agent's FileTimerServer SIGKILLs them, and then, in torch 2.13, its own
+    agent (file_based_local_timer.py: "Terminating the server process ... because of expired
+    timers"). The job ends within seconds; the lab starts it again, as a scheduler would."""
+    watchdog = drill.topology.step_watchdog_s
+    codes = drill.wait_job(60)
+    ended = time.time() - fault["time"]
+    report.facts.update(watchdog_s=watchdog, seconds_until_the_agents_ended=round(ended, 2))
+    report.check(
+        f"the {watchdog} s step watchdog ended the hang before the {PG_TIMEOUT_S} s timeout",
+        ended < PG_TIMEOUT_S and all(c == 128 + 9 for c in codes.values()),
+        f"every agent SIGKILLed by its own timer server {ended:.1f} s after the freeze: exit codes {codes}",
+    )
+    drill.progress("starting the job again, as a scheduler would after a node failure")
+    restarted_at = time.time()
+    drill.rerun(trainer_args(options))
+    codes = drill.wait_job(240)
+    events = [e for e in drill.events() if e["time"] >= restarted_at]
+    loaded = [e["step"] for e in events if e["event"] == "checkpoint_loaded" and e["rank"] == 0]
+    first_step = min((e["time"] for e in events if e["event"] == "step"), default=None)
+    report.facts["restarts"] = 0
+    report.facts["recovery"] = {"total": first_step - fault["time"] if first_step else None}
+    report.check("the rerun resumed from a checkpoint", bool(loaded), f"loaded {loaded[:1]}")
+    report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
+    observe.check_matches_reference(report, drill, events, trainer_args(options))
+    report.explanation = (
+        f"every rank's {watchdog} s step deadline passed: the agents' file-timer servers SIGKILLed the ranks and "
+        "then themselves (torch 2.13 ends the agent too), so the hang became a job failure within seconds, "
+        "without the process-group timeout or torchrun's 30 s wait; the job then needs a restart from outside"
     )
     return report
 

@@ -79,6 +79,11 @@ def apply_env(wanted: Mapping[str, str], environ: MutableMapping[str, str], log=
 def lab_environment(extra: Mapping[str, str], torch_defaults: bool) -> dict[str, str]:
     wanted = {**FLIGHT_RECORDER, **({} if torch_defaults else RESTART_WORKAROUND)}
     wanted.update(extra)
+    if wanted.get("TORCHELASTIC_ENABLE_FILE_TIMER") == "1" and wanted.get("LAB_WORKERS_FILE"):
+        # The watchdog's FIFO in the node's own dir, not torch's default /tmp/watchdog_timer_<uuid>.
+        wanted.setdefault(
+            "TORCHELASTIC_TIMER_FILE", os.path.join(os.path.dirname(wanted["LAB_WORKERS_FILE"]), "watchdog.fifo")
+        )
     return wanted
 
 

@@ -124,3 +124,33 @@ def say(line: str) -> None:
     """
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+class StepDeadline:
+    """torchelastic's file-timer watchdog around each training step (LAB_STEP_WATCHDOG_S).
+
+    With TORCHELASTIC_ENABLE_FILE_TIMER=1 the agent runs a FileTimerServer; a rank that
+    starts a step registers a deadline with it, and one whose step overruns is SIGKILLed by
+    its own agent. A hung rank then ends in seconds, without waiting for the process-group
+    timeout, and without torchrun's 30 s SIGTERM-to-SIGKILL wait for a frozen process.
+    Off (no-ops) unless both variables are set.
+    """
+
+    SCOPE = "lab-step"
+
+    def __init__(self) -> None:
+        self.seconds = float(os.environ.get("LAB_STEP_WATCHDOG_S") or 0)
+        path = os.environ.get("TORCHELASTIC_TIMER_FILE")
+        self.client = None
+        if self.seconds > 0 and path:
+            from torch.distributed.elastic.timer import FileTimerClient
+
+            self.client = FileTimerClient(path)
+
+    def start(self) -> None:
+        if self.client:
+            self.client.acquire(self.SCOPE, time.time() + self.seconds)
+
+    def stop(self) -> None:
+        if self.client:
+            self.client.release(self.SCOPE)

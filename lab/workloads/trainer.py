@@ -43,7 +43,7 @@ from torch.utils.data import DistributedSampler, TensorDataset
 from lab.health.events import EventLog
 from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_target
 from lab.workloads.comm_hooks import timed_allreduce_hook
-from lab.workloads.distributed import Ctx, ddp, process_group, say
+from lab.workloads.distributed import Ctx, StepDeadline, ddp, process_group, say
 from lab.workloads.monitoring_ab import MonitoringAB
 from lab.workloads.trainer_state import resume, save_checkpoint, set_rng_state
 
@@ -186,9 +186,11 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
         settle_buckets(ddp_model, dataset, args.batch_size, loss_fn, optimizer, ctx)
 
     preemption = Preemption(ctx)
+    deadline = StepDeadline()
     first_step, loop_started = step, time.perf_counter()
     while step < args.steps:
         started = time.perf_counter()
+        deadline.start()  # renewed every iteration: it covers the step, the stop vote and a checkpoint
         if ab:
             ab.step_started(step)
         epoch, batch = divmod(step, steps_per_epoch)
@@ -215,10 +217,12 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
             events.write("exit", reason="preempted", step=step)
             say(f"rank {ctx.rank} preempted: checkpointed step {step} and stopped")
             progress["preempted"] = True
+            deadline.stop()
             return
         if args.ckpt_dir and args.ckpt_every and step % args.ckpt_every == 0:
             save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
 
+    deadline.stop()
     loop_seconds = time.perf_counter() - loop_started
     if ab and ctx.rank == 0:
         try:
