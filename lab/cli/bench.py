@@ -1,6 +1,6 @@
 """`lab bench NAME`: the lab's benchmarks, each measured side by side with its reference.
 
-    lab bench collectives | recovery | startup | overhead [--out DIR]
+    lab bench collectives | recovery | detection | startup | overhead [--out DIR]
     lab bench docs [--out DIR] [--output docs/benchmarks.md]
 
 Each benchmark prints its progress and table, and saves NAME.json (its command, figures
@@ -12,11 +12,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.bench import collectives, overhead, recovery, startup
+from lab.bench import collectives, detection, overhead, recovery, startup
 from lab.bench.docs import write_page
 from lab.options import Option
 
-BENCHES = {"collectives": collectives, "recovery": recovery, "startup": startup, "overhead": overhead}
+BENCHES = {
+    "collectives": collectives,
+    "recovery": recovery,
+    "detection": detection,
+    "startup": startup,
+    "overhead": overhead,
+}
 OUT = Option("--out", "where results go (default %(default)s)", "bench-results")
 
 

@@ -29,7 +29,8 @@ def collect(events_dir: Path, world_size: int, wait_s: float = ANSWER_WITHIN_S) 
     tmp = directory / ".request.tmp"
     tmp.write_text(request)
     tmp.replace(directory / "request")
-    deadline = time.monotonic() + wait_s
+    asked = time.monotonic()
+    deadline = asked + wait_s
     dumps: dict[int, dict] = {}
     while time.monotonic() < deadline and len(dumps) < world_size:
         for rank in range(world_size):
@@ -41,7 +42,7 @@ def collect(events_dir: Path, world_size: int, wait_s: float = ANSWER_WITHIN_S) 
                 if record.get("request") == request:
                     dumps[rank] = record
         time.sleep(0.1)
-    return analyse(dumps, world_size)
+    return {**analyse(dumps, world_size), "seconds": round(time.monotonic() - asked, 2)}
 
 
 def where(stack: list[str]) -> list[str]:

@@ -1,0 +1,175 @@
+"""`lab bench detection`: how long each detector takes to notice each fault, and false alarms.
+
+    lab bench detection [--hosts netns|loopback] [--healthy-s 60]
+
+Runs the fault drills one after another on 2 x 2 hosts with the lab's Prometheus, and
+a healthy job of the same trainer. For each, the seconds from the fault until:
+
+- torchelastic's monitor: an agent sees its workers fail (for a hang, this is the
+  process-group timeout firing, then the agent noticing);
+- the file-timer watchdog (hang-rank --watchdog 3): the agents end;
+- each Prometheus alert: first pending, then firing (their `for:` clauses);
+- forensics: how long collecting every rank's answer took (hang drills).
+
+The healthy run lists any alert or failure record at all: a false alarm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from lab.bench.result import BenchResult, this_command
+from lab.errors import LabError
+from lab.exercises import DrillOptions, drills, observe
+from lab.health.prometheus import Prometheus
+from lab.options import Option
+from lab.report import Report
+from lab.rundir import RunDir
+from lab.runtimes.local import HOSTS, LocalRuntime
+from lab.topology import Topology
+from lab.workloads import script_path
+
+ALERTS = ("LabRankDown", "LabTrainingStalled", "LabRanksMissing", "LabRestartLoop", "LabStraggler")
+CASES: tuple[tuple[str, str, dict[str, Any]], ...] = (  # (row label, drill, its own flags)
+    ("kill-worker", "kill-worker", {}),
+    ("hang-rank", "hang-rank", {}),
+    ("hang-rank --watchdog 3", "hang-rank", {"watchdog": 3}),
+    ("partition-node", "partition-node", {}),
+    ("straggler", "straggler", {}),
+)
+HEALTHY = Option("--healthy-s", "how long the healthy job runs (default %(default)s)", 60.0, float, metavar="SECONDS")
+
+
+class AlertWatch:
+    """First time each (alert, state) is seen in a Prometheus, polled every half second."""
+
+    def __init__(self, prometheus: Prometheus):
+        self.prometheus = prometheus
+        self.first: dict[tuple[str, str], float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.5):
+            with contextlib.suppress(Exception):  # not up yet, or already gone
+                for alert in self.prometheus.alerts():
+                    self.first.setdefault((alert["labels"]["alertname"], alert["state"]), time.time())
+
+    def __enter__(self) -> AlertWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def after(self, since: float) -> dict[str, str]:
+        """alert -> 'pending s / firing s' after `since`."""
+        out = {}
+        for name in ALERTS:
+            times = [self.first.get((name, state)) for state in ("pending", "firing")]
+            if any(times):
+                out[name] = " / ".join("-" if t is None else f"{max(0.0, t - since):.1f}" for t in times)
+        return out
+
+
+def drill_row(label: str, name: str, own: dict, hosts: str, tmp: Path) -> dict[str, Any]:
+    from lab.exercises.engine import run_drill
+
+    module = drills()[name]
+    options = DrillOptions(module.DEFAULT_TARGET_RANK, module.DEFAULT_AT_STEP, own=own)
+    runtime = LocalRuntime(RunDir(tmp / label.replace(" ", "_")), hosts=hosts, monitoring="on", log=lambda m: None)
+    seen: dict[str, Any] = {}
+
+    def keep(report: Report, drill: Any) -> None:
+        seen["agents"] = observe.agent_events(drill.events_dir)
+
+    with AlertWatch(runtime.prometheus) as alerts:
+        with open(os.devnull, "w") as quiet:
+            report = run_drill(module, options, runtime, on_report=keep, out=quiet)
+    fault = report.faults[0]["time"]
+    monitor = observe.first_time(seen.get("agents", []), fault, lambda r: r["name"] == "lab.failure_detected")
+    found = report.facts.get("forensics") or {}
+    return {
+        "fault": label,
+        "verdict": report.verdict,
+        "monitor_s": round(monitor - fault, 1) if monitor else None,
+        "watchdog_s": report.facts.get("seconds_until_the_agents_ended"),
+        "alerts": alerts.after(fault),
+        "forensics_s": found.get("seconds"),
+        "forensics": found.get("finding"),
+    }
+
+
+def healthy_row(hosts: str, seconds: float, tmp: Path) -> dict[str, Any]:
+    runtime = LocalRuntime(RunDir(tmp / "healthy"), hosts=hosts, monitoring="on", log=lambda m: None)
+    steps = int(seconds / 0.1)
+    try:
+        with AlertWatch(runtime.prometheus) as alerts:
+            started = time.time()
+            runtime.up(
+                Topology(nodes=2, nproc_per_node=2, max_restarts=2),
+                script_path("trainer"),
+                ["--steps", str(steps), "--ckpt-every", "10", "--step-time", "0.1"],
+            )
+            time.sleep(seconds)
+        agents = observe.agent_events(runtime.run_dir.path / "events")
+    finally:
+        runtime.down(grace_s=5)
+    failures = [a for a in agents if a["name"] == "lab.failure_detected"]
+    return {"fault": "none (healthy)", "alerts": alerts.after(started), "failures": len(failures)}
+
+
+def add_arguments(p) -> None:
+    HOSTS.but(default="netns").add_to(p)
+    HEALTHY.add_to(p)
+
+
+def run(args, out_dir: Path) -> BenchResult:
+    if args.healthy_s <= 0:
+        raise LabError("--healthy-s must be positive")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
+        for label, name, own in CASES:
+            if name == "partition-node" and args.hosts != "netns":
+                continue  # loopback nodes share one network: nothing to cut
+            rows.append(drill_row(label, name, own, args.hosts, Path(tmp)))
+            print(f"{label}: {rows[-1]}", flush=True)
+        healthy = healthy_row(args.hosts, args.healthy_s, Path(tmp))
+    print(f"healthy: {healthy}", flush=True)
+
+    def cell(value: Any) -> str:
+        return "-" if value is None else str(value)
+
+    lines = [
+        f"Seconds from the fault until each detector noticed ({args.hosts} hosts, 2 x 2, the trainer; "
+        "alerts as pending / firing, after their `for:` clauses):",
+        "",
+        "| fault | verdict | torchelastic monitor | file-timer watchdog | forensics | " + " | ".join(ALERTS) + " |",
+        "|---|---|---|---|---|" + "---|" * len(ALERTS),
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['fault']} | {row['verdict']} | {cell(row['monitor_s'])} | {cell(row['watchdog_s'])} | "
+            f"{cell(row['forensics_s'])} | " + " | ".join(row["alerts"].get(a, "-") for a in ALERTS) + " |"
+        )
+    alarms = ", ".join(f"{k} ({v})" for k, v in healthy["alerts"].items()) or "none"
+    lines += [
+        "",
+        f"False alarms on a healthy {args.healthy_s:g} s job: alerts {alarms}; agent failure records "
+        f"{healthy['failures']}.",
+        "",
+        "Forensics findings: " + "; ".join(f"{r['fault']}: {r['forensics']}" for r in rows if r.get("forensics")),
+    ]
+    return BenchResult(
+        name="detection",
+        command=this_command(),
+        markdown=lines,
+        figures={"rows": rows, "healthy": healthy},
+    )
