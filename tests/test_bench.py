@@ -94,6 +94,7 @@ def test_docs_page_is_written_from_saved_results(tmp_path):
     BenchResult("collectives", "lab bench collectives", ["![plot](collectives.png)"], {}, ["collectives.png"]).save(
         out_dir
     )
+    (out_dir / "soak.json").write_text('{"plan": "not a benchmark"}')  # make soak's output, same folder
     page = tmp_path / "docs" / "benchmarks.md"
     done = subprocess.run(
         [sys.executable, "-m", "lab", "bench", "docs", "--out", str(out_dir), "--output", str(page)],

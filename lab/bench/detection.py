@@ -47,19 +47,23 @@ HEALTHY = Option("--healthy-s", "how long the healthy job runs (default %(defaul
 
 
 class AlertWatch:
-    """First time each (alert, state) is seen in a Prometheus, polled every half second."""
+    """When each (alert, state) episode began, from Prometheus polled every half second: an
+    alert already pending before a fault (start-up) is not counted as noticing it."""
 
     def __init__(self, prometheus: Prometheus):
         self.prometheus = prometheus
-        self.first: dict[tuple[str, str], float] = {}
+        self.episodes: dict[tuple[str, str], list[float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
     def _poll(self) -> None:
+        present: set[tuple[str, str]] = set()
         while not self._stop.wait(0.5):
             with contextlib.suppress(Exception):  # not up yet, or already gone
-                for alert in self.prometheus.alerts():
-                    self.first.setdefault((alert["labels"]["alertname"], alert["state"]), time.time())
+                now = {(a["labels"]["alertname"], a["state"]) for a in self.prometheus.alerts()}
+                for key in now - present:
+                    self.episodes.setdefault(key, []).append(time.time())
+                present = now
 
     def __enter__(self) -> AlertWatch:
         self._thread.start()
@@ -70,13 +74,19 @@ class AlertWatch:
         self._thread.join(5)
 
     def after(self, since: float) -> dict[str, str]:
-        """alert -> 'pending s / firing s' after `since`."""
+        """alert -> 'pending s / firing s': the first episode of each state that began after since."""
         out = {}
         for name in ALERTS:
-            times = [self.first.get((name, state)) for state in ("pending", "firing")]
-            if any(times):
-                out[name] = " / ".join("-" if t is None else f"{max(0.0, t - since):.1f}" for t in times)
+            times = [
+                min((t for t in self.episodes.get((name, state), []) if t >= since), default=None)
+                for state in ("pending", "firing")
+            ]
+            if any(t is not None for t in times):
+                out[name] = " / ".join("-" if t is None else f"{t - since:.1f}" for t in times)
         return out
+
+    def fired(self) -> list[str]:
+        return sorted({name for name, state in self.episodes if state == "firing"})
 
 
 def drill_row(label: str, name: str, own: dict, hosts: str, tmp: Path) -> dict[str, Any]:
@@ -123,7 +133,12 @@ def healthy_row(hosts: str, seconds: float, tmp: Path) -> dict[str, Any]:
     finally:
         runtime.down(grace_s=5)
     failures = [a for a in agents if a["name"] == "lab.failure_detected"]
-    return {"fault": "none (healthy)", "alerts": alerts.after(started), "failures": len(failures)}
+    return {
+        "fault": "none (healthy)",
+        "alerts": alerts.after(started),
+        "fired": alerts.fired(),
+        "failures": len(failures),
+    }
 
 
 def add_arguments(p) -> None:
@@ -159,11 +174,11 @@ def run(args, out_dir: Path) -> BenchResult:
             f"| {row['fault']} | {row['verdict']} | {cell(row['monitor_s'])} | {cell(row['watchdog_s'])} | "
             f"{cell(row['forensics_s'])} | " + " | ".join(row["alerts"].get(a, "-") for a in ALERTS) + " |"
         )
-    alarms = ", ".join(f"{k} ({v})" for k, v in healthy["alerts"].items()) or "none"
+    pending = ", ".join(f"{k} ({v})" for k, v in healthy["alerts"].items()) or "none"
     lines += [
         "",
-        f"False alarms on a healthy {args.healthy_s:g} s job: alerts {alarms}; agent failure records "
-        f"{healthy['failures']}.",
+        f"False alarms on a healthy {args.healthy_s:g} s job: alerts firing: {', '.join(healthy['fired']) or 'none'}; "
+        f"agent failure records: {healthy['failures']}; pending at some point: {pending}.",
         "",
         "Forensics findings: " + "; ".join(f"{r['fault']}: {r['forensics']}" for r in rows if r.get("forensics")),
     ]

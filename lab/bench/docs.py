@@ -35,7 +35,8 @@ def machine() -> list[str]:
 
 
 def write_page(out_dir: Path, output: Path, order: list[str]) -> Path:
-    found = {p.stem: BenchResult.load(p) for p in sorted(out_dir.glob("*.json"))}
+    # Only the benchmarks' own results: other JSON shares the folder (make soak's soak.json).
+    found = {name: BenchResult.load(out_dir / f"{name}.json") for name in order if (out_dir / f"{name}.json").is_file()}
     if not found:
         raise LabError(f"no benchmark results in {out_dir}: run `lab bench NAME --out {out_dir}` first")
     relative = Path(os.path.relpath(out_dir, output.parent))
