@@ -49,6 +49,9 @@ def write_page(out_dir: Path, output: Path, order: list[str]) -> Path:
         "",
         "## The machine",
         "",
+        "This page was last written on the machine below; each section's first line says where and "
+        "when its figures were measured.",
+        "",
         *machine(),
     ]
     for name in [n for n in order if n in found] + sorted(set(found) - set(order)):

@@ -10,10 +10,11 @@ and a Markdown section) in --out; `lab bench docs` writes the page from those fi
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 from lab.bench import collectives, detection, overhead, recovery, startup
-from lab.bench.docs import write_page
+from lab.bench.docs import machine, write_page
 from lab.options import Option
 
 BENCHES = {
@@ -43,6 +44,9 @@ def register(sub) -> None:
 def handle(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     result = args.module.run(args, out_dir)
+    # Where and when: a page assembled from results of several days says so per section.
+    where = machine()[0].removeprefix("- ")
+    result.markdown = [f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} on {where}.", "", *result.markdown]
     path = result.save(out_dir)
     print("\n" + "\n".join(result.markdown))
     print(f"\nsaved {path}" + "".join(f", {out_dir / f}" for f in result.files))
