@@ -11,13 +11,40 @@ from lab.runtimes.base import Node
 
 
 class LogFollower:
-    """Prints each node's new output lines, prefixed with the node's name."""
+    """Prints each node's new output lines, prefixed with the node's name.
+
+    torchrun ends a failed job with its own traceback and a ChildFailedError summary
+    ("exitcode: -9 ... error_file: <N/A>") on every node, which says little and buries the
+    rest; that block is left out here (it stays in the node's log), and the lab's
+    first-failure card (lab.why) is printed instead by the verb.
+    """
 
     def __init__(self, nodes: Sequence[Node], out: TextIO = sys.stdout):
         self.nodes = nodes
         self.out = out
         self.offsets = {node.name: 0 for node in nodes}
         self.partial = {node.name: b"" for node in nodes}
+        self.held: dict[str, list[str]] = {}  # an unprefixed traceback, until it is known to be torchrun's
+        self.left_out: list[str] = []  # the nodes whose ChildFailedError summary was left out
+
+    def _lines(self, node: Node, line: str) -> list[str]:
+        """What to print now for one line of node's output."""
+        held = self.held.get(node.name)
+        if held is None:
+            if line == "Traceback (most recent call last):":
+                self.held[node.name] = [line]
+                return []
+            return [line]
+        held.append(line)
+        summary = any("ChildFailedError" in h for h in held)
+        if summary and line.startswith("====") and any(h.startswith("Root Cause") for h in held):
+            del self.held[node.name]
+            self.left_out.append(node.name)
+            return ["(torchrun's ChildFailedError summary left out: the first-failure card follows)"]
+        if not summary and line and not line[0].isspace() and "Error" in line or len(held) > 400:
+            del self.held[node.name]  # another traceback: print it whole
+            return held
+        return []
 
     def poll(self, final: bool = False) -> None:
         for node in self.nodes:
@@ -32,8 +59,11 @@ class LogFollower:
             if final and rest:
                 lines, rest = [*lines, rest], b""
             self.partial[node.name] = rest
-            for line in lines:
-                self.out.write(f"[{node.name}] {line.decode(errors='replace')}\n")
+            shown = [out for line in lines for out in self._lines(node, line.decode(errors="replace"))]
+            if final:
+                shown += self.held.pop(node.name, [])
+            for line in shown:
+                self.out.write(f"[{node.name}] {line}\n")
         self.out.flush()
 
 

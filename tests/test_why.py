@@ -27,6 +27,9 @@ def test_the_card_names_the_rank_that_failed_first_and_how(lab, how, expected):
     for text in expected:
         assert text in card, card
     assert "then rank" in card  # what the others did next
+    # torchrun's own ChildFailedError summary is left out of the stream, said once per node.
+    assert "Root Cause (first observed failure)" not in out.stdout
+    assert out.stdout.count("ChildFailedError summary left out") == 2
     # The run dir's logs went with `lab run`'s teardown; the saved card did not.
     again = lab("why")
     assert again.returncode == 0 and again.stdout.count("first failure: rank 1 on node") == 1, again.stdout

@@ -1,0 +1,69 @@
+"""lab.job.LogFollower on node output as torchrun writes it: torchrun's ChildFailedError block is
+left out of the stream (one line says so), any other traceback is printed whole."""
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.job import LogFollower
+
+AGENT_FAILURE = """\
+step 4
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1028, in main
+    run(args)
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 123)
+  error_file: <N/A>
+============================================================
+after
+"""
+OTHER = """\
+Traceback (most recent call last):
+  File "train.py", line 3, in <module>
+    import missing
+ModuleNotFoundError: No module named 'missing'
+next line
+"""
+
+
+@dataclass
+class FakeNode:
+    """Only what LogFollower reads of a Node: its name and its log."""
+
+    name: str
+    log_path: Path
+
+
+def follow(tmp_path: Path, text: str, final: bool = True) -> list[str]:
+    log = tmp_path / "node.log"
+    log.write_text(text)
+    out = io.StringIO()
+    LogFollower([FakeNode("node0", log)], out=out).poll(final=final)
+    return out.getvalue().splitlines()
+
+
+def test_torchruns_child_failed_summary_is_one_line(tmp_path):
+    assert follow(tmp_path, AGENT_FAILURE) == [
+        "[node0] step 4",
+        "[node0] (torchrun's ChildFailedError summary left out: the first-failure card follows)",
+        "[node0] after",
+    ]
+
+
+def test_any_other_traceback_is_printed_whole(tmp_path):
+    assert follow(tmp_path, OTHER) == [f"[node0] {line}" for line in OTHER.splitlines()]
+
+
+def test_a_traceback_cut_short_by_the_end_of_the_job_is_printed(tmp_path):
+    cut = 'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n'
+    assert follow(tmp_path, cut) == [f"[node0] {line}" for line in cut.splitlines()]
