@@ -138,12 +138,7 @@ def judge_watchdog(drill, report: Report, fault: dict, options) -> Report:
         ended < PG_TIMEOUT_S and all(c == 128 + 9 for c in codes.values()),
         f"every agent SIGKILLed by its own timer server {ended:.1f} s after the freeze: exit codes {codes}",
     )
-    drill.progress("starting the job again, as a scheduler would after a node failure")
-    restarted_at = time.time()
-    drill.rerun(trainer_args(options))
-    codes = drill.wait_job(240)
-    events = [e for e in drill.events() if e["time"] >= restarted_at]
-    loaded = [e["step"] for e in events if e["event"] == "checkpoint_loaded" and e["rank"] == 0]
+    events, codes, loaded = observe.rerun_from_checkpoint(drill, trainer_args(options))
     first_step = min((e["time"] for e in events if e["event"] == "step"), default=None)
     report.facts["restarts"] = 0
     report.facts["recovery"] = {"total": first_step - fault["time"] if first_step else None}

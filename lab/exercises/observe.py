@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from lab.health.events import read_agent_events
 
 agent_events = read_agent_events  # torchelastic's agent events, as the drills read them
@@ -67,3 +69,15 @@ def check_matches_reference(report, drill, events: list[dict], trainer_args: lis
     return report.check(
         "final weights bit-identical to an uninterrupted run", match, f"{sorted(final)} vs {sorted(reference)}"
     )
+
+
+def rerun_from_checkpoint(drill, trainer_args: list[str]) -> tuple[list[dict], dict, list[int]]:
+    """Start the ended job again on the same hosts, as a scheduler would, and wait for it:
+    (its events, the nodes' exit codes, the steps rank 0 loaded)."""
+    drill.progress("starting the job again")
+    restarted_at = time.time()
+    drill.rerun(trainer_args)
+    codes = drill.wait_job(240)
+    events = [e for e in drill.events() if e["time"] >= restarted_at]
+    loaded = [e["step"] for e in events if e["event"] == "checkpoint_loaded" and e["rank"] == 0]
+    return events, codes, loaded

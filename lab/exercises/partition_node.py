@@ -47,12 +47,7 @@ def run(drill, options) -> Report:
     report = drill.new_report(NAME)
     target = options.target_rank
     node, _ = drill.reach(target, options.at_step)
-    fault = drill.inject(node, "partition")
-    time.sleep(2.0)  # long enough for every rank to block in the next all-reduce
-    found = forensics.collect(drill.events_dir, drill.topology.world_size)
-    drill.progress(f"forensics: {found['finding']}")
-    time.sleep(max(0.0, HOLD_S - (time.time() - fault["time"])))
-    drill.inject(node, "heal")
+    fault, found = cut_off(drill, node)
     codes = drill.wait_job(300)
     events, agents = drill.events(), observe.agent_events(drill.events_dir)
     detected = {}
@@ -103,10 +98,18 @@ SCRIPT_MIN_NODES = 2
 def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
     """On a user's script: cut the target rank's node off for HOLD_S, then heal it."""
     node, _ = drill.locate(target)
+    fault, found = cut_off(drill, node)
+    fault["forensics"] = found  # the runner puts it in the report
+    return aimed(fault, target)
+
+
+def cut_off(drill, node: str) -> tuple[dict, dict]:
+    """Partition node for HOLD_S, asking every rank where it stands 2 s in; then heal.
+    Returns the fault record and the forensics."""
     fault = drill.inject(node, "partition")
     time.sleep(2.0)  # long enough for every rank to block in the next all-reduce
     found = forensics.collect(drill.events_dir, drill.topology.world_size)
     drill.progress(f"forensics: {found['finding']}")
     time.sleep(max(0.0, HOLD_S - (time.time() - fault["time"])))
     drill.inject(node, "heal")
-    return aimed(fault, target)
+    return fault, found

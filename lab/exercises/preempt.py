@@ -60,12 +60,7 @@ def run(drill, options) -> Report:
     saved = {e["step"] for e in drill.events() if e["event"] == "checkpoint_saved"}
     report.check("the preemption step was checkpointed", step in saved, f"step {step}, saved {sorted(saved)}")
 
-    drill.progress("starting the job again")
-    restarted_at = time.time()
-    drill.rerun(trainer_args(options))
-    codes = drill.wait_job(240)
-    events = [e for e in drill.events() if e["time"] >= restarted_at]
-    loaded = [e["step"] for e in events if e["event"] == "checkpoint_loaded" and e["rank"] == 0]
+    events, codes, loaded = observe.rerun_from_checkpoint(drill, trainer_args(options))
     report.facts["restarts"] = 0
     report.facts["lost_steps"] = step - loaded[0] if loaded and step is not None else None
     report.check("the rerun succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")

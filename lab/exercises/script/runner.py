@@ -111,7 +111,9 @@ class ScriptRun:
         drill.progress(f"fire point: {fire['source']} {fire['unit']} {fire['value']}")
         fault = self.fault.break_script(drill, target, str(ckpt) if ckpt else None)
         recovery = self.fault.SCRIPT_RECOVERY
-        if getattr(self.fault, "SCRIPT_FORENSICS", False):  # a hang: ask every rank where it stands, now
+        if "forensics" in fault:  # taken by the fault itself, during it (partition-node)
+            report.facts["forensics"] = fault.pop("forensics")
+        elif getattr(self.fault, "SCRIPT_FORENSICS", False):  # a hang: ask every rank where it stands, now
             time.sleep(max(0.0, FORENSICS_AFTER_S - (time.time() - fault["time"])))
             report.facts["forensics"] = forensics.collect(drill.events_dir, drill.topology.world_size)
             drill.progress(f"forensics: {report.facts['forensics']['finding']}")
