@@ -11,6 +11,7 @@ are consequences and are listed after it.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 from collections import Counter
@@ -181,8 +182,49 @@ def card(run_dir: Path) -> Card:
             "was cut off; the earliest report is shown first"
         )
     if result.first.exit_code == -signal.SIGKILL and result.first.pid not in terminated:
-        result.notes.append("SIGKILL from outside the job: the kernel's OOM killer, a scheduler, or a person")
+        oom = oom_kill(result.first.pid)
+        if oom:
+            result.first.how = "killed by the kernel's OOM killer (SIGKILL)"
+            result.notes.append(f"kernel log: {oom}")
+        else:
+            result.notes.append(
+                "SIGKILL from outside the job, and the kernel log names no OOM kill of its pid: a scheduler, "
+                "a person, or a kernel log this user cannot read"
+            )
     return result
+
+
+def kernel_log() -> str:
+    """The kernel's ring buffer as /dev/kmsg gives it (root, or kernel.dmesg_restrict=0); '' if unreadable."""
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    records = []
+    try:
+        while True:
+            try:
+                records.append(os.read(fd, 8192).decode(errors="replace"))
+            except BlockingIOError:
+                break
+            except OSError:  # EPIPE: a record was overwritten while we read; go on with the next
+                continue
+    finally:
+        os.close(fd)
+    return "".join(records)
+
+
+def oom_kill(pid: int | None) -> str:
+    """The kernel's line saying it OOM-killed pid, or ''. Pids match for nodes that share the
+    host's pid namespace (netns and loopback nodes); a container's are its own."""
+    if pid is None:
+        return ""
+    found = re.search(
+        rf"^[^;]*;((?:Memory cgroup out of memory|Out of memory)[^\n]*Killed process {pid} \([^\n]*)",
+        kernel_log(),
+        re.M,
+    )
+    return found[1][:200] if found else ""
 
 
 def stopped_by_the_agent(

@@ -1,6 +1,11 @@
 """`lab why` and the card `lab run` prints when a job fails, on real failures: one rank of a
-2 x 2 job on netns hosts raises, is SIGKILLed, exits with a status, or hangs until its peers'
-5 s process-group timeout. The card must name rank 1, say how, and (raised) where."""
+2 x 2 job on netns hosts raises, is SIGKILLed, exits with a status, hangs until its peers'
+5 s process-group timeout, or is killed by the kernel's OOM killer in a memory cgroup the
+test makes. The card must name rank 1, say how, and (raised) where."""
+
+import os
+import time
+from pathlib import Path
 
 import pytest
 from conftest import SCRIPTS, needs_netns
@@ -38,3 +43,40 @@ def test_the_card_names_the_rank_that_failed_first_and_how(lab, how, expected):
 def test_why_with_nothing_to_explain_is_one_line(lab):
     out = lab("why")
     assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1 and "nothing to explain" in out.stderr
+
+
+@pytest.fixture
+def oom_cgroup():
+    """A memory cgroup with a 512 MiB limit that the test makes (v1 or v2) and removes afterwards;
+    the failing rank joins it itself (tests/scripts/fail_one_rank.py --how oom)."""
+    v2_controllers = Path("/sys/fs/cgroup/cgroup.subtree_control")
+    if Path("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists():  # cgroup v1
+        path, limit = Path(f"/sys/fs/cgroup/memory/tlab-test-oom-{os.getpid()}"), "memory.limit_in_bytes"
+    elif v2_controllers.exists() and "memory" in v2_controllers.read_text().split():
+        path, limit = Path(f"/sys/fs/cgroup/tlab-test-oom-{os.getpid()}"), "memory.max"
+    else:
+        pytest.skip("no memory cgroup controller to limit a rank with")
+    try:
+        path.mkdir()
+        (path / limit).write_text(str(512 * 2**20))
+    except OSError as e:
+        pytest.skip(f"cannot make a memory cgroup here: {e}")
+    try:
+        yield path
+    finally:
+        for _ in range(50):  # the killed rank leaves it as the kernel reaps it
+            try:
+                path.rmdir()
+                break
+            except OSError:
+                time.sleep(0.2)
+
+
+def test_an_oom_killed_rank_is_named_with_the_kernels_line(lab, oom_cgroup, monkeypatch):
+    monkeypatch.setenv("FAIL_OOM_CGROUP", str(oom_cgroup))
+    out = lab("run", str(SCRIPT), "--rank", "1", "--how", "oom", timeout=300)
+    assert out.returncode != 0, out.stdout[-3000:]
+    card = out.stdout[out.stdout.index("first failure:") :]
+    assert card.startswith("first failure: rank 1 on node"), card
+    assert "killed by the kernel's OOM killer (SIGKILL)" in card
+    assert "note: kernel log: Memory cgroup out of memory: Killed process" in card, card

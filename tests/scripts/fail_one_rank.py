@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--rank", type=int, default=1)
-parser.add_argument("--how", choices=("raise", "kill", "exit", "hang"), default="raise")
+parser.add_argument("--how", choices=("raise", "kill", "exit", "hang", "oom"), default="raise")
 parser.add_argument("--timeout", type=float, default=10)
 args = parser.parse_args()
 
@@ -27,6 +27,10 @@ for step in range(1000):
             os.kill(os.getpid(), signal.SIGKILL)
         if args.how == "exit":
             raise SystemExit(3)
+        if args.how == "oom":
+            with open(os.path.join(os.environ["FAIL_OOM_CGROUP"], "cgroup.procs"), "w") as procs:
+                procs.write(str(os.getpid()))
+            hoard = [bytearray(64 * 2**20) for _ in range(1000)]  # far past the cgroup's limit
         time.sleep(3600)  # hang: never enters the next all-reduce
     grad = torch.ones(2)
     dist.all_reduce(grad)
