@@ -4,11 +4,12 @@
 test makes. The card must name rank 1, say how, and (raised) where."""
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS, needs_netns
+from conftest import REPO, SCRIPTS, needs_netns, wait_for
 
 pytestmark = [pytest.mark.slow, needs_netns]
 SCRIPT = SCRIPTS / "fail_one_rank.py"
@@ -72,11 +73,26 @@ def oom_cgroup():
                 time.sleep(0.2)
 
 
-def test_an_oom_killed_rank_is_named_with_the_kernels_line(lab, oom_cgroup, monkeypatch):
-    monkeypatch.setenv("FAIL_OOM_CGROUP", str(oom_cgroup))
-    out = lab("run", str(SCRIPT), "--rank", "1", "--how", "oom", timeout=300)
-    assert out.returncode != 0, out.stdout[-3000:]
-    card = out.stdout[out.stdout.index("first failure:") :]
+def test_an_oom_killed_rank_is_named_with_the_kernels_line(lab, oom_cgroup, tmp_path):
+    pidfile = tmp_path / "oom.pid"
+    job = subprocess.Popen(
+        lab.cmd("run", str(SCRIPT), "--rank", "1", "--how", "oom"),
+        env={**lab.env(), "FAIL_OOM_PIDFILE": str(pidfile)},
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: pidfile.exists() and pidfile.read_text(), 120, "the rank to write its pid")
+        (oom_cgroup / "cgroup.procs").write_text(pidfile.read_text())
+        stdout, _ = job.communicate(timeout=300)
+    finally:
+        if job.poll() is None:
+            job.terminate()
+            job.communicate(timeout=120)
+    assert job.returncode != 0, stdout[-3000:]
+    card = stdout[stdout.index("first failure:") :]
     assert card.startswith("first failure: rank 1 on node"), card
     assert "killed by the kernel's OOM killer (SIGKILL)" in card
     assert "note: kernel log: Memory cgroup out of memory: Killed process" in card, card

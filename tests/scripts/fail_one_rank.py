@@ -28,8 +28,13 @@ for step in range(1000):
         if args.how == "exit":
             raise SystemExit(3)
         if args.how == "oom":
-            with open(os.path.join(os.environ["FAIL_OOM_CGROUP"], "cgroup.procs"), "w") as procs:
-                procs.write(str(os.getpid()))
+            # The test moves this pid into its memory cgroup (a netns host has no cgroups in its /sys).
+            with open(os.environ["FAIL_OOM_PIDFILE"], "w") as pidfile:
+                pidfile.write(str(os.getpid()))
+            for _ in range(300):
+                if "tlab-test-oom" in open("/proc/self/cgroup").read():
+                    break
+                time.sleep(0.1)
             hoard = [bytearray(64 * 2**20) for _ in range(1000)]  # far past the cgroup's limit
         time.sleep(3600)  # hang: never enters the next all-reduce
     grad = torch.ones(2)
