@@ -41,7 +41,8 @@ class LogFollower:
             del self.held[node.name]
             self.left_out.append(node.name)
             return ["(torchrun's ChildFailedError summary left out: the first-failure card follows)"]
-        if not summary and line and not line[0].isspace() and "Error" in line or len(held) > 400:
+        ended_elsewhere = not summary and line and not line[0].isspace() and "Error" in line
+        if ended_elsewhere or len(held) > 400:
             del self.held[node.name]  # another traceback: print it whole
             return held
         return []

@@ -108,7 +108,10 @@ def describe(code: int | None, pid: int | None, terminated_by_agent: set[int]) -
     if code is None:
         return "failed"
     if code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
         by = " from torchrun's agent, stopping the group" if pid in terminated_by_agent else ""
         return f"killed by {name}{by}"
     return f"exited with status {code}"

@@ -40,10 +40,14 @@ def refuse_script_flags(args: argparse.Namespace) -> None:
         raise LabError(f"{', '.join(given) or 'arguments after --'}: only with --script (your own training script)")
 
 
+def own_flags(args: argparse.Namespace, fault: ModuleType | None) -> dict:
+    """The drill's own flags as given (the matrix has none: each drill's defaults)."""
+    return {o.name: getattr(args, o.name, None) for o in exercises.own_options(fault)} if fault else {}
+
+
 def topology_for(args: argparse.Namespace, fault: ModuleType | None) -> Topology:
     """The drill's job shape (restarts, timeouts) at the user's size; workers spawned, as bare torchrun's."""
-    own = {o.name: getattr(args, o.name, None) for o in exercises.own_options(fault)} if fault else {}
-    options = DrillOptions(target_rank=0, at_step=1, torch_defaults=args.torch_defaults, own=own)
+    options = DrillOptions(target_rank=0, at_step=1, torch_defaults=args.torch_defaults, own=own_flags(args, fault))
     base = fault.topology(options) if fault else Topology(torch_defaults=args.torch_defaults)
     nodes = args.nodes or 2
     if fault is not None and nodes < getattr(fault, "SCRIPT_MIN_NODES", 1):
@@ -63,8 +67,7 @@ def options_for(args: argparse.Namespace, fault: ModuleType | None) -> DrillOpti
     at_step = spec.DEFAULT_AT_STEP if args.at_step is None else args.at_step
     if at_step < 1:
         raise LabError(f"--at-step must be 1 or more; got {at_step}")
-    own = {o.name: getattr(args, o.name, None) for o in exercises.own_options(fault)} if fault else {}
-    return DrillOptions(target, at_step, args.target_rank is not None, args.torch_defaults, own)
+    return DrillOptions(target, at_step, args.target_rank is not None, args.torch_defaults, own_flags(args, fault))
 
 
 def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, reference: bool) -> script_matrix.Matrix:
