@@ -33,9 +33,11 @@ def test_the_card_names_the_rank_that_failed_first_and_how(lab, how, expected):
     for text in expected:
         assert text in card, card
     assert "then rank" in card  # what the others did next
-    # torchrun's own ChildFailedError summary is left out of the stream, said once per node.
+    # torchrun's own ChildFailedError summary is left out of the stream, and that is said. The
+    # failing node always prints one; its peer may instead end on a lost store (node0 hosts it
+    # and may exit first), whose traceback is printed whole: at least one, at most one per node.
     assert "Root Cause (first observed failure)" not in out.stdout
-    assert out.stdout.count("ChildFailedError summary left out") == 2
+    assert 1 <= out.stdout.count("ChildFailedError summary left out") <= 2, out.stdout[-3000:]
     # The run dir's logs went with `lab run`'s teardown; the saved card did not.
     again = lab("why")
     assert again.returncode == 0 and again.stdout.count("first failure: rank 1 on node") == 1, again.stdout
