@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from lab.errors import LabError
 
 BACKENDS = ("gloo", "nccl")
-RDZV_BACKENDS = ("c10d", "static", "etcd-v2")
+RDZV_BACKENDS = ("c10d", "static", "etcd-v2", "lab")
 WORKER_STARTS = ("auto", "preload", "spawn")
 
 
@@ -86,6 +86,8 @@ class Topology:
                 raise TopologyError(f"min_nodes must not exceed nodes ({self.min_nodes} > {self.nodes})")
         _one_of("backend", self.backend, BACKENDS)
         _one_of("rdzv_backend", self.rdzv_backend, RDZV_BACKENDS)
+        if self.rdzv_backend == "lab" and self.min_nodes:
+            raise TopologyError("rdzv_backend lab is for fixed-size jobs; an elastic job (min_nodes) needs c10d or etcd-v2")
         if not self.rdzv_host:
             raise TopologyError("rdzv_host must not be empty")
         if not 1 <= self.rdzv_port <= 65535:
@@ -176,6 +178,8 @@ class Topology:
             conf = f"join_timeout={self.join_timeout_s}"
             if self.min_nodes:
                 conf += f",last_call_timeout={self.last_call_timeout_s}"
+            if self.rdzv_backend == "lab":
+                conf += f",node_rank={node_rank}"  # lab.node.fast_rendezvous: node 0 hosts the store
             if self.rdzv_backend == "c10d":
                 # Say which node hosts the store instead of letting torch guess from the
                 # hostname: the guess is wrong on loopback nodes (every node "is" localhost)

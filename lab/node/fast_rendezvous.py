@@ -1,0 +1,131 @@
+"""The lab's rendezvous backend for fixed-size jobs: `--rdzv-backend=lab`, no polling.
+
+torchrun's c10d rendezvous re-reads its shared state once a second while it waits
+(`_delay(seconds=1)` in dynamic_rendezvous.py's SYNC action, not configurable), so the
+node that restarts first waits up to a second after the last node has joined. Measured on
+2 x 2 netns hosts: 1.2-1.3 s of a 3 s recovery (docs/exercises.md, "Recovery at the floor").
+
+This backend is for what the lab runs most, a job of a fixed number of nodes, each of
+which knows its node rank: node 0's agent hosts a TCPStore on the rendezvous endpoint;
+round N is complete when the N-th round's counter reaches the node count, and every
+agent blocks in the store's own `wait` for that key, so the last node in wakes everyone
+at once. `num_nodes_waiting` (which the healthy agents ask every monitor interval) is
+that counter for the round after the current one, so a restarting node pulls the others
+into the next round within one monitor interval. An agent that starts later (a node
+brought back) joins the round after the last complete one.
+
+It is registered under the name "lab" by lab.node.launch, through torch's own registry
+for out-of-tree backends; torch itself is not changed. Limits, as with c10d's is_host:
+the store lives in node 0's agent, so losing node 0 ends the job; and it cannot grow
+or shrink (elastic jobs use c10d).
+
+    torchrun --rdzv-backend=lab --rdzv-endpoint=HOST:PORT --rdzv-conf=node_rank=N ...
+"""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+
+from torch.distributed import PrefixStore, TCPStore
+from torch.distributed.elastic.events import NodeState, construct_and_record_rdzv_event
+from torch.distributed.elastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousParameters,
+    RendezvousStoreInfo,
+    RendezvousTimeoutError,
+)
+from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+
+NAME = "lab"
+
+
+class FastRendezvous(RendezvousHandler):
+    def __init__(self, store, run_id: str, node_rank: int, nodes: int, local_addr: str | None, join_timeout_s: float):
+        self._store = store
+        self._run_id = run_id
+        self._node_rank = node_rank
+        self._nodes = nodes
+        self._local_addr = local_addr
+        self._join_timeout = timedelta(seconds=join_timeout_s)
+        self._round: int | None = None  # the round this agent joins next; found on its first join
+
+    def _key(self, name: str, round_: int | None = None) -> str:
+        return f"{self._run_id}/" + (name if round_ is None else f"round{round_}/{name}")
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        if self.is_closed():
+            raise RendezvousClosedError()
+        if self._round is None:  # a first start, or a node brought back: the round after the last complete
+            self._round = int(self._store.add(self._key("rounds_complete"), 0))
+        round_ = self._round
+        # The same two records c10d's rendezvous makes, which recovery breakdowns read.
+        self._record(f"The node {self._node_rank} attempts to join the next round of the rendezvous {self._run_id!r}.")
+        if self._store.add(self._key("joined", round_), 1) == self._nodes:
+            self._store.set(self._key("complete", round_), b"1")
+            self._store.add(self._key("rounds_complete"), 1)
+        try:
+            self._store.wait([self._key("complete", round_)], self._join_timeout)
+        except RuntimeError as e:  # the store's wait timed out (or the store is gone)
+            raise RendezvousTimeoutError(
+                f"round {round_} of rendezvous {self._run_id!r} did not fill with {self._nodes} nodes "
+                f"in {self._join_timeout.total_seconds():g}s: {e}"
+            ) from None
+        self._round = round_ + 1
+        self._record(f"The node {self._node_rank} has joined round {round_} of the rendezvous {self._run_id!r}.")
+        store = PrefixStore(self._key("", round_), self._store)
+        addr = self._local_addr or socket.getfqdn()
+        return RendezvousInfo(store, self._node_rank, self._nodes, RendezvousStoreInfo.build(self._node_rank, store, addr))
+
+    def _record(self, message: str) -> None:
+        construct_and_record_rdzv_event(
+            run_id=self._run_id, message=message, node_state=NodeState.RUNNING, name="FastRendezvous.next_rendezvous"
+        )
+
+    def num_nodes_waiting(self) -> int:
+        if self._round is None:
+            return 0
+        return int(self._store.add(self._key("joined", self._round), 0))
+
+    def is_closed(self) -> bool:
+        return self._store.check([self._key("closed")])
+
+    def set_closed(self) -> None:
+        self._store.set(self._key("closed"), b"1")
+
+    def get_backend(self) -> str:
+        return NAME
+
+    def get_run_id(self) -> str:
+        return self._run_id
+
+    def shutdown(self) -> bool:
+        return True
+
+
+def create_handler(params: RendezvousParameters) -> RendezvousHandler:
+    if params.min_nodes != params.max_nodes:
+        raise ValueError(f"the lab rendezvous is for fixed-size jobs; got --nnodes={params.min_nodes}:{params.max_nodes}")
+    node_rank = params.config.get("node_rank")
+    if node_rank is None:
+        raise ValueError("the lab rendezvous needs the node's rank: --rdzv-conf=node_rank=N")
+    host, port = parse_rendezvous_endpoint(params.endpoint, default_port=29400)
+    join_timeout_s = float(params.config.get("join_timeout", 600))
+    store = TCPStore(
+        host,
+        port,
+        is_master=int(node_rank) == 0,
+        timeout=timedelta(seconds=join_timeout_s),
+        wait_for_workers=False,
+        multi_tenant=True,
+        use_libuv=True,
+    )
+    return FastRendezvous(store, params.run_id, int(node_rank), params.max_nodes, params.local_addr, join_timeout_s)
+
+
+def register() -> None:
+    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
+
+    rendezvous_handler_registry.register(NAME, create_handler)
