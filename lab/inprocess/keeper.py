@@ -1,0 +1,129 @@
+"""One node of an in-process-recovery job: it starts the node's ranks and replaces a lost one.
+
+    python -m lab.inprocess.keeper --store HOST:PORT --node-rank N --nodes M --nproc-per-node P
+        [--events-dir DIR] [-- WORKER ARGS]
+
+Node 0's keeper hosts the job's TCPStore. Each keeper starts its P ranks
+(lab.inprocess.worker) and one warm spare, a worker with torch imported that waits for an
+assignment. It waits on its children, so a rank's death is seen the moment it happens:
+the keeper then bumps the job's generation in the store, gives the dead rank's place to
+the spare, opens the new generation (`genG/open`, which the surviving ranks wait on) and
+starts the next spare. The survivors are never stopped. The keeper ends with 0 once every
+rank it holds finished, and stops its children when it is stopped (or dies: they get
+SIGKILL from the kernel, PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the keeper goes, however it goes."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class Keeper:
+    def __init__(self, args: argparse.Namespace, store):
+        self.args, self.store = args, store
+        self.world_size = args.nodes * args.nproc_per_node
+        self.ranks: dict[int, subprocess.Popen] = {}  # rank -> its process
+        self.spare: tuple[str, subprocess.Popen] | None = None
+        self.spares_started = 0
+
+    def _start(self, extra: list[str]) -> subprocess.Popen:
+        argv = [sys.executable, "-m", "lab.inprocess.worker", f"--store={self.args.store}"]
+        argv += [f"--world-size={self.world_size}", *extra, *self.args.worker_args]
+        if self.args.events_dir:
+            argv.append(f"--events-dir={self.args.events_dir}")
+        return subprocess.Popen(argv, preexec_fn=die_with_parent)
+
+    def start(self) -> None:
+        for local_rank in range(self.args.nproc_per_node):
+            rank = self.args.node_rank * self.args.nproc_per_node + local_rank
+            self.ranks[rank] = self._start([f"--rank={rank}", f"--local-rank={local_rank}"])
+        self._start_spare()
+
+    def _start_spare(self) -> None:
+        key = f"spare/node{self.args.node_rank}/{self.spares_started}"
+        self.spares_started += 1
+        self.spare = (key, self._start([f"--spare={key}"]))
+
+    def replace(self, rank: int) -> None:
+        """Give rank's place to the warm spare and open the next generation."""
+        assert self.spare is not None
+        key, proc = self.spare
+        generation = self.store.add("generation", 1)
+        self.store.set(key, f"{rank},{generation}")
+        self.store.set(f"gen{generation}/open", b"1")
+        self.ranks[rank] = proc
+        print(f"[keeper node{self.args.node_rank}] rank {rank} lost; its spare takes over in generation {generation}")
+        self._start_spare()
+
+    def run(self) -> int:
+        self.start()
+        done: set[int] = set()
+        while len(done) < len(self.ranks):
+            for rank, proc in list(self.ranks.items()):
+                if rank in done or proc.poll() is None:
+                    continue
+                if proc.returncode == 0:
+                    done.add(rank)
+                else:
+                    self.replace(rank)
+            time.sleep(0.005)
+        self.stop()
+        return 0
+
+    def stop(self) -> None:
+        procs = [*self.ranks.values(), *([self.spare[1]] if self.spare else [])]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="lab.inprocess.keeper")
+    p.add_argument("--store", required=True, help="HOST:PORT; node 0 hosts it")
+    p.add_argument("--node-rank", type=int, required=True)
+    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--nproc-per-node", type=int, default=2)
+    p.add_argument("--events-dir")
+    p.add_argument("worker_args", nargs=argparse.REMAINDER, help="-- then the workers' own flags")
+    args = p.parse_args(argv)
+    args.worker_args = args.worker_args[1:] if args.worker_args[:1] == ["--"] else args.worker_args
+
+    import torch.distributed as dist
+
+    host, _, port = args.store.rpartition(":")
+    store = dist.TCPStore(
+        host, int(port), is_master=args.node_rank == 0, timeout=timedelta(seconds=120), wait_for_workers=False
+    )
+    keeper = Keeper(args, store)
+
+    def stop(signum, _frame):
+        keeper.stop()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    sys.exit(keeper.run())
+
+
+if __name__ == "__main__":
+    main()
