@@ -9,7 +9,9 @@ This backend is for what the lab runs most, a job of a fixed number of nodes, ea
 which knows its node rank: node 0's agent hosts a TCPStore on the rendezvous endpoint;
 round N is complete when the N-th round's counter reaches the node count, and every
 agent blocks in the store's own `wait` for that key, so the last node in wakes everyone
-at once. `num_nodes_waiting` (which the healthy agents ask every monitor interval) is
+at once. Node 0's agent also starts the round's store for the workers before they exist
+(a fresh one each round), so that no worker waits for another to host it.
+`num_nodes_waiting` (which the healthy agents ask every monitor interval) is
 that counter for the round after the current one, so a restarting node pulls the others
 into the next round within one monitor interval. An agent that starts later (a node
 brought back) joins the round after the last complete one.
@@ -51,6 +53,7 @@ class FastRendezvous(RendezvousHandler):
         self._local_addr = local_addr
         self._join_timeout = timedelta(seconds=join_timeout_s)
         self._round: int | None = None  # the round this agent joins next; found on its first join
+        self._workers_store: TCPStore | None = None  # node 0: the store its round's workers use
 
     def _key(self, name: str, round_: int | None = None) -> str:
         return f"{self._run_id}/" + (name if round_ is None else f"round{round_}/{name}")
@@ -77,7 +80,22 @@ class FastRendezvous(RendezvousHandler):
         self._record(f"The node {self._node_rank} has joined round {round_} of the rendezvous {self._run_id!r}.")
         store = PrefixStore(self._key("", round_), self._store)
         addr = self._local_addr or socket.getfqdn()
-        return RendezvousInfo(store, self._node_rank, self._nodes, RendezvousStoreInfo.build(self._node_rank, store, addr))
+        server_port = None
+        if self._node_rank == 0:
+            # The workers' store for this round, up before any worker starts. Workers that
+            # host it themselves (rank 0, at init_process_group) make the others' first
+            # connection attempts fail, and TCPStore's client backs off for about half a
+            # second: measured in 1 of 3 restarts. A fresh server every round, so that no
+            # key of a previous round is there to be read (pytorch/pytorch#135712).
+            self._workers_store = TCPStore(addr, 0, is_master=True, wait_for_workers=False, use_libuv=True)
+            server_port = self._workers_store.port
+        info = RendezvousStoreInfo.build(self._node_rank, store, addr, server_port=server_port)
+        return RendezvousInfo(store, self._node_rank, self._nodes, info)
+
+    @property
+    def use_agent_store(self) -> bool:
+        """The workers connect to the store node 0's agent hosts for the round (see next_rendezvous)."""
+        return True
 
     def _record(self, message: str) -> None:
         construct_and_record_rdzv_event(

@@ -1,0 +1,162 @@
+"""The ways a 2 x 2 job can come back from a killed worker, each as one timed trial.
+
+Every style trains the same model for 40 steps of at least 0.1 s; when rank 1 reaches
+step 25 it is SIGKILLed. A trial returns the seconds from the kill to the first step the
+recovered group completes, the steps done twice (work lost), and the stages from the
+event logs. The styles:
+
+- bare torchrun: torch.distributed.run as shipped (spawned workers, c10d rendezvous) with
+  only the restart workaround, without which it never recovers (lab.node.launch);
+- spawn restart: the lab's launch path with torchrun's spawned workers;
+- preloaded: the lab's default, workers forked from a server that has torch imported;
+- tuned: preloaded, plus the lab's rendezvous backend (lab.node.fast_rendezvous);
+- in-process: no restart at all; the survivors re-form the group with a warm spare and
+  take state from a peer (lab.inprocess). Loopback only: its keepers run as plain processes.
+
+The torchrun styles checkpoint every 10 steps and resume from step 20.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab.bench import free_port
+from lab.exercises import observe
+from lab.health.events import read_events
+from lab.rundir import RunDir
+from lab.runtimes.local import LocalRuntime
+from lab.topology import Topology
+from lab.workloads import script_path
+
+STEPS, STEP_TIME, KILL_AT = 40, 0.1, 25
+TRAINER_ARGS = ["--steps", str(STEPS), "--ckpt-every", "10", "--step-time", str(STEP_TIME)]
+LAB_STYLES = {
+    "spawn restart": {"worker_start": "spawn"},
+    "preloaded": {"worker_start": "preload"},
+    "tuned": {"worker_start": "preload", "rdzv_backend": "lab"},
+}
+STYLES = ("bare torchrun", *LAB_STYLES, "in-process")
+
+
+def kill_and_time(events_dir: Path, timeout_s: float = 180) -> tuple[float, dict]:
+    """Kill rank 1's worker at step KILL_AT; (seconds to the recovered group's first step, details)."""
+    deadline = time.monotonic() + timeout_s
+    events: list[dict] = []
+    while time.monotonic() < deadline:
+        events = list(read_events(events_dir)) if events_dir.exists() else []
+        if any(e["event"] == "step" and e["rank"] == 1 and e["step"] >= KILL_AT for e in events):
+            break
+        time.sleep(0.05)
+    pid = next(e["pid"] for e in reversed(events) if e["event"] == "start" and e["rank"] == 1)
+    killed = time.time()
+    os.kill(pid, signal.SIGKILL)
+    while time.monotonic() < deadline:
+        events = list(read_events(events_dir))
+        after = [e for e in events if e["event"] == "step" and e["restart"] >= 1]
+        if after:
+            first = min(after, key=lambda e: e["time"])
+            details = {
+                "stages": stages(events, observe.agent_events(events_dir), killed),
+                "work_lost_steps": steps_done_twice(events, killed, first["step"]),
+            }
+            return first["time"] - killed, details
+        time.sleep(0.02)
+    raise RuntimeError("the job did not recover")
+
+
+def stages(events: list[dict], agents: list[dict], killed: float) -> dict:
+    """torchrun's restart stages (observe.recovery_breakdown), or in-process's own."""
+    if agents:
+        return observe.recovery_breakdown(events, agents, killed)
+    failed = observe.first_time(events, killed, lambda e: e["event"] == "collective_failed")
+    regrouped = observe.first_time(events, failed or killed, lambda e: e["event"] == "rendezvous_done")
+    adopted = observe.first_time(events, regrouped or killed, lambda e: e["event"] == "state_from_peer")
+    first = observe.first_time(events, adopted or killed, lambda e: e["event"] == "step")
+    spans = [("detect", killed, failed), ("regroup", failed, regrouped), ("state_from_peer", regrouped, adopted)]
+    spans += [("first_step", adopted, first), ("total", killed, first)]
+    return {name: (end - start if start is not None and end is not None else None) for name, start, end in spans}
+
+
+def steps_done_twice(events: list[dict], killed: float, first_after: int) -> int:
+    """Steps completed before the kill that the recovered group did again."""
+    reached = max((e["step"] for e in events if e["event"] == "step" and e["time"] < killed), default=0)
+    return max(0, reached - (first_after - 1))
+
+
+def lab_trial(tmp: Path, hosts: str, style: str) -> tuple[float, dict]:
+    runtime = LocalRuntime(RunDir(tmp / "lab-run"), hosts=hosts, monitoring="off", log=lambda m: None)
+    topology = Topology(nodes=2, nproc_per_node=2, max_restarts=2, **LAB_STYLES[style])
+    try:
+        runtime.up(topology, script_path("trainer"), TRAINER_ARGS)
+        return kill_and_time(runtime.run_dir.path / "events")
+    finally:
+        runtime.down(grace_s=5)
+
+
+def in_session(argv: list[str], env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+
+
+def stop_sessions(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for proc in procs:
+        proc.wait(60)
+
+
+def bare_trial(tmp: Path) -> tuple[float, dict]:
+    events, port = tmp / f"bare-events-{time.time()}", free_port()
+    # TMPDIR: a killed worker's pytorch-errorfile-*.pickle stays in the bench's own temp dir.
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "TMPDIR": str(tmp)}
+    agents = [
+        in_session(
+            [
+                *(sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2"),
+                *("--max-restarts=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}"),
+                *(f"--rdzv-conf=is_host={int(i == 0)}", f"--log-dir={tmp}/bare-logs-{i}-{port}"),
+                *(script_path("trainer"), *TRAINER_ARGS, "--ckpt-dir", f"{events}-ckpt", "--events-dir", str(events)),
+            ],
+            env,
+        )
+        for i in range(2)
+    ]
+    try:
+        return kill_and_time(events)
+    finally:
+        stop_sessions(agents)
+
+
+def in_process_trial(tmp: Path) -> tuple[float, dict]:
+    events, port = tmp / f"inprocess-events-{time.time()}", free_port()
+    keepers = [
+        in_session(
+            [
+                *(sys.executable, "-m", "lab.inprocess.keeper", f"--store=127.0.0.1:{port}", f"--node-rank={i}"),
+                *("--nodes=2", "--nproc-per-node=2", f"--events-dir={events}"),
+                *("--", f"--steps={STEPS}", f"--step-time={STEP_TIME}"),
+            ]
+        )
+        for i in range(2)
+    ]
+    try:
+        return kill_and_time(events)
+    finally:
+        stop_sessions(keepers)
+
+
+def trial(style: str, tmp: Path, hosts: str) -> tuple[float, dict]:
+    if style == "bare torchrun":
+        return bare_trial(tmp)
+    if style == "in-process":
+        return in_process_trial(tmp)
+    return lab_trial(tmp, hosts, style)
