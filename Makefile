@@ -63,6 +63,7 @@ BENCH_OUT := docs/bench
 bench: venv host-deps ## measure everything (about 15 min) and write docs/benchmarks.md
 	$(BIN)/lab bench collectives --out $(BENCH_OUT)
 	$(BIN)/lab bench recovery --out $(BENCH_OUT)
+	$(BIN)/lab bench goodput --out $(BENCH_OUT)
 	$(BIN)/lab bench detection --out $(BENCH_OUT)
 	$(BIN)/lab bench startup --out $(BENCH_OUT)
 	$(BIN)/lab bench overhead --out $(BENCH_OUT)

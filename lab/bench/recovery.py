@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from lab.bench import TRIALS, gloo_abort
-from lab.bench.recovery_styles import STYLES, trial
+from lab.bench.recovery_styles import STEP_TIME, STYLES, trial
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.errors import LabError
 from lab.runtimes.local import HOSTS
@@ -70,7 +70,14 @@ def run(args, out_dir: Path) -> BenchResult:
         }
         for s in styles
     }
-    return BenchResult("recovery", this_command(), report(args, rows, abort), {"styles": rows, "gloo_abort": abort})
+    saves = [d["checkpoint_s"] for ds in details.values() for d in ds if d["checkpoint_s"] is not None]
+    checkpoint_s = statistics.median(saves) if saves else None
+    return BenchResult(
+        "recovery",
+        this_command(),
+        report(args, rows, abort),
+        {"styles": rows, "checkpoint_s": checkpoint_s, "step_s": STEP_TIME, "gloo_abort": abort},
+    )
 
 
 def report(args, rows: dict, abort: dict) -> list[str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -60,9 +61,11 @@ def kill_and_time(events_dir: Path, timeout_s: float = 180) -> tuple[float, dict
         after = [e for e in events if e["event"] == "step" and e["restart"] >= 1]
         if after:
             first = min(after, key=lambda e: e["time"])
+            saves = [e["seconds"] for e in events if e["event"] == "checkpoint_saved"]
             details = {
                 "stages": stages(events, observe.agent_events(events_dir), killed),
                 "work_lost_steps": steps_done_twice(events, killed, first["step"]),
+                "checkpoint_s": statistics.median(saves) if saves else None,  # what one save blocks a rank for
             }
             return first["time"] - killed, details
         time.sleep(0.02)

@@ -1,6 +1,6 @@
 """`lab bench NAME`: the lab's benchmarks, each measured side by side with its reference.
 
-    lab bench collectives | recovery | detection | startup | overhead [--out DIR]
+    lab bench collectives | recovery | goodput | detection | startup | overhead [--out DIR]
     lab bench docs [--out DIR] [--output docs/benchmarks.md]
 
 Each benchmark prints its progress and table, and saves NAME.json (its command, figures
@@ -13,13 +13,14 @@ import argparse
 import time
 from pathlib import Path
 
-from lab.bench import collectives, detection, overhead, recovery, startup
+from lab.bench import collectives, detection, goodput, overhead, recovery, startup
 from lab.bench.docs import machine, write_page
 from lab.options import Option
 
 BENCHES = {
     "collectives": collectives,
     "recovery": recovery,
+    "goodput": goodput,
     "detection": detection,
     "startup": startup,
     "overhead": overhead,
@@ -28,7 +29,7 @@ OUT = Option("--out", "where results go (default %(default)s)", "bench-results")
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("bench", help="measure collectives, recovery, start-up and exporter overhead")
+    parser = sub.add_parser("bench", help="measure collectives, recovery (and its goodput at scale), start-up and exporter overhead")
     benches = parser.add_subparsers(dest="bench", required=True, parser_class=type(parser))
     for name, module in BENCHES.items():
         p = benches.add_parser(name, help=(module.__doc__ or "").splitlines()[0].split(": ", 1)[-1])
