@@ -7,6 +7,7 @@ redone, and the job ends with weights bit-identical to an uninterrupted run.
 
     lab exercise run kill-worker [--target-rank 1] [--at-step 25]
     lab exercise run kill-worker --torch-defaults    # the upstream restart failure
+    lab exercise run kill-worker --rdzv-backend lab  # the tuned restart (lab.node.fast_rendezvous)
 
 Look for: in the node logs, "failed (exitcode: -9)" and "will restart worker group";
 in the events, restart 1's checkpoint_loaded; in Prometheus, `lab_agent_restarts_used`
@@ -29,6 +30,7 @@ import signal
 
 from lab.exercises import observe
 from lab.exercises.engine import aimed, paced_trainer
+from lab.options import Option
 from lab.report import Report
 from lab.topology import Topology
 
@@ -39,6 +41,16 @@ STEPS, CKPT_EVERY = 60, 10
 LATE_START_S = 4.0
 
 
+OPTIONS = (
+    Option(
+        "--rdzv-backend",
+        "c10d (torch's) or lab (the lab's fixed-size rendezvous, the tuned restart; docs/exercises.md)",
+        "c10d",
+        choices=("c10d", "lab"),
+    ),
+)
+
+
 def topology(options) -> Topology:
     # --torch-defaults: a failing round waits the process-group timeout in gloo's connect retry.
     return Topology(
@@ -46,6 +58,7 @@ def topology(options) -> Topology:
         nproc_per_node=2,
         max_restarts=2,
         torch_defaults=options.torch_defaults,
+        rdzv_backend=options.own.get("rdzv_backend") or "c10d",
         pg_timeout_s=10 if options.torch_defaults else Topology.pg_timeout_s,
     )
 

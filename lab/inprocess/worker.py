@@ -31,7 +31,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from lab.health.events import EventLog
-from lab.workloads.trainer import make_dataset, make_model
+from lab.workloads.trainer import make_dataset, make_model, params_checksum
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -160,7 +160,7 @@ def main(argv=None) -> None:
             os.environ["TORCHELASTIC_RESTART_COUNT"] = str(generation)
             events = EventLog(args.events_dir, rank, args.local_rank)
     dist.destroy_process_group()
-    events.write("exit", reason="completed", step=step)
+    events.write("exit", reason="completed", step=step, checksum=params_checksum(model).hex())
 
 
 if __name__ == "__main__":

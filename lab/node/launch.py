@@ -112,6 +112,11 @@ def main(argv: list[str] | None = None) -> None:
     from lab.node import fast_rendezvous
 
     fast_rendezvous.register()
+    if any(a in ("--rdzv-backend=lab", "--rdzv_backend=lab") for a in torchrun_argv):
+        log(
+            "[lab.node.launch] rendezvous: the lab's backend for fixed-size jobs (lab/node/fast_rendezvous.py): "
+            "agents wake on the store instead of torch's 1 s poll; node 0 hosts each round's worker store"
+        )
     preimport_for_agent(log)
     if flags.preload_workers:
         from lab.node.preload import preload_workers
