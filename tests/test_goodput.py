@@ -1,0 +1,92 @@
+"""`lab bench goodput`: the ETTR model against hand-computed values and its known optimum,
+and the command on a saved recovery result: table, plot, one-line errors."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from lab.bench import goodput
+
+
+def test_ettr_is_the_first_order_model():
+    # T = 90 s of training, C = 10 s to save, R = 20 s to recover, M = 1000 s between failures:
+    # each failure loses R + (T + C) / 2 = 70 s; ETTR = 0.9 * (1 - 70 / 1000).
+    assert goodput.ettr(90, 10, 20, 1000) == pytest.approx(0.9 * 0.93)
+    # In-process: a failure loses R plus the step in flight, not half a period.
+    assert goodput.ettr(90, 10, 20, 1000, lost_s=1) == pytest.approx(0.9 * (1 - 21 / 1000))
+    assert goodput.ettr(1, 10, 2000, 1000) == 0.0  # never negative
+
+
+def test_the_best_interval_is_youngs_when_recovery_is_negligible():
+    checkpoint_s, mttf_s = 30.0, 3 * 3600.0
+    interval, best = goodput.best_interval(checkpoint_s, 0.0, mttf_s)
+    assert interval == pytest.approx(math.sqrt(2 * checkpoint_s * mttf_s), rel=0.05)
+    assert best == pytest.approx(goodput.ettr(interval, checkpoint_s, 0.0, mttf_s))
+    # A slower recovery never helps, and a bigger job (shorter MTTF) always loses more.
+    assert goodput.best_interval(checkpoint_s, 60.0, mttf_s)[1] < best
+    assert goodput.best_interval(checkpoint_s, 0.0, mttf_s / 16)[1] < best
+
+
+def test_the_gpu_mttf_comes_from_the_llama3_count():
+    assert goodput.GPU_MTTF_HOURS == pytest.approx(16384 * 54 * 24 / 419)
+    assert goodput.GPU_MTTF_HOURS / 16384 == pytest.approx(3.09, abs=0.01)  # one interruption per ~3 h
+
+
+def recovery_result(path, **styles):
+    figures = {
+        "styles": {name: {"median_s": seconds} for name, seconds in styles.items()},
+        "checkpoint_s": 0.5,
+        "step_s": 0.1,
+    }
+    path.write_text(json.dumps({"name": "recovery", "command": "lab bench recovery", "markdown": [], "figures": figures}))
+
+
+def bench(tmp_path, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "lab", "bench", "goodput", "--out", str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_projection_from_a_saved_recovery_result(tmp_path):
+    recovery_result(tmp_path / "recovery.json", **{"bare torchrun": 7.0, "tuned": 0.7, "in-process": 0.2})
+    out = bench(tmp_path)
+    assert out.returncode == 0, out.stderr
+    saved = json.loads((tmp_path / "goodput.json").read_text())
+    rows = saved["figures"]["rows"]
+    assert {(r["gpus"], r["style"]) for r in rows} == {(g, s) for g in (1024, 16384, 100000) for s in goodput.STYLES}
+    for gpus in (1024, 16384, 100000):
+        by_style = {r["style"]: r["ettr"] for r in rows if r["gpus"] == gpus}
+        assert by_style["bare torchrun"] < by_style["tuned"] < by_style["in-process"]
+    table = [line for line in out.stdout.splitlines() if line.startswith("| 16,384 |")]
+    assert len(table) == 3 and "3.1 h" in table[0]
+    assert (tmp_path / "goodput.png").read_bytes()[:4] == b"\x89PNG"
+    assert "The Llama 3 Herd of Models" in out.stdout  # the source is on the page
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "message"),
+    [
+        (None, [], "run `lab bench recovery` first"),
+        ("garbage", [], "is not a result of `lab bench recovery`"),
+        ("partial", [], "lacks the styles in-process"),
+        ("full", ["--checkpoint-s", "-1"], "--checkpoint-s must be positive"),
+        ("full", ["--gpu-mttf-hours", "0"], "--gpu-mttf-hours must be positive"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, setup, args, message):
+    path = tmp_path / "recovery.json"
+    if setup == "garbage":
+        path.write_text("not json")
+    elif setup == "partial":
+        recovery_result(path, **{"bare torchrun": 7.0, "tuned": 0.7})
+    elif setup == "full":
+        recovery_result(path, **{"bare torchrun": 7.0, "tuned": 0.7, "in-process": 0.2})
+    out = bench(tmp_path, *args)
+    assert out.returncode != 0
+    assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
