@@ -87,7 +87,9 @@ class Topology:
         _one_of("backend", self.backend, BACKENDS)
         _one_of("rdzv_backend", self.rdzv_backend, RDZV_BACKENDS)
         if self.rdzv_backend == "lab" and self.min_nodes:
-            raise TopologyError("rdzv_backend lab is for fixed-size jobs; an elastic job (min_nodes) needs c10d or etcd-v2")
+            raise TopologyError(
+                "rdzv_backend lab is for fixed-size jobs; an elastic job (min_nodes) needs c10d or etcd-v2"
+            )
         if not self.rdzv_host:
             raise TopologyError("rdzv_host must not be empty")
         if not 1 <= self.rdzv_port <= 65535:

@@ -113,4 +113,3 @@ def test_the_topology_renders_the_node_rank_and_refuses_elastic():
     assert "node_rank=1" in conf and "is_host" not in conf
     with pytest.raises(TopologyError, match="fixed-size"):
         Topology(nodes=2, min_nodes=1, rdzv_backend="lab")
-

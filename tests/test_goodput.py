@@ -41,7 +41,9 @@ def recovery_result(path, **styles):
         "checkpoint_s": 0.5,
         "step_s": 0.1,
     }
-    path.write_text(json.dumps({"name": "recovery", "command": "lab bench recovery", "markdown": [], "figures": figures}))
+    path.write_text(
+        json.dumps({"name": "recovery", "command": "lab bench recovery", "markdown": [], "figures": figures})
+    )
 
 
 def bench(tmp_path, *args):

@@ -49,7 +49,9 @@ def _rank(rank: int, port: int, method: str, results) -> None:
     except RuntimeError as e:
         outcome = str(e).splitlines()[0][-120:]
     waited = time.monotonic() - started
-    results.put({"method": method, "abort_s": abort_took[0] if abort_took else None, "collective_s": waited, "outcome": outcome})
+    results.put(
+        {"method": method, "abort_s": abort_took[0] if abort_took else None, "collective_s": waited, "outcome": outcome}
+    )
 
 
 def probe(method: str = "abort") -> dict:

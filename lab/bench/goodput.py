@@ -45,7 +45,9 @@ SOURCES = [
 ]
 
 
-def ettr(interval_s: float, checkpoint_s: float, recovery_s: float, mttf_s: float, lost_s: float | None = None) -> float:
+def ettr(
+    interval_s: float, checkpoint_s: float, recovery_s: float, mttf_s: float, lost_s: float | None = None
+) -> float:
     """The share of wall time kept as training; lost_s: work lost per failure (default half a period)."""
     period = interval_s + checkpoint_s
     lost = recovery_s + (period / 2 if lost_s is None else lost_s)
@@ -101,6 +103,7 @@ def run(args, out_dir: Path) -> BenchResult:
     path = Path(args.recovery) if args.recovery else out_dir / "recovery.json"
     figures = load_recovery(path)
     checkpoint_s = args.checkpoint_s or figures.get("checkpoint_s")
+    source = "--checkpoint-s" if args.checkpoint_s else "the trainer's, measured"
     if not checkpoint_s:
         raise LabError(f"{path} has no checkpoint time: give --checkpoint-s")
     rows = project(figures, checkpoint_s, args.gpu_mttf_hours)
@@ -109,22 +112,30 @@ def run(args, out_dir: Path) -> BenchResult:
     return BenchResult(
         "goodput",
         this_command(),
-        report(rows, checkpoint_s, args.gpu_mttf_hours, path),
+        report(rows, checkpoint_s, source, args.gpu_mttf_hours, path),
         {"checkpoint_s": checkpoint_s, "gpu_mttf_hours": args.gpu_mttf_hours, "rows": rows},
         ["goodput.png"],
     )
 
 
 def duration(seconds: float) -> str:
-    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+    return (
+        f"{seconds:.1f} s"
+        if seconds < 120
+        else f"{seconds / 60:.1f} min"
+        if seconds < 7200
+        else f"{seconds / 3600:.1f} h"
+    )
 
 
-def report(rows: list[dict], checkpoint_s: float, gpu_mttf_hours: float, path: Path) -> list[str]:
+def report(
+    rows: list[dict], checkpoint_s: float, checkpoint_source: str, gpu_mttf_hours: float, path: Path
+) -> list[str]:
     lines = [
         f"The effective training time ratio (ETTR) of one job, projected from `lab bench recovery` ({path.name}): "
-        f"its median kill-to-first-step per style, and a checkpoint save that blocks training {checkpoint_s * 1000:.1f} ms "
-        f"(the trainer's, measured). Job MTTF = {gpu_mttf_hours:,.0f} GPU-hours / N (from Llama 3's interruption "
-        "count). The checkpoint interval is the one that maximises ETTR for each row.",
+        f"its median kill-to-first-step per style, and a checkpoint save that blocks training "
+        f"{checkpoint_s * 1000:.1f} ms ({checkpoint_source}). Job MTTF = {gpu_mttf_hours:,.0f} GPU-hours / N "
+        "(from Llama 3's interruption count). The checkpoint interval is the one that maximises ETTR for each row.",
         "",
         "| GPUs | job MTTF | recovery style | recovery | best checkpoint interval | ETTR | lost to failures |",
         "|---|---|---|---|---|---|---|",

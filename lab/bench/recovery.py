@@ -101,7 +101,9 @@ def report(args, rows: dict, abort: dict) -> list[str]:
         lines.append(goal_line(f"a tuned torchrun restart under {GOAL_S:g} s", tuned < GOAL_S, f"{tuned:.2f} s"))
     if "tuned" in rows and "bare torchrun" in rows:
         bare = rows["bare torchrun"]["median_s"]
-        lines.append(f"- The tuned restart takes {100 * rows['tuned']['median_s'] / bare:.0f}% of bare torchrun's time.")
+        lines.append(
+            f"- The tuned restart takes {100 * rows['tuned']['median_s'] / bare:.0f}% of bare torchrun's time."
+        )
     lines += [
         f"- gloo's ProcessGroup.abort() on a collective waiting for a hung peer: abort() returned in "
         f"{abort['abort_s'] * 1000:.2f} ms and the all_reduce still waited {abort['collective_s']:.2f} s, its "

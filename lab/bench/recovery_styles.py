@@ -36,10 +36,11 @@ from lab.workloads import script_path
 
 STEPS, STEP_TIME, KILL_AT = 40, 0.1, 25
 TRAINER_ARGS = ["--steps", str(STEPS), "--ckpt-every", "10", "--step-time", str(STEP_TIME)]
+BASE = Topology(nodes=2, nproc_per_node=2, max_restarts=2)
 LAB_STYLES = {
-    "spawn restart": {"worker_start": "spawn"},
-    "preloaded": {"worker_start": "preload"},
-    "tuned": {"worker_start": "preload", "rdzv_backend": "lab"},
+    "spawn restart": BASE.replace(worker_start="spawn"),
+    "preloaded": BASE.replace(worker_start="preload"),
+    "tuned": BASE.replace(worker_start="preload", rdzv_backend="lab"),
 }
 STYLES = ("bare torchrun", *LAB_STYLES, "in-process")
 
@@ -93,18 +94,15 @@ def steps_done_twice(events: list[dict], killed: float, first_after: int) -> int
 
 def lab_trial(tmp: Path, hosts: str, style: str) -> tuple[float, dict]:
     runtime = LocalRuntime(RunDir(tmp / "lab-run"), hosts=hosts, monitoring="off", log=lambda m: None)
-    topology = Topology(nodes=2, nproc_per_node=2, max_restarts=2, **LAB_STYLES[style])
     try:
-        runtime.up(topology, script_path("trainer"), TRAINER_ARGS)
+        runtime.up(LAB_STYLES[style], script_path("trainer"), TRAINER_ARGS)
         return kill_and_time(runtime.run_dir.path / "events")
     finally:
         runtime.down(grace_s=5)
 
 
 def in_session(argv: list[str], env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen(
-        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def stop_sessions(procs: list[subprocess.Popen]) -> None:

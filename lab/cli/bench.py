@@ -29,7 +29,9 @@ OUT = Option("--out", "where results go (default %(default)s)", "bench-results")
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("bench", help="measure collectives, recovery (and its goodput at scale), start-up and exporter overhead")
+    parser = sub.add_parser(
+        "bench", help="measure collectives, recovery (and its goodput at scale), start-up and exporter overhead"
+    )
     benches = parser.add_subparsers(dest="bench", required=True, parser_class=type(parser))
     for name, module in BENCHES.items():
         p = benches.add_parser(name, help=(module.__doc__ or "").splitlines()[0].split(": ", 1)[-1])

@@ -62,7 +62,9 @@ class Generations:
         started = time.monotonic()
         self.generation = generation
         prefixed = dist.PrefixStore(f"gen{generation}/", self.store)
-        dist.init_process_group("gloo", store=prefixed, rank=self.rank, world_size=self.world_size, timeout=self.timeout)
+        dist.init_process_group(
+            "gloo", store=prefixed, rank=self.rank, world_size=self.world_size, timeout=self.timeout
+        )
         return time.monotonic() - started
 
     def leave_and_wait_for_next(self) -> int:

@@ -125,7 +125,9 @@ class FastRendezvous(RendezvousHandler):
 
 def create_handler(params: RendezvousParameters) -> RendezvousHandler:
     if params.min_nodes != params.max_nodes:
-        raise ValueError(f"the lab rendezvous is for fixed-size jobs; got --nnodes={params.min_nodes}:{params.max_nodes}")
+        raise ValueError(
+            f"the lab rendezvous is for fixed-size jobs; got --nnodes={params.min_nodes}:{params.max_nodes}"
+        )
     node_rank = params.config.get("node_rank")
     if node_rank is None:
         raise ValueError("the lab rendezvous needs the node's rank: --rdzv-conf=node_rank=N")
