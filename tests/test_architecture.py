@@ -21,7 +21,7 @@ LAYERS = [
     ("lab.exercises", "lab.lessons"),
     ("lab.report", "lab.job", "lab.results", "lab.why"),
     ("lab.runtimes",),
-    ("lab.node", "lab.progress"),
+    ("lab.node", "lab.inprocess", "lab.progress"),
     ("lab.workloads",),
     ("lab.health",),
     ("lab.options",),
@@ -98,17 +98,17 @@ def test_the_import_graph_has_no_cycle():
 
 
 def test_the_node_side_never_imports_the_controller():
-    """lab.node, lab.workloads and lab.health run inside images without Ray or the CLI."""
+    """lab.node, lab.inprocess, lab.workloads and lab.health run inside images without Ray or the CLI."""
     controller = ("lab.cli", "lab.bench", "lab.exercises", "lab.lessons", "lab.runtimes", "lab.soak")
     for src, dsts in GRAPH.items():
-        if src.startswith(("lab.node", "lab.workloads", "lab.health")):
+        if src.startswith(("lab.node", "lab.inprocess", "lab.workloads", "lab.health")):
             assert not [d for d in dsts if d.startswith(controller)], src
 
 
 def declared_flags() -> list[str]:
-    """Every flag the `lab` command declares. The scripts a node runs (lab.node, lab.workloads, the
+    """Every flag the `lab` command declares. The scripts a node runs (lab.node, lab.inprocess, lab.workloads, the
     collectives worker) are programs of their own, with their own command lines."""
-    own_programs = ("lab/node/", "lab/workloads/", "lab/bench/collectives_worker.py")
+    own_programs = ("lab/node/", "lab/inprocess/", "lab/workloads/", "lab/bench/collectives_worker.py")
     flags = []
     for path in LAB.rglob("*.py"):
         if not str(path.relative_to(REPO)).startswith(own_programs):

@@ -91,6 +91,7 @@ def report(args, rows: dict, abort: dict) -> list[str]:
     ]
     for style, row in rows.items():
         stages = ", ".join(f"{k} {v:.2f}" for k, v in row["stages"].items() if k != "total")
+        stages = stages or "(none recorded: torch writes no agent events)"
         lines.append(
             f"| {style} | {row['median_s']:.2f} s | {min(row['trials_s']):.2f}-{max(row['trials_s']):.2f} "
             f"| {row['work_lost_steps']:g} | {stages} |"

@@ -30,7 +30,7 @@ import signal
 
 from lab.exercises import observe
 from lab.exercises.engine import aimed, paced_trainer
-from lab.options import Option
+from lab.options import RDZV_BACKEND
 from lab.report import Report
 from lab.topology import Topology
 
@@ -42,10 +42,9 @@ LATE_START_S = 4.0
 
 
 OPTIONS = (
-    Option(
-        "--rdzv-backend",
-        "c10d (torch's) or lab (the lab's fixed-size rendezvous, the tuned restart; docs/exercises.md)",
-        "c10d",
+    RDZV_BACKEND.but(
+        help="c10d (torch's) or lab (the lab's fixed-size rendezvous: the tuned restart, docs/exercises.md); "
+        "default %(default)s",
         choices=("c10d", "lab"),
     ),
 )
