@@ -16,6 +16,7 @@ from pathlib import Path
 
 from lab import job
 from lab.bench import bandwidth, ceiling
+from lab.bench.plots import figure
 from lab.bench.result import BenchResult, this_command
 from lab.errors import LabError
 from lab.options import BACKEND, NODES, NPROC_PER_NODE, add_all
@@ -150,26 +151,15 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 
 def plot(rows: list[dict], memcpy: float, tcp: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for op in dict.fromkeys(r["op"] for r in rows):
-        good = [r for r in rows if r["op"] == op and not r["error"]]
-        ax.plot([r["bytes"] for r in good], [r["busbw"] / 1e9 for r in good], marker="o", label=op)
-    ax.axhline(memcpy / 1e9, color="grey", linestyle="--", label=f"memory copy {memcpy / 1e9:.1f} GB/s")
-    ax.axhline(tcp / 1e9, color="black", linestyle=":", label=f"TCP stream {tcp / 1e9:.1f} GB/s")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("bus bandwidth (GB/s)")
-    ax.set_title("collective bus bandwidth (nccl-tests definitions)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    labels = {"xlabel": "message size (bytes)", "ylabel": "bus bandwidth (GB/s)"}
+    with figure(path, title="collective bus bandwidth (nccl-tests definitions)", **labels) as ax:
+        for op in dict.fromkeys(r["op"] for r in rows):
+            good = [r for r in rows if r["op"] == op and not r["error"]]
+            ax.plot([r["bytes"] for r in good], [r["busbw"] / 1e9 for r in good], marker="o", label=op)
+        ax.axhline(memcpy / 1e9, color="grey", linestyle="--", label=f"memory copy {memcpy / 1e9:.1f} GB/s")
+        ax.axhline(tcp / 1e9, color="black", linestyle=":", label=f"TCP stream {tcp / 1e9:.1f} GB/s")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
 
 
 def gigabytes(value: float | None) -> str:

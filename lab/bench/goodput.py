@@ -28,6 +28,7 @@ import json
 import math
 from pathlib import Path
 
+from lab.bench.plots import figure
 from lab.bench.result import BenchResult, this_command
 from lab.errors import LabError
 
@@ -164,32 +165,16 @@ def report(
 
 
 def plot(rows: list[dict], figures: dict, checkpoint_s: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for gpus, color in zip(SCALES, ("tab:blue", "tab:orange", "tab:red"), strict=True):
-        mttf_s = next(r["mttf_s"] for r in rows if r["gpus"] == gpus)
-        intervals = [10 ** (k / 50) for k in range(0, int(50 * math.log10(mttf_s)) + 1)]
-        for style, dash in (("bare torchrun", ":"), ("tuned", "-")):
-            recovery_s = figures["styles"][style]["median_s"]
-            ax.plot(
-                intervals,
-                [100 * ettr(t, checkpoint_s, recovery_s, mttf_s) for t in intervals],
-                linestyle=dash,
-                color=color,
-                label=f"{gpus:,} GPUs, {style}",
-            )
-        best = next(r for r in rows if r["gpus"] == gpus and r["style"] == "tuned")
-        ax.plot([best["interval_s"]], [100 * best["ettr"]], marker="o", color=color)
-    ax.set_xscale("log")
-    ax.set_ylim(90, 100.2)
-    ax.set_xlabel("checkpoint interval (s)")
-    ax.set_ylabel("effective training time ratio (%)")
-    ax.set_title("ETTR against the checkpoint interval (dots: the best interval, tuned restart)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    title = "ETTR against the checkpoint interval (dots: the best interval, tuned restart)"
+    with figure(path, xlabel="checkpoint interval (s)", ylabel="effective training time ratio (%)", title=title) as ax:
+        for gpus, color in zip(SCALES, ("tab:blue", "tab:orange", "tab:red"), strict=True):
+            mttf_s = next(r["mttf_s"] for r in rows if r["gpus"] == gpus)
+            intervals = [10 ** (k / 50) for k in range(0, int(50 * math.log10(mttf_s)) + 1)]
+            for style, dash in (("bare torchrun", ":"), ("tuned", "-")):
+                recovery_s = figures["styles"][style]["median_s"]
+                curve = [100 * ettr(t, checkpoint_s, recovery_s, mttf_s) for t in intervals]
+                ax.plot(intervals, curve, linestyle=dash, color=color, label=f"{gpus:,} GPUs, {style}")
+            best = next(r for r in rows if r["gpus"] == gpus and r["style"] == "tuned")
+            ax.plot([best["interval_s"]], [100 * best["ettr"]], marker="o", color=color)
+        ax.set_xscale("log")
+        ax.set_ylim(min(90.0, 100 * min(r["ettr"] for r in rows) - 5), 100.2)
