@@ -18,7 +18,7 @@ restart works. `--torch-defaults` leaves it unset, to show the failure.
 
 Two more things make a restart faster, both printed when they apply:
 
-- The agent imports torch._dynamo in a background thread at start. torch's log formatter
+- The agent imports torch._dynamo in a background thread once its workers run. torch's log formatter
   (TorchLogsFormatter) imports it the first time a torch logger formats an exception, and
   torchelastic logs every worker failure with its exception: without this the agent spends
   0.7 s of every first restart importing it between seeing the failure and acting on it.
@@ -117,7 +117,6 @@ def main(argv: list[str] | None = None) -> None:
             "[lab.node.launch] rendezvous: the lab's backend for fixed-size jobs (lab/node/fast_rendezvous.py): "
             "agents wake on the store instead of torch's 1 s poll; node 0 hosts each round's worker store"
         )
-    preimport_for_agent(log)
     if flags.preload_workers:
         from lab.node.preload import preload_workers
 
@@ -126,15 +125,18 @@ def main(argv: list[str] | None = None) -> None:
         from lab.node import worker_record
 
         worker_record.install(os.environ["LAB_WORKERS_FILE"])
-    start_agent_exporter(torchrun_argv, log)
+    start_agent_exporter(torchrun_argv, log, on_running=lambda: preimport_for_agent(log))
     torchrun_main(torchrun_argv)
 
 
-# What the agent imports in the background at start (see the module's docstring).
+# What the agent imports in the background once its workers run (see the module docstring).
 AGENT_PREIMPORTS = ("torch._dynamo",)
 
 
 def preimport_for_agent(log) -> None:
+    """Import AGENT_PREIMPORTS in a thread, once the workers run. Not earlier: the agent's
+    main thread then only watches its workers and imports nothing, so the two threads
+    never import the same modules at once (circular imports across threads can deadlock)."""
     import importlib
     import threading
 
@@ -149,7 +151,7 @@ def preimport_for_agent(log) -> None:
     )
 
 
-def start_agent_exporter(torchrun_argv: list[str], log) -> None:
+def start_agent_exporter(torchrun_argv: list[str], log, on_running=None) -> None:
     """Record the agent's events (LAB_EVENTS_DIR) and export its health (LAB_AGENT_METRICS_PORT)."""
     import socket
     from pathlib import Path
@@ -166,7 +168,8 @@ def start_agent_exporter(torchrun_argv: list[str], log) -> None:
     metrics = (
         agent_exporter.AgentMetrics(node=node, max_restarts=parse_args(torchrun_argv).max_restarts) if port else None
     )
-    agent_exporter.install(metrics, Path(events_dir) / f"agent-{node}.jsonl" if events_dir else None, node)
+    events = Path(events_dir) / f"agent-{node}.jsonl" if events_dir else None
+    agent_exporter.install(metrics, events, node, on_running)
     if metrics is None:
         return
     try:
