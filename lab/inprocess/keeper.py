@@ -8,9 +8,10 @@ Node 0's keeper hosts the job's TCPStore. Each keeper starts its P ranks
 assignment. It waits on its children, so a rank's death is seen the moment it happens:
 the keeper then bumps the job's generation in the store, gives the dead rank's place to
 the spare, opens the new generation (`genG/open`, which the surviving ranks wait on) and
-starts the next spare; a spare that dies while it waits is replaced too. The survivors are never stopped. The keeper ends with 0 once every
-rank it holds finished, and stops its children when it is stopped (or dies: they get
-SIGKILL from the kernel, PR_SET_PDEATHSIG).
+starts the next spare; a spare that dies while it waits is replaced too. The survivors
+are never stopped. The keeper ends with 0 once every rank it holds finished, and stops
+its children when it is stopped (or dies: they get SIGKILL from the kernel,
+PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
