@@ -3,18 +3,13 @@ rank, the tuned restart (the lab rendezvous backend) in the kill-worker drill on
 hosts, and the gloo abort finding the docs state."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import needs_netns
 
-from lab.bench import free_port, gloo_abort
-from lab.bench.recovery_styles import steps_done_twice
+from lab.bench import gloo_abort
+from lab.bench.recovery_styles import kill_and_time, start_keepers, steps_done_twice, stop_sessions
 from lab.health.events import read_events
 
 pytestmark = pytest.mark.slow
@@ -23,35 +18,13 @@ STEPS = 24
 
 def run_keepers(events: Path, kill_rank: int | None = None, at_step: int = 8) -> list[dict]:
     """A 2 x 2 in-process job on loopback; SIGKILL kill_rank at at_step. Its events, once it ends."""
-    port = free_port()
-    keepers = [
-        subprocess.Popen(
-            [
-                *(sys.executable, "-m", "lab.inprocess.keeper", f"--store=127.0.0.1:{port}", f"--node-rank={i}"),
-                *("--nodes=2", "--nproc-per-node=2", f"--events-dir={events}"),
-                *("--", f"--steps={STEPS}", "--step-time=0.05"),
-            ],
-            start_new_session=True,
-        )
-        for i in range(2)
-    ]
+    keepers = start_keepers(events, steps=STEPS, step_time=0.05)
     try:
         if kill_rank is not None:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                seen = list(read_events(events)) if events.exists() else []
-                if any(e["event"] == "step" and e["rank"] == kill_rank and e["step"] >= at_step for e in seen):
-                    break
-                time.sleep(0.02)
-            victim = next(e["pid"] for e in seen if e["event"] == "start" and e["rank"] == kill_rank)
-            os.kill(victim, signal.SIGKILL)
+            kill_and_time(events, rank=kill_rank, at_step=at_step, timeout_s=120)
         assert [k.wait(120) for k in keepers] == [0, 0]
     finally:
-        for k in keepers:
-            try:
-                os.killpg(k.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        stop_sessions(keepers)
     return list(read_events(events))
 
 

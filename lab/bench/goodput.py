@@ -55,9 +55,14 @@ def ettr(
     return max(0.0, interval_s / period * (1 - lost / mttf_s))
 
 
+def intervals(mttf_s: float, per_decade: int) -> list[float]:
+    """Checkpoint intervals from 1 s to the MTTF, evenly spaced on a log scale."""
+    return [10 ** (k / per_decade) for k in range(0, int(per_decade * math.log10(mttf_s)) + 1)]
+
+
 def best_interval(checkpoint_s: float, recovery_s: float, mttf_s: float, lost_s: float | None = None):
     """(the checkpoint interval with the highest ETTR, that ETTR), over a fine log grid up to M."""
-    grid = [10 ** (k / 200) for k in range(0, int(200 * math.log10(mttf_s)) + 1)]
+    grid = intervals(mttf_s, per_decade=200)
     return max(((t, ettr(t, checkpoint_s, recovery_s, mttf_s, lost_s)) for t in grid), key=lambda p: p[1])
 
 
@@ -169,11 +174,11 @@ def plot(rows: list[dict], figures: dict, checkpoint_s: float, path: Path) -> No
     with figure(path, xlabel="checkpoint interval (s)", ylabel="effective training time ratio (%)", title=title) as ax:
         for gpus, color in zip(SCALES, ("tab:blue", "tab:orange", "tab:red"), strict=True):
             mttf_s = next(r["mttf_s"] for r in rows if r["gpus"] == gpus)
-            intervals = [10 ** (k / 50) for k in range(0, int(50 * math.log10(mttf_s)) + 1)]
+            xs = intervals(mttf_s, per_decade=50)
             for style, dash in (("bare torchrun", ":"), ("tuned", "-")):
                 recovery_s = figures["styles"][style]["median_s"]
-                curve = [100 * ettr(t, checkpoint_s, recovery_s, mttf_s) for t in intervals]
-                ax.plot(intervals, curve, linestyle=dash, color=color, label=f"{gpus:,} GPUs, {style}")
+                curve = [100 * ettr(t, checkpoint_s, recovery_s, mttf_s) for t in xs]
+                ax.plot(xs, curve, linestyle=dash, color=color, label=f"{gpus:,} GPUs, {style}")
             best = next(r for r in rows if r["gpus"] == gpus and r["style"] == "tuned")
             ax.plot([best["interval_s"]], [100 * best["ettr"]], marker="o", color=color)
         ax.set_xscale("log")

@@ -45,16 +45,18 @@ LAB_STYLES = {
 STYLES = ("bare torchrun", *LAB_STYLES, "in-process")
 
 
-def kill_and_time(events_dir: Path, timeout_s: float = 180) -> tuple[float, dict]:
-    """Kill rank 1's worker at step KILL_AT; (seconds to the recovered group's first step, details)."""
+def kill_and_time(
+    events_dir: Path, rank: int = 1, at_step: int = KILL_AT, timeout_s: float = 180
+) -> tuple[float, dict]:
+    """SIGKILL rank's worker at at_step; (seconds to the recovered group's first step, details)."""
     deadline = time.monotonic() + timeout_s
     events: list[dict] = []
     while time.monotonic() < deadline:
         events = list(read_events(events_dir)) if events_dir.exists() else []
-        if any(e["event"] == "step" and e["rank"] == 1 and e["step"] >= KILL_AT for e in events):
+        if any(e["event"] == "step" and e["rank"] == rank and e["step"] >= at_step for e in events):
             break
-        time.sleep(0.05)
-    pid = next(e["pid"] for e in reversed(events) if e["event"] == "start" and e["rank"] == 1)
+        time.sleep(0.02)
+    pid = next(e["pid"] for e in reversed(events) if e["event"] == "start" and e["rank"] == rank)
     killed = time.time()
     os.kill(pid, signal.SIGKILL)
     while time.monotonic() < deadline:
@@ -137,18 +139,23 @@ def bare_trial(tmp: Path) -> tuple[float, dict]:
         stop_sessions(agents)
 
 
-def in_process_trial(tmp: Path) -> tuple[float, dict]:
-    events, port = tmp / f"inprocess-events-{time.time()}", free_port()
-    keepers = [
+def start_keepers(events: Path, steps: int = STEPS, step_time: float = STEP_TIME) -> list[subprocess.Popen]:
+    """An in-process-recovery job of 2 x 2 on loopback: one keeper per node, each in its own session."""
+    port = free_port()
+    return [
         in_session(
             [
                 *(sys.executable, "-m", "lab.inprocess.keeper", f"--store=127.0.0.1:{port}", f"--node-rank={i}"),
                 *("--nodes=2", "--nproc-per-node=2", f"--events-dir={events}"),
-                *("--", f"--steps={STEPS}", f"--step-time={STEP_TIME}"),
+                *("--", f"--steps={steps}", f"--step-time={step_time}"),
             ]
         )
         for i in range(2)
     ]
+
+
+def in_process_trial(tmp: Path) -> tuple[float, dict]:
+    keepers = start_keepers(events := tmp / f"inprocess-events-{time.time()}")
     try:
         return kill_and_time(events)
     finally:

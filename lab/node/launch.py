@@ -108,11 +108,12 @@ def main(argv: list[str] | None = None) -> None:
 
     # Imported late: torch takes seconds to import and the flags above need none of it.
     from torch.distributed.run import main as torchrun_main
+    from torch.distributed.run import parse_args
 
     from lab.node import fast_rendezvous
 
     fast_rendezvous.register()
-    if any(a in ("--rdzv-backend=lab", "--rdzv_backend=lab") for a in torchrun_argv):
+    if parse_args(torchrun_argv).rdzv_backend == fast_rendezvous.NAME:
         log(
             "[lab.node.launch] rendezvous: the lab's backend for fixed-size jobs (lab/node/fast_rendezvous.py): "
             "agents wake on the store instead of torch's 1 s poll; node 0 hosts each round's worker store"
