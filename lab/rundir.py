@@ -4,31 +4,47 @@
 process the lab starts carries MARKER=<run dir> in its environment, so `lab down`
 finds them even when this state was never written (the `lab` process was killed).
 
-The lab runs as root and deletes what it made, so it must be sure what it made. A
-run dir is the lab's only when the lab created it: `claim` makes it (mode 0700, never
-through a symlink) and writes an ownership mark (`.torchrun-lab`: owner uid and a
-random lab id). Every verb checks the directory first (`check`) and refuses, in one
-line, a symlink, a directory of another uid, or one that holds files but no mark.
-`remove` deletes only the entries the lab itself writes, never following a link.
-The lab id names everything the lab makes outside the run dir (hosts, bridges,
-containers, networks), so two labs with different run dirs run side by side.
+Every entry point opens the run dir the same way (lab.options.run_dir_from_args):
+`check` refuses, in one line, what the lab must not touch (lab.ownership says what
+and why); commands that write there (`lab up`, `lab run`, every drill and lesson,
+their reports) `claim` it, so whichever comes first makes it, mode 0700 with its mark;
+commands that start jobs also `hold` it, so a second one waits its turn in words
+instead of racing. `remove` deletes only the entries the lab writes, through a file
+descriptor on the directory it checked, never following a link. The lab id in the
+mark names everything the lab makes outside the run dir (hosts, bridges, containers,
+networks), so two labs with different run dirs run side by side.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
-import secrets
 import shutil
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.ownership import (
+    MARK_FILE,
+    PICK_ANOTHER,
+    Mark,
+    check_dir,
+    check_parents,
+    check_private,
+    create_marked,
+    new_lab_id,
+    open_dir,
+    read_mark,
+    write_mark,
+)
+
+__all__ = ["MARKER", "NODE_MARKER", "MARK_FILE", "LAB_ENTRIES", "RunDir", "default_path", "new_lab_id"]
 
 MARKER = "TORCHRUN_LAB_RUN_DIR"
 NODE_MARKER = "TORCHRUN_LAB_NODE"
-MARK_FILE = ".torchrun-lab"
 # What the lab writes at the top of a run dir; `remove` deletes these and nothing else.
 LAB_ENTRIES = (
     "state.json",
@@ -43,6 +59,7 @@ LAB_ENTRIES = (
     "work",
     "userns.log",
 )
+REPORTS = "reports"
 
 
 def default_path() -> Path:
@@ -61,11 +78,14 @@ def default_path() -> Path:
 
 class RunDir:
     def __init__(self, path: str | os.PathLike | None = None):
+        if path is not None and not str(path):
+            raise LabError('--run-dir is empty (an unset variable?): name a directory, or leave it out for the default')
         given = path or os.environ.get("LAB_RUN_DIR")
         raw = Path(os.path.abspath(given)) if given else default_path()
         # Resolve the parents, never the run dir itself: a symlink there must be seen, not followed.
         self.path = raw.parent.resolve() / raw.name if raw.name else raw
         self._provisional_id: str | None = None
+        self._held: int | None = None  # the fd `hold` keeps locked
 
     # Ownership ---------------------------------------------------------------------------
 
@@ -73,83 +93,89 @@ class RunDir:
     def mark_file(self) -> Path:
         return self.path / MARK_FILE
 
-    def read_mark(self) -> dict | None:
-        try:
-            fd = os.open(self.mark_file, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
+    def mark(self) -> Mark | None:
+        """The checked mark (None when the dir or its mark is missing); a forged one is refused."""
+        if not os.path.lexists(self.path):
             return None
-        with os.fdopen(fd) as f:
-            try:
-                mark = json.load(f)
-            except ValueError:
-                return None
-        return mark if isinstance(mark, dict) and isinstance(mark.get("lab_id"), str) else None
+        fd = open_dir(self.path)
+        try:
+            return read_mark(fd, self.path)
+        finally:
+            os.close(fd)
 
     def check(self) -> None:
         """Refuse, in one line, a run dir the lab must not touch. A missing one is fine."""
+        check_parents(self.path)
         try:
             info = os.lstat(self.path)
         except FileNotFoundError:
             return
         except OSError as e:
             raise LabError(f"run dir {self.path}: {e.strerror}") from None
-        if stat.S_ISLNK(info.st_mode):
-            raise LabError(
-                f"run dir {self.path} is a symlink; the lab never follows one it did not make (pick another --run-dir)"
-            )
-        if not stat.S_ISDIR(info.st_mode):
-            raise LabError(f"run dir {self.path} exists and is not a directory (pick another --run-dir)")
-        if info.st_uid != os.geteuid():
-            raise LabError(
-                f"run dir {self.path} belongs to uid {info.st_uid}, not to you (uid {os.geteuid()}); "
-                "pick another --run-dir"
-            )
-        mark = self.read_mark()
-        if mark is None and any(True for _ in os.scandir(self.path)):
-            raise LabError(
-                f"run dir {self.path} holds files the lab did not make (no {MARK_FILE} mark); "
-                "pick an empty or new --run-dir"
-            )
-        if mark is not None and mark.get("uid") != os.geteuid():
-            raise LabError(f"run dir {self.path} was made by uid {mark.get('uid')}, not by you; pick another --run-dir")
-
-    def claim(self) -> str:
-        """Make the run dir (0700, not through a link) and its mark, or check it is ours; returns the lab id."""
-        self.check()
-        mark = self.read_mark()
-        if mark is not None:
-            return mark["lab_id"]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        check_dir(info, self.path)
+        fd = open_dir(self.path)
         try:
-            os.mkdir(self.path, 0o700)
-        except FileExistsError:
-            pass  # an empty dir of ours (check passed): adopt it
-        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        try:
-            os.fchmod(fd, 0o700)
-            lab_id = self._provisional_id or new_lab_id()
-            body = json.dumps({"uid": os.geteuid(), "lab_id": lab_id}).encode()
-            mark_fd = os.open(MARK_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
-            with os.fdopen(mark_fd, "wb") as f:
-                f.write(body)
+            mark = read_mark(fd, self.path)
+            if mark is not None:
+                check_private(os.fstat(fd), self.path)
+            elif not _older_labs(os.listdir(fd)):
+                raise LabError(
+                    f"run dir {self.path} holds files the lab did not make (no {MARK_FILE} mark); {PICK_ANOTHER} "
+                    "(a new path: the lab makes it)"
+                )
         finally:
             os.close(fd)
-        self.check()  # the path could have been swapped for a link between mkdir and open
-        return lab_id
+
+    def claim(self) -> str:
+        """Make the run dir (0700, its mark inside from the first moment) or check it is ours;
+        returns the lab id. Called by every command that writes here, whichever comes first."""
+        self.check()
+        if not os.path.lexists(self.path):
+            create_marked(self.path, self._provisional_id or new_lab_id())  # False: another command was first
+        fd = open_dir(self.path)
+        try:
+            check_dir(os.fstat(fd), self.path)
+            mark = read_mark(fd, self.path)
+            if mark is None:
+                mark = _adopt_older_labs(fd, self.path)
+            elif mark.dir is None:  # an older lab's mark: from now on it names this directory
+                os.unlink(MARK_FILE, dir_fd=fd)
+                mark = write_mark(fd, mark.lab_id)
+            check_private(os.fstat(fd), self.path)
+            return mark.lab_id
+        finally:
+            os.close(fd)
+
+    def hold(self) -> None:
+        """Keep every other command that starts jobs out of this run dir until this process
+        ends: two `lab up`s, two lessons, a lesson beside a drill. Claims the dir first."""
+        if self._held is not None:
+            return
+        self.claim()
+        fd = open_dir(self.path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LabError(
+                f"another lab command is using run dir {self.path} right now (starting a lab, a drill or a "
+                "lesson); wait for it to end, or stop it with `lab down`"
+            ) from None
+        self._held = fd
 
     @property
     def lab_id(self) -> str:
         """The id that names the lab's hosts, containers and networks. Before `claim` (a dry
         run), a provisional one that claim will then use."""
-        mark = self.read_mark()
+        mark = self.mark()
         if mark is not None:
-            return mark["lab_id"]
+            return mark.lab_id
         if self._provisional_id is None:
             self._provisional_id = new_lab_id()
         return self._provisional_id
 
     def is_marked(self) -> bool:
-        return self.read_mark() is not None
+        return self.mark() is not None
 
     # State -------------------------------------------------------------------------------
 
@@ -168,23 +194,36 @@ class RunDir:
     def write_state(self, state: dict) -> None:
         """Atomically: a reader in another shell never sees half a file."""
         self.claim()
-        tmp = self.path / "state.tmp"
-        tmp.unlink(missing_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(state, indent=2))
-        os.replace(tmp, self.state_file)
+        fd = open_dir(self.path)
+        try:
+            try:
+                os.unlink("state.tmp", dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            tmp = os.open("state.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
+            with os.fdopen(tmp, "w") as f:
+                f.write(json.dumps(state, indent=2))
+            os.replace("state.tmp", "state.json", src_dir_fd=fd, dst_dir_fd=fd)
+        finally:
+            os.close(fd)
 
     @property
     def reports(self) -> Path:
-        """Exercise reports: the one thing `lab down` keeps."""
-        return self.path / "reports"
+        """Exercise reports: the one thing `lab down` keeps (read it with this; write with reports_dir)."""
+        return self.path / REPORTS
+
+    def reports_dir(self) -> Path:
+        """The reports folder, made (0700, not through a link) in a claimed run dir."""
+        self.claim()
+        try:
+            os.mkdir(self.reports, 0o700)
+        except FileExistsError:
+            check_dir(os.lstat(self.reports), self.reports)
+        return self.reports
 
     def exists(self) -> bool:
         """True while the run directory holds anything of the lab's besides reports."""
-        return self.is_marked() and any(
-            (self.path / name).is_symlink() or (self.path / name).exists() for name in LAB_ENTRIES
-        )
+        return self.is_marked() and any(os.path.lexists(self.path / name) for name in LAB_ENTRIES)
 
     def take_down(self) -> list[str]:
         """`lab down`'s last step: remove what the lab wrote here; says so when there was any."""
@@ -193,30 +232,62 @@ class RunDir:
         return [f"run dir {self.path}"] if had else []
 
     def remove(self) -> list[str]:
-        """Delete what the lab wrote here (never a link's target); keep reports and anything
-        else. The dir itself goes when nothing else is left. Returns what it left behind."""
-        if not self.is_marked():
+        """Delete what the lab wrote here (never a link's target), through an fd on the directory
+        whose mark was checked; keep reports and anything else. The dir itself goes when nothing
+        else is left and no command of this process holds it. Returns what it left behind."""
+        if not os.path.lexists(self.path):
             return []
-        for name in LAB_ENTRIES:
-            entry = self.path / name
-            try:
-                info = os.lstat(entry)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISDIR(info.st_mode):
-                shutil.rmtree(entry, ignore_errors=True)  # fd-based on Linux: links inside are unlinked, not followed
-            else:
-                entry.unlink(missing_ok=True)
-        left = sorted(p.name for p in self.path.iterdir() if p.name != MARK_FILE)
-        if not left:
-            self.mark_file.unlink(missing_ok=True)
-            try:
-                self.path.rmdir()
-            except OSError:
-                pass
-        return left
+        fd = open_dir(self.path)
+        try:
+            if read_mark(fd, self.path) is None:
+                return []
+            for name in LAB_ENTRIES:
+                _remove_entry(fd, name)
+            left = sorted(name for name in os.listdir(fd) if name != MARK_FILE)
+            if not left and self._held is None:
+                os.unlink(MARK_FILE, dir_fd=fd)
+                try:
+                    os.rmdir(self.path)
+                except OSError:
+                    pass
+            return left
+        finally:
+            os.close(fd)
 
 
-def new_lab_id() -> str:
-    """Five hex digits: short enough for Linux's 15-character interface names."""
-    return secrets.token_hex(3)[:5]
+def _remove_entry(dir_fd: int, name: str) -> None:
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd, ignore_errors=True)  # fd-based: links inside are unlinked, not followed
+    else:
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def _older_labs(names: list[str]) -> bool:
+    """An unmarked dir an older lab left (its lessons wrote reports after removing the mark),
+    or an empty one. Nothing here is ever deleted: `lab down` keeps reports."""
+    return set(names) <= {REPORTS}
+
+
+def _adopt_older_labs(fd: int, path: Path) -> Mark:
+    """A run dir of ours without a mark: an older lab's (it wrote reports before its mark) is
+    marked and made private, saying so; an empty one is someone's, refused."""
+    names = os.listdir(fd)
+    if not names:
+        raise LabError(
+            f"run dir {path} exists and is empty, but the lab did not make it; the lab makes its own run dir: "
+            f"`rmdir {path}` or {PICK_ANOTHER}"
+        )
+    if not _older_labs(names) or stat.S_IMODE(os.fstat(fd).st_mode) & 0o022:
+        raise LabError(f"run dir {path} holds files the lab did not make (no {MARK_FILE} mark); {PICK_ANOTHER}")
+    os.fchmod(fd, 0o700)
+    mark = write_mark(fd, new_lab_id())
+    print(
+        f"note: run dir {path} was left by an older lab without a mark ({', '.join(sorted(names))}); "
+        "it is marked as the lab's now (mode 0700), its reports kept",
+        file=sys.stderr,
+    )
+    return mark

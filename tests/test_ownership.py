@@ -128,7 +128,8 @@ def test_a_new_run_dir_is_made_private_with_a_mark(tmp_path):
     info = os.lstat(run.path)
     assert stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.geteuid()
     mark = json.loads((run.path / MARK_FILE).read_text())
-    assert mark == {"uid": os.geteuid(), "lab_id": lab_id} and len(lab_id) == 5
+    here = os.lstat(run.path)
+    assert mark == {"uid": os.geteuid(), "lab_id": lab_id, "dir": [here.st_dev, here.st_ino]} and len(lab_id) == 5
     assert RunDir(tmp_path / "deep" / "run").claim() == lab_id, "a second claim adopts the lab's own dir"
     assert RunDir(tmp_path / "other").claim() != lab_id or RunDir(tmp_path / "third").claim() != lab_id
 

@@ -86,7 +86,7 @@ def handle_explain(args: argparse.Namespace) -> int:
 
 def report_dir(args: argparse.Namespace, run_dir: RunDir) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(args.report_dir) if args.report_dir else run_dir.reports / f"{args.name}-{stamp}"
+    return Path(args.report_dir) if args.report_dir else run_dir.reports_dir() / f"{args.name}-{stamp}"
 
 
 def handle_drill(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ def start(
     if args.dry_run:
         print(runtime.plan(topology, script, script_args), end="")
         return None
-    runtimes.refuse_if_running(runtime, log)
+    runtimes.begin_job(runtime, log)
     try:
         topology, nodes = runtime.up(topology, script, script_args)
     except BaseException:

@@ -27,8 +27,7 @@ def register(sub) -> None:
 
 def save(run_dir: RunDir, card: why.Card) -> str:
     """Keep the card where `lab down` leaves it (the reports); returns its path."""
-    path = run_dir.reports / f"why-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = run_dir.reports_dir() / f"why-{time.strftime('%Y%m%d-%H%M%S')}.json"
     files.write_text(path, json.dumps({**card.to_json(), "text": card.text()}, indent=2) + "\n")
     return str(path)
 

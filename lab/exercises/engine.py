@@ -175,8 +175,8 @@ def run_drill(
     topology = exercise.topology(options)
     runtime.check()  # before Ray starts: a runtime that cannot run here says so first
     run_dir = runtime.run_dir
-    runtimes.refuse_if_running(runtime, runtime.log)  # this run dir's lab; other labs are left alone
-    lab_id = run_dir.claim()
+    runtimes.begin_job(runtime, runtime.log)  # this run dir's lab; other labs are left alone
+    lab_id = run_dir.lab_id
     # Ray's own processes inherit the lab's mark, so `lab down` finds them after a crash too.
     os.environ[MARKER] = str(run_dir.path)
     drill = None
@@ -190,14 +190,17 @@ def run_drill(
         if ray_address:
             connect(ray_address)
         else:
-            # A fresh local instance of this drill's own, reachable on loopback only.
+            # A fresh local instance of this drill's own, node address 127.0.0.1 (its gRPC
+            # servers still listen on every interface: see the README).
             ray.init(
                 address="local",
                 num_cpus=2,
                 include_dashboard=False,
                 log_to_driver=False,
                 configure_logging=False,
-                _temp_dir=ray_tmp,
+                # Ray makes what it puts there world-writable (0777, no sticky bit); inside
+                # ray_tmp (0700, which Ray never touches) no other user can reach it.
+                _temp_dir=os.path.join(ray_tmp, "r"),
                 _node_ip_address="127.0.0.1",
             )
         for sig, handler in handlers.items():

@@ -79,9 +79,12 @@ def for_run_dir(run_dir: RunDir, log: Log = print) -> Runtime:
     return create(state.get("runtime", AUTO), run_dir, log=log)
 
 
-def refuse_if_running(runtime: Runtime, log: Callable[[str], None]) -> None:
-    """Refuse while a lab of this run directory runs, on whatever runtime started it; clean up
-    what a crashed one left (the recorded runtime's, then this runtime's own leftovers)."""
+def begin_job(runtime: Runtime, log: Callable[[str], None]) -> None:
+    """What every command that starts jobs does first (`lab up`, `lab run`, drills, lessons,
+    script drills): claim and hold the run dir (a second such command is refused in one line),
+    refuse while a lab of this run directory runs, on whatever runtime started it, and clean
+    up what a crashed one left (the recorded runtime's, then this runtime's own leftovers)."""
+    runtime.run_dir.hold()
     # Only a recorded lab can be another runtime's; with none, this runtime clears its own leftovers.
     previous = for_run_dir(runtime.run_dir, log=log) if runtime.run_dir.read_state() else runtime
     if any(node.exit_code() is None for node in previous.attach()):
