@@ -129,9 +129,7 @@ def check_dir(info: os.stat_result, path: Path) -> None:
     if not stat.S_ISDIR(info.st_mode):
         raise LabError(f"run dir {path} exists and is not a directory ({PICK_ANOTHER})")
     if info.st_uid != os.geteuid():
-        raise LabError(
-            f"run dir {path} belongs to uid {info.st_uid}, not to you (uid {os.geteuid()}); {PICK_ANOTHER}"
-        )
+        raise LabError(f"run dir {path} belongs to uid {info.st_uid}, not to you (uid {os.geteuid()}); {PICK_ANOTHER}")
 
 
 def check_private(info: os.stat_result, path: Path) -> None:

@@ -79,7 +79,7 @@ def default_path() -> Path:
 class RunDir:
     def __init__(self, path: str | os.PathLike | None = None):
         if path is not None and not str(path):
-            raise LabError('--run-dir is empty (an unset variable?): name a directory, or leave it out for the default')
+            raise LabError("--run-dir is empty (an unset variable?): name a directory, or leave it out for the default")
         given = path or os.environ.get("LAB_RUN_DIR")
         raw = Path(os.path.abspath(given)) if given else default_path()
         # Resolve the parents, never the run dir itself: a symlink there must be seen, not followed.

@@ -142,7 +142,9 @@ def handle_matrix(args: argparse.Namespace) -> int:
     if unknown or not names:
         raise LabError(f"--faults: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(available)}")
     run_dir = run_dir_from_args(args)
-    out_dir = Path(args.report_dir) if args.report_dir else run_dir.reports_dir() / f"matrix-{time.strftime('%Y%m%d-%H%M%S')}"
+    out_dir = (
+        Path(args.report_dir) if args.report_dir else run_dir.reports_dir() / f"matrix-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     result = run(args, [available[n] for n in names], out_dir, reference=True)
     print(script_matrix.markdown(result.to_json()), end="")
     print(f"matrix: {out_dir / 'matrix.html'} (and matrix.json, matrix.md)")

@@ -40,7 +40,9 @@ def start(directory: Path, address: str, port: int, run_dir: str, timeout_s: flo
     exe = check_installed()
     directory.mkdir(parents=True, exist_ok=True)
     client = f"http://{address}:{port}"
-    peer = f"http://127.0.0.1:{port + 1}"  # a single-member cluster: peers only on loopback
+    # A single-member cluster: the peer port on the same fenced address (lab.runtimes.fence), never
+    # on loopback, where every local user could reach it.
+    peer = f"http://{address}:{port + 1}"
     argv = [
         exe,
         "--name=lab",

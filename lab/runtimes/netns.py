@@ -11,7 +11,8 @@ Four things must be right for torchrun to work across them (measured, DESIGN.md)
 - which node hosts the c10d store is said explicitly (see Topology.torchrun_args);
 - DNS must fail fast (see _create_host);
 - once dockerd has run, the FORWARD policy is DROP and silently drops bridged
-  traffic, so the lab inserts an ACCEPT rule for its bridge.
+  traffic, so the lab accepts its bridge's own traffic (lab.runtimes.fence, which also
+  keeps every other user of this machine away from the lab's ports).
 
 Every name carries the lab id of the run dir (lab.rundir), and each lab takes a /24 of
 10.213.0.0/16 that no interface uses yet: two labs run side by side, and a lab removes
@@ -22,18 +23,16 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from lab.errors import LabError
-from lab.runtimes import subnets
+from lab.runtimes import fence, subnets
 
 PREFIX = "tlab"  # every namespace and link of every lab starts with it
 SUPERNET = ipaddress.ip_network("10.213.0.0/16")
-RULE_COMMENT = "torchrun-lab"
 NETNS_ETC = Path("/etc/netns")
 TIMEOUT_S = 30  # every ip/iptables call; iptables -w waits at most this for the xtables lock
 
@@ -50,9 +49,9 @@ def unavailable_reason() -> str | None:
     """Why netns hosts cannot be built here, or None when they can."""
     if os.geteuid() != 0:
         return "not running as root"
-    for tool in ("ip", "unshare"):
+    for tool in ("ip", "unshare", "iptables"):
         if shutil.which(tool) is None:
-            return f"`{tool}` is not installed (apt-get install iproute2 util-linux)"
+            return f"`{tool}` is not installed (apt-get install iproute2 util-linux iptables)"
     return None
 
 
@@ -70,10 +69,6 @@ class LabNet:
     @property
     def gateway(self) -> str:
         return f"{self.subnet}.1"
-
-    @property
-    def rule_comment(self) -> str:
-        return f"{RULE_COMMENT}:{self.lab_id}"
 
     def host(self, index: int) -> Host:
         return Host(
@@ -95,7 +90,7 @@ class LabNet:
             _ip("link", "add", self.bridge, "type", "bridge")
             _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
-            self._allow_bridge_forwarding()
+            fence.install(self.lab_id, f"{self.subnet}.0/24", self.bridge)
             for i, host in enumerate(hosts):
                 self._create_host(i, host, _hosts_file(hosts, i, aliases or {}, own_aliases or {}))
         except BaseException:
@@ -122,28 +117,6 @@ class LabNet:
         # (as ::ffff:a.b.c.d, which /etc/hosts does not list), and a DNS server that cannot
         # answer costs 10 s per lookup. Asking loopback fails at once instead.
         (etc / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
-
-    def _allow_bridge_forwarding(self) -> None:
-        if shutil.which("iptables") is None:
-            return  # no firewall tool, so nothing of ours can be dropping the bridge's traffic
-        _run(
-            "iptables",
-            "-w",
-            str(TIMEOUT_S),
-            "-I",
-            "FORWARD",
-            "1",
-            "-i",
-            self.bridge,
-            "-o",
-            self.bridge,
-            "-m",
-            "comment",
-            "--comment",
-            self.rule_comment,
-            "-j",
-            "ACCEPT",
-        )
 
     def leftovers(self) -> list[str]:
         """Everything of this lab's that exists now: netns, links, iptables rules, /etc/netns dirs."""
@@ -192,7 +165,7 @@ def leftovers(lab_id: str | None = None) -> list[str]:
     """What exists now of one lab (or of every lab, lab_id None): netns, links, rules, /etc/netns dirs."""
     found = [f"netns {ns}" for ns in _lab_namespaces(lab_id)]
     found += [f"link {link}" for link in _lab_links(lab_id)]
-    found += [f"iptables rule {rule}" for rule in _lab_rules(lab_id)]
+    found += [f"iptables rule {rule}" for rule in fence.find(lab_id)]
     found += [f"dir {d}" for d in _lab_etc_dirs(lab_id)]
     return found
 
@@ -208,8 +181,8 @@ def destroy(lab_id: str) -> list[str]:
         _out("ip", "netns", "del", ns)
     for link in _lab_links(lab_id):
         _out("ip", "link", "del", link)
-    for rule in _lab_rules(lab_id):
-        _out("iptables", "-w", str(TIMEOUT_S), "-D", *shlex.split(rule)[1:])
+    if lab_id:
+        fence.remove(lab_id)
     for d in _lab_etc_dirs(lab_id):
         shutil.rmtree(d, ignore_errors=True)
     return removed
@@ -234,19 +207,6 @@ def _lab_links(lab_id: str | None) -> list[str]:
     if lab_id:
         return [n for n in names if n.startswith(f"{PREFIX}{lab_id}")]  # ids have one length: no prefix clash
     return [n for n in names if n.startswith(PREFIX) and not n.startswith(f"{PREFIX}-")]
-
-
-def _lab_rules(lab_id: str | None) -> list[str]:
-    if shutil.which("iptables") is None:
-        return []
-    out = _out("iptables", "-w", str(TIMEOUT_S), "-S", "FORWARD")
-    found = []
-    for line in out.splitlines():
-        words = shlex.split(line)  # iptables quotes the comment: "torchrun-lab:<id>"
-        comment = words[words.index("--comment") + 1] if "--comment" in words[:-1] else ""
-        if comment == f"{RULE_COMMENT}:{lab_id}" or (lab_id is None and comment.startswith(f"{RULE_COMMENT}:")):
-            found.append(line)
-    return found
 
 
 def _lab_etc_dirs(lab_id: str | None) -> list[Path]:

@@ -1,0 +1,88 @@
+"""No other user of this machine reaches a lab's control ports (lab.runtimes.fence).
+
+The root agents unpickle what node 0's c10d store and the lab's etcd hand them, so a
+local user who could write there would run code as root. These start real netns labs
+and connect as uid 65534 (nobody, through setpriv), as root, and from a network
+namespace that is not the lab's, routed through the host."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+from conftest import needs_netns
+
+from lab.runtimes import fence
+
+pytestmark = [pytest.mark.slow, needs_netns]
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def reach(host: str, port: int, prefix: tuple[str, ...] = ()) -> str:
+    """'open', or 'closed' and why: a TCP connect by bash itself (no interpreter nobody may lack)."""
+    probe = f"exec 3<>/dev/tcp/{host}/{port} && echo open"
+    done = subprocess.run([*prefix, "timeout", "5", "bash", "-c", probe], capture_output=True, text=True, timeout=30)
+    return done.stdout.strip() if done.returncode == 0 else f"closed {done.stderr.strip() or done.returncode}"
+
+
+def wait_open(host: str, port: int, timeout_s: float = 60) -> None:
+    """Root reaches it (the lab's own tools do) once the agent listens."""
+    deadline = time.monotonic() + timeout_s
+    while reach(host, port) != "open":
+        assert time.monotonic() < deadline, f"{host}:{port} never opened"
+        time.sleep(0.5)
+
+
+def start_detached(lab, *flags: str) -> dict:
+    out = lab("up", "--detach", "--prometheus", "off", *flags, "--workload", "trainer", "--",
+              "--steps", "3000", "--step-time", "0.1")  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads((lab.run_dir / "state.json").read_text())
+
+
+@pytest.fixture
+def foreign_netns():
+    """A namespace of someone else's, with a route to every 10.213.x.x lab through the host."""
+    name, outside = f"fencetest-{os.getpid()}", f"fto{os.getpid() % 100000}"
+    ip = ["ip"]
+    subprocess.run([*ip, "netns", "add", name], check=True)
+    try:
+        subprocess.run([*ip, "link", "add", outside, "type", "veth", "peer", "name", "fti0", "netns", name], check=True)
+        subprocess.run([*ip, "addr", "add", "10.214.254.1/30", "dev", outside], check=True)
+        subprocess.run([*ip, "link", "set", outside, "up"], check=True)
+        inside = [*ip, "-n", name]
+        subprocess.run([*inside, "addr", "add", "10.214.254.2/30", "dev", "fti0"], check=True)
+        subprocess.run([*inside, "link", "set", "fti0", "up"], check=True)
+        subprocess.run([*inside, "route", "add", "default", "via", "10.214.254.1"], check=True)
+        yield ("ip", "netns", "exec", name)
+    finally:
+        subprocess.run([*ip, "link", "del", outside], capture_output=True)
+        subprocess.run([*ip, "netns", "del", name], capture_output=True)
+
+
+def test_the_c10d_store_is_fenced_from_other_users_and_other_networks(lab, foreign_netns):
+    state = start_detached(lab)
+    node0 = state["nodes"][0]["address"]
+    port = state["topology"]["rdzv_port"]
+    wait_open(node0, port)
+    assert reach(node0, port, tuple(NOBODY)).startswith("closed")
+    assert reach(node0, port, foreign_netns).startswith("closed")
+    rules = fence.find(state["lab_id"])
+    assert any("OUTPUT" in r for r in rules) and any("FORWARD" in r for r in rules)
+    assert lab("down").returncode == 0
+    assert fence.find(state["lab_id"]) == []
+
+
+@pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd-server is not installed (make host-deps)")
+def test_the_labs_etcd_is_fenced_from_other_users(lab):
+    state = start_detached(lab, "--rdzv-backend", "etcd-v2")
+    gateway = state["nodes"][0]["address"].rsplit(".", 1)[0] + ".1"
+    port = state["topology"]["rdzv_port"]
+    wait_open(gateway, port)
+    for client_or_peer in (port, port + 1):
+        assert reach(gateway, client_or_peer, tuple(NOBODY)).startswith("closed")
+        assert reach("127.0.0.1", client_or_peer, tuple(NOBODY)).startswith("closed")
