@@ -85,7 +85,7 @@ class RunDir:
         # Resolve the parents, never the run dir itself: a symlink there must be seen, not followed.
         self.path = raw.parent.resolve() / raw.name if raw.name else raw
         self._provisional_id: str | None = None
-        self._held: int | None = None  # the fd `hold` keeps locked
+        self._held: int | None = None  # the fd `hold` keeps locked (on the directory as it is now)
 
     # Ownership ---------------------------------------------------------------------------
 
@@ -142,16 +142,29 @@ class RunDir:
                 os.unlink(MARK_FILE, dir_fd=fd)
                 mark = write_mark(fd, mark.lab_id)
             check_private(os.fstat(fd), self.path)
-            return mark.lab_id
         finally:
             os.close(fd)
+        if self._held is not None:
+            self._relock()
+        return mark.lab_id
 
     def hold(self) -> None:
         """Keep every other command that starts jobs out of this run dir until this process
-        ends: two `lab up`s, two lessons, a lesson beside a drill. Claims the dir first."""
-        if self._held is not None:
-            return
-        self.claim()
+        ends: two `lab up`s, two lessons, a lesson beside a drill. Claims the dir first. The
+        hold follows the run dir when `lab down` removed it and a later step made it anew."""
+        if self._held is None:
+            self.claim()
+            self._lock()
+
+    def _relock(self) -> None:
+        assert self._held is not None
+        held, now = os.fstat(self._held), os.lstat(self.path)
+        if (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino):
+            os.close(self._held)
+            self._held = None
+            self._lock()
+
+    def _lock(self) -> None:
         fd = open_dir(self.path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -234,7 +247,7 @@ class RunDir:
     def remove(self) -> list[str]:
         """Delete what the lab wrote here (never a link's target), through an fd on the directory
         whose mark was checked; keep reports and anything else. The dir itself goes when nothing
-        else is left and no command of this process holds it. Returns what it left behind."""
+        else is left. Returns what it left behind."""
         if not os.path.lexists(self.path):
             return []
         fd = open_dir(self.path)
@@ -244,7 +257,7 @@ class RunDir:
             for name in LAB_ENTRIES:
                 _remove_entry(fd, name)
             left = sorted(name for name in os.listdir(fd) if name != MARK_FILE)
-            if not left and self._held is None:
+            if not left:
                 os.unlink(MARK_FILE, dir_fd=fd)
                 try:
                     os.rmdir(self.path)

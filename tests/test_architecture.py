@@ -26,7 +26,7 @@ LAYERS = [
     ("lab.health",),
     ("lab.options",),
     ("lab.topology", "lab.gpus"),
-    ("lab.rundir", "lab.procs", "lab.files", "lab.errors"),
+    ("lab.rundir", "lab.ownership", "lab.procs", "lab.files", "lab.errors"),
 ]
 
 

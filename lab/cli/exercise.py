@@ -86,7 +86,14 @@ def handle_explain(args: argparse.Namespace) -> int:
 
 def report_dir(args: argparse.Namespace, run_dir: RunDir) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(args.report_dir) if args.report_dir else run_dir.reports_dir() / f"{args.name}-{stamp}"
+    return Path(args.report_dir) if args.report_dir else run_dir.reports / f"{args.name}-{stamp}"
+
+
+def write_report(report: Report, where: Path, run_dir: RunDir, events: list[dict]) -> None:
+    """Into the run dir's reports (claimed then: bad input never makes a run dir) or --report-dir."""
+    if where.is_relative_to(run_dir.reports):
+        run_dir.reports_dir()
+    report.write(where, events)
 
 
 def handle_drill(args: argparse.Namespace) -> int:
@@ -102,7 +109,7 @@ def handle_drill(args: argparse.Namespace) -> int:
     runtime = runtimes.from_args(args, run_dir)
 
     def finish(report: Report, drill: Drill) -> None:
-        report.write(where, drill.events())
+        write_report(report, where, run_dir, drill.events())
 
     report = run_drill(args.exercise, options, runtime, ray_address=args.ray_address, on_report=finish)
     report.summary()
@@ -116,7 +123,7 @@ def handle_lesson(args: argparse.Namespace) -> int:
     run_dir = run_dir_from_args(args)
     where = report_dir(args, run_dir)
     report = run_lesson(args.exercise, args.hosts, run_dir)
-    report.write(where, [])
+    write_report(report, where, run_dir, [])
     report.summary()
     print(f"report: {where / 'report.json'}")
     return 1 if report.verdict == "fail" else 0

@@ -82,6 +82,8 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
     for fault in faults:
         options_for(args, fault)  # every row's flags checked before the first run starts
     run_dir = run_dir_from_args(args)
+    if out_dir.is_relative_to(run_dir.reports):  # claimed once every flag is checked
+        run_dir.reports_dir()
     rows = len(faults) + (1 if reference else 0)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns) as bar:
@@ -142,9 +144,7 @@ def handle_matrix(args: argparse.Namespace) -> int:
     if unknown or not names:
         raise LabError(f"--faults: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(available)}")
     run_dir = run_dir_from_args(args)
-    out_dir = (
-        Path(args.report_dir) if args.report_dir else run_dir.reports_dir() / f"matrix-{time.strftime('%Y%m%d-%H%M%S')}"
-    )
+    out_dir = Path(args.report_dir) if args.report_dir else run_dir.reports / f"matrix-{time.strftime('%Y%m%d-%H%M%S')}"
     result = run(args, [available[n] for n in names], out_dir, reference=True)
     print(script_matrix.markdown(result.to_json()), end="")
     print(f"matrix: {out_dir / 'matrix.html'} (and matrix.json, matrix.md)")
