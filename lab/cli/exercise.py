@@ -15,7 +15,7 @@ from types import ModuleType
 
 from lab import exercises, runtimes
 from lab.cli import exercise_script
-from lab.cli.options import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option
+from lab.cli.options import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, add_verbose
 from lab.errors import LabError
 from lab.lessons.runner import DEPTHS, explain, run_lesson
 from lab.options import TORCH_DEFAULTS, add_all, run_dir_from_args
@@ -53,6 +53,7 @@ def add_exercise_parser(names: argparse._SubParsersAction, name: str, module: Mo
         if hasattr(module, "break_script"):
             exercise_script.add_script_options(parser)
         runtimes.add_options(parser, drills_only=True, default="local")
+        add_verbose(parser)
         # A drill needs no Prometheus unless its verdict reads it.
         parser.set_defaults(
             handler=handle_drill,
@@ -111,7 +112,9 @@ def handle_drill(args: argparse.Namespace) -> int:
     def finish(report: Report, drill: Drill) -> None:
         write_report(report, where, run_dir, drill.events())
 
-    report = run_drill(args.exercise, options, runtime, ray_address=args.ray_address, on_report=finish)
+    report = run_drill(
+        args.exercise, options, runtime, ray_address=args.ray_address, on_report=finish, verbose=args.verbose
+    )
     report.summary()
     print(f"report: {where / 'report.json'}, timeline: {where / 'timeline.png'}")
     return 0 if report.verdict == "pass" else 1

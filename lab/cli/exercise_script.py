@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
 from types import ModuleType
 
 from lab import exercises, runtimes
-from lab.cli.options import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option
+from lab.cli.options import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, add_verbose
 from lab.errors import LabError
 from lab.exercises import DrillOptions
 from lab.exercises.script import matrix as script_matrix
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
             topology_for=lambda fault: topology_for(args, fault),
             options_for=lambda fault: options_for(args, fault),
             make_runtime=lambda: runtimes.from_args(args, run_dir),
-            run_drill=run_drill,
+            run_drill=functools.partial(run_drill, verbose=args.verbose),
             out_dir=out_dir,
             ray_address=args.ray_address,
             out=sys.stdout,  # rich's stand-in while the bar shows: the drills' lines print above it
@@ -129,6 +130,7 @@ def register_matrix(verbs: argparse._SubParsersAction) -> None:
     add_all(parser, (FAULTS, TARGET_RANK, AT_STEP, TORCH_DEFAULTS, REPORT_DIR))
     add_script_options(parser)
     runtimes.add_options(parser, drills_only=True, default="local")
+    add_verbose(parser)
     add_run_dir_option(parser)
     parser.set_defaults(handler=handle_matrix, monitoring="off")
 

@@ -31,3 +31,9 @@ def add_topology_options(parser: argparse.ArgumentParser, worker_start: str = "a
     runtimes.add_options(parser)
     DRY_RUN.add_to(parser)
     add_run_dir_option(parser)
+
+
+def add_verbose(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="also show Ray's own notices (kept in the run dir's logs/)"
+    )

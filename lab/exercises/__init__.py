@@ -29,7 +29,7 @@ from typing import Any
 from lab.errors import LabError
 from lab.options import Option
 
-_NOT_DRILLS = ("engine", "observe", "forensics", "script")  # the machinery the drills share; drills on your script
+_NOT_DRILLS = ("engine", "observe", "forensics", "ray_logs", "script")  # the machinery the drills share; drills on your script
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import Any, TextIO, TypeVar
 from lab import runtimes
 from lab.errors import LabError
 from lab.exercises import DrillOptions, observe
+from lab.exercises.ray_logs import ray_notices_to
 from lab.health.events import read_events
 from lab.report import Report
 from lab.rundir import MARKER, RunDir
@@ -156,6 +157,27 @@ class Drill:
         return self.runtime.rerun(self.topology, script_path("trainer"), trainer_args, fresh)
 
 
+def start_ray(ray_address: str | None, ray_tmp: str) -> None:
+    """Join the cluster at ray_address, or start a fresh local instance of the drill's own,
+    node address 127.0.0.1 (its gRPC servers still listen on every interface: see the README)."""
+    import ray
+
+    if ray_address:
+        connect(ray_address)
+        return
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        # Ray makes what it puts there world-writable (0777, no sticky bit); inside
+        # ray_tmp (0700, which Ray never touches) no other user can reach it.
+        _temp_dir=os.path.join(ray_tmp, "r"),
+        _node_ip_address="127.0.0.1",
+    )
+
+
 def run_drill(
     exercise: ModuleType,
     options: DrillOptions,
@@ -163,10 +185,12 @@ def run_drill(
     ray_address: str | None = None,
     on_report: Callable[[Report, Drill], None] | None = None,
     out: TextIO = sys.stdout,
+    verbose: bool = False,
 ) -> Report:
     """Bring the lab up on runtime, run exercise.run(drill, options), hand the report to
     on_report(report, drill) while the events still exist, then tear everything down. Ray
-    drives the drill: the cluster at ray_address, else a local instance of the drill's own."""
+    drives the drill: the cluster at ray_address, else a local instance of the drill's own;
+    Ray's own notices go to the run dir's logs (and to stderr as well when verbose)."""
     import ray
 
     watched = isinstance(runtime, MonitoredRuntime) and runtime.monitoring != "off"
@@ -187,22 +211,8 @@ def run_drill(
     # like Ctrl-C) is put back after it.
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        if ray_address:
-            connect(ray_address)
-        else:
-            # A fresh local instance of this drill's own, node address 127.0.0.1 (its gRPC
-            # servers still listen on every interface: see the README).
-            ray.init(
-                address="local",
-                num_cpus=2,
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-                # Ray makes what it puts there world-writable (0777, no sticky bit); inside
-                # ray_tmp (0700, which Ray never touches) no other user can reach it.
-                _temp_dir=os.path.join(ray_tmp, "r"),
-                _node_ip_address="127.0.0.1",
-            )
+        with ray_notices_to(run_dir.path / "logs" / "ray-driver.log", verbose):
+            start_ray(ray_address, ray_tmp)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         # A user's script (lab.exercises.script) or one of the lab's workloads.
