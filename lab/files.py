@@ -12,6 +12,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from lab.errors import LabError
+
 
 def replace_with(path: Path, write: Callable[[str], None]) -> None:
     """write(temp_path) fills a fresh file beside path; then it takes path's place."""
@@ -29,3 +31,40 @@ def replace_with(path: Path, write: Callable[[str], None]) -> None:
 
 def write_text(path: Path, text: str) -> None:
     replace_with(path, lambda tmp: None if Path(tmp).write_text(text) else None)
+
+
+def write_beneath(root: Path, relative: str, text: str) -> Path:
+    """Write root/relative (made atomically, mode 0644) without following a link anywhere below
+    root: for the folders a container or a node can write into (a node's dir, the events), where
+    a planted link would otherwise make the lab, as root, create or overwrite a file elsewhere."""
+    *folders, name = Path(relative).parts
+    fd = _open_folder(root, None)
+    try:
+        for folder in folders:
+            try:
+                os.mkdir(folder, 0o777, dir_fd=fd)  # as mkdir(1) would: the umask decides
+            except FileExistsError:
+                pass
+            inner = _open_folder(Path(folder), fd, root)
+            os.close(fd)
+            fd = inner
+        tmp = f".{name}.{os.getpid()}.tmp"
+        try:
+            os.unlink(tmp, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+        with os.fdopen(out, "w") as f:
+            f.write(text)
+        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # a link at `name` is replaced, not followed
+    finally:
+        os.close(fd)
+    return root / relative
+
+
+def _open_folder(path: Path, dir_fd: int | None, root: Path | None = None) -> int:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError as e:
+        where = root / path if root else path
+        raise LabError(f"{where}: {e.strerror} (a link planted there is never followed)") from None

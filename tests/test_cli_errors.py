@@ -41,7 +41,9 @@ def test_a_rendezvous_port_in_use_is_named(lab):
         busy.listen()
         port = busy.getsockname()[1]
         out = lab("run", "--hosts", "loopback", "--rdzv-port", str(port), script_path("ddp_train"))
-    assert_one_line_error(out, "port", str(port), "--rdzv-port")
+    # The holder is named as what it is: this test's own process, not a lab.
+    assert_one_line_error(out, "port", str(port), "--rdzv-port", f"pid {os.getpid()}, not a lab")
+    assert "a lab is running" not in out.stderr
 
 
 def test_down_with_nothing_running_says_so_and_succeeds(lab):

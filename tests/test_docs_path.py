@@ -189,7 +189,9 @@ def test_the_same_commands_in_other_orders(reader):
     assert "all 4 ranks hold the same weights" in reader.ok(".venv/bin/lab up").stdout
     # A lesson Ctrl-C'd half way, then lab up: nothing left in the way.
     lesson = reader.popen("lab exercise run no-ddp-drift")
-    assert lesson.stdout is not None and lesson.stdout.readline().startswith("-- ")
+    assert lesson.stdout is not None
+    while not lesson.stdout.readline().startswith("-- "):  # its first job is starting
+        assert lesson.poll() is None, "the lesson ended before its first job"
     lesson.send_signal(signal.SIGINT)
     lesson.communicate(timeout=120)
     reader.ok(".venv/bin/lab up --prometheus off")

@@ -195,3 +195,25 @@ def test_an_unprivileged_user_cannot_plant_a_mark_in_roots_default_run_dir(tmp_p
     assert planter.returncode != 0 and "Permission denied" in planter.stderr
     assert not (run.path / "evil").exists()
     shutil.rmtree(run.path)
+
+
+@pytest.mark.parametrize("planted_at", ["nodes/node0/unslow", "events/forensics"])
+def test_a_link_a_container_plants_is_never_followed_by_the_host(tmp_path, victim, planted_at):
+    """A node's dir and the events are mounted read-write into its container: the host lab's
+    writes there (the straggler's `unslow`, the forensics request) never follow a link."""
+    from lab import files
+    from lab.exercises import forensics
+
+    run = tmp_path / "run"
+    (run / "nodes" / "node0").mkdir(parents=True)
+    (run / "events").mkdir()
+    target = victim / "dir" / "precious"
+    (run / planted_at).symlink_to(victim / "dir" if planted_at.startswith("events") else target)
+    before = snapshot(victim)
+    if planted_at.startswith("nodes"):
+        files.write_beneath(run / "nodes" / "node0", "unslow", "")
+        assert (run / planted_at).is_file() and not (run / planted_at).is_symlink()
+    else:
+        with pytest.raises(LabError, match="never followed"):
+            forensics.collect(run / "events", world_size=2, wait_s=0.1)
+    assert snapshot(victim) == before

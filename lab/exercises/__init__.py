@@ -29,7 +29,13 @@ from typing import Any
 from lab.errors import LabError
 from lab.options import Option
 
-_NOT_DRILLS = ("engine", "observe", "forensics", "ray_logs", "script")  # the machinery the drills share; drills on your script
+_NOT_DRILLS = (
+    "engine",
+    "observe",
+    "forensics",
+    "ray_logs",
+    "script",
+)  # the machinery the drills share; drills on your script
 
 
 @dataclass(frozen=True)

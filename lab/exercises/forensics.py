@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lab import files
 from lab.health.forensics import DIRECTORY
 
 ANSWER_WITHIN_S = 3.0
@@ -24,11 +25,9 @@ LIBRARY = ("/site-packages/", "<frozen", "/lab/health/forensics.py", "/threading
 def collect(events_dir: Path, world_size: int, wait_s: float = ANSWER_WITHIN_S) -> dict[str, Any]:
     """Request dumps, wait up to wait_s for every rank, analyse what came back."""
     directory = events_dir / DIRECTORY
-    directory.mkdir(parents=True, exist_ok=True)
     request = f"{time.time():.6f}"
-    tmp = directory / ".request.tmp"
-    tmp.write_text(request)
-    tmp.replace(directory / "request")
+    # The ranks (in containers too) write into the events folder: no link there is followed.
+    files.write_beneath(events_dir, f"{DIRECTORY}/request", request)
     asked = time.monotonic()
     deadline = asked + wait_s
     dumps: dict[int, dict] = {}

@@ -97,3 +97,4 @@ def begin_job(runtime: Runtime, log: Callable[[str], None]) -> None:
         leftovers += runtime.down(grace_s=2.0)
     if leftovers:
         log(f"removed leftovers of an earlier lab: {', '.join(leftovers)}")
+    runtime.run_dir.claim()  # the clean-up may have removed an empty run dir: the job's is made (and held) anew

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab import files
 from lab.errors import LabError
 from lab.node import worker_record
 from lab.runtimes.base import FaultUnsupported, Node, NodeFiles
@@ -169,7 +170,7 @@ class DockerNode(NodeFiles, Node):
         return pid
 
     def unslow_worker(self) -> None:
-        (self.dir / "unslow").touch()
+        files.write_beneath(self.dir, "unslow", "")  # the container can write there: no link is followed
 
     def kill_node(self) -> None:
         self._running().kill(signal="SIGKILL")
