@@ -172,3 +172,12 @@ def test_a_port_another_lab_holds_names_that_lab(tmp_path):
         proc.kill()
         proc.stdout.close()
         first("down")
+
+
+def test_a_topology_this_machine_cannot_hold_is_refused_before_anything_starts(lab):
+    """240 nodes x 8 workers need hundreds of GiB (lab.runtimes.memory): refused with a size that fits."""
+    for runtime in ("local", "docker"):
+        out = lab("up", "--runtime", runtime, "--nodes", "240", "--nproc-per-node", "8", "--metrics-port", "0",
+                  "--prometheus", "off")  # fmt: skip
+        assert_one_line_error(out, "MiB available", "--nodes")
+        assert not lab.run_dir.exists(), "nothing may be started"

@@ -28,7 +28,7 @@ from lab.health import prometheus
 from lab.options import Option
 from lab.rundir import RunDir
 from lab.runtimes import docker_engine as engine
-from lab.runtimes import subnets
+from lab.runtimes import memory, subnets
 from lab.runtimes.base import Log, MonitoredRuntime, Node
 from lab.runtimes.docker_node import DockerNode, stop_all
 from lab.runtimes.dry_run import plan_text
@@ -128,6 +128,8 @@ class DockerRuntime(MonitoredRuntime):
     def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[DockerNode]]:
         if topology.rdzv_backend != "c10d":
             raise LabError("the docker runtime runs the c10d rendezvous on node0; use --rdzv-backend c10d")
+        if os.environ.get("DOCKER_HOST", "unix://").startswith("unix://"):  # the daemon shares this machine
+            memory.check_fits(topology, "this Docker host")
         docker = self.docker
         engine.require_image(docker, self.image, engine.node_build_hint(self.image))
         note = engine.stale_image_note(docker, self.image)

@@ -22,7 +22,7 @@ from lab.errors import LabError
 from lab.health import prometheus
 from lab.options import Option
 from lab.rundir import MARKER, NODE_MARKER, RunDir
-from lab.runtimes import etcd, netns, userns
+from lab.runtimes import etcd, memory, netns, userns
 from lab.runtimes.base import Log, MonitoredRuntime, Node
 from lab.runtimes.dry_run import plan_text
 from lab.runtimes.local_faults import LocalFaults
@@ -209,6 +209,7 @@ class LocalRuntime(MonitoredRuntime):
         return topology.replace(rdzv_host=rdzv_host), nodes
 
     def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[LocalNode]]:
+        memory.check_fits(topology)
         mode = self.host_mode()
         if mode == "userns":
             self.run_dir.claim()
