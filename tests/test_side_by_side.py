@@ -63,3 +63,19 @@ def test_a_signal_to_lab_run_tears_everything_down(lab, sig):
     assert procs.marked_pids(str(lab.run_dir)) == []
     assert netns.leftovers(lab_id) == []
     assert not lab.run_dir.exists()
+
+
+def test_a_reader_that_goes_away_leaves_nothing_running(lab):
+    """`lab exercise run kill-worker | head -1`: the pipe closes under the drill; its
+    teardown still runs (its progress lines go nowhere) and nothing of the lab is left."""
+    proc = lab.popen("exercise", "run", "kill-worker")
+    try:
+        assert wait_for_output(proc, "workers up", count=1, timeout_s=180), "the drill never came up"
+        lab_id = RunDir(lab.run_dir).lab_id
+        proc.stdout.close()  # as `head -1` exits
+        proc.wait(300)
+    finally:
+        proc.kill()
+    assert procs.marked_pids(str(lab.run_dir)) == []
+    assert netns.leftovers(lab_id) == []
+    assert lab("status").returncode == 3

@@ -89,8 +89,11 @@ class Drill:
         return Report(exercise, self.runtime.name, self.topology.world_size, faults=self.faults)
 
     def progress(self, message: str) -> None:
-        self.out.write(f"[{time.time() - self.started:6.1f}s] {message}\n")
-        self.out.flush()
+        try:
+            self.out.write(f"[{time.time() - self.started:6.1f}s] {message}\n")
+            self.out.flush()
+        except BrokenPipeError:  # the reader went away (`| head`): the drill, and its teardown, go on
+            self.out = open(os.devnull, "w")
 
     def events(self) -> list[dict]:
         return list(read_events(self.events_dir)) if self.events_dir.exists() else []

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.ownership import LAB_ID
 from lab.runtimes import fence, subnets
 
 PREFIX = "tlab"  # every namespace and link of every lab starts with it
@@ -171,6 +172,8 @@ def leftovers(lab_id: str | None = None) -> list[str]:
 
 
 def destroy(lab_id: str) -> list[str]:
+    if not LAB_ID.fullmatch(lab_id):  # "" would name every lab's namespaces and links
+        raise LabError(f"refusing to remove the hosts of lab id {lab_id!r}: not a lab id")
     removed = leftovers(lab_id)
     for ns in _lab_namespaces(lab_id):
         for pid in _out("ip", "netns", "pids", ns).split():

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.ownership import LAB_ID
 
 
 def ray_session_prefix(lab_id: str) -> str:
@@ -38,6 +39,8 @@ def make_private_dir(path: Path) -> None:
 
 def remove_temp_dirs(lab_id: str) -> list[str]:
     """This lab's dirs in the temp dir (nodes' TMPDIR, an exercise's Ray session): ours only (uid, no link)."""
+    if not LAB_ID.fullmatch(lab_id):  # the id builds these paths: "x/../elsewhere" must never reach rmtree
+        raise LabError(f"refusing to remove the temp dirs of lab id {lab_id!r}: not a lab id")
     removed = []
     found = [*Path(tempfile.gettempdir()).glob(f"{ray_session_prefix(lab_id)}*"), temp_dir(lab_id)]
     for leftover in found:
