@@ -1,5 +1,6 @@
 """Real multi-node jobs: netns hosts (own address, hostname, hosts file) against one host."""
 
+import os
 import re
 import signal
 
@@ -111,3 +112,28 @@ def test_preloaded_workers_run_a_script_like_python_does(lab):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert out.stdout.count("hello from a neighbour module") == 2
     assert "job succeeded" in out.stdout
+
+
+def sleeping(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:2] == [b"sleep", marker.encode()]:
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_process_the_job_leaves_behind_is_stopped_with_its_node(lab):
+    """On loopback hosts nothing (no namespace) takes a daemon the script started with a clean
+    environment and a session of its own; the node's shim, its subreaper, does."""
+    marker = f"{9000 + os.getpid() % 997}.5"
+    out = lab("run", "--hosts", "loopback", "--nodes", "1", "--nproc-per-node", "1", "--prometheus", "off",
+              str(SCRIPTS / "escapes.py"), marker)  # fmt: skip
+    try:
+        assert out.returncode == 0 and f"left sleep {marker} behind" in out.stdout, out.stdout + out.stderr
+        assert sleeping(marker) == []
+    finally:
+        for pid in sleeping(marker):
+            os.kill(pid, 9)
