@@ -181,3 +181,43 @@ def test_a_topology_this_machine_cannot_hold_is_refused_before_anything_starts(l
                   "--prometheus", "off")  # fmt: skip
         assert_one_line_error(out, "MiB available", "--nodes")
         assert not lab.run_dir.exists(), "nothing may be started"
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["run", "--dry-run", "DIR", script_path("ddp_train")],
+        ["up", "--dry-run", "DIR"],
+        ["exercise", "run", "kill-worker", "DIR"],
+    ],
+    ids=["run", "up", "drill"],
+)
+@pytest.mark.parametrize(
+    "flags, taker",
+    [
+        (["--runtime", "local", "--image", "foo:1"], "docker"),
+        (["--runtime", "local", "--overlay", "chaos"], "k8s"),
+        (["--runtime", "local", "--context", "kind-x"], "k8s"),
+        (["--runtime", "docker", "--hosts", "netns"], "local"),
+        (["--runtime", "k8s", "--hosts", "userns"], "local"),
+        (["--runtime", "docker", "--namespace", "foo"], "k8s"),
+        (["--runtime", "k8s", "--image", "registry.example/my:1"], "docker"),
+        (["--image", "foo:1"], "docker"),  # the default runtime takes no image either
+    ],
+    ids=lambda v: "-".join(v) if isinstance(v, list) else v,
+)
+def test_a_flag_the_chosen_runtime_does_not_take_is_refused_naming_who_does(lab, verb, flags, taker):
+    i = verb.index("DIR")
+    out = lab(*verb[:i], *flags, *verb[i + 1 :])
+    if verb[0] == "exercise" and "k8s" in flags:  # drills do not run on k8s: --runtime's own choices say so
+        assert_one_line_error(out, "--runtime", "k8s")
+    else:
+        assert_one_line_error(out, flags[-2], f"--runtime {taker}")
+    assert not lab.run_dir.exists()
+
+
+def test_ray_address_drives_a_drill_on_any_runtime_and_is_a_ray_flag_elsewhere(lab):
+    """For drills --ray-address names the cluster that drives them (any runtime); `lab run` on the
+    local runtime takes no cluster."""
+    out = lab("run", "--dry-run", "--runtime", "local", "--ray-address", "1.2.3.4:6379", script_path("ddp_train"))
+    assert_one_line_error(out, "--ray-address", "--runtime ray")

@@ -107,7 +107,7 @@ def handle_drill(args: argparse.Namespace) -> int:
     if hasattr(args.exercise, "break_script"):
         exercise_script.refuse_script_flags(args)
     options = exercises.options_from_args(args.exercise, args)
-    runtime = runtimes.from_args(args, run_dir)
+    runtime = runtimes.from_args(args, run_dir, shared=runtimes.DRILL_FLAGS)
 
     def finish(report: Report, drill: Drill) -> None:
         write_report(report, where, run_dir, drill.events())

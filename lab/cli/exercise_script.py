@@ -99,7 +99,7 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
             faults,
             topology_for=lambda fault: topology_for(args, fault),
             options_for=lambda fault: options_for(args, fault),
-            make_runtime=lambda: runtimes.from_args(args, run_dir),
+            make_runtime=lambda: runtimes.from_args(args, run_dir, shared=runtimes.DRILL_FLAGS),
             run_drill=functools.partial(run_drill, verbose=args.verbose),
             out_dir=out_dir,
             ray_address=args.ray_address,

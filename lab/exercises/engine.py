@@ -28,7 +28,7 @@ from lab.health.events import read_events
 from lab.report import Report
 from lab.rundir import MARKER, RunDir
 from lab.runtimes.base import FAULTS, MonitoredRuntime, Runtime
-from lab.runtimes.ray_runtime import connect, ray_get
+from lab.runtimes.ray_runtime import check_reachable, connect, ray_get
 from lab.runtimes.tempdirs import ray_session_prefix
 from lab.topology import Topology
 from lab.workloads import script_path
@@ -201,6 +201,8 @@ def run_drill(
         raise LabError(f"{exercise.NAME} reads its verdict from Prometheus: drop --prometheus off")
     topology = exercise.topology(options)
     runtime.check()  # before Ray starts: a runtime that cannot run here says so first
+    if ray_address:
+        check_reachable(ray_address)  # a cluster nobody answers for is bad input: nothing is made
     run_dir = runtime.run_dir
     runtimes.begin_job(runtime, runtime.log)  # this run dir's lab; other labs are left alone
     lab_id = run_dir.lab_id

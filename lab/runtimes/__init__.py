@@ -61,11 +61,40 @@ def add_options(parser: argparse.ArgumentParser, drills_only: bool = False, defa
                 takers.setdefault(option, []).append(name)
     for option, runtime_names in takers.items():
         option.add_to(group, help_suffix=f" [{', '.join(runtime_names)}]")
+    # from_args asks the parser what each flag defaults to (a verb may have changed it since).
+    parser.set_defaults(runtime_parser=parser)
 
 
-def from_args(args: argparse.Namespace, run_dir: RunDir, log: Log = print) -> Runtime:
-    """The runtime --runtime names, built from its own flags."""
-    return runtime_class(args.runtime).from_args(run_dir, args, log)
+# A drill is driven from a Ray cluster (--ray-address) whatever runtime its nodes are on.
+DRILL_FLAGS = ("ray_address",)
+
+
+def from_args(args: argparse.Namespace, run_dir: RunDir, log: Log = print, shared: tuple[str, ...] = ()) -> Runtime:
+    """The runtime --runtime names, built from its own flags; another runtime's flag, given
+    to this one, is refused in one line naming who takes it (the help already says so).
+    shared: flags the verb itself takes whatever the runtime (DRILL_FLAGS for drills)."""
+    cls = runtime_class(args.runtime)
+    refuse_foreign_flags(args, cls, shared)
+    return cls.from_args(run_dir, args, log)
+
+
+def refuse_foreign_flags(args: argparse.Namespace, cls: type[Runtime], shared: tuple[str, ...] = ()) -> None:
+    parser = getattr(args, "runtime_parser", None)
+    if parser is None:
+        return
+    own = {option.name for option in cls.OPTIONS} | set(shared)
+    takers: dict[str, list[str]] = {}
+    flags: dict[str, str] = {}
+    for name, other in registry().items():
+        for option in other.OPTIONS:
+            takers.setdefault(option.name, []).append(name)
+            flags[option.name] = option.flag
+    for dest, runtime_names in takers.items():
+        if dest not in own and hasattr(args, dest) and getattr(args, dest) != parser.get_default(dest):
+            where = "|".join(runtime_names)
+            raise LabError(
+                f"{flags[dest]} is for --runtime {where}, not {cls.name}: drop it, or add --runtime {runtime_names[0]}"
+            )
 
 
 def create(name: str, run_dir: RunDir, log: Log = print) -> Runtime:
