@@ -133,3 +133,24 @@ def images():
     from docker_support import images_or_fail
 
     return images_or_fail()
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def lab_in_process(capsys, *args: str) -> Ran:
+    """The `lab` CLI's main() in this process: the same code as the command, without a Python
+    start-up per call (for the many one-line-refusal cases; the command itself is tested too)."""
+    from lab.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as e:  # argparse's own refusals
+        code = e.code if isinstance(e.code, int) else 2
+    out = capsys.readouterr()
+    return Ran(code, out.out, out.err)

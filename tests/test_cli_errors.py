@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, lab_in_process
 
 from lab.workloads import script_path
 
@@ -206,9 +206,9 @@ def test_a_topology_this_machine_cannot_hold_is_refused_before_anything_starts(l
     ],
     ids=lambda v: "-".join(v) if isinstance(v, list) else v,
 )
-def test_a_flag_the_chosen_runtime_does_not_take_is_refused_naming_who_does(lab, verb, flags, taker):
+def test_a_flag_the_chosen_runtime_does_not_take_is_refused_naming_who_does(lab, capsys, verb, flags, taker):
     i = verb.index("DIR")
-    out = lab(*verb[:i], *flags, *verb[i + 1 :])
+    out = lab_in_process(capsys, *verb[:i], *flags, "--run-dir", str(lab.run_dir), *verb[i + 1 :])
     if verb[0] == "exercise" and "k8s" in flags:  # drills do not run on k8s: --runtime's own choices say so
         assert_one_line_error(out, "--runtime", "k8s")
     else:

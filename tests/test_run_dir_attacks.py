@@ -13,7 +13,7 @@ import sys
 import threading
 
 import pytest
-from conftest import REPO
+from conftest import REPO, lab_in_process
 from test_cli_errors import assert_one_line_error
 from test_ownership import lab_cli, snapshot
 
@@ -45,11 +45,11 @@ def planted(tmp_path, mark: dict | str, mode: int = 0o700):
 @pytest.mark.parametrize(
     "lab_id", ["x/../../victim/dir", "", "abcd", "ABCDE", "abcdef", "../..", 12345, None], ids=repr
 )
-def test_a_forged_lab_id_is_refused_and_nothing_is_deleted(tmp_path, victim, lab_id):
+def test_a_forged_lab_id_is_refused_and_nothing_is_deleted(tmp_path, capsys, victim, lab_id):
     run = planted(tmp_path, {"uid": os.geteuid(), "lab_id": lab_id})
     before, victim_before = snapshot(run), snapshot(victim)
     for verb in (["down"], ["status"], ["up", "--hosts", "loopback", "--prometheus", "off"]):
-        out = lab_cli(*verb, "--run-dir", str(run))
+        out = lab_in_process(capsys, *verb, "--run-dir", str(run))
         assert_one_line_error(out, str(run), "mark")
     assert snapshot(run) == before and snapshot(victim) == victim_before
 
