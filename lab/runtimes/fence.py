@@ -21,13 +21,12 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 
 from lab.errors import LabError
+from lab.runtimes.hostcmd import TIMEOUT_S, must, query
 
 RULE_COMMENT = "torchrun-lab"
 CHAINS = ("FORWARD", "OUTPUT")
-TIMEOUT_S = 30  # iptables -w waits at most this for the xtables lock
 
 
 def comment(lab_id: str) -> str:
@@ -53,7 +52,7 @@ def install(lab_id: str, subnet: str, bridge: str | None = None) -> None:
     if shutil.which("iptables") is None:
         raise LabError("netns hosts need iptables to fence the lab's ports from other users (apt-get install iptables)")
     for rule in reversed(rules(lab_id, subnet, bridge)):
-        _run("iptables", "-w", str(TIMEOUT_S), "-I", rule[0], "1", *rule[1:])
+        must("iptables", "-w", str(TIMEOUT_S), "-I", rule[0], "1", *rule[1:])
 
 
 def find(lab_id: str | None) -> list[str]:
@@ -62,7 +61,7 @@ def find(lab_id: str | None) -> list[str]:
         return []
     found = []
     for chain in CHAINS:
-        out = _out("iptables", "-w", str(TIMEOUT_S), "-S", chain)
+        out = query("iptables", "-w", str(TIMEOUT_S), "-S", chain)
         for line in out.splitlines():
             words = shlex.split(line)  # iptables quotes the comment: "torchrun-lab:<id>"
             tag = words[words.index("--comment") + 1] if "--comment" in words[:-1] else ""
@@ -74,21 +73,5 @@ def find(lab_id: str | None) -> list[str]:
 def remove(lab_id: str) -> list[str]:
     removed = find(lab_id)
     for rule in removed:
-        _out("iptables", "-w", str(TIMEOUT_S), "-D", *shlex.split(rule)[1:])
+        query("iptables", "-w", str(TIMEOUT_S), "-D", *shlex.split(rule)[1:])
     return [f"iptables rule {rule}" for rule in removed]
-
-
-def _out(*argv: str) -> str:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-
-
-def _run(*argv: str) -> None:
-    try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise LabError(f"`{' '.join(argv)}` did not finish within {TIMEOUT_S}s") from None
-    if result.returncode != 0:
-        raise LabError(f"`{' '.join(argv)}` failed: {result.stderr.strip() or result.returncode}")

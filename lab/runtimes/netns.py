@@ -24,18 +24,17 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from lab.errors import LabError
 from lab.ownership import LAB_ID
 from lab.runtimes import fence, subnets
+from lab.runtimes.hostcmd import must, query
 
 PREFIX = "tlab"  # every namespace and link of every lab starts with it
 SUPERNET = ipaddress.ip_network("10.213.0.0/16")
 NETNS_ETC = Path("/etc/netns")
-TIMEOUT_S = 30  # every ip/iptables call; iptables -w waits at most this for the xtables lock
 
 
 @dataclass(frozen=True)
@@ -137,7 +136,7 @@ def free_subnet(lab_id: str) -> str:
     """The first three octets of a /24 of SUPERNET that no interface of this machine is on."""
     taken: list[ipaddress.IPv4Network] = []
     if shutil.which("ip"):
-        for line in _out("ip", "-o", "-4", "addr", "show").splitlines():
+        for line in query("ip", "-o", "-4", "addr", "show").splitlines():
             fields = line.split()
             if "inet" in fields:
                 taken.append(ipaddress.IPv4Interface(fields[fields.index("inet") + 1]).network)
@@ -176,14 +175,14 @@ def destroy(lab_id: str) -> list[str]:
         raise LabError(f"refusing to remove the hosts of lab id {lab_id!r}: not a lab id")
     removed = leftovers(lab_id)
     for ns in _lab_namespaces(lab_id):
-        for pid in _out("ip", "netns", "pids", ns).split():
+        for pid in query("ip", "netns", "pids", ns).split():
             try:
                 os.kill(int(pid), 9)  # in the lab's own namespace: the lab's own process
             except ProcessLookupError:
                 pass
-        _out("ip", "netns", "del", ns)
+        query("ip", "netns", "del", ns)
     for link in _lab_links(lab_id):
-        _out("ip", "link", "del", link)
+        query("ip", "link", "del", link)
     if lab_id:
         fence.remove(lab_id)
     for d in _lab_etc_dirs(lab_id):
@@ -198,14 +197,14 @@ def _ns_prefix(lab_id: str | None) -> str:
 def _lab_namespaces(lab_id: str | None) -> list[str]:
     if shutil.which("ip") is None:
         return []
-    names = [line.split()[0] for line in _out("ip", "netns", "list").splitlines() if line.strip()]
+    names = [line.split()[0] for line in query("ip", "netns", "list").splitlines() if line.strip()]
     return [n for n in names if n.startswith(_ns_prefix(lab_id))]
 
 
 def _lab_links(lab_id: str | None) -> list[str]:
     if shutil.which("ip") is None:
         return []
-    out = _out("ip", "-o", "link", "show")
+    out = query("ip", "-o", "link", "show")
     names = [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line]
     if lab_id:
         return [n for n in names if n.startswith(f"{PREFIX}{lab_id}")]  # ids have one length: no prefix clash
@@ -218,22 +217,5 @@ def _lab_etc_dirs(lab_id: str | None) -> list[Path]:
     return sorted(d for d in NETNS_ETC.glob(f"{_ns_prefix(lab_id)}*") if not d.is_symlink())
 
 
-def _out(*argv: str) -> str:
-    """A query (or best-effort removal): its output, "" when it fails or hangs."""
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-
-
 def _ip(*args: str) -> None:
-    _run("ip", *args)
-
-
-def _run(*argv: str) -> None:
-    try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise LabError(f"`{' '.join(argv)}` did not finish within {TIMEOUT_S}s") from None
-    if result.returncode != 0:
-        raise LabError(f"`{' '.join(argv)}` failed: {result.stderr.strip() or result.returncode}")
+    must("ip", *args)
