@@ -81,5 +81,5 @@ def all_commands() -> list[DocCommand]:
     return [cmd for doc in DOCS for cmd in commands(doc)]
 
 
-def test_names(path: Path) -> set[str]:
+def names_of_tests(path: Path) -> set[str]:
     return set(re.findall(r"^def (test_\w+)", path.read_text(), re.M))

@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 from conftest import REPO, needs_netns, report_of
-from doc_commands import all_commands, quotes, test_names
+from doc_commands import all_commands, quotes, names_of_tests
 from test_cli_errors import assert_one_line_error
 
 README_PATH = "tests/test_docs_path.py::test_the_readme_in_order"
@@ -58,7 +58,7 @@ NUMBER = re.compile(r"[-+]?\d+\.\d+")
 
 def test_every_doc_command_is_run_by_a_test():
     """A command the docs gain fails here, by name, until a test runs it."""
-    here = test_names(REPO / "tests" / "test_docs_path.py")
+    here = names_of_tests(REPO / "tests" / "test_docs_path.py")
     for command in all_commands():
         where = ELSEWHERE.get(command.text, README_PATH if command.doc == "README.md" else None)
         assert where, (
@@ -66,7 +66,7 @@ def test_every_doc_command_is_run_by_a_test():
         )
         path, _, name = where.partition("::")
         if where.startswith("tests/") and name:  # a test's node id; any other text says why no test here runs it
-            names = here if path.endswith("test_docs_path.py") else test_names(REPO / path)
+            names = here if path.endswith("test_docs_path.py") else names_of_tests(REPO / path)
             assert name in names, f"{command.doc}:{command.line}: {where} does not exist"
     shown = {c.text for c in all_commands()}
     assert not set(ELSEWHERE) - shown, f"ELSEWHERE names commands the docs no longer show: {set(ELSEWHERE) - shown}"
