@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 from conftest import REPO, needs_netns, report_of
-from doc_commands import all_commands, quotes, names_of_tests
+from doc_commands import all_commands, names_of_tests, quotes
 from test_cli_errors import assert_one_line_error
 
 README_PATH = "tests/test_docs_path.py::test_the_readme_in_order"
