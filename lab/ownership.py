@@ -25,6 +25,7 @@ import os
 import re
 import secrets
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,7 @@ MARK_FILE = ".torchrun-lab"
 LAB_ID = re.compile(r"[0-9a-f]{5}")
 MAX_MARK_BYTES = 4096
 PICK_ANOTHER = "pick another --run-dir"
+REPORTS_DIR = "reports"  # what `lab down` keeps: a run dir holding only this may be an older lab's
 
 
 @dataclass(frozen=True)
@@ -201,3 +203,30 @@ def rename_noreplace(src: Path, dst: Path) -> None:
     if err in (17, 39):  # EEXIST, ENOTEMPTY
         raise FileExistsError(err, os.strerror(err), str(dst))
     raise LabError(f"run dir {dst}: cannot be created ({os.strerror(err)})")
+
+
+def older_labs_layout(names: list[str]) -> bool:
+    """An unmarked dir an older lab left (its lessons wrote reports after removing the mark),
+    or an empty one. Nothing here is ever deleted: `lab down` keeps reports."""
+    return set(names) <= {REPORTS_DIR}
+
+
+def adopt_older_labs(fd: int, path: Path) -> Mark:
+    """A run dir of ours without a mark: an older lab's (it wrote reports before its mark) is
+    marked and made private, saying so; an empty one is someone's, refused."""
+    names = os.listdir(fd)
+    if not names:
+        raise LabError(
+            f"run dir {path} exists and is empty, but the lab did not make it; the lab makes its own run dir: "
+            f"`rmdir {path}` or {PICK_ANOTHER}"
+        )
+    if not older_labs_layout(names) or stat.S_IMODE(os.fstat(fd).st_mode) & 0o022:
+        raise LabError(f"run dir {path} holds files the lab did not make (no {MARK_FILE} mark); {PICK_ANOTHER}")
+    os.fchmod(fd, 0o700)
+    mark = write_mark(fd, new_lab_id())
+    print(
+        f"note: run dir {path} was left by an older lab without a mark ({', '.join(sorted(names))}); "
+        "it is marked as the lab's now (mode 0700), its reports kept",
+        file=sys.stderr,
+    )
+    return mark

@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import stat
-import sys
 import tempfile
 from pathlib import Path
 
@@ -30,12 +29,15 @@ from lab.errors import LabError
 from lab.ownership import (
     MARK_FILE,
     PICK_ANOTHER,
+    REPORTS_DIR,
     Mark,
+    adopt_older_labs,
     check_dir,
     check_parents,
     check_private,
     create_marked,
     new_lab_id,
+    older_labs_layout,
     open_dir,
     read_mark,
     write_mark,
@@ -59,7 +61,6 @@ LAB_ENTRIES = (
     "work",
     "userns.log",
 )
-REPORTS = "reports"
 
 
 def default_path() -> Path:
@@ -118,7 +119,7 @@ class RunDir:
             mark = read_mark(fd, self.path)
             if mark is not None:
                 check_private(os.fstat(fd), self.path)
-            elif not _older_labs(os.listdir(fd)):
+            elif not older_labs_layout(os.listdir(fd)):
                 raise LabError(
                     f"run dir {self.path} holds files the lab did not make (no {MARK_FILE} mark); {PICK_ANOTHER} "
                     "(a new path: the lab makes it)"
@@ -137,7 +138,7 @@ class RunDir:
             check_dir(os.fstat(fd), self.path)
             mark = read_mark(fd, self.path)
             if mark is None:
-                mark = _adopt_older_labs(fd, self.path)
+                mark = adopt_older_labs(fd, self.path)
             elif mark.dir is None:  # an older lab's mark: from now on it names this directory
                 os.unlink(MARK_FILE, dir_fd=fd)
                 mark = write_mark(fd, mark.lab_id)
@@ -155,6 +156,12 @@ class RunDir:
         if self._held is None:
             self.claim()
             self._lock()
+
+    def release(self) -> None:
+        """Let the next command in (a process that runs many jobs, like the soak, between them)."""
+        if self._held is not None:
+            os.close(self._held)  # closing the last fd on it drops the flock
+            self._held = None
 
     def _relock(self) -> None:
         assert self._held is not None
@@ -223,7 +230,7 @@ class RunDir:
     @property
     def reports(self) -> Path:
         """Exercise reports: the one thing `lab down` keeps (read it with this; write with reports_dir)."""
-        return self.path / REPORTS
+        return self.path / REPORTS_DIR
 
     def reports_dir(self) -> Path:
         """The reports folder, made (0700, not through a link) in a claimed run dir."""
@@ -277,30 +284,3 @@ def _remove_entry(dir_fd: int, name: str) -> None:
         shutil.rmtree(name, dir_fd=dir_fd, ignore_errors=True)  # fd-based: links inside are unlinked, not followed
     else:
         os.unlink(name, dir_fd=dir_fd)
-
-
-def _older_labs(names: list[str]) -> bool:
-    """An unmarked dir an older lab left (its lessons wrote reports after removing the mark),
-    or an empty one. Nothing here is ever deleted: `lab down` keeps reports."""
-    return set(names) <= {REPORTS}
-
-
-def _adopt_older_labs(fd: int, path: Path) -> Mark:
-    """A run dir of ours without a mark: an older lab's (it wrote reports before its mark) is
-    marked and made private, saying so; an empty one is someone's, refused."""
-    names = os.listdir(fd)
-    if not names:
-        raise LabError(
-            f"run dir {path} exists and is empty, but the lab did not make it; the lab makes its own run dir: "
-            f"`rmdir {path}` or {PICK_ANOTHER}"
-        )
-    if not _older_labs(names) or stat.S_IMODE(os.fstat(fd).st_mode) & 0o022:
-        raise LabError(f"run dir {path} holds files the lab did not make (no {MARK_FILE} mark); {PICK_ANOTHER}")
-    os.fchmod(fd, 0o700)
-    mark = write_mark(fd, new_lab_id())
-    print(
-        f"note: run dir {path} was left by an older lab without a mark ({', '.join(sorted(names))}); "
-        "it is marked as the lab's now (mode 0700), its reports kept",
-        file=sys.stderr,
-    )
-    return mark

@@ -185,6 +185,8 @@ def test_the_same_commands_in_other_orders(reader):
     assert "kill-worker" in reader.ok(".venv/bin/lab exercise explain kill-worker").stdout
     drill = reader.ok(".venv/bin/lab exercise run kill-worker --target-rank 1 --at-step 25")
     assert "verdict: PASS" in drill.stdout and "Token authentication" not in drill.stdout + drill.stderr
+    check_kill_worker(report_of(drill))
+    assert subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True).returncode == 1, "Ray was left"
     assert report_of(reader.ok(".venv/bin/lab exercise run hello-ddp"))["verdict"] == "pass"
     assert "all 4 ranks hold the same weights" in reader.ok(".venv/bin/lab up").stdout
     # A lesson Ctrl-C'd half way, then lab up: nothing left in the way.
@@ -215,3 +217,15 @@ def test_the_doc_commands_are_found():
     lessons = [c.split()[-1] for c in readme if c.startswith("lab exercise run ")]
     assert lessons[0] == "hello-ddp" and lessons[-1] == "set-device-first" and len(lessons) == 11
     assert [c.text for c in all_commands() if c.doc == "docs/exercises.md"][0] == ".venv/bin/lab exercise list"
+
+
+def check_kill_worker(report: dict) -> None:
+    """The default drill: one restart, resumed from its checkpoint, weights bit-identical."""
+    assert report["verdict"] == "pass" and report["world_size"] == 4
+    assert report["restarts"] == 1 and 0 <= report["lost_steps"] <= 10
+    assert report["final_weights_match_reference"] is True
+    assert report["faults"][0]["fault"] == "kill_worker" and report["faults"][0]["rank"] == 1
+    recovery = report["recovery"]
+    stages = {"detect", "teardown", "rendezvous", "worker_init", "checkpoint_load", "first_step", "total"}
+    assert set(recovery) == stages and all(v is not None and v >= 0 for v in recovery.values()), recovery
+    assert recovery["total"] >= recovery["worker_init"]

@@ -25,28 +25,8 @@ def assert_nothing_left(lab) -> None:
     assert list(Path(tempfile.gettempdir()).glob("tlab-ray-*")) == []
 
 
-def test_kill_worker_restarts_resumes_and_matches_the_reference(lab):
-    out = lab("exercise", "run", "kill-worker", timeout=400)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    report = report_of(out)
-    assert report["verdict"] == "pass" and report["world_size"] == 4
-    assert report["restarts"] == 1
-    assert 0 <= report["lost_steps"] <= 10
-    assert report["final_weights_match_reference"] is True
-    assert report["faults"][0]["fault"] == "kill_worker" and report["faults"][0]["rank"] == 1
-    recovery = report["recovery"]
-    assert set(recovery) == {
-        "detect",
-        "teardown",
-        "rendezvous",
-        "worker_init",
-        "checkpoint_load",
-        "first_step",
-        "total",
-    }
-    assert all(v is not None and v >= 0 for v in recovery.values()), recovery
-    assert recovery["total"] >= recovery["worker_init"]
-    assert_nothing_left(lab)
+# kill-worker's own verdict (restart, resume, bit-identical weights, the recovery stages) is
+# asserted where docs/exercises.md's command runs: tests/test_docs_path.py, other orders.
 
 
 def test_kill_worker_with_torch_defaults_shows_the_upstream_restart_failure(lab):

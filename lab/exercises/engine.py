@@ -204,7 +204,11 @@ def run_drill(
     if ray_address:
         check_reachable(ray_address)  # a cluster nobody answers for is bad input: nothing is made
     run_dir = runtime.run_dir
-    runtimes.begin_job(runtime, runtime.log)  # this run dir's lab; other labs are left alone
+    try:
+        runtimes.begin_job(runtime, runtime.log)  # this run dir's lab; other labs are left alone
+    except BaseException:
+        run_dir.release()
+        raise
     lab_id = run_dir.lab_id
     # Ray's own processes inherit the lab's mark, so `lab down` finds them after a crash too.
     os.environ[MARKER] = str(run_dir.path)
@@ -247,3 +251,4 @@ def run_drill(
             drill.progress("tearing down")
         runtime.down(grace_s=5.0)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+        run_dir.release()

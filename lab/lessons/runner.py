@@ -111,6 +111,7 @@ def run_lesson(exercise: ModuleType, hosts: str, run_dir: RunDir, out: TextIO = 
         exercise.run(lesson)
     finally:
         LocalRuntime(run_dir, hosts=hosts, monitoring="off", log=lambda m: None).down(grace_s=5.0)
+        run_dir.release()
     return lesson.report
 
 
