@@ -26,6 +26,7 @@ import re
 import secrets
 import stat
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,7 +166,7 @@ def check_parents(path: Path) -> None:
 def create_marked(path: Path, lab_id: str) -> bool:
     """Make path (0700) with its mark already inside; False when something else made it first."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    staging = Path(_mkdtemp_beside(path))
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.new-", dir=path.parent))
     try:
         fd = open_dir(staging)
         try:
@@ -181,12 +182,6 @@ def create_marked(path: Path, lab_id: str) -> bool:
         if staging.exists():
             (staging / MARK_FILE).unlink(missing_ok=True)
             staging.rmdir()
-
-
-def _mkdtemp_beside(path: Path) -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix=f".{path.name}.new-", dir=path.parent)
 
 
 _RENAME_NOREPLACE = 1

@@ -241,6 +241,12 @@ class RunDir:
             check_dir(os.lstat(self.reports), self.reports)
         return self.reports
 
+    def claim_for_report(self, where: Path) -> None:
+        """A report bound for the run dir's reports claims it then, once its command's flags are
+        checked (bad input never makes a run dir); --report-dir elsewhere claims nothing."""
+        if where.is_relative_to(self.reports):
+            self.reports_dir()
+
     def exists(self) -> bool:
         """True while the run directory holds anything of the lab's besides reports."""
         return self.is_marked() and any(os.path.lexists(self.path / name) for name in LAB_ENTRIES)

@@ -91,9 +91,7 @@ def report_dir(args: argparse.Namespace, run_dir: RunDir) -> Path:
 
 
 def write_report(report: Report, where: Path, run_dir: RunDir, events: list[dict]) -> None:
-    """Into the run dir's reports (claimed then: bad input never makes a run dir) or --report-dir."""
-    if where.is_relative_to(run_dir.reports):
-        run_dir.reports_dir()
+    run_dir.claim_for_report(where)
     report.write(where, events)
 
 

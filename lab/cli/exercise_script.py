@@ -83,8 +83,7 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
     for fault in faults:
         options_for(args, fault)  # every row's flags checked before the first run starts
     run_dir = run_dir_from_args(args)
-    if out_dir.is_relative_to(run_dir.reports):  # claimed once every flag is checked
-        run_dir.reports_dir()
+    run_dir.claim_for_report(out_dir)
     rows = len(faults) + (1 if reference else 0)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns) as bar:

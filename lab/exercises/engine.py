@@ -181,6 +181,16 @@ def start_ray(ray_address: str | None, ray_tmp: str) -> None:
     )
 
 
+def refuse_early(exercise: ModuleType, runtime: Runtime, ray_address: str | None) -> None:
+    """What can be refused before anything starts, in one line: nothing is made on bad input."""
+    watched = isinstance(runtime, MonitoredRuntime) and runtime.monitoring != "off"
+    if getattr(exercise, "NEEDS_PROMETHEUS", False) and not watched:
+        raise LabError(f"{exercise.NAME} reads its verdict from Prometheus: drop --prometheus off")
+    runtime.check()  # before Ray starts: a runtime that cannot run here says so first
+    if ray_address:
+        check_reachable(ray_address)  # a cluster nobody answers for is bad input
+
+
 def run_drill(
     exercise: ModuleType,
     options: DrillOptions,
@@ -196,19 +206,10 @@ def run_drill(
     Ray's own notices go to the run dir's logs (and to stderr as well when verbose)."""
     import ray
 
-    watched = isinstance(runtime, MonitoredRuntime) and runtime.monitoring != "off"
-    if getattr(exercise, "NEEDS_PROMETHEUS", False) and not watched:
-        raise LabError(f"{exercise.NAME} reads its verdict from Prometheus: drop --prometheus off")
+    refuse_early(exercise, runtime, ray_address)
     topology = exercise.topology(options)
-    runtime.check()  # before Ray starts: a runtime that cannot run here says so first
-    if ray_address:
-        check_reachable(ray_address)  # a cluster nobody answers for is bad input: nothing is made
     run_dir = runtime.run_dir
-    try:
-        runtimes.begin_job(runtime, runtime.log)  # this run dir's lab; other labs are left alone
-    except BaseException:
-        run_dir.release()
-        raise
+    runtimes.begin_job(runtime, runtime.log)  # this run dir's lab; other labs are left alone
     lab_id = run_dir.lab_id
     # Ray's own processes inherit the lab's mark, so `lab down` finds them after a crash too.
     os.environ[MARKER] = str(run_dir.path)

@@ -105,18 +105,15 @@ def _path(script: str) -> str:
 def run_lesson(exercise: ModuleType, hosts: str, run_dir: RunDir, out: TextIO = sys.stdout) -> Report:
     """exercise.run(lesson) on the local runtime's hosts, then everything down, whatever happened."""
     lesson = Lesson(exercise, run_dir, hosts, out)
+    runtime = LocalRuntime(run_dir, hosts=hosts, monitoring="off", log=lambda m: None)
     # As every command that starts jobs: a running lab in this run dir is refused, not torn down.
-    runtimes.begin_job(LocalRuntime(run_dir, hosts=hosts, monitoring="off", log=lambda m: None), out_line(out))
+    runtimes.begin_job(runtime, lambda message: print(message, file=out))
     try:
         exercise.run(lesson)
     finally:
-        LocalRuntime(run_dir, hosts=hosts, monitoring="off", log=lambda m: None).down(grace_s=5.0)
+        runtime.down(grace_s=5.0)
         run_dir.release()
     return lesson.report
-
-
-def out_line(out: TextIO):
-    return lambda message: print(message, file=out)
 
 
 def explain(exercise, depth: str) -> str:

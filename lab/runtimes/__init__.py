@@ -114,6 +114,14 @@ def begin_job(runtime: Runtime, log: Callable[[str], None]) -> None:
     refuse while a lab of this run directory runs, on whatever runtime started it, and clean
     up what a crashed one left (the recorded runtime's, then this runtime's own leftovers)."""
     runtime.run_dir.hold()
+    try:
+        _take_over(runtime, log)
+    except BaseException:
+        runtime.run_dir.release()  # refused: the next command may try
+        raise
+
+
+def _take_over(runtime: Runtime, log: Callable[[str], None]) -> None:
     # Only a recorded lab can be another runtime's; with none, this runtime clears its own leftovers.
     previous = for_run_dir(runtime.run_dir, log=log) if runtime.run_dir.read_state() else runtime
     if any(node.exit_code() is None for node in previous.attach()):
