@@ -98,6 +98,7 @@ def run_cycle(runtime: str, drill: str, work: Path, index: int) -> dict:
         "verdict": report.get("verdict", "error"),
         "restarts": report.get("restarts"),
         "lost_steps": report.get("lost_steps"),
+        "reference": report.get("reference"),  # "ran", or "cached" (lab.exercises.reference_cache)
         "seconds": round(time.monotonic() - started, 1),
         "error": "" if report else output.getvalue().strip().splitlines()[-1:],
     }

@@ -30,6 +30,19 @@ needs_netns = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def reference_cache(tmp_path_factory):
+    """The drills' reference checksums (lab.exercises.reference_cache) shared by this session's
+    tests, and only theirs: never the user's ~/.cache, never an earlier session's."""
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before
+
+
 @dataclass
 class Lab:
     run_dir: Path

@@ -1,6 +1,6 @@
-"""Fault drills, one module each, found by name; the lesson's exercises are in lab.lessons.
+"""Fault drills, one module each, registered in CATALOG; the lesson's exercises are in lab.lessons.
 
-A drill is one module of this package (a new one needs no other edit) with:
+A drill is one module of this package, named in CATALOG, with:
 
 - NAME ("kill-worker"), SUMMARY (one line) and a docstring: the hypothesis, the command,
   what to look for (`lab exercise explain NAME` prints it);
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -29,13 +28,19 @@ from typing import Any
 from lab.errors import LabError
 from lab.options import Option
 
-_NOT_DRILLS = (
-    "engine",
-    "observe",
-    "forensics",
-    "ray_logs",
-    "script",
-)  # the machinery the drills share; drills on your script
+# The catalogue, registered explicitly: a new fault is one module here plus its line. The
+# other modules of this package (engine, observe, forensics, ...) are the machinery drills share.
+CATALOG = (
+    "kill_worker",
+    "kill_node",
+    "kill_rendezvous_host",
+    "hang_rank",
+    "partition_node",
+    "straggler",
+    "preempt",
+    "corrupt_checkpoint",
+    "collective_mismatch",
+)
 
 
 @dataclass(frozen=True)
@@ -52,10 +57,9 @@ class DrillOptions:
 def drills() -> dict[str, ModuleType]:
     """Every drill module of this package, by NAME."""
     found = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name not in _NOT_DRILLS:
-            module = importlib.import_module(f"{__name__}.{info.name}")
-            found[module.NAME] = module
+    for name in CATALOG:
+        module = importlib.import_module(f"{__name__}.{name}")
+        found[module.NAME] = module
     return found
 
 

@@ -22,7 +22,7 @@ from typing import Any, TextIO, TypeVar
 
 from lab import runtimes
 from lab.errors import LabError
-from lab.exercises import DrillOptions, observe
+from lab.exercises import DrillOptions, observe, reference_cache
 from lab.exercises.ray_logs import ray_notices_to
 from lab.health.events import read_events
 from lab.report import Report
@@ -148,12 +148,22 @@ class Drill:
 
         return self.wait_for(codes, timeout_s, "the job to end")
 
-    def reference_checksums(self, trainer_args: list[str]) -> set[str]:
-        """Final weights of an uninterrupted, unpaced run of the same job, in its own directories."""
+    def reference_checksums(self, trainer_args: list[str]) -> tuple[set[str], str]:
+        """Final weights of an uninterrupted, unpaced run of the same job, in its own directories,
+        and where they came from: "ran", or "cached" (an identical job's, lab.exercises.reference_cache)."""
+        args = [*trainer_args, "--step-time", "0"]
+        key = reference_cache.job_key(self.topology, "trainer", args) if self.runtime.name == "local" else None
+        cached = reference_cache.recall(key) if key else None
+        if cached:
+            self.progress(f"the uninterrupted reference: an identical job's, from {reference_cache.cache_dir()}")
+            return cached, "cached"
         self.progress("running the uninterrupted reference")
-        events = self.rerun([*trainer_args, "--step-time", "0"], fresh="reference")
+        events = self.rerun(args, fresh="reference")
         self.wait_job(240)
-        return observe.final_checksums(list(read_events(events)))
+        found = observe.final_checksums(list(read_events(events)))
+        if key:
+            reference_cache.remember(key, found)
+        return found, "ran"
 
     def rerun(self, trainer_args: list[str], fresh: str | None = None) -> Path:
         """Start the trainer again on the same hosts (they stay up between runs); see Runtime.rerun."""

@@ -63,9 +63,10 @@ def final_checksums(events: list[dict]) -> set[str]:
 
 def check_matches_reference(report, drill, events: list[dict], trainer_args: list[str]) -> bool:
     """The drill's final weights against an uninterrupted run's, bit for bit, as a check."""
-    final, reference = final_checksums(events), drill.reference_checksums(trainer_args)
+    final, (reference, source) = final_checksums(events), drill.reference_checksums(trainer_args)
     match = len(final) == 1 and final == reference
     report.facts["final_weights_match_reference"] = match
+    report.facts["reference"] = source
     return report.check(
         "final weights bit-identical to an uninterrupted run", match, f"{sorted(final)} vs {sorted(reference)}"
     )
