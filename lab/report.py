@@ -6,6 +6,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lab import files
 
@@ -27,6 +28,7 @@ class Report:
     facts: dict = field(default_factory=dict)  # restarts, lost_steps, recovery, ...
     explanation: str = ""
     skipped: str = ""  # why the exercise could not run here (a GPU-only lesson on a CPU machine)
+    evidence: Any = None  # what the verdict was drawn from (lab.exercises.seen.Seen), kept as seen.json
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         self.checks.append(Check(name, bool(ok), detail))
@@ -54,6 +56,8 @@ class Report:
     def write(self, directory: Path, events: list[dict]) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         files.write_text(directory / "report.json", json.dumps(self.to_json(), indent=2, default=str) + "\n")
+        if self.evidence is not None:  # the judge can draw the verdict again from it, with no run
+            files.write_text(directory / "seen.json", json.dumps(self.evidence.to_json(), default=str) + "\n")
         if events:  # a drill's job; lessons run several short jobs and compare their output
             timeline(events, self.faults, directory / "timeline.png", title=f"{self.exercise}: {self.verdict}")
 

@@ -1,4 +1,9 @@
-"""Exercises run for real on netns hosts, driven by a real local Ray; their verdicts are asserted."""
+"""Exercises run for real on netns hosts, driven by a real local Ray; their verdicts are asserted.
+
+One system test per fault (and per rendezvous backend). A variant of a drill whose act is the
+same and whose verdict differs (kill-node --elastic, hang-rank --watchdog) is judged in
+tests/unit/test_judges.py on what a real run of it saw (tests/fixtures/drills/).
+"""
 
 import shutil
 import signal
@@ -68,17 +73,6 @@ def test_hang_rank_is_seen_in_prometheus_and_ended_by_the_short_timeout(lab):
     assert report["forensics"]["collective"].startswith("all_reduce #")
 
 
-@pytest.mark.skipif(shutil.which("prometheus") is None, reason="hang-rank watches the rank in Prometheus")
-def test_hang_rank_with_the_step_watchdog_ends_within_seconds(lab):
-    """torchelastic's file-timer watchdog: the agents SIGKILL the ranks, and themselves (torch 2.13),
-    well before the 10 s process-group timeout; the lab reruns the job, which resumes bit-identical."""
-    out = lab("exercise", "run", "hang-rank", "--target-rank", "2", "--watchdog", "3", timeout=400)
-    assert out.returncode == 0, out.stdout[-3000:]
-    report = report_of(out)
-    assert report["verdict"] == "pass" and report["forensics"]["silent"] == [2]
-    assert report["seconds_until_the_agents_ended"] < 10 and report["final_weights_match_reference"] is True
-
-
 def test_kill_node_fixed_job_recovers_when_the_node_comes_back(lab):
     out = lab("exercise", "run", "kill-node", timeout=400)
     assert out.returncode == 0, out.stdout[-3000:]
@@ -86,14 +80,6 @@ def test_kill_node_fixed_job_recovers_when_the_node_comes_back(lab):
     assert report["verdict"] == "pass" and report["world_size_after"] == [4]
     assert [f["fault"] for f in report["faults"]] == ["kill_node", "restart"]
     assert report["final_weights_match_reference"] is True
-
-
-def test_kill_node_elastic_job_carries_on_with_fewer_ranks(lab):
-    out = lab("exercise", "run", "kill-node", "--elastic", timeout=400)
-    assert out.returncode == 0, out.stdout[-3000:]
-    report = report_of(out)
-    assert report["verdict"] == "pass" and report["world_size_after"] == [2]
-    assert "fewer ranks" in out.stdout
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="the straggler alert fires in Prometheus")

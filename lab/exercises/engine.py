@@ -24,6 +24,7 @@ from lab import runtimes
 from lab.errors import LabError
 from lab.exercises import DrillOptions, observe, reference_cache
 from lab.exercises.ray_logs import ray_notices_to
+from lab.exercises.seen import Seen
 from lab.health.events import read_events
 from lab.report import Report
 from lab.rundir import MARKER, RunDir
@@ -147,6 +148,24 @@ class Drill:
             return found if all(c is not None for c in found.values()) else None  # type: ignore[return-value]
 
         return self.wait_for(codes, timeout_s, "the job to end")
+
+    def node_logs(self) -> dict[str, str]:
+        return {n.name: n.log_path.read_text(errors="replace") for n in self.runtime.attach()}
+
+    def gather(
+        self, exercise: str, wait_s: float, *, logs: bool = False, reference: list[str] | None = None, **extra: Any
+    ) -> Seen:
+        """Wait for the job to end, then gather what it left: the events, the agents' records, the
+        exit codes, the node logs (when the judge reads them) and the reference's checksums (when
+        given the trainer's arguments)."""
+        codes = self.wait_job(wait_s)
+        seen = Seen(exercise, self.runtime.name, self.topology, faults=self.faults, codes=codes, extra=extra)
+        seen.events, seen.agents = self.events(), observe.agent_events(self.events_dir)
+        seen.logs = self.node_logs() if logs else {}
+        if reference is not None:
+            checksums, seen.reference_source = self.reference_checksums(reference)
+            seen.reference = sorted(checksums)
+        return seen
 
     def reference_checksums(self, trainer_args: list[str]) -> tuple[set[str], str]:
         """Final weights of an uninterrupted, unpaced run of the same job, in its own directories,

@@ -27,6 +27,7 @@ import time
 
 from lab.exercises import forensics, observe
 from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.seen import Seen
 from lab.options import Option
 from lab.report import Report
 from lab.topology import Topology
@@ -67,10 +68,9 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = drill.new_report(NAME)
     target = options.target_rank
     node, local_rank = drill.reach(target, options.at_step)
-    fault = drill.inject(node, "pause_worker", local_rank=local_rank)
+    fault = aimed(drill.inject(node, "pause_worker", local_rank=local_rank), target)
     time.sleep(FORENSICS_AFTER_S)  # the others are in the next collective by then
     found = forensics.collect(drill.events_dir, drill.topology.world_size)  # before anything tears it down
     drill.progress(f"forensics: {found['finding']}")
@@ -80,6 +80,30 @@ def run(drill, options) -> Report:
         30,
         f"Prometheus to see rank {target} down",
     )
+    measured = {"forensics": found, "prometheus_saw_it_at": seen_down}
+    if not drill.topology.step_watchdog_s:
+        return judge(drill.gather(NAME, 240, reference=trainer_args(options), **measured), options)
+    codes = drill.wait_job(60)  # the watchdog ends the job; a scheduler starts it again
+    ended = time.time() - fault["time"]
+    drill.progress("starting the job again")
+    restarted_at = time.time()
+    drill.rerun(trainer_args(options))
+    seen = drill.gather(
+        NAME,
+        240,
+        reference=trainer_args(options),
+        watchdog_codes=codes,
+        ended_after_s=ended,
+        restarted_at=restarted_at,
+        **measured,
+    )
+    return judge(seen, options)
+
+
+def judge(seen: Seen, options) -> Report:
+    report = seen.new_report()
+    target, fault, found = seen.injected("pause_worker")["rank"], seen.injected("pause_worker"), seen.extra["forensics"]
+    seen_down = seen.extra["prometheus_saw_it_at"]
     report.facts["forensics"] = found
     report.facts["seconds_until_prometheus_saw_it"] = seen_down - fault["time"]
     report.check(
@@ -87,15 +111,13 @@ def run(drill, options) -> Report:
         found["suspects"] == [target] and bool(found["collective"]),
         found["finding"],
     )
-    if drill.topology.step_watchdog_s:
-        return judge_watchdog(drill, report, fault, options)
-    codes = drill.wait_job(240)
-    events = drill.events()
-    agents = observe.agent_events(drill.events_dir)
-    detected = observe.first_time(agents, fault["time"], lambda r: r["name"] == "lab.failure_detected")
+    if seen.topology.step_watchdog_s:
+        return judge_watchdog(seen, report)
+    events, codes = seen.events, seen.codes
+    detected = observe.first_time(seen.agents, fault["time"], lambda r: r["name"] == "lab.failure_detected")
     first_step = min((e["time"] for e in events if e["event"] == "step" and e["restart"] == 1), default=None)
     report.facts["restarts"] = observe.restarts(events)
-    report.facts["recovery"] = observe.recovery_breakdown(events, agents, fault["time"])
+    report.facts["recovery"] = observe.recovery_breakdown(events, seen.agents, fault["time"])
     report.facts["seconds_until_the_timeout_fired"] = detected - fault["time"] if detected else None
     report.check(
         "Prometheus saw the frozen rank down before the group restarted",
@@ -115,7 +137,7 @@ def run(drill, options) -> Report:
         f"restarts {report.facts['restarts']}, loaded {loaded[:1]}",
     )
     report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
-    observe.check_matches_reference(report, drill, events, trainer_args(options))
+    observe.judge_reference(report, seen)
     report.explanation = (
         f"the peers' all-reduce timed out after the {PG_TIMEOUT_S} s process-group timeout; the frozen "
         "worker cannot handle SIGTERM, so its agent waits torchrun's 30 s before SIGKILL, and the other "
@@ -124,27 +146,27 @@ def run(drill, options) -> Report:
     return report
 
 
-def judge_watchdog(drill, report: Report, fault: dict, options) -> Report:
+def judge_watchdog(seen: Seen, report: Report) -> Report:
     """--watchdog: every rank's step deadline passes (the frozen one's, and its peers' waiting in
     the collective); each agent's FileTimerServer SIGKILLs them, and then, in torch 2.13, its own
     agent (file_based_local_timer.py: "Terminating the server process ... because of expired
     timers"). The job ends within seconds; the lab starts it again, as a scheduler would."""
-    watchdog = drill.topology.step_watchdog_s
-    codes = drill.wait_job(60)
-    ended = time.time() - fault["time"]
+    watchdog, fault = seen.topology.step_watchdog_s, seen.injected("pause_worker")
+    ended, first_codes = seen.extra["ended_after_s"], seen.extra["watchdog_codes"]
     report.facts.update(watchdog_s=watchdog, seconds_until_the_agents_ended=round(ended, 2))
     report.check(
         f"the {watchdog} s step watchdog ended the hang before the {PG_TIMEOUT_S} s timeout",
-        ended < PG_TIMEOUT_S and all(c == 128 + 9 for c in codes.values()),
-        f"every agent SIGKILLed by its own timer server {ended:.1f} s after the freeze: exit codes {codes}",
+        ended < PG_TIMEOUT_S and all(c == 128 + 9 for c in first_codes.values()),
+        f"every agent SIGKILLed by its own timer server {ended:.1f} s after the freeze: exit codes {first_codes}",
     )
-    events, codes, loaded = observe.rerun_from_checkpoint(drill, trainer_args(options))
+    events = [e for e in seen.events if e["time"] >= seen.extra["restarted_at"]]
+    loaded = [e["step"] for e in events if e["event"] == "checkpoint_loaded" and e["rank"] == 0]
     first_step = min((e["time"] for e in events if e["event"] == "step"), default=None)
     report.facts["restarts"] = 0
     report.facts["recovery"] = {"total": first_step - fault["time"] if first_step else None}
     report.check("the rerun resumed from a checkpoint", bool(loaded), f"loaded {loaded[:1]}")
-    report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
-    observe.check_matches_reference(report, drill, events, trainer_args(options))
+    report.check("the job succeeded", all(c == 0 for c in seen.codes.values()), f"exit codes {seen.codes}")
+    observe.judge_reference(report, seen)
     report.explanation = (
         f"every rank's {watchdog} s step deadline passed: the agents' file-timer servers SIGKILLed the ranks and "
         "then themselves (torch 2.13 ends the agent too), so the hang became a job failure within seconds, "

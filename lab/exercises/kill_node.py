@@ -22,6 +22,7 @@ from __future__ import annotations
 from lab.errors import LabError
 from lab.exercises import observe
 from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.seen import Seen
 from lab.options import Option
 from lab.report import Report
 from lab.topology import Topology
@@ -50,30 +51,35 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = drill.new_report(NAME)
-    target = options.target_rank
-    drill.reach(target, options.at_step)
-    target, node = off_the_store_host(drill, target, options.target_rank_chosen)
-    fault = drill.inject(node, "kill_node")
+    drill.reach(options.target_rank, options.at_step)
+    target, node = off_the_store_host(drill, options.target_rank, options.target_rank_chosen)
+    fault = aimed(drill.inject(node, "kill_node"), target)
     elastic = drill.topology.min_nodes is not None
     if not elastic:
         bring_back(drill, node, fault)
-    codes = drill.wait_job(240)
-    events = drill.events()
+    return judge(
+        drill.gather(NAME, 240, reference=None if elastic else trainer_args(options), survivor=drill.store_host),
+        options,
+    )
+
+
+def judge(seen: Seen, options) -> Report:
+    report = seen.new_report()
+    events, codes, fault = seen.events, seen.codes, seen.injected("kill_node")
     after = [e for e in events if e["time"] > fault["time"]]
     worlds = sorted({e["world_size"] for e in after if e["event"] == "rendezvous_done"})
     saved, reached, loaded = observe.checkpoint_progress(events, fault["time"])
     report.facts["restarts"] = observe.restarts(events)
     report.facts["lost_steps"] = reached - loaded[0] if loaded else None
     report.facts["world_size_after"] = worlds
-    report.facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir), fault["time"])
+    report.facts["recovery"] = observe.recovery_breakdown(events, seen.agents, fault["time"])
     report.check(
         "resumed from the newest checkpoint",
         bool(loaded) and bool(saved) and loaded[0] == max(saved),
         f"newest before the kill {max(saved, default=None)}, loaded {loaded[:1]}",
     )
-    if elastic:
-        survivor = drill.store_host
+    if seen.topology.min_nodes is not None:
+        survivor = seen.extra["survivor"]
         report.check("the survivor finished the job", codes.get(survivor) == 0, f"exit codes {codes}")
         report.check("the job carried on with fewer ranks", worlds == [2], f"world size after the kill: {worlds}")
         report.explanation = (
@@ -85,7 +91,7 @@ def run(drill, options) -> Report:
             "the job succeeded once the node was back", all(c == 0 for c in codes.values()), f"exit codes {codes}"
         )
         report.check("the restarted group had all 4 ranks again", worlds == [4], f"world size after: {worlds}")
-        observe.check_matches_reference(report, drill, events, trainer_args(options))
+        observe.judge_reference(report, seen)
     return report
 
 

@@ -28,7 +28,8 @@ import re
 import time
 
 from lab.exercises import observe
-from lab.exercises.engine import paced_trainer
+from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.seen import Seen
 from lab.options import RDZV_BACKEND
 from lab.report import Report
 from lab.topology import Topology
@@ -64,18 +65,36 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = drill.new_report(NAME)
     drill.reach(options.target_rank, options.at_step)
-    fault = drill.inject(drill.store_host, "kill_node")
+    fault = aimed(drill.inject(drill.store_host, "kill_node"), options.target_rank)
     survivor = next(n for n in drill.runtime.attach() if n.name != drill.store_host)
-    if drill.topology.rdzv_backend == "etcd-v2":
-        return judge_etcd(drill, report, fault, survivor)
-    codes = drill.wait_job(240)
-    events = drill.events()
-    log = survivor.log_path.read_text(errors="replace")
-    error = STORE_ERROR.search(log)
+    if drill.topology.rdzv_backend != "etcd-v2":
+        return judge(drill.gather(NAME, 240, logs=True, survivor=survivor.name), options)
+    joining = drill.wait_for(
+        lambda: observe.first_time(
+            observe.agent_events(drill.events_dir),
+            fault["time"],
+            lambda r: r["node"] == survivor.name and "attempts to join" in r["message"],
+        ),
+        60,
+        "the survivor's agent to open the next round",
+    )
+    time.sleep(max(0.0, joining + DOWN_S - time.time()))
+    waiting = survivor.exit_code() is None
+    drill.progress(f"after {time.time() - fault['time']:.0f}s the survivor is {'waiting' if waiting else 'gone'}")
+    drill.inject(drill.store_host, "restart")
+    seen = drill.gather(NAME, 240, logs=True, reference=trainer_args(options), survivor=survivor.name, waiting=waiting)
+    return judge(seen, options)
+
+
+def judge(seen: Seen, options) -> Report:
+    report = seen.new_report()
+    if seen.topology.rdzv_backend == "etcd-v2":
+        return judge_etcd(seen, report)
+    events, codes, survivor = seen.events, seen.codes, seen.extra["survivor"]
+    error = STORE_ERROR.search(seen.logs.get(survivor, ""))
     report.facts.update(restarts=observe.restarts(events), lost_steps=None, final_weights_match_reference=False)
-    report.check("the surviving node failed too", codes.get(survivor.name, 0) != 0, f"exit codes {codes}")
+    report.check("the surviving node failed too", codes.get(survivor, 0) != 0, f"exit codes {codes}")
     report.check(
         "because it could not reach the rendezvous store",
         error is not None,
@@ -92,30 +111,18 @@ def run(drill, options) -> Report:
     return report
 
 
-def judge_etcd(drill, report: Report, fault: dict, survivor) -> Report:
-    joining = drill.wait_for(
-        lambda: observe.first_time(
-            observe.agent_events(drill.events_dir),
-            fault["time"],
-            lambda r: r["node"] == survivor.name and "attempts to join" in r["message"],
-        ),
-        60,
-        "the survivor's agent to open the next round",
-    )
-    time.sleep(max(0.0, joining + DOWN_S - time.time()))
-    waiting = survivor.exit_code() is None
-    drill.progress(f"after {time.time() - fault['time']:.0f}s the survivor is {'waiting' if waiting else 'gone'}")
-    drill.inject(drill.store_host, "restart")
-    codes = drill.wait_job(240)
-    events = drill.events()
+def judge_etcd(seen: Seen, report: Report) -> Report:
+    events, codes, fault = seen.events, seen.codes, seen.injected("kill_node")
     saved, reached, loaded = observe.checkpoint_progress(events, fault["time"])
-    error = STORE_ERROR.search(survivor.log_path.read_text(errors="replace"))
+    error = STORE_ERROR.search(seen.logs.get(seen.extra["survivor"], ""))
     report.facts.update(
         restarts=observe.restarts(events),
         lost_steps=reached - loaded[0] if loaded else None,
-        recovery=observe.recovery_breakdown(events, observe.agent_events(drill.events_dir), fault["time"]),
+        recovery=observe.recovery_breakdown(events, seen.agents, fault["time"]),
     )
-    report.check(f"the survivor waited in the next round while node0 was down ({DOWN_S} s and more)", waiting)
+    report.check(
+        f"the survivor waited in the next round while node0 was down ({DOWN_S} s and more)", seen.extra["waiting"]
+    )
     report.check("its log has no store error", error is None, error[0][:200] if error else "")
     report.check("the job succeeded once node0 came back", all(c == 0 for c in codes.values()), f"exit codes {codes}")
     report.check(
@@ -123,7 +130,7 @@ def judge_etcd(drill, report: Report, fault: dict, survivor) -> Report:
         bool(loaded) and bool(saved) and loaded[0] == max(saved),
         f"newest before the kill {max(saved, default=None)}, loaded {loaded[:1]}",
     )
-    observe.check_matches_reference(report, drill, events, trainer_args(None))
+    observe.judge_reference(report, seen)
     report.explanation = (
         "etcd-v2 keeps the rendezvous in etcd, outside every node: the survivor's agent waits "
         "there (up to the join timeout) and the job re-forms when node0 returns"

@@ -30,6 +30,7 @@ import signal
 
 from lab.exercises import observe
 from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.seen import Seen
 from lab.options import RDZV_BACKEND
 from lab.report import Report
 from lab.topology import Topology
@@ -67,23 +68,25 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = drill.new_report(NAME)
     target = options.target_rank
     node, local_rank = drill.reach(target, options.at_step)
     if options.torch_defaults:
         drill.inject(drill.store_host, "delay_restarted_workers", seconds=LATE_START_S)
-    fault = drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL))
-    fault["rank"] = target
-    codes = drill.wait_job(240)
-    events = drill.events()
-
+    aimed(drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL)), target)
     if options.torch_defaults:
-        return judge_torch_defaults(drill, report, codes, events)
+        return judge(drill.gather(NAME, 240, logs=True), options)
+    return judge(drill.gather(NAME, 240, reference=trainer_args(options)), options)
 
+
+def judge(seen: Seen, options) -> Report:
+    report = seen.new_report()
+    if options.torch_defaults:
+        return judge_torch_defaults(seen, report)
+    events, codes, fault = seen.events, seen.codes, seen.injected("kill_worker")
     saved, reached, loaded = observe.checkpoint_progress(events, fault["time"])
     report.facts["restarts"] = observe.restarts(events)
     report.facts["lost_steps"] = reached - loaded[0] if loaded else None
-    report.facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir), fault["time"])
+    report.facts["recovery"] = observe.recovery_breakdown(events, seen.agents, fault["time"])
     report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
     report.check(
         "the worker group restarted once", report.facts["restarts"] == 1, f"restart count {report.facts['restarts']}"
@@ -99,20 +102,20 @@ def run(drill, options) -> Report:
         lost is not None and 0 <= lost <= CKPT_EVERY,
         f"lost {lost} steps",
     )
-
-    observe.check_matches_reference(report, drill, events, trainer_args(options))
+    observe.judge_reference(report, seen)
     return report
 
 
-def judge_torch_defaults(drill, report: Report, codes: dict, events: list[dict]) -> Report:
-    logs = "".join(n.log_path.read_text(errors="replace") for n in drill.runtime.attach())
-    report.facts["restarts"] = observe.restarts(events)
+def judge_torch_defaults(seen: Seen, report: Report) -> Report:
+    report.facts["restarts"] = observe.restarts(seen.events)
     report.facts["lost_steps"] = None
     report.facts["final_weights_match_reference"] = False
+    codes = seen.codes
     report.check("with torch's defaults the job fails", any(c != 0 for c in codes.values()), f"exit codes {codes}")
-    report.check("the restarted workers failed in connectFullMesh", "connectFullMesh" in logs)
+    report.check("the restarted workers failed in connectFullMesh", "connectFullMesh" in "".join(seen.logs.values()))
     report.check(
-        "no restarted group ever completed a step", not any(e["event"] == "step" and e["restart"] > 0 for e in events)
+        "no restarted group ever completed a step",
+        not any(e["event"] == "step" and e["restart"] > 0 for e in seen.events),
     )
     report.explanation = (
         "torchrun shares its rendezvous TCPStore with the workers; the restarted group reads the previous "

@@ -63,13 +63,22 @@ def final_checksums(events: list[dict]) -> set[str]:
 
 def check_matches_reference(report, drill, events: list[dict], trainer_args: list[str]) -> bool:
     """The drill's final weights against an uninterrupted run's, bit for bit, as a check."""
-    final, (reference, source) = final_checksums(events), drill.reference_checksums(trainer_args)
+    reference, source = drill.reference_checksums(trainer_args)
+    return check_final_weights(report, final_checksums(events), reference, source)
+
+
+def check_final_weights(report, final: set[str], reference: set[str], source: str | None) -> bool:
     match = len(final) == 1 and final == reference
     report.facts["final_weights_match_reference"] = match
     report.facts["reference"] = source
     return report.check(
         "final weights bit-identical to an uninterrupted run", match, f"{sorted(final)} vs {sorted(reference)}"
     )
+
+
+def judge_reference(report, seen) -> bool:
+    """check_final_weights on what a drill saw (lab.exercises.seen.Seen)."""
+    return check_final_weights(report, final_checksums(seen.events), set(seen.reference or ()), seen.reference_source)
 
 
 def rerun_from_checkpoint(drill, trainer_args: list[str]) -> tuple[list[dict], dict, list[int]]:
