@@ -15,6 +15,7 @@ import os
 import re
 import signal
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -117,28 +118,40 @@ def describe(code: int | None, pid: int | None, terminated_by_agent: set[int]) -
     return f"exited with status {code}"
 
 
-def card(run_dir: Path) -> Card:
-    """The card for everything the run dir's events and logs say."""
+@dataclass
+class Evidence:
+    """What a run dir (or a failed job's kept evidence, lab.evidence) says, read once."""
+
+    agents: list[dict]  # the agents' lab.failure_detected records
+    traces: dict[int, tuple[str, str]]  # rank -> (error, where) from the node logs
+    terminated: set[int]  # pids torchrun's agents sent SIGTERM
+    raised: dict[int, dict]  # rank -> its exit event, for ranks that died of an exception
+    steps: dict[int, int]  # rank -> its last step
+
+
+def read_evidence(run_dir: Path) -> Evidence:
     events_dir = run_dir / "events"
     agents = (
         [a for a in read_agent_events(events_dir) if a["name"] == "lab.failure_detected"] if events_dir.is_dir() else []
     )
     ranks = list(read_events(events_dir)) if events_dir.is_dir() else []
-    logs = {p.parent.name: p.read_text(errors="replace") for p in sorted((run_dir / "nodes").glob("*/node.log"))}
-    traces: dict[int, tuple[str, str]] = {}
-    terminated: set[int] = set()
-    for text in logs.values():
-        traces.update(tracebacks(text))
-        terminated |= {int(pid) for pid, _ in SIGTERM_SENT.findall(text)}
-    raised = {e["rank"]: e for e in ranks if e["event"] == "exit" and e.get("reason") == "exception"}
-    steps: dict[int, int] = {}
+    found = Evidence(agents, {}, set(), {}, {})
+    for log in sorted((run_dir / "nodes").glob("*/node.log")):
+        text = log.read_text(errors="replace")
+        found.traces.update(tracebacks(text))
+        found.terminated |= {int(pid) for pid, _ in SIGTERM_SENT.findall(text)}
+    found.raised = {e["rank"]: e for e in ranks if e["event"] == "exit" and e.get("reason") == "exception"}
     for e in ranks:
         if e["event"] == "step":
-            steps[e["rank"]] = max(steps.get(e["rank"], e["step"]), e["step"])
+            found.steps[e["rank"]] = max(found.steps.get(e["rank"], e["step"]), e["step"])
+    return found
 
+
+def reported_failures(found: Evidence) -> list[RankFailure]:
+    """Every failed rank an agent reported, once each, with how it failed."""
     failures: list[RankFailure] = []
     seen: set[tuple[int, int | None]] = set()
-    for record in agents:
+    for record in found.agents:
         details = record["event"].get("failures") or {
             r: {"exitcode": c, "pid": None, "local_rank": None}
             for r, c in record["event"].get("exit_codes", {}).items()
@@ -150,28 +163,36 @@ def card(run_dir: Path) -> Card:
             seen.add((rank, info.get("pid")))
             failure = RankFailure(rank, record["node"], info.get("local_rank"), record["time"], info.get("exitcode"))
             failure.pid = info.get("pid")
-            event = raised.get(rank)
+            event = found.raised.get(rank)
             if event and (failure.pid is None or event.get("pid") == failure.pid):
                 failure.error, failure.where, failure.time = event["error"], event["where"], event["time"]
-            elif rank in traces:
-                failure.error, failure.where = traces[rank]
+            elif rank in found.traces:
+                failure.error, failure.where = found.traces[rank]
             failure.how = (
                 f"raised {failure.error.split(':')[0]}"
                 if failure.error and (failure.exit_code or 0) > 0
-                else describe(failure.exit_code, failure.pid, terminated)
+                else describe(failure.exit_code, failure.pid, found.terminated)
             )
-            failure.consequence = bool(CONSEQUENCE.search(failure.error)) or failure.pid in terminated
-            failure.last_step = steps.get(rank)
+            failure.consequence = bool(CONSEQUENCE.search(failure.error)) or failure.pid in found.terminated
+            failure.last_step = found.steps.get(rank)
             failures.append(failure)
-    failures += stopped_by_the_agent(run_dir, failures, terminated, steps)
-    per_node = Counter(a["node"] for a in agents)  # every node's agent reports each failed round
+    return failures
+
+
+def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
+    """The card for everything the run dir's events and logs say. kernel: the kernel's log
+    (default: /dev/kmsg, read only when a rank died of a SIGKILL nobody in the job sent)."""
+    found = read_evidence(run_dir)
+    failures = reported_failures(found)
+    failures += stopped_by_the_agent(run_dir, failures, found.terminated, found.steps)
+    per_node = Counter(a["node"] for a in found.agents)  # every node's agent reports each failed round
     result = Card(first=None, rounds=max(per_node.values(), default=0))
     if not failures:
         return result
     failures.sort(key=lambda f: f.time)
     causes = [f for f in failures if not f.consequence]
     # A rank with nothing to say of its own that torchrun had to stop, while its peers failed waiting.
-    silent = [f for f in failures if not f.error and f.pid in terminated]
+    silent = [f for f in failures if not f.error and f.pid in found.terminated]
     result.first = causes[0] if causes else silent[0] if silent else failures[0]
     result.then = [f for f in failures if f is not result.first][:8]
     if not causes and silent:
@@ -184,8 +205,8 @@ def card(run_dir: Path) -> Card:
             "every failed rank reports a peer's failure (a timeout or a lost connection): a rank hung or a node "
             "was cut off; the earliest report is shown first"
         )
-    if result.first.exit_code == -signal.SIGKILL and result.first.pid not in terminated:
-        oom = oom_kill(result.first.pid)
+    if result.first.exit_code == -signal.SIGKILL and result.first.pid not in found.terminated:
+        oom = oom_kill(result.first.pid, (kernel or kernel_log)())
         if oom:
             result.first.how = "killed by the kernel's OOM killer (SIGKILL)"
             result.notes.append(f"kernel log: {oom}")
@@ -217,14 +238,14 @@ def kernel_log() -> str:
     return "".join(records)
 
 
-def oom_kill(pid: int | None) -> str:
+def oom_kill(pid: int | None, log: str) -> str:
     """The kernel's line saying it OOM-killed pid, or ''. Pids match for nodes that share the
     host's pid namespace (netns and loopback nodes); a container's are its own."""
     if pid is None:
         return ""
     found = re.search(
         rf"^[^;]*;((?:Memory cgroup out of memory|Out of memory)[^\n]*Killed process {pid} \([^\n]*)",
-        kernel_log(),
+        log,
         re.M,
     )
     return found[1][:200] if found else ""

@@ -11,7 +11,7 @@ import argparse
 import json
 import time
 
-from lab import files, why
+from lab import evidence, files, why
 from lab.cli.options import add_run_dir_option
 from lab.errors import LabError
 from lab.options import run_dir_from_args
@@ -26,9 +26,11 @@ def register(sub) -> None:
 
 
 def save(run_dir: RunDir, card: why.Card) -> str:
-    """Keep the card where `lab down` leaves it (the reports); returns its path."""
+    """Keep the card where `lab down` leaves it (the reports), and beside it the evidence it
+    was drawn from (lab.evidence); returns the card's path."""
     path = run_dir.reports_dir() / f"why-{time.strftime('%Y%m%d-%H%M%S')}.json"
     files.write_text(path, json.dumps({**card.to_json(), "text": card.text()}, indent=2) + "\n")
+    evidence.keep(run_dir.path, path.with_suffix(""))
     return str(path)
 
 

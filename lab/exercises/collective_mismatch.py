@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 import signal
 
+from lab.exercises.engine import aimed
+from lab.exercises.seen import Seen
 from lab.report import Report
 from lab.topology import Topology
 
@@ -44,16 +46,16 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = drill.new_report(NAME)
-    target = options.target_rank
-    node, local_rank = drill.reach(target, options.at_step)
-    fault = drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGUSR1))
-    fault["rank"] = target
-    codes = drill.wait_job(PG_TIMEOUT_S * 3)
-    events = drill.events()
+    node, local_rank = drill.reach(options.target_rank, options.at_step)
+    aimed(drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGUSR1)), options.target_rank)
+    return judge(drill.gather(NAME, PG_TIMEOUT_S * 3, logs=True), options)
+
+
+def judge(seen: Seen, options) -> Report:
+    report = seen.new_report()
+    events, codes, fault = seen.events, seen.codes, seen.injected("kill_worker")
     failed_at = min((e["time"] for e in events if e["event"] == "exit" and e.get("reason") == "error"), default=None)
-    logs = "".join(n.log_path.read_text(errors="replace") for n in drill.runtime.attach())
-    named = re.search(r"Detected mismatch between collectives on ranks[^\n]*", logs)
+    named = re.search(r"Detected mismatch between collectives on ranks[^\n]*", "".join(seen.logs.values()))
     report.facts["seconds_to_failure"] = failed_at - fault["time"] if failed_at else None
     report.facts["restarts"] = 0
     report.check("the injected collective ran", any(e["event"] == "injected_extra_collective" for e in events))

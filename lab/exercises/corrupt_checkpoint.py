@@ -19,6 +19,7 @@ import signal
 from lab.errors import LabError
 from lab.exercises import observe
 from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.seen import Seen
 from lab.report import Report
 from lab.topology import Topology
 
@@ -37,19 +38,21 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = drill.new_report(NAME)
-    target = options.target_rank
-    node, local_rank = drill.reach(target, options.at_step)
-    damaged = drill.inject(node, "corrupt_checkpoint", directory=str(drill.ckpt_dir), mode="truncate")
-    kill = drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL))
-    codes = drill.wait_job(240)
-    events = drill.events()
+    node, local_rank = drill.reach(options.target_rank, options.at_step)
+    drill.inject(node, "corrupt_checkpoint", directory=str(drill.ckpt_dir), mode="truncate")
+    aimed(drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL)), options.target_rank)
+    return judge(drill.gather(NAME, 240, reference=trainer_args(options)), options)
 
+
+def judge(seen: Seen, options) -> Report:
+    report = seen.new_report()
+    events, codes = seen.events, seen.codes
+    damaged, kill = seen.injected("corrupt_checkpoint"), seen.injected("kill_worker")
     saved, reached, loaded = observe.checkpoint_progress(events, kill["time"])
     invalid = [e for e in events if e["event"] == "checkpoint_invalid"]
     report.facts["restarts"] = observe.restarts(events)
     report.facts["lost_steps"] = reached - loaded[0] if loaded else None
-    report.facts["recovery"] = observe.recovery_breakdown(events, observe.agent_events(drill.events_dir), kill["time"])
+    report.facts["recovery"] = observe.recovery_breakdown(events, seen.agents, kill["time"])
     report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
     report.check(
         "the damaged checkpoint was detected",
@@ -60,7 +63,7 @@ def run(drill, options) -> Report:
     report.check(
         "resumed from the previous checkpoint", loaded[:1] == [previous], f"saved {saved[-2:]}, loaded {loaded[:1]}"
     )
-    observe.check_matches_reference(report, drill, events, trainer_args(options))
+    observe.judge_reference(report, seen)
     return report
 
 

@@ -153,12 +153,18 @@ class Drill:
         return {n.name: n.log_path.read_text(errors="replace") for n in self.runtime.attach()}
 
     def gather(
-        self, exercise: str, wait_s: float, *, logs: bool = False, reference: list[str] | None = None, **extra: Any
+        self,
+        exercise: str,
+        wait_s: float | None,
+        *,
+        logs: bool = False,
+        reference: list[str] | None = None,
+        **extra: Any,
     ) -> Seen:
-        """Wait for the job to end, then gather what it left: the events, the agents' records, the
-        exit codes, the node logs (when the judge reads them) and the reference's checksums (when
-        given the trainer's arguments)."""
-        codes = self.wait_job(wait_s)
+        """Wait for the job to end (wait_s None: not at all), then gather what it left: the events,
+        the agents' records, the exit codes, the node logs (when the judge reads them) and the
+        reference's checksums (when given the trainer's arguments)."""
+        codes: dict[str, int | None] = dict(self.wait_job(wait_s)) if wait_s is not None else self.exit_codes()
         seen = Seen(exercise, self.runtime.name, self.topology, faults=self.faults, codes=codes, extra=extra)
         seen.events, seen.agents = self.events(), observe.agent_events(self.events_dir)
         seen.logs = self.node_logs() if logs else {}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from lab.health.events import read_agent_events
 
 agent_events = read_agent_events  # torchelastic's agent events, as the drills read them
@@ -79,15 +77,3 @@ def check_final_weights(report, final: set[str], reference: set[str], source: st
 def judge_reference(report, seen) -> bool:
     """check_final_weights on what a drill saw (lab.exercises.seen.Seen)."""
     return check_final_weights(report, final_checksums(seen.events), set(seen.reference or ()), seen.reference_source)
-
-
-def rerun_from_checkpoint(drill, trainer_args: list[str]) -> tuple[list[dict], dict, list[int]]:
-    """Start the ended job again on the same hosts, as a scheduler would, and wait for it:
-    (its events, the nodes' exit codes, the steps rank 0 loaded)."""
-    drill.progress("starting the job again")
-    restarted_at = time.time()
-    drill.rerun(trainer_args)
-    codes = drill.wait_job(240)
-    events = [e for e in drill.events() if e["time"] >= restarted_at]
-    loaded = [e["step"] for e in events if e["event"] == "checkpoint_loaded" and e["rank"] == 0]
-    return events, codes, loaded

@@ -24,6 +24,7 @@ import time
 
 from lab.exercises import forensics, observe
 from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.seen import Seen
 from lab.report import Report
 from lab.topology import Topology
 
@@ -44,22 +45,25 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = drill.new_report(NAME)
-    target = options.target_rank
-    node, _ = drill.reach(target, options.at_step)
+    node, _ = drill.reach(options.target_rank, options.at_step)
     fault, found = cut_off(drill, node)
-    codes = drill.wait_job(300)
-    events, agents = drill.events(), observe.agent_events(drill.events_dir)
+    aimed(fault, options.target_rank)
+    return judge(drill.gather(NAME, 300, logs=True, forensics=found, cut_off=node), options)
+
+
+def judge(seen: Seen, options) -> Report:
+    report = seen.new_report()
+    fault, node, events, agents = seen.injected("partition"), seen.extra["cut_off"], seen.events, seen.agents
     detected = {}
     for name in sorted({a["node"] for a in agents}):
         t = observe.first_time(
             [a for a in agents if a["node"] == name], fault["time"], lambda r: r["name"] == "lab.failure_detected"
         )
         detected[name] = round(t - fault["time"], 2) if t else None
-    logs = "".join(n.log_path.read_text(errors="replace") for n in drill.runtime.attach())
+    logs = "".join(seen.logs.values())
     errors = sorted(set(re.findall(r"(Timed out[^\n]{0,60}|Connection closed by peer|Connection reset by peer)", logs)))
     report.facts.update(
-        forensics=found,
+        forensics=seen.extra["forensics"],
         restarts=observe.restarts(events),
         failure_detected_after_s=detected,
         errors_seen=errors[:5],
@@ -68,7 +72,8 @@ def run(drill, options) -> Report:
     connected = [n for n in detected if n != node]
     report.check(
         f"the side still holding the store failed at the {PG_TIMEOUT_S} s process-group timeout",
-        all((t := detected[n]) is not None and PG_TIMEOUT_S - 1 <= t <= PG_TIMEOUT_S + 10 for n in connected),
+        bool(connected)
+        and all((t := detected[n]) is not None and PG_TIMEOUT_S - 1 <= t <= PG_TIMEOUT_S + 10 for n in connected),
         f"failure detected after {detected} s",
     )
     report.check(
@@ -83,6 +88,7 @@ def run(drill, options) -> Report:
         f"{detected.get(node)} s against {[detected[n] for n in connected]} s on the connected side."
     )
     report.check("the logs say it was a timeout", any("Timed out" in e for e in errors), "; ".join(errors[:2]))
+    codes = seen.codes
     report.check(
         "after the heal the job recovered and finished",
         all(c == 0 for c in codes.values()),

@@ -18,6 +18,7 @@ import time
 
 from lab.exercises import observe
 from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.seen import Seen
 from lab.report import Report
 from lab.topology import Topology
 
@@ -36,40 +37,50 @@ def trainer_args(options) -> list[str]:
 
 
 def run(drill, options) -> Report:
-    report = drill.new_report(NAME)
-    target = options.target_rank
-    node, _ = drill.reach(target, options.at_step)
-    fault = drill.inject(node, "preempt", grace_s=GRACE_S)
+    node, _ = drill.reach(options.target_rank, options.at_step)
+    fault = aimed(drill.inject(node, "preempt", grace_s=GRACE_S), options.target_rank)
     gone_after = time.time() - fault["time"]
     world = drill.topology.world_size
-    exits = drill.wait_for(
-        lambda: (found := [e for e in drill.events() if e["event"] == "exit"]) and len(found) >= world and found,
-        60,
-        "every rank to stop",
-    )
+    drill.wait_for(lambda: len([e for e in drill.events() if e["event"] == "exit"]) >= world, 60, "every rank to stop")
     for other in drill.runtime.attach():  # healthy agents would wait out torchrun's 5-minute exit barrier
         other.stop(grace_s=5.0)
+    drill.progress("starting the job again")  # as a scheduler would
+    restarted_at = time.time()
+    drill.rerun(trainer_args(options))
+    seen = drill.gather(
+        NAME, 240, reference=trainer_args(options), gone_after_s=gone_after, preempted=node, restarted_at=restarted_at
+    )
+    return judge(seen, options)
+
+
+def judge(seen: Seen, options) -> Report:
+    report = seen.new_report()
+    node, gone_after, restarted_at = seen.extra["preempted"], seen.extra["gone_after_s"], seen.extra["restarted_at"]
+    before = [e for e in seen.events if e["time"] < restarted_at]
+    rerun = [e for e in seen.events if e["time"] >= restarted_at]
+    exits = [e for e in before if e["event"] == "exit"]
     stopped_at = {e["step"] for e in exits if e.get("reason") == "preempted"}
     report.check(f"{node} was gone within the {GRACE_S:g} s grace period", gone_after < GRACE_S, f"{gone_after:.2f} s")
     report.check(
         "every rank stopped as preempted, at the same step",
-        len(exits) == world and all(e.get("reason") == "preempted" for e in exits) and len(stopped_at) == 1,
+        len(exits) == seen.topology.world_size
+        and all(e.get("reason") == "preempted" for e in exits)
+        and len(stopped_at) == 1,
         f"exits {[(e['rank'], e.get('reason'), e['step']) for e in exits]}",
     )
     step = min(stopped_at) if stopped_at else None
-    saved = {e["step"] for e in drill.events() if e["event"] == "checkpoint_saved"}
+    saved = {e["step"] for e in before if e["event"] == "checkpoint_saved"}
     report.check("the preemption step was checkpointed", step in saved, f"step {step}, saved {sorted(saved)}")
-
-    events, codes, loaded = observe.rerun_from_checkpoint(drill, trainer_args(options))
+    loaded = [e["step"] for e in rerun if e["event"] == "checkpoint_loaded" and e["rank"] == 0]
     report.facts["restarts"] = 0
     report.facts["lost_steps"] = step - loaded[0] if loaded and step is not None else None
-    report.check("the rerun succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
+    report.check("the rerun succeeded", all(c == 0 for c in seen.codes.values()), f"exit codes {seen.codes}")
     report.check(
         "the rerun resumed at the preemption step: no step lost",
         report.facts["lost_steps"] == 0,
         f"stopped at {step}, resumed from {loaded[:1]}",
     )
-    observe.check_matches_reference(report, drill, events, trainer_args(options))
+    observe.judge_reference(report, seen)
     return report
 
 

@@ -24,7 +24,7 @@ class Seen:
     runtime: str
     topology: Topology
     faults: list[dict] = field(default_factory=list)  # what was injected, when, where (Drill.faults)
-    codes: dict[str, int] = field(default_factory=dict)  # each node's exit status at the end
+    codes: dict[str, int | None] = field(default_factory=dict)  # each node's exit status (None: running)
     events: list[dict] = field(default_factory=list)  # the ranks' event logs, merged
     agents: list[dict] = field(default_factory=list)  # the agents' event logs, merged
     logs: dict[str, str] = field(default_factory=dict)  # node logs, for judges that read them

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 
 from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.seen import Seen
 from lab.report import Report
 from lab.topology import Topology
 
@@ -38,30 +39,37 @@ def trainer_args(options) -> list[str]:
     return paced_trainer(STEPS, 0)
 
 
-def step_rates(drill, since: float, until: float) -> dict[int, float]:
+def step_rates(events: list[dict], since: float, until: float) -> dict[int, float]:
     steps: dict[int, list[int]] = {}
-    for e in drill.events():
+    for e in events:
         if e["event"] == "step" and since <= e["time"] <= until:
             steps.setdefault(e["rank"], []).append(e["step"])
     return {rank: (max(s) - min(s)) / (until - since) for rank, s in sorted(steps.items()) if s}
 
 
 def run(drill, options) -> Report:
-    report = drill.new_report(NAME)
-    target = options.target_rank
-    node, local_rank = drill.reach(target, options.at_step)
+    node, local_rank = drill.reach(options.target_rank, options.at_step)
     fault = drill.inject(node, "slow_worker", local_rank=local_rank, stopped_fraction=0.75, period_s=1.0)
-    fault["rank"] = target
-    before = step_rates(drill, fault["time"] - WINDOW_S, fault["time"])
+    aimed(fault, options.target_rank)
     prom = drill.runtime.prometheus
 
     def straggler_alert():
         return [a for a in prom.alerts() if a["labels"].get("alertname") == "LabStraggler" and a["state"] == "firing"]
 
     firing = drill.wait_for(straggler_alert, 150, "the LabStraggler alert to fire")
-    fired_after = time.time() - fault["time"]
-    after = step_rates(drill, time.time() - WINDOW_S, time.time())
+    fired_at = time.time()
     busy = {int(s["metric"]["rank"]): s["value"] for s in prom.query("lab:busy_seconds_per_step:rate1m")}
+    drill.inject(node, "unslow_worker")
+    return judge(drill.gather(NAME, None, firing=firing, fired_at=fired_at, busy=busy), options)
+
+
+def judge(seen: Seen, options) -> Report:
+    report = seen.new_report()
+    fault, fired_at = seen.injected("slow_worker"), seen.extra["fired_at"]
+    target, fired_after = fault["rank"], fired_at - fault["time"]
+    before = step_rates(seen.events, fault["time"] - WINDOW_S, fault["time"])
+    after = step_rates(seen.events, fired_at - WINDOW_S, fired_at)
+    busy = {int(rank): value for rank, value in seen.extra["busy"].items()}  # JSON keys are text
     report.facts.update(
         restarts=0,
         step_rate_before=before,
@@ -71,10 +79,10 @@ def run(drill, options) -> Report:
     )
     report.check(
         "every rank slowed down together",
-        len(after) == drill.topology.world_size and all(after[r] < 0.6 * before.get(r, 0) for r in after),
+        len(after) == seen.topology.world_size and all(after[r] < 0.6 * before.get(r, 0) for r in after),
         f"steps/s before {fmt(before)}, after {fmt(after)}",
     )
-    named = sorted({int(a["labels"]["rank"]) for a in firing})
+    named = sorted({int(a["labels"]["rank"]) for a in seen.extra["firing"]})
     report.check(
         "LabStraggler fired for the slowed rank only",
         named == [target],
@@ -85,7 +93,6 @@ def run(drill, options) -> Report:
         bool(busy) and max(busy, key=lambda rank: busy[rank]) == target,
         f"busy seconds per step {fmt(busy)}",
     )
-    drill.inject(node, "unslow_worker")
     return report
 
 

@@ -10,7 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from lab.exercises import DrillOptions, hang_rank, kill_node, kill_rendezvous_host, kill_worker
+from lab import exercises
+from lab.exercises import (
+    DrillOptions,
+    collective_mismatch,
+    corrupt_checkpoint,
+    hang_rank,
+    kill_node,
+    kill_rendezvous_host,
+    kill_worker,
+    partition_node,
+    preempt,
+    straggler,
+)
 from lab.exercises.seen import Seen
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "drills"
@@ -23,6 +35,11 @@ CASES = {
     "kill-rendezvous-host-etcd": (kill_rendezvous_host, {}),
     "hang-rank": (hang_rank, {}),
     "hang-rank-watchdog": (hang_rank, {}),
+    "partition-node": (partition_node, {}),
+    "straggler": (straggler, {}),
+    "preempt": (preempt, {}),
+    "corrupt-checkpoint": (corrupt_checkpoint, {}),
+    "collective-mismatch": (collective_mismatch, {}),
 }
 
 
@@ -50,7 +67,16 @@ FACTS = {
     "kill-rendezvous-host-etcd": lambda f: f["final_weights_match_reference"] and f["lost_steps"] <= 10,
     "hang-rank": lambda f: f["restarts"] == 1 and f["seconds_until_the_timeout_fired"] < 25,
     "hang-rank-watchdog": lambda f: f["seconds_until_the_agents_ended"] < 10 and f["final_weights_match_reference"],
+    "partition-node": lambda f: f["restarts"] >= 1 and f["forensics"]["finding"],
+    "straggler": lambda f: max(f["busy_seconds_per_step"], key=f["busy_seconds_per_step"].get) == 1,
+    "preempt": lambda f: f["lost_steps"] == 0 and f["final_weights_match_reference"],
+    "corrupt-checkpoint": lambda f: f["restarts"] == 1 and f["final_weights_match_reference"],
+    "collective-mismatch": lambda f: f["seconds_to_failure"] < 30,
 }
+
+
+def test_every_drill_of_the_catalogue_is_judged_here():
+    assert {drill.NAME for drill, _ in CASES.values()} == set(exercises.drills())
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -158,4 +184,55 @@ def test_a_watchdog_slower_than_the_timeout_fails():
     evidence.extra["ended_after_s"] = hang_rank.PG_TIMEOUT_S + 1
     assert failed(judge("hang-rank-watchdog", evidence)) == [
         f"the {evidence.topology.step_watchdog_s} s step watchdog ended the hang before the 10 s timeout"
+    ]
+
+
+def test_a_partition_whose_logs_show_no_timeout_and_that_never_finished_fails():
+    evidence = seen("partition-node")
+    evidence.logs = {node: log.replace("Timed out", "Gave up") for node, log in evidence.logs.items()}
+    evidence.codes = {node: 1 for node in evidence.codes}
+    assert failed(judge("partition-node", evidence)) == [
+        "the logs say it was a timeout",
+        "after the heal the job recovered and finished",
+    ]
+
+
+def test_a_straggler_alert_for_every_rank_names_no_one():
+    evidence = seen("straggler")
+    rank_one = evidence.extra["firing"][0]
+    evidence.extra["firing"] = [{**rank_one, "labels": {**rank_one["labels"], "rank": str(r)}} for r in range(4)]
+    evidence.extra["busy"] = {"0": 9.0, **{k: v for k, v in evidence.extra["busy"].items() if k != "0"}}
+    assert failed(judge("straggler", evidence)) == [
+        "LabStraggler fired for the slowed rank only",
+        "the slowed rank is the busiest outside the all-reduce",
+    ]
+
+
+def test_a_rank_that_died_instead_of_stopping_fails_the_preemption():
+    evidence = seen("preempt")
+    exit_before = next(e for e in evidence.events if e["event"] == "exit" and e.get("reason") == "preempted")
+    exit_before["reason"] = "error"
+    evidence.extra["gone_after_s"] = preempt.GRACE_S + 1
+    assert failed(judge("preempt", evidence)) == [
+        f"{evidence.extra['preempted']} was gone within the 10 s grace period",
+        "every rank stopped as preempted, at the same step",
+    ]
+
+
+def test_a_damaged_checkpoint_nobody_noticed_fails():
+    evidence = seen("corrupt-checkpoint")
+    evidence.events = [e for e in evidence.events if e["event"] != "checkpoint_invalid"]
+    assert failed(judge("corrupt-checkpoint", evidence)) == ["the damaged checkpoint was detected"]
+
+
+def test_a_mismatch_found_only_at_the_timeout_fails():
+    evidence = seen("collective-mismatch")
+    at = after_fault(evidence, "kill_worker")
+    for e in evidence.events:
+        if e["event"] == "exit" and e.get("reason") == "error":
+            e["time"] = at + collective_mismatch.PG_TIMEOUT_S
+    evidence.logs = {}
+    assert failed(judge("collective-mismatch", evidence)) == [
+        "the error names the mismatch",
+        "it failed fast, not at the 60 s timeout",
     ]

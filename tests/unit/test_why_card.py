@@ -1,0 +1,76 @@
+"""`lab why`'s card on failed jobs recorded from real runs (tests/fixtures/why/: what `lab run`
+kept when tests/scripts/fail_one_rank.py failed on netns hosts, by scripts/record-fixtures.sh):
+rank 1 of a 2 x 2 job raises, is SIGKILLed, exits with a status, or hangs until its peers' 5 s
+process-group timeout. The card must name rank 1, say how, and (raised) where. The kernel log is
+given: the test machine's own never decides a verdict here."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from lab import evidence, why
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "why"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fail_one_rank.py"
+RAISE_LINE = next(i for i, text in enumerate(SCRIPT.read_text().splitlines(), 1) if "raise ValueError" in text)
+
+
+def card_of(how: str, kernel: str = "") -> str:
+    return why.card(FIXTURES / how, kernel=lambda: kernel).text()
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        ("raise", ["raised ValueError", "ValueError: bad batch at step 5", f"fail_one_rank.py:{RAISE_LINE}"]),
+        ("kill", ["killed by SIGKILL", "SIGKILL from outside the job"]),
+        ("exit", ["exited with status 3"]),
+        ("hang", ["killed by SIGTERM from torchrun's agent", "the likely hung rank", "Timed out"]),
+    ],
+)
+def test_the_card_names_the_rank_that_failed_first_and_how(how, expected):
+    card = card_of(how)
+    assert card.startswith("first failure: rank 1 on node"), card
+    for text in expected:
+        assert text in card, card
+    assert "then rank" in card  # what the others did next
+    # The card drawn again from the kept evidence is the one `lab run` printed and saved.
+    assert card == json.loads((FIXTURES / f"{how}.json").read_text())["text"]
+
+
+def test_a_sigkill_the_kernel_log_names_is_an_oom_kill():
+    first = why.card(FIXTURES / "kill", kernel=lambda: "").first
+    assert first is not None and first.pid is not None
+    line = f"6,1234,5678,-;Memory cgroup out of memory: Killed process {first.pid} (python3.11) total-vm:1kB"
+    card = card_of("kill", kernel=f"{line}\n")
+    assert "killed by the kernel's OOM killer (SIGKILL)" in card
+    assert f"note: kernel log: Memory cgroup out of memory: Killed process {first.pid}" in card
+    another_pid = line.replace(f"Killed process {first.pid} ", "Killed process 1 ")
+    assert "SIGKILL from outside the job" in card_of("kill", kernel=another_pid)  # someone else's OOM kill
+
+
+def test_nothing_failed_is_said_so(tmp_path):
+    assert why.card(tmp_path, kernel=lambda: "").text() == "no rank failed: the agents recorded no failure\n"
+
+
+def test_the_kept_evidence_never_follows_a_link_a_node_planted(tmp_path):
+    run, secret = tmp_path / "run", tmp_path / "secret"
+    (run / "events").mkdir(parents=True)
+    (run / "nodes" / "node0").mkdir(parents=True)
+    secret.mkdir()
+    (secret / "node.log").write_text("not the lab's")
+    (secret / "rank0.jsonl").write_text("not the lab's")
+    (run / "events" / "rank0.jsonl").symlink_to(secret / "rank0.jsonl")
+    (run / "events" / "rank1.jsonl").write_text('{"event": "step"}\n')
+    (run / "nodes" / "node1").symlink_to(secret, target_is_directory=True)
+    (run / "nodes" / "node0" / "node.log").write_bytes(b"x" * (evidence.LOG_TAIL_BYTES + 10) + b"the end\n")
+    kept = evidence.keep(run, tmp_path / "kept")
+    found = sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file())
+    assert found == ["events/rank1.jsonl", "nodes/node0/node.log"]
+    log = (kept / "nodes" / "node0" / "node.log").read_text()
+    assert len(log) == evidence.LOG_TAIL_BYTES and log.endswith("the end\n")
+    assert not any(os.path.islink(p) for p in kept.rglob("*"))
