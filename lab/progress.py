@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from lab.health.events import EventLog
+from lab.health.events import Event, EventLog
 
 _log: EventLog | None = None
 _opened = False
@@ -39,4 +39,4 @@ def step(n: int, unit: str = "step") -> None:
         if directory and rank is not None:
             _log = EventLog(directory, int(rank), int(os.environ.get("LOCAL_RANK", "0")))
     if _log is not None:
-        _log.write("step", step=int(n), unit=str(unit), source="helper")
+        _log.write(Event.STEP, step=int(n), unit=str(unit), source="helper")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import files
+from lab.health.events import Event
 
 
 @dataclass
@@ -87,7 +88,7 @@ def timeline(events: list[dict], faults: list[dict], path: Path, title: str) -> 
     t0 = min((e["time"] for e in events), default=0.0)
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for rank in sorted({e["rank"] for e in events}):
-        points = [(e["time"] - t0, e["step"]) for e in events if e["event"] == "step" and e["rank"] == rank]
+        points = [(e["time"] - t0, e["step"]) for e in events if e["event"] == Event.STEP and e["rank"] == rank]
         if points:
             xs, ys = zip(*points, strict=True)
             ax.plot(xs, ys, ".", markersize=3, label=f"rank {rank}")

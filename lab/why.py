@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lab.health.events import read_agent_events, read_events
+from lab.health.events import Event, ExitReason, read_agent_events, read_events
 from lab.node import worker_record
 
 # What a rank says when a *peer* failed: these are consequences, never the first cause.
@@ -140,9 +140,9 @@ def read_evidence(run_dir: Path) -> Evidence:
         text = log.read_text(errors="replace")
         found.traces.update(tracebacks(text))
         found.terminated |= {int(pid) for pid, _ in SIGTERM_SENT.findall(text)}
-    found.raised = {e["rank"]: e for e in ranks if e["event"] == "exit" and e.get("reason") == "exception"}
+    found.raised = {e["rank"]: e for e in ranks if e["event"] == Event.EXIT and e.get("reason") == ExitReason.EXCEPTION}
     for e in ranks:
-        if e["event"] == "step":
+        if e["event"] == Event.STEP:
             found.steps[e["rank"]] = max(found.steps.get(e["rank"], e["step"]), e["step"])
     return found
 

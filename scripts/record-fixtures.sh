@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Record what real runs saw, for the unit tests that judge it with no process at all:
 #   drills: each runs one drill on netns hosts and keeps its seen.json and report.json under
-#           tests/fixtures/drills/CASE/ (tests/unit/test_judges.py);
+#           tests/fixtures/drills/CASE/ (tests/unit/test_judges.py; script-*: a drill on one of
+#           tests/user_scripts, tests/unit/test_script_judge.py);
 #   why-*:  each runs tests/scripts/fail_one_rank.py under `lab run` and keeps the evidence and
 #           the card `lab run` saved under tests/fixtures/why/ (tests/unit/test_why_card.py).
-# Re-record after a change to what a drill gathers or the card reads; about 11 min in all.
+# Re-record after a change to what a drill gathers or the card reads; about 15 min in all.
 #   scripts/record-fixtures.sh [CASE...]      (default: every case below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,12 @@ declare -A CASES=(
   [preempt]="preempt"
   [corrupt-checkpoint]="corrupt-checkpoint"
   [collective-mismatch]="collective-mismatch"
+  [script-kill-worker]="kill-worker --script tests/user_scripts/snapshot_every_epoch.py -- --epochs 8"
+  [script-never-loads]="kill-worker --script tests/user_scripts/never_loads.py --nodes 1 --nproc-per-node 3 --at-step 8 -- --steps 30"
+  [script-silent]="kill-worker --script tests/user_scripts/silent.py --ckpt-dir state --at-time 4 -- --rounds 40"
+  [script-unfired]="kill-worker --script tests/user_scripts/snapshot_every_epoch.py --at-step 50 -- --epochs 3"
+  [script-preempt]="preempt --script tests/user_scripts/snapshot_every_epoch.py -- --epochs 8"
+  [script-straggler]="straggler --script tests/user_scripts/snapshot_every_epoch.py -- --epochs 30"
   [why-raise]="raise"
   [why-kill]="kill"
   [why-exit]="exit"
@@ -37,9 +44,12 @@ record_drill() {  # CASE DRILL-ARGS...
   local case=$1 out=tests/fixtures/drills/$1
   shift
   rm -rf "$out" "$WORK/report"
-  "$LAB" exercise run "$@" --run-dir "$RUN_DIR" --report-dir "$WORK/report" | tail -3 || true
+  # The lab's flags right after the drill's name: what follows a `--` is the script's.
+  "$LAB" exercise run "$1" --run-dir "$RUN_DIR" --report-dir "$WORK/report" "${@:2}" | tail -3 || true
+  local kept=$WORK/report
+  [[ -f $kept/seen.json ]] || kept=$WORK/report/$1  # a drill on a script: one folder per run
   mkdir -p "$out"
-  cp "$WORK/report/seen.json" "$WORK/report/report.json" "$out/"
+  cp "$kept/seen.json" "$kept/report.json" "$out/"
 }
 
 record_why() {  # HOW

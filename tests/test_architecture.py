@@ -19,7 +19,7 @@ LAYERS = [
     ("lab.cli",),
     ("lab.bench",),
     ("lab.exercises", "lab.lessons"),
-    ("lab.report", "lab.job", "lab.results", "lab.why"),
+    ("lab.report", "lab.job", "lab.results", "lab.why", "lab.evidence"),
     ("lab.runtimes",),
     ("lab.node", "lab.inprocess", "lab.progress"),
     ("lab.workloads",),
@@ -226,3 +226,30 @@ def test_the_cli_parses_without_importing_torch():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_events_are_named_through_their_enum_never_as_text():
+    """A misspelt event name must fail loudly: writers and readers name lab.health.events.Event
+    (and ExitReason), so a literal compared with a record's "event" or "reason" is a defect."""
+    literal = []
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                keyed = any(
+                    (isinstance(s, ast.Subscript) and isinstance(s.slice, ast.Constant) and s.slice.value == "event")
+                    or (isinstance(s, ast.Call) and getattr(s.func, "attr", "") == "get" and s.args
+                        and isinstance(s.args[0], ast.Constant) and s.args[0].value in ("event", "reason"))
+                    for s in sides
+                )  # fmt: skip
+                texts = [s for s in sides if isinstance(s, ast.Constant) and isinstance(s.value, str)]
+                texts += [e for s in sides if isinstance(s, ast.Tuple) for e in s.elts if isinstance(e, ast.Constant)]
+                if keyed and texts:
+                    literal.append(f"{path.relative_to(REPO)}:{node.lineno}")
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "write" and node.args:
+                first = node.args[0]
+                names = getattr(node.func.value, "id", getattr(node.func.value, "attr", ""))
+                if "log" in names.lower() or names in ("events", "_log"):
+                    if isinstance(first, ast.Constant):
+                        literal.append(f"{path.relative_to(REPO)}:{node.lineno} writes {first.value!r}")
+    assert not literal, literal

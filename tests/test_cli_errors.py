@@ -27,6 +27,12 @@ def assert_one_line_error(out, *words):
         (["up", "--nproc-per-node", "-1"], ["nproc_per_node", "-1"]),
         (["up", "--runtime", "nosuch"], ["--runtime", "nosuch"]),
         (["run", "no/such/script.py"], ["script not found", "no/such/script.py"]),
+        (["exercise", "run", "kill-node", "--nodes", "1"], ["kill-node", "2 nodes", "--nodes 1"]),
+        (["exercise", "run", "kill-rendezvous-host", "--nodes", "1"], ["kill-rendezvous-host", "2 nodes"]),
+        (
+            ["exercise", "run", "kill-worker", "--nodes", "3", "--nproc-per-node", "1", "--target-rank", "3"],
+            ["--target-rank", "[0, 3)", "3"],
+        ),
     ],
 )
 def test_bad_input_is_one_line(lab, args, words):

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from lab.bench import free_port
 from lab.exercises import observe
-from lab.health.events import read_events
+from lab.health.events import Event, read_events
 from lab.rundir import RunDir
 from lab.runtimes.local import LocalRuntime
 from lab.topology import Topology
@@ -53,18 +53,18 @@ def kill_and_time(
     events: list[dict] = []
     while time.monotonic() < deadline:
         events = list(read_events(events_dir)) if events_dir.exists() else []
-        if any(e["event"] == "step" and e["rank"] == rank and e["step"] >= at_step for e in events):
+        if any(e["event"] == Event.STEP and e["rank"] == rank and e["step"] >= at_step for e in events):
             break
         time.sleep(0.02)
-    pid = next(e["pid"] for e in reversed(events) if e["event"] == "start" and e["rank"] == rank)
+    pid = next(e["pid"] for e in reversed(events) if e["event"] == Event.START and e["rank"] == rank)
     killed = time.time()
     os.kill(pid, signal.SIGKILL)
     while time.monotonic() < deadline:
         events = list(read_events(events_dir))
-        after = [e for e in events if e["event"] == "step" and e["restart"] >= 1]
+        after = [e for e in events if e["event"] == Event.STEP and e["restart"] >= 1]
         if after:
             first = min(after, key=lambda e: e["time"])
-            saves = [e["seconds"] for e in events if e["event"] == "checkpoint_saved"]
+            saves = [e["seconds"] for e in events if e["event"] == Event.CHECKPOINT_SAVED]
             details = {
                 "stages": stages(events, observe.agent_events(events_dir), killed),
                 "work_lost_steps": steps_done_twice(events, killed, first["step"]),
@@ -79,10 +79,10 @@ def stages(events: list[dict], agents: list[dict], killed: float) -> dict:
     """torchrun's restart stages (observe.recovery_breakdown), or in-process's own."""
     if agents:
         return observe.recovery_breakdown(events, agents, killed)
-    failed = observe.first_time(events, killed, lambda e: e["event"] == "collective_failed")
-    regrouped = observe.first_time(events, failed or killed, lambda e: e["event"] == "rendezvous_done")
-    adopted = observe.first_time(events, regrouped or killed, lambda e: e["event"] == "state_from_peer")
-    first = observe.first_time(events, adopted or killed, lambda e: e["event"] == "step")
+    failed = observe.first_time(events, killed, lambda e: e["event"] == Event.COLLECTIVE_FAILED)
+    regrouped = observe.first_time(events, failed or killed, lambda e: e["event"] == Event.RENDEZVOUS_DONE)
+    adopted = observe.first_time(events, regrouped or killed, lambda e: e["event"] == Event.STATE_FROM_PEER)
+    first = observe.first_time(events, adopted or killed, lambda e: e["event"] == Event.STEP)
     spans = [("detect", killed, failed), ("regroup", failed, regrouped), ("state_from_peer", regrouped, adopted)]
     spans += [("first_step", adopted, first), ("total", killed, first)]
     return {name: (end - start if start is not None and end is not None else None) for name, start, end in spans}
@@ -90,7 +90,7 @@ def stages(events: list[dict], agents: list[dict], killed: float) -> dict:
 
 def steps_done_twice(events: list[dict], killed: float, first_after: int) -> int:
     """Steps completed before the kill that the recovered group did again."""
-    reached = max((e["step"] for e in events if e["event"] == "step" and e["time"] < killed), default=0)
+    reached = max((e["step"] for e in events if e["event"] == Event.STEP and e["time"] < killed), default=0)
     return max(0, reached - (first_after - 1))
 
 

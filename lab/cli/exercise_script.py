@@ -29,14 +29,16 @@ def script_drills() -> dict[str, ModuleType]:
 
 def add_script_options(parser: argparse.ArgumentParser) -> None:
     """--script and what goes with it; the script's own arguments follow `--`."""
+    add_all(parser, spec.SCRIPT_TOPOLOGY)  # the job's size and budget: the trainer's as a script's
     group = parser.add_argument_group("your own script (instead of the lab's trainer)")
-    add_all(group, (*spec.OPTIONS, *spec.SCRIPT_TOPOLOGY))
+    add_all(group, spec.OPTIONS)
     parser.add_argument("script_args", nargs="*", metavar="-- ARGS", help="arguments for --script")
 
 
 def refuse_script_flags(args: argparse.Namespace) -> None:
-    """A drill on the lab's trainer: the --script flags say nothing there, so refuse them."""
-    given = [o.flag for o in (*spec.OPTIONS, *spec.SCRIPT_TOPOLOGY) if getattr(args, o.name) not in (None, o.default)]
+    """A drill on the lab's trainer: the --script flags say nothing there, so refuse them (the
+    job's size and restart budget, --nodes, --nproc-per-node and --max-restarts, it takes)."""
+    given = [o.flag for o in spec.OPTIONS if getattr(args, o.name) not in (None, o.default)]
     if given or args.script_args:
         raise LabError(f"{', '.join(given) or 'arguments after --'}: only with --script (your own training script)")
 
@@ -51,8 +53,8 @@ def topology_for(args: argparse.Namespace, fault: ModuleType | None) -> Topology
     options = DrillOptions(target_rank=0, at_step=1, torch_defaults=args.torch_defaults, own=own_flags(args, fault))
     base = fault.topology(options) if fault else Topology(torch_defaults=args.torch_defaults)
     nodes = args.nodes or 2
-    if fault is not None and nodes < getattr(fault, "SCRIPT_MIN_NODES", 1):
-        raise LabError(f"{fault.NAME} needs at least {fault.SCRIPT_MIN_NODES} nodes; got --nodes {nodes}")
+    if fault is not None and nodes < getattr(fault, "MIN_NODES", 1):
+        raise LabError(f"{fault.NAME} needs at least {fault.MIN_NODES} nodes; got --nodes {nodes}")
     return base.replace(
         nodes=nodes,
         nproc_per_node=args.nproc_per_node or 2,

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from lab import runtimes
 from lab.health import prometheus
+from lab.health.events import Event
 from lab.rundir import RunDir
 
 TAIL_BYTES = 64 * 1024  # a rank's last records: enough for its last steps and its last restart
@@ -58,7 +59,7 @@ def ranks_now(events_dir: Path) -> list[RankNow]:
             now = ranks.setdefault(record["rank"], RankNow(record["rank"]))
             now.node = record.get("node", now.node)
             now.restarts = max(now.restarts, record.get("restart", 0))
-            if record.get("event") == "step":
+            if record.get("event") == Event.STEP:
                 now.step, now.last_step_time = record["step"], record["time"]
                 now.steps.append((record["time"], record["step"]))
     for now in ranks.values():

@@ -23,6 +23,7 @@ A drill is one module of this package, named in CATALOG, with:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from typing import Any
 
 from lab.errors import LabError
 from lab.options import Option
+from lab.topology import Topology
 
 # The catalogue, registered explicitly: a new fault is one module here plus its line. The
 # other modules of this package (engine, observe, forensics, ...) are the machinery drills share.
@@ -56,6 +58,10 @@ class DrillOptions:
     target_rank_chosen: bool = False  # the user named the rank (a drill may move a default one)
     torch_defaults: bool = False
     own: Mapping[str, Any] = field(default_factory=dict)  # the drill's OPTIONS, by name
+    # The job's size and restart budget when the user chose them (None: the drill's own).
+    nodes: int | None = None
+    nproc_per_node: int | None = None
+    max_restarts: int | None = None
 
 
 def drills() -> dict[str, ModuleType]:
@@ -91,6 +97,19 @@ def own_options(drill: ModuleType) -> tuple[Option, ...]:
     return tuple(getattr(drill, "OPTIONS", ()))
 
 
+def topology(drill: ModuleType, options: DrillOptions) -> Topology:
+    """The drill's job, at the size and restart budget the user chose (--nodes,
+    --nproc-per-node, --max-restarts); a drill whose fault needs more nodes says so."""
+    chosen = {"nodes": options.nodes, "nproc_per_node": options.nproc_per_node, "max_restarts": options.max_restarts}
+    shaped = drill.topology(options).replace(**{k: v for k, v in chosen.items() if v is not None})
+    least = getattr(drill, "MIN_NODES", 1)
+    if shaped.nodes < least:
+        raise LabError(f"{drill.NAME} needs at least {least} nodes; got --nodes {shaped.nodes}")
+    if shaped.min_nodes is not None and shaped.min_nodes >= shaped.nodes:
+        raise LabError(f"{drill.NAME} shrinks an elastic job of {shaped.nodes} node(s): it needs at least 2 nodes")
+    return shaped
+
+
 def options_from_args(drill: ModuleType, args: argparse.Namespace) -> DrillOptions:
     """The drill's options from its command line, checked against its run: one-line errors."""
     chosen = args.target_rank is not None
@@ -100,8 +119,13 @@ def options_from_args(drill: ModuleType, args: argparse.Namespace) -> DrillOptio
         target_rank_chosen=chosen,
         torch_defaults=args.torch_defaults,
         own={o.name: getattr(args, o.name) for o in own_options(drill)},
+        nodes=getattr(args, "nodes", None),
+        nproc_per_node=getattr(args, "nproc_per_node", None),
+        max_restarts=getattr(args, "max_restarts", None),
     )
-    world = drill.topology(options).world_size
+    world = topology(drill, options).world_size
+    if chosen is False and options.target_rank >= world:  # the drill's default rank, in a smaller job: the last
+        options = dataclasses.replace(options, target_rank=world - 1)
     if not 0 <= options.target_rank < world:
         raise LabError(f"--target-rank must be in [0, {world}) for {drill.NAME}; got {options.target_rank}")
     if not 1 <= options.at_step < drill.STEPS:

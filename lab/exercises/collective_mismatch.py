@@ -21,6 +21,7 @@ import signal
 
 from lab.exercises.engine import aimed
 from lab.exercises.seen import Seen
+from lab.health.events import Event, ExitReason
 from lab.report import Report
 from lab.topology import Topology
 
@@ -54,11 +55,13 @@ def run(drill, options) -> Report:
 def judge(seen: Seen, options) -> Report:
     report = seen.new_report()
     events, codes, fault = seen.events, seen.codes, seen.injected("kill_worker")
-    failed_at = min((e["time"] for e in events if e["event"] == "exit" and e.get("reason") == "error"), default=None)
+    failed_at = min(
+        (e["time"] for e in events if e["event"] == Event.EXIT and e.get("reason") == ExitReason.ERROR), default=None
+    )
     named = re.search(r"Detected mismatch between collectives on ranks[^\n]*", "".join(seen.logs.values()))
     report.facts["seconds_to_failure"] = failed_at - fault["time"] if failed_at else None
     report.facts["restarts"] = 0
-    report.check("the injected collective ran", any(e["event"] == "injected_extra_collective" for e in events))
+    report.check("the injected collective ran", any(e["event"] == Event.INJECTED_EXTRA_COLLECTIVE for e in events))
     report.check("the job failed", any(c != 0 for c in codes.values()), f"exit codes {codes}")
     report.check("the error names the mismatch", named is not None, named[0][:300] if named else "no such error")
     seconds = report.facts["seconds_to_failure"]

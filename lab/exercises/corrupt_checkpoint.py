@@ -20,6 +20,7 @@ from lab.errors import LabError
 from lab.exercises import observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
+from lab.health.events import Event
 from lab.report import Report
 from lab.topology import Topology
 
@@ -49,7 +50,7 @@ def judge(seen: Seen, options) -> Report:
     events, codes = seen.events, seen.codes
     damaged, kill = seen.injected("corrupt_checkpoint"), seen.injected("kill_worker")
     saved, reached, loaded = observe.checkpoint_progress(events, kill["time"])
-    invalid = [e for e in events if e["event"] == "checkpoint_invalid"]
+    invalid = [e for e in events if e["event"] == Event.CHECKPOINT_INVALID]
     report.facts["restarts"] = observe.restarts(events)
     report.facts["lost_steps"] = reached - loaded[0] if loaded else None
     report.facts["recovery"] = observe.recovery_breakdown(events, seen.agents, kill["time"])

@@ -20,15 +20,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO, TypeVar
 
-from lab import runtimes
+from lab import exercises, runtimes
 from lab.errors import LabError
 from lab.exercises import DrillOptions, observe, reference_cache
+from lab.exercises.node_agent import NodeAgent
 from lab.exercises.ray_logs import ray_notices_to
 from lab.exercises.seen import Seen
-from lab.health.events import read_events
+from lab.health.events import Event, read_events
 from lab.report import Report
-from lab.rundir import MARKER, RunDir
-from lab.runtimes.base import FAULTS, MonitoredRuntime, Runtime
+from lab.rundir import MARKER
+from lab.runtimes.base import MonitoredRuntime, Runtime
 from lab.runtimes.ray_runtime import check_reachable, connect, ray_get
 from lab.runtimes.tempdirs import ray_session_prefix
 from lab.topology import Topology
@@ -46,24 +47,6 @@ def aimed(fault: dict[str, Any], rank: int) -> dict[str, Any]:
     """The fault record (as kept in Drill.faults), marked with the rank it hit."""
     fault["rank"] = rank
     return fault
-
-
-class NodeAgent:
-    """A Ray actor that owns one lab node. Created with ray.remote(num_cpus=0)(NodeAgent)."""
-
-    def __init__(self, run_dir: str, node_name: str):
-        nodes = runtimes.for_run_dir(RunDir(run_dir)).attach()
-        self.node = next(n for n in nodes if n.name == node_name)
-
-    def inject(self, fault: str, **kwargs: Any) -> dict[str, Any]:
-        if fault not in FAULTS:
-            raise LabError(f"no fault called {fault!r}; a Node has: {', '.join(sorted(FAULTS))}")
-        started = time.time()
-        result = getattr(self.node, fault)(**kwargs)
-        return {"fault": fault, "node": self.node.name, "time": started, "args": kwargs, "result": result}
-
-    def exit_code(self) -> int | None:
-        return self.node.exit_code()
 
 
 @dataclass
@@ -110,7 +93,7 @@ class Drill:
         raise LabError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
     def last_step(self, rank: int) -> int:
-        steps = [e["step"] for e in self.events() if e["event"] == "step" and e["rank"] == rank]
+        steps = [e["step"] for e in self.events() if e["event"] == Event.STEP and e["rank"] == rank]
         return max(steps, default=0)
 
     def reach(self, rank: int, step: int, timeout_s: float = 120) -> tuple[str, int]:
@@ -120,7 +103,7 @@ class Drill:
 
     def locate(self, rank: int) -> tuple[str, int]:
         """(node name, local rank) where a global rank runs now."""
-        starts = [e for e in self.events() if e["event"] == "start" and e["rank"] == rank]
+        starts = [e for e in self.events() if e["event"] == Event.START and e["rank"] == rank]
         if not starts:
             raise LabError(f"rank {rank} has not started")
         return starts[-1]["node"], starts[-1]["local_rank"]
@@ -165,19 +148,24 @@ class Drill:
         the agents' records, the exit codes, the node logs (when the judge reads them) and the
         reference's checksums (when given the trainer's arguments)."""
         codes: dict[str, int | None] = dict(self.wait_job(wait_s)) if wait_s is not None else self.exit_codes()
-        seen = Seen(exercise, self.runtime.name, self.topology, faults=self.faults, codes=codes, extra=extra)
-        seen.events, seen.agents = self.events(), observe.agent_events(self.events_dir)
-        seen.logs = self.node_logs() if logs else {}
+        seen = self.snapshot(exercise, codes, logs=logs, **extra)
         if reference is not None:
             checksums, seen.reference_source = self.reference_checksums(reference)
             seen.reference = sorted(checksums)
+        return seen
+
+    def snapshot(self, exercise: str, codes: dict[str, int | None], *, logs: bool = False, **extra: Any) -> Seen:
+        """What the job shows now, with the exit codes the caller waited for."""
+        seen = Seen(exercise, self.runtime.name, self.topology, faults=self.faults, codes=codes, extra=extra)
+        seen.events, seen.agents = self.events(), observe.agent_events(self.events_dir)
+        seen.logs = self.node_logs() if logs else {}
         return seen
 
     def reference_checksums(self, trainer_args: list[str]) -> tuple[set[str], str]:
         """Final weights of an uninterrupted, unpaced run of the same job, in its own directories,
         and where they came from: "ran", or "cached" (an identical job's, lab.exercises.reference_cache)."""
         args = [*trainer_args, "--step-time", "0"]
-        key = reference_cache.job_key(self.topology, "trainer", args) if self.runtime.name == "local" else None
+        key = reference_cache.job_key(self.topology, "trainer", args) if self.runtime.HOST_CODE else None
         cached = reference_cache.recall(key) if key else None
         if cached:
             self.progress(f"the uninterrupted reference: an identical job's, from {reference_cache.cache_dir()}")
@@ -226,6 +214,29 @@ def refuse_early(exercise: ModuleType, runtime: Runtime, ray_address: str | None
         check_reachable(ray_address)  # a cluster nobody answers for is bad input
 
 
+def bring_up(exercise: ModuleType, options: DrillOptions, runtime: Runtime, topology: Topology, out: TextIO) -> Drill:
+    """Start the job (a user's script, lab.exercises.script, or one of the lab's workloads) and
+    one NodeAgent actor per node; Ray is up already."""
+    import ray
+
+    workload = getattr(exercise, "SCRIPT", None) or script_path(getattr(exercise, "WORKLOAD", "trainer"))
+    topology, nodes = runtime.up(topology, workload, exercise.trainer_args(options))
+    actor = ray.remote(num_cpus=0)(NodeAgent)
+    where = str(runtime.run_dir.path)
+    agents = {n.name: actor.remote(where, n.name) for n in sorted(nodes, key=lambda n: n.index)}
+    drill = Drill(
+        runtime=runtime,
+        topology=topology,
+        agents=agents,
+        events_dir=runtime.run_dir.path / "events",
+        ckpt_dir=runtime.checkpoint_dir(),
+        ray=ray,
+        out=out,
+    )
+    drill.progress(f"{exercise.NAME}: {len(nodes)} nodes x {topology.nproc_per_node} workers up")
+    return drill
+
+
 def run_drill(
     exercise: ModuleType,
     options: DrillOptions,
@@ -242,7 +253,7 @@ def run_drill(
     import ray
 
     refuse_early(exercise, runtime, ray_address)
-    topology = exercise.topology(options)
+    topology = exercises.topology(exercise, options)  # at the size the user chose
     run_dir = runtime.run_dir
     runtimes.begin_job(runtime, runtime.log)  # this run dir's lab; other labs are left alone
     lab_id = run_dir.lab_id
@@ -260,21 +271,7 @@ def run_drill(
             start_ray(ray_address, ray_tmp)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-        # A user's script (lab.exercises.script) or one of the lab's workloads.
-        workload = getattr(exercise, "SCRIPT", None) or script_path(getattr(exercise, "WORKLOAD", "trainer"))
-        topology, nodes = runtime.up(topology, workload, exercise.trainer_args(options))
-        actor = ray.remote(num_cpus=0)(NodeAgent)
-        agents = {n.name: actor.remote(str(run_dir.path), n.name) for n in sorted(nodes, key=lambda n: n.index)}
-        drill = Drill(
-            runtime=runtime,
-            topology=topology,
-            agents=agents,
-            events_dir=run_dir.path / "events",
-            ckpt_dir=runtime.checkpoint_dir(),
-            ray=ray,
-            out=out,
-        )
-        drill.progress(f"{exercise.NAME}: {len(nodes)} nodes x {topology.nproc_per_node} workers up")
+        drill = bring_up(exercise, options, runtime, topology, out)
         report = exercise.run(drill, options)
         if on_report:
             on_report(report, drill)

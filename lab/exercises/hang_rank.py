@@ -28,6 +28,7 @@ import time
 from lab.exercises import forensics, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
+from lab.health.events import Event
 from lab.options import Option
 from lab.report import Report
 from lab.topology import Topology
@@ -115,7 +116,7 @@ def judge(seen: Seen, options) -> Report:
         return judge_watchdog(seen, report)
     events, codes = seen.events, seen.codes
     detected = observe.first_time(seen.agents, fault["time"], lambda r: r["name"] == "lab.failure_detected")
-    first_step = min((e["time"] for e in events if e["event"] == "step" and e["restart"] == 1), default=None)
+    first_step = min((e["time"] for e in events if e["event"] == Event.STEP and e["restart"] == 1), default=None)
     report.facts["restarts"] = observe.restarts(events)
     report.facts["recovery"] = observe.recovery_breakdown(events, seen.agents, fault["time"])
     report.facts["seconds_until_the_timeout_fired"] = detected - fault["time"] if detected else None
@@ -130,7 +131,9 @@ def judge(seen: Seen, options) -> Report:
         waited is not None and waited < PG_TIMEOUT_S + 15,
         f"failure detected after {waited or 0:.1f} s",
     )
-    loaded = [e["step"] for e in events if e["event"] == "checkpoint_loaded" and e["restart"] == 1 and e["rank"] == 0]
+    loaded = [
+        e["step"] for e in events if e["event"] == Event.CHECKPOINT_LOADED and e["restart"] == 1 and e["rank"] == 0
+    ]
     report.check(
         "the group restarted and resumed from a checkpoint",
         report.facts["restarts"] == 1 and bool(loaded),
@@ -160,8 +163,8 @@ def judge_watchdog(seen: Seen, report: Report) -> Report:
         f"every agent SIGKILLed by its own timer server {ended:.1f} s after the freeze: exit codes {first_codes}",
     )
     events = [e for e in seen.events if e["time"] >= seen.extra["restarted_at"]]
-    loaded = [e["step"] for e in events if e["event"] == "checkpoint_loaded" and e["rank"] == 0]
-    first_step = min((e["time"] for e in events if e["event"] == "step"), default=None)
+    loaded = [e["step"] for e in events if e["event"] == Event.CHECKPOINT_LOADED and e["rank"] == 0]
+    first_step = min((e["time"] for e in events if e["event"] == Event.STEP), default=None)
     report.facts["restarts"] = 0
     report.facts["recovery"] = {"total": first_step - fault["time"] if first_step else None}
     report.check("the rerun resumed from a checkpoint", bool(loaded), f"loaded {loaded[:1]}")

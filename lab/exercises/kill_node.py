@@ -23,12 +23,14 @@ from lab.errors import LabError
 from lab.exercises import observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
+from lab.health.events import Event
 from lab.options import Option
 from lab.report import Report
 from lab.topology import Topology
 
 NAME = "kill-node"
 SUMMARY = "SIGKILL a whole node; a fixed job recovers when it returns, an elastic one shrinks"
+MIN_NODES = 2  # a node to lose and one to survive it
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 3, 25
 STEPS, CKPT_EVERY = 60, 10
 OPTIONS = (Option("--elastic", "an elastic job (--nnodes=1:N): the survivors carry on without the node", switch=True),)
@@ -67,7 +69,7 @@ def judge(seen: Seen, options) -> Report:
     report = seen.new_report()
     events, codes, fault = seen.events, seen.codes, seen.injected("kill_node")
     after = [e for e in events if e["time"] > fault["time"]]
-    worlds = sorted({e["world_size"] for e in after if e["event"] == "rendezvous_done"})
+    worlds = sorted({e["world_size"] for e in after if e["event"] == Event.RENDEZVOUS_DONE})
     saved, reached, loaded = observe.checkpoint_progress(events, fault["time"])
     report.facts["restarts"] = observe.restarts(events)
     report.facts["lost_steps"] = reached - loaded[0] if loaded else None
@@ -78,19 +80,25 @@ def judge(seen: Seen, options) -> Report:
         bool(loaded) and bool(saved) and loaded[0] == max(saved),
         f"newest before the kill {max(saved, default=None)}, loaded {loaded[:1]}",
     )
-    if seen.topology.min_nodes is not None:
+    shape = seen.topology
+    if shape.min_nodes is not None:
+        fewer = shape.world_size - shape.nproc_per_node
         survivor = seen.extra["survivor"]
         report.check("the survivor finished the job", codes.get(survivor) == 0, f"exit codes {codes}")
-        report.check("the job carried on with fewer ranks", worlds == [2], f"world size after the kill: {worlds}")
+        report.check("the job carried on with fewer ranks", worlds == [fewer], f"world size after the kill: {worlds}")
         report.explanation = (
-            "an elastic job (--nnodes=1:2) closes its next rendezvous round after the last call "
-            "with the nodes it has; the survivors resume from the checkpoint with world size 2"
+            f"an elastic job (--nnodes={shape.min_nodes}:{shape.nodes}) closes its next rendezvous round after the "
+            f"last call with the nodes it has; the survivors resume from the checkpoint with world size {fewer}"
         )
     else:
         report.check(
             "the job succeeded once the node was back", all(c == 0 for c in codes.values()), f"exit codes {codes}"
         )
-        report.check("the restarted group had all 4 ranks again", worlds == [4], f"world size after: {worlds}")
+        report.check(
+            f"the restarted group had all {shape.world_size} ranks again",
+            worlds == [shape.world_size],
+            f"world size after: {worlds}",
+        )
         observe.judge_reference(report, seen)
     return report
 
@@ -121,7 +129,6 @@ def bring_back(drill, node: str, fault: dict) -> None:
 
 
 SCRIPT_RECOVERY = "restart"
-SCRIPT_MIN_NODES = 2
 
 
 def break_script(drill, target: int, ckpt_dir: str | None) -> dict:

@@ -30,12 +30,14 @@ import time
 from lab.exercises import observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
+from lab.health.events import Event
 from lab.options import RDZV_BACKEND
 from lab.report import Report
 from lab.topology import Topology
 
 NAME = "kill-rendezvous-host"
 SUMMARY = "kill node0, which hosts the c10d store; the job fails (c10d) or waits for it (etcd-v2)"
+MIN_NODES = 2  # node0 to lose and a survivor
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 0, 25
 STEPS, CKPT_EVERY = 60, 10
 STORE_ERROR = re.compile(r"(RendezvousConnectionError[^\n]*|The connection to the C10d store has failed[^\n]*)")
@@ -102,7 +104,7 @@ def judge(seen: Seen, options) -> Report:
     )
     report.check(
         "no worker group ever started again",
-        not any(e["event"] == "rendezvous_done" and e["restart"] > 0 for e in events),
+        not any(e["event"] == Event.RENDEZVOUS_DONE and e["restart"] > 0 for e in events),
     )
     report.explanation = (
         "c10d rendezvous keeps its store in node0's agent: with node0 gone, the next round has "

@@ -31,6 +31,7 @@ import signal
 from lab.exercises import observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
+from lab.health.events import Event
 from lab.options import RDZV_BACKEND
 from lab.report import Report
 from lab.topology import Topology
@@ -115,7 +116,7 @@ def judge_torch_defaults(seen: Seen, report: Report) -> Report:
     report.check("the restarted workers failed in connectFullMesh", "connectFullMesh" in "".join(seen.logs.values()))
     report.check(
         "no restarted group ever completed a step",
-        not any(e["event"] == "step" and e["restart"] > 0 for e in seen.events),
+        not any(e["event"] == Event.STEP and e["restart"] > 0 for e in seen.events),
     )
     report.explanation = (
         "torchrun shares its rendezvous TCPStore with the workers; the restarted group reads the previous "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.health.events import read_agent_events
+from lab.health.events import Event, ExitReason, read_agent_events
 
 agent_events = read_agent_events  # torchelastic's agent events, as the drills read them
 
@@ -24,9 +24,11 @@ def recovery_breakdown(events: list[dict], agents: list[dict], fault_time: float
     detect = first_time(agents, fault_time, lambda r: r["name"] == "lab.failure_detected")
     join = first_time(agents, detect or fault_time, lambda r: "attempts to join" in r["message"])
     joined = first_time(agents, join or fault_time, lambda r: "has joined round" in r["message"])
-    ready = first_time(events, joined or fault_time, lambda e: e["event"] == "rendezvous_done")
-    loaded = first_time(events, ready or fault_time, lambda e: e["event"] in ("checkpoint_loaded", "no_checkpoint"))
-    first_step = first_time(events, loaded or ready or fault_time, lambda e: e["event"] == "step")
+    ready = first_time(events, joined or fault_time, lambda e: e["event"] == Event.RENDEZVOUS_DONE)
+    loaded = first_time(
+        events, ready or fault_time, lambda e: e["event"] in (Event.CHECKPOINT_LOADED, Event.NO_CHECKPOINT)
+    )
+    first_step = first_time(events, loaded or ready or fault_time, lambda e: e["event"] == Event.STEP)
     stages = [
         ("detect", fault_time, detect),
         ("teardown", detect, join),
@@ -43,10 +45,10 @@ def checkpoint_progress(events: list[dict], fault_time: float) -> tuple[list[int
     """(checkpoints saved before the fault, oldest first; the last step reached before it;
     the steps rank 0 loaded after it)."""
     before = [e for e in events if e["time"] < fault_time]
-    saved = sorted(e["step"] for e in before if e["event"] == "checkpoint_saved")
-    reached = max((e["step"] for e in before if e["event"] == "step"), default=0)
+    saved = sorted(e["step"] for e in before if e["event"] == Event.CHECKPOINT_SAVED)
+    reached = max((e["step"] for e in before if e["event"] == Event.STEP), default=0)
     loaded = [
-        e["step"] for e in events if e["time"] > fault_time and e["event"] == "checkpoint_loaded" and e["rank"] == 0
+        e["step"] for e in events if e["time"] > fault_time and e["event"] == Event.CHECKPOINT_LOADED and e["rank"] == 0
     ]
     return saved, reached, loaded
 
@@ -56,7 +58,7 @@ def restarts(events: list[dict]) -> int:
 
 
 def final_checksums(events: list[dict]) -> set[str]:
-    return {e["checksum"] for e in events if e["event"] == "exit" and e.get("reason") == "completed"}
+    return {e["checksum"] for e in events if e["event"] == Event.EXIT and e.get("reason") == ExitReason.COMPLETED}
 
 
 def check_matches_reference(report, drill, events: list[dict], trainer_args: list[str]) -> bool:

@@ -19,6 +19,7 @@ import time
 from lab.exercises import observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
+from lab.health.events import Event, ExitReason
 from lab.report import Report
 from lab.topology import Topology
 
@@ -41,7 +42,9 @@ def run(drill, options) -> Report:
     fault = aimed(drill.inject(node, "preempt", grace_s=GRACE_S), options.target_rank)
     gone_after = time.time() - fault["time"]
     world = drill.topology.world_size
-    drill.wait_for(lambda: len([e for e in drill.events() if e["event"] == "exit"]) >= world, 60, "every rank to stop")
+    drill.wait_for(
+        lambda: len([e for e in drill.events() if e["event"] == Event.EXIT]) >= world, 60, "every rank to stop"
+    )
     for other in drill.runtime.attach():  # healthy agents would wait out torchrun's 5-minute exit barrier
         other.stop(grace_s=5.0)
     drill.progress("starting the job again")  # as a scheduler would
@@ -58,20 +61,20 @@ def judge(seen: Seen, options) -> Report:
     node, gone_after, restarted_at = seen.extra["preempted"], seen.extra["gone_after_s"], seen.extra["restarted_at"]
     before = [e for e in seen.events if e["time"] < restarted_at]
     rerun = [e for e in seen.events if e["time"] >= restarted_at]
-    exits = [e for e in before if e["event"] == "exit"]
-    stopped_at = {e["step"] for e in exits if e.get("reason") == "preempted"}
+    exits = [e for e in before if e["event"] == Event.EXIT]
+    stopped_at = {e["step"] for e in exits if e.get("reason") == ExitReason.PREEMPTED}
     report.check(f"{node} was gone within the {GRACE_S:g} s grace period", gone_after < GRACE_S, f"{gone_after:.2f} s")
     report.check(
         "every rank stopped as preempted, at the same step",
         len(exits) == seen.topology.world_size
-        and all(e.get("reason") == "preempted" for e in exits)
+        and all(e.get("reason") == ExitReason.PREEMPTED for e in exits)
         and len(stopped_at) == 1,
         f"exits {[(e['rank'], e.get('reason'), e['step']) for e in exits]}",
     )
     step = min(stopped_at) if stopped_at else None
-    saved = {e["step"] for e in before if e["event"] == "checkpoint_saved"}
+    saved = {e["step"] for e in before if e["event"] == Event.CHECKPOINT_SAVED}
     report.check("the preemption step was checkpointed", step in saved, f"step {step}, saved {sorted(saved)}")
-    loaded = [e["step"] for e in rerun if e["event"] == "checkpoint_loaded" and e["rank"] == 0]
+    loaded = [e["step"] for e in rerun if e["event"] == Event.CHECKPOINT_LOADED and e["rank"] == 0]
     report.facts["restarts"] = 0
     report.facts["lost_steps"] = step - loaded[0] if loaded and step is not None else None
     report.check("the rerun succeeded", all(c == 0 for c in seen.codes.values()), f"exit codes {seen.codes}")

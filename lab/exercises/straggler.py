@@ -20,6 +20,7 @@ import time
 
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
+from lab.health.events import Event
 from lab.report import Report
 from lab.topology import Topology
 
@@ -42,7 +43,7 @@ def trainer_args(options) -> list[str]:
 def step_rates(events: list[dict], since: float, until: float) -> dict[int, float]:
     steps: dict[int, list[int]] = {}
     for e in events:
-        if e["event"] == "step" and since <= e["time"] <= until:
+        if e["event"] == Event.STEP and since <= e["time"] <= until:
             steps.setdefault(e["rank"], []).append(e["step"])
     return {rank: (max(s) - min(s)) / (until - since) for rank, s in sorted(steps.items()) if s}
 

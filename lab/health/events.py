@@ -17,8 +17,40 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+
+class Event(StrEnum):
+    """Every event a rank writes, by the name in its record's "event" field. Writers and readers
+    both name them here: a misspelt event is an AttributeError, not an event that never happened."""
+
+    START = "start"  # the process began (world_size; a script's path and working dir)
+    RENDEZVOUS_DONE = "rendezvous_done"  # it has a process group (seconds, world_size)
+    STEP = "step"  # a step completed (step; loss, seconds; a script's unit and source)
+    CHECKPOINT_SAVED = "checkpoint_saved"  # step, path, seconds
+    CHECKPOINT_FAILED = "checkpoint_failed"  # step, reason
+    CHECKPOINT_LOADED = "checkpoint_loaded"  # step, path: the trainer resumed
+    CHECKPOINT_INVALID = "checkpoint_invalid"  # path, reason: a damaged one, skipped
+    CHECKPOINT_RECEIVED = "checkpoint_received"  # step, source_rank, path: from a peer
+    NO_CHECKPOINT = "no_checkpoint"  # directory: a fresh start
+    LOADED = "loaded"  # path, how: a user's script called torch.load or dcp.load
+    STATE_FROM_PEER = "state_from_peer"  # step, source: in-process recovery's handover
+    COLLECTIVE_FAILED = "collective_failed"  # step, error: in-process recovery noticed a death
+    INJECTED_EXTRA_COLLECTIVE = "injected_extra_collective"  # step: collective-mismatch's fault
+    EXIT = "exit"  # reason (ExitReason), step, checksum when completed
+
+
+class ExitReason(StrEnum):
+    """Why a rank's EXIT record says it ended."""
+
+    COMPLETED = "completed"  # every step done (checksum: the final weights)
+    PREEMPTED = "preempted"  # stopped at an agreed step after SIGTERM, checkpointed
+    ERROR = "error"  # a failure the workload caught (a collective's)
+    EXCEPTION = "exception"  # a user's script raised (error, where)
+    EXIT_STATUS = "exit_status"  # a user's script exited non-zero (code)
+
 
 ECHO_PREFIX = "@lab-event "
 ECHO = os.environ.get("LAB_EVENTS_ECHO") == "1"
@@ -70,7 +102,7 @@ class EventLog:
         except (FileNotFoundError, OSError):
             pass
 
-    def write(self, event: str, **fields) -> None:
+    def write(self, event: Event, **fields) -> None:
         if self._file is None:
             return
         record = {"time": time.time(), "event": event, **self.common, **fields}
@@ -79,7 +111,7 @@ class EventLog:
         echo(self.path.stem if self.path else "", line)
 
     def step(self, step: int, loss: float, seconds: float) -> None:
-        """The record every training step writes: `write("step", ...)`'s line, formatted directly.
+        """The record every training step writes: `write(Event.STEP, ...)`'s line, formatted directly.
 
         Building the dict and json.dumps-ing it took 24 us a step inside the trainer on the
         lab's machines; this takes 16 (`lab bench overhead`). repr() of a finite float is

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from lab.health.events import EventLog
+from lab.health.events import Event, EventLog, ExitReason
 from lab.workloads.trainer import make_dataset, make_model, params_checksum
 
 
@@ -137,16 +137,16 @@ def main(argv=None) -> None:
         rank, generation = assignment
     os.environ["TORCHELASTIC_RESTART_COUNT"] = str(generation)  # EventLog's "restart": the generation
     events = EventLog(args.events_dir, rank, args.local_rank)
-    events.write("start", world_size=args.world_size, steps=args.steps, spare=bool(args.spare))
+    events.write(Event.START, world_size=args.world_size, steps=args.steps, spare=bool(args.spare))
 
     groups = Generations(store, rank, args.world_size, args.pg_timeout)
     step: int | None = None if args.spare else 0
     while True:
         seconds = groups.join(generation)
-        events.write("rendezvous_done", seconds=seconds, world_size=args.world_size)
+        events.write(Event.RENDEZVOUS_DONE, seconds=seconds, world_size=args.world_size)
         step, source = adopt_state_from_peer(model, optimizer, step)
         if generation:
-            events.write("state_from_peer", step=step, source=source)
+            events.write(Event.STATE_FROM_PEER, step=step, source=source)
         try:
             while step < args.steps:
                 started = time.perf_counter()
@@ -157,12 +157,12 @@ def main(argv=None) -> None:
             dist.barrier()
             break
         except RuntimeError as e:  # a peer is gone: the group is broken, this rank is not
-            events.write("collective_failed", step=step, error=str(e).splitlines()[0][-200:])
+            events.write(Event.COLLECTIVE_FAILED, step=step, error=str(e).splitlines()[0][-200:])
             generation = groups.leave_and_wait_for_next()
             os.environ["TORCHELASTIC_RESTART_COUNT"] = str(generation)
             events = EventLog(args.events_dir, rank, args.local_rank)
     dist.destroy_process_group()
-    events.write("exit", reason="completed", step=step, checksum=params_checksum(model).hex())
+    events.write(Event.EXIT, reason=ExitReason.COMPLETED, step=step, checksum=params_checksum(model).hex())
 
 
 if __name__ == "__main__":

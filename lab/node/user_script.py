@@ -30,7 +30,7 @@ from typing import Any
 
 from lab import progress
 from lab.health import forensics
-from lab.health.events import EventLog
+from lab.health.events import Event, EventLog, ExitReason
 
 # "step 12", "Step: 12", "Epoch 3", "epoch=3", "iter 40/100", "Iteration 40", "[GPU0] Epoch 3 | ..."
 DEFAULT_REGEX = r"(?i)\b(?P<unit>step|epoch|iter(?:ation)?)\b\s*[:=#]?\s*(?P<n>\d+)"
@@ -74,7 +74,7 @@ def watch_output(log: EventLog, pattern: re.Pattern[str]) -> None:
             return  # the script reports its own steps: its output is not read for them
         found = progress_value(pattern, line)
         if found:
-            log.write("step", step=found[0], unit=found[1], source="output")
+            log.write(Event.STEP, step=found[0], unit=found[1], source="output")
 
     sys.stdout = LineWatcher(sys.stdout, on_line)
     sys.stderr = LineWatcher(sys.stderr, on_line)
@@ -98,10 +98,10 @@ def watch_torch(log: EventLog, events_dir: str | None) -> None:
     def loaded(args, kwargs, key: str, how: str) -> None:
         where = args[0] if args else kwargs.get(key)
         if isinstance(where, str | os.PathLike):  # a file object: a read inside dcp.load, say
-            log.write("loaded", path=os.fspath(where), how=how)
+            log.write(Event.LOADED, path=os.fspath(where), how=how)
 
     def joined(args, kwargs) -> None:
-        log.write("rendezvous_done", world_size=dist.get_world_size())
+        log.write(Event.RENDEZVOUS_DONE, world_size=dist.get_world_size())
         forensics.install(events_dir, dist.get_rank())
 
     dist.init_process_group = after(dist.init_process_group, joined)
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         os.chdir(args.workdir)
     log = EventLog(args.events_dir, int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")))
     progress.use(log)
-    log.write("start", script=script, workdir=os.getcwd(), world_size=int(os.environ.get("WORLD_SIZE", "1")))
+    log.write(Event.START, script=script, workdir=os.getcwd(), world_size=int(os.environ.get("WORLD_SIZE", "1")))
     watch_output(log, re.compile(args.progress_regex))
     watch_torch(log, args.events_dir)
     sys.argv = [script, *script_args]
@@ -141,15 +141,18 @@ def main(argv: list[str] | None = None) -> None:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        log.write("exit", reason="completed" if code == 0 else "exit_status", code=code)
+        log.write(Event.EXIT, reason=ExitReason.COMPLETED if code == 0 else ExitReason.EXIT_STATUS, code=code)
         raise
     except BaseException as e:
         first_line = (str(e).strip().splitlines() or [""])[0]
         log.write(
-            "exit", reason="exception", error=f"{type(e).__name__}: {first_line}"[:300], where=script_frame(e, script)
+            Event.EXIT,
+            reason=ExitReason.EXCEPTION,
+            error=f"{type(e).__name__}: {first_line}"[:300],
+            where=script_frame(e, script),
         )
         raise
-    log.write("exit", reason="completed", code=0)
+    log.write(Event.EXIT, reason=ExitReason.COMPLETED, code=0)
 
 
 if __name__ == "__main__":

@@ -158,6 +158,9 @@ class Runtime(ABC):
     # script's folder and the run dir's working dirs must be visible to the nodes.
     NO_SCRIPT_DRILLS: ClassVar[str] = ""
     AUTO: ClassVar[bool] = False  # what --runtime auto means
+    # Its nodes run this machine's own lab and torch (not an image's or another machine's copy):
+    # a job's result depends only on what this machine has (lab.exercises.reference_cache).
+    HOST_CODE: ClassVar[bool] = False
     registered: ClassVar[dict[str, type[Runtime]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

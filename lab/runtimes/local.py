@@ -105,6 +105,7 @@ class LocalRuntime(MonitoredRuntime):
     name = "local"
     OPTIONS = (HOSTS, *MonitoredRuntime.OPTIONS)
     DRILLS = True
+    HOST_CODE = True
     AUTO = True
 
     def __init__(

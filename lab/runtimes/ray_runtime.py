@@ -158,10 +158,6 @@ class RayRuntime(MonitoredRuntime):
         raise LabError("the ray runtime places nodes when it starts them: --dry-run needs another runtime")
 
     def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[RayNode]]:
-        import ray
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         connect(self.ray_address)
         found = machines()
         if len(found) < topology.nodes:
@@ -183,17 +179,41 @@ class RayRuntime(MonitoredRuntime):
                 "nodes": [],
             }
         )
-        # Named in the lab's namespace (connect joins it), so `lab down` finds it from any shell.
+        actors = self.place_agents(topology.nodes)
+        where = ray_get([a.where.remote() for a in actors], 120, "the machines' agents to start")
+        topology = topology.replace(rdzv_host=where[0]["address"])
+        nodes = [
+            RayNode(a, f"node{i}", i, w["address"], self.run_dir.path / "nodes" / f"node{i}")
+            for i, (a, w) in enumerate(zip(actors, where, strict=True))
+        ]
+        placed = [
+            {"name": n.name, "index": n.index, "address": n.address, "hostname": w["hostname"], "machine": w["machine"]}
+            for n, w in zip(nodes, where, strict=True)
+        ]
+        self.run_dir.write_state({**(self.run_dir.read_state() or {}), "topology": asdict(topology), "nodes": placed})
+        if watch:
+            self.prometheus.start(str(self.run_dir.path))
+        for node in nodes:
+            node.start(self.node_argv(topology, node, script, script_args))
+        return topology, nodes
+
+    def place_agents(self, count: int) -> list[Any]:
+        """One MachineAgent actor per node, each on a machine of its own (a detached placement
+        group, named in the lab's namespace so that `lab down` finds it from any shell)."""
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
         group = placement_group(
-            [dict(BUNDLE)] * topology.nodes,
+            [dict(BUNDLE)] * count,
             strategy="STRICT_SPREAD",
             name=placement_group_name(self.run_dir.lab_id),
             lifetime="detached",
         )
         if not group.wait(timeout_seconds=60):
-            raise LabError(f"Ray could not place {topology.nodes} nodes on {topology.nodes} machines within 60 s")
+            raise LabError(f"Ray could not place {count} nodes on {count} machines within 60 s")
         agent: Any = ray.remote(num_cpus=BUNDLE["CPU"], max_restarts=0)(MachineAgent)
-        actors = [
+        return [
             agent.options(
                 name=actor_name(self.run_dir.lab_id, i),
                 namespace=ACTOR_NAMESPACE,
@@ -202,33 +222,6 @@ class RayRuntime(MonitoredRuntime):
             ).remote(str(self.run_dir.path), f"node{i}", i)
             for i, b in enumerate(bundles_by_address(group))
         ]
-        where = ray_get([a.where.remote() for a in actors], 120, "the machines' agents to start")
-        topology = topology.replace(rdzv_host=where[0]["address"])
-        nodes = [
-            RayNode(a, f"node{i}", i, w["address"], self.run_dir.path / "nodes" / f"node{i}")
-            for i, (a, w) in enumerate(zip(actors, where, strict=True))
-        ]
-        self.run_dir.write_state(
-            {
-                **(self.run_dir.read_state() or {}),
-                "topology": asdict(topology),
-                "nodes": [
-                    {
-                        "name": n.name,
-                        "index": n.index,
-                        "address": n.address,
-                        "hostname": w["hostname"],
-                        "machine": w["machine"],
-                    }
-                    for n, w in zip(nodes, where, strict=True)
-                ],
-            }
-        )
-        if watch:
-            self.prometheus.start(str(self.run_dir.path))
-        for node in nodes:
-            node.start(self.node_argv(topology, node, script, script_args))
-        return topology, nodes
 
     def use_prometheus(self) -> bool:
         missing = prometheus.INSTALL_HINT if prometheus.binary() is None else None

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from lab.health.events import EventLog
+from lab.health.events import Event, EventLog, ExitReason
 from lab.workloads.distributed import process_group
 
 
@@ -33,10 +33,10 @@ def main() -> None:
     armed = []
     signal.signal(signal.SIGUSR1, lambda *_: armed.append(True))
     events = EventLog(args.events_dir, int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)))
-    events.write("start")
+    events.write(Event.START)
     try:
         with process_group() as ctx:
-            events.write("rendezvous_done", seconds=ctx.rendezvous_seconds, world_size=ctx.world_size)
+            events.write(Event.RENDEZVOUS_DONE, seconds=ctx.rendezvous_seconds, world_size=ctx.world_size)
             torch.manual_seed(0)
             model = nn.Linear(16, 1)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -46,7 +46,7 @@ def main() -> None:
                 started = time.perf_counter()
                 if armed:
                     armed.clear()
-                    events.write("injected_extra_collective", step=step)
+                    events.write(Event.INJECTED_EXTRA_COLLECTIVE, step=step)
                     dist.all_reduce(torch.zeros(3))  # INJECTED BUG: only this rank calls it
                 optimizer.zero_grad()
                 nn.functional.mse_loss(model(x), y).backward()
@@ -55,10 +55,10 @@ def main() -> None:
                     p.grad /= ctx.world_size
                 optimizer.step()
                 time.sleep(max(0.0, args.step_time - (time.perf_counter() - started)))
-                events.write("step", step=step)
-        events.write("exit", reason="completed", step=args.steps)
+                events.write(Event.STEP, step=step)
+        events.write(Event.EXIT, reason=ExitReason.COMPLETED, step=args.steps)
     except BaseException:
-        events.write("exit", reason="error")
+        events.write(Event.EXIT, reason=ExitReason.ERROR)
         raise
 
 

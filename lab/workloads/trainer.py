@@ -40,7 +40,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DistributedSampler, TensorDataset
 
-from lab.health.events import EventLog
+from lab.health.events import Event, EventLog, ExitReason
 from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_target
 from lab.workloads.comm_hooks import timed_allreduce_hook
 from lab.workloads.distributed import Ctx, StepDeadline, ddp, process_group, say
@@ -110,7 +110,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     events = EventLog(args.events_dir, rank, local_rank)
-    events.write("start", world_size=int(os.environ.get("WORLD_SIZE", 1)), steps=args.steps)
+    events.write(Event.START, world_size=int(os.environ.get("WORLD_SIZE", 1)), steps=args.steps)
     metrics = None
     if args.metrics_port_base:
         # Nodes with their own address (pods) all use the same ports: keyed by local rank.
@@ -139,7 +139,7 @@ def main(argv=None) -> None:
         completed = True
     finally:
         if not completed:
-            events.write("exit", reason="error", step=progress["step"])
+            events.write(Event.EXIT, reason=ExitReason.ERROR, step=progress["step"])
     if progress["preempted"]:
         # Leave the process now, with everything saved and flushed. A worker that torchrun
         # runs as a function (--run-path, the lab's preloaded workers) and that returns waits
@@ -152,7 +152,7 @@ def main(argv=None) -> None:
 
 
 def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progress: dict) -> None:
-    events.write("rendezvous_done", seconds=ctx.rendezvous_seconds, world_size=ctx.world_size)
+    events.write(Event.RENDEZVOUS_DONE, seconds=ctx.rendezvous_seconds, world_size=ctx.world_size)
     if metrics:
         metrics.rendezvous.set(ctx.rendezvous_seconds)
     model = make_model(args.width).to(ctx.device)
@@ -169,24 +169,11 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
         dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed, drop_last=True
     )
     steps_per_epoch = len(sampler) // args.batch_size
-
-    step = 0
-    state = resume(args, ctx, events)
-    if state:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        step = state["step"]
-        if state["world_size"] == ctx.world_size:
-            set_rng_state(state["rng"][ctx.rank])
-        events.write("checkpoint_loaded", step=step, path=state["path"])
-        if metrics:
-            metrics.last_checkpoint_time.set(time.time())
+    step = restore(args, ctx, events, metrics, model, optimizer)
     loss_fn = nn.MSELoss()
     if ctx.distributed:
         settle_buckets(ddp_model, dataset, args.batch_size, loss_fn, optimizer, ctx)
-
-    preemption = Preemption(ctx)
-    deadline = StepDeadline()
+    preemption, deadline = Preemption(ctx), StepDeadline()
     first_step, loop_started = step, time.perf_counter()
     while step < args.steps:
         started = time.perf_counter()
@@ -214,32 +201,47 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
         if preemption.agreed():
             if args.ckpt_dir:
                 save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
-            events.write("exit", reason="preempted", step=step)
+            events.write(Event.EXIT, reason=ExitReason.PREEMPTED, step=step)
             say(f"rank {ctx.rank} preempted: checkpointed step {step} and stopped")
             progress["preempted"] = True
             deadline.stop()
             return
         if args.ckpt_dir and args.ckpt_every and step % args.ckpt_every == 0:
             save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
-
     deadline.stop()
-    loop_seconds = time.perf_counter() - loop_started
+    finish(ctx, model, ab, step - first_step, time.perf_counter() - loop_started, events, step)
+
+
+def restore(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, model, optimizer) -> int:
+    """Load the newest valid checkpoint, if any (lab.workloads.checkpoint); the step to go on from."""
+    state = resume(args, ctx, events)
+    if not state:
+        return 0
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    if state["world_size"] == ctx.world_size:
+        set_rng_state(state["rng"][ctx.rank])
+    events.write(Event.CHECKPOINT_LOADED, step=state["step"], path=state["path"])
+    if metrics:
+        metrics.last_checkpoint_time.set(time.time())
+    return state["step"]
+
+
+def finish(ctx: Ctx, model, ab, steps: int, loop_seconds: float, events: EventLog, step: int) -> None:
+    """The run's last words: the A/B summary, the speed, and the weights' checksum (the lesson's)."""
     if ab and ctx.rank == 0:
         try:
             say(f"monitoring A/B {json.dumps(ab.summary())}")
         except ValueError as e:
             say(f"monitoring A/B: {e}")
-    if ctx.rank == 0 and step > first_step:
-        say(
-            f"rank 0 trained {step - first_step} steps in {loop_seconds:.3f} s "
-            f"({1000 * loop_seconds / (step - first_step):.3f} ms/step)"
-        )
+    if ctx.rank == 0 and steps > 0:
+        say(f"rank 0 trained {steps} steps in {loop_seconds:.3f} s ({1000 * loop_seconds / steps:.3f} ms/step)")
     checksum = params_checksum(model)
     say(
         f"rank {ctx.rank} local_rank {ctx.local_rank} host {ctx.host} "
         f"checksum {checksum:.6f} ({checksum.hex()}) at step {step}"
     )
-    events.write("exit", reason="completed", step=step, checksum=checksum.hex())
+    events.write(Event.EXIT, reason=ExitReason.COMPLETED, step=step, checksum=checksum.hex())
 
 
 def record_step(

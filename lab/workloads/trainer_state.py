@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from lab.health.events import EventLog
+from lab.health.events import Event, EventLog
 from lab.workloads import checkpoint
 from lab.workloads.distributed import Ctx, say
 
@@ -62,7 +62,7 @@ def resume(args, ctx: Ctx, events: EventLog) -> dict | None:
     if keeps_checkpoints(args, ctx):
 
         def invalid(path, why):
-            events.write("checkpoint_invalid", path=str(path), reason=why)
+            events.write(Event.CHECKPOINT_INVALID, path=str(path), reason=why)
             say(f"rank {ctx.rank}: skipping checkpoint {path.name}: {why}; set aside as {path.name}.bad")
 
         found = checkpoint.load_newest_valid(directory, invalid)
@@ -73,7 +73,7 @@ def resume(args, ctx: Ctx, events: EventLog) -> dict | None:
         dist.all_gather_object(steps, mine)
     newest = max(steps)
     if newest < 0:
-        events.write("no_checkpoint", directory=str(directory))
+        events.write(Event.NO_CHECKPOINT, directory=str(directory))
         return None
     source = steps.index(newest)
     state = found[1] if found and mine == newest else None
@@ -85,7 +85,7 @@ def resume(args, ctx: Ctx, events: EventLog) -> dict | None:
     path = checkpoint.path_for(directory, newest)
     if keeps_checkpoints(args, ctx) and mine != newest:
         path = checkpoint.save(directory, newest, state)
-        events.write("checkpoint_received", step=newest, source_rank=source, path=str(path))
+        events.write(Event.CHECKPOINT_RECEIVED, step=newest, source_rank=source, path=str(path))
         say(f"rank {ctx.rank}: received checkpoint step {newest} from rank {source}; kept as {path}")
     return {**state, "path": str(path)}
 
@@ -109,12 +109,12 @@ def save_checkpoint(args, ctx, model, optimizer, step, epoch, batch, events, met
             },
         )
     except OSError as e:
-        events.write("checkpoint_failed", step=step, reason=str(e))
+        events.write(Event.CHECKPOINT_FAILED, step=step, reason=str(e))
         if metrics:
             metrics.checkpoint_failures.inc()
         return
     seconds = time.perf_counter() - started
-    events.write("checkpoint_saved", step=step, path=str(path), seconds=seconds)
+    events.write(Event.CHECKPOINT_SAVED, step=step, path=str(path), seconds=seconds)
     if metrics:
         metrics.checkpoint_save.observe(seconds)
         metrics.last_checkpoint_time.set(time.time())

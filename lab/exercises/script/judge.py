@@ -6,6 +6,8 @@ from typing import Any
 
 from lab.exercises import observe
 from lab.exercises.script import signals
+from lab.exercises.seen import Seen
+from lab.health.events import Event, ExitReason
 from lab.report import Report
 
 
@@ -13,7 +15,7 @@ def segments(events: list[dict], fault_time: float, source: str, unit: str) -> d
     """Rank 0's progress before the fault and after its workers started again."""
     mine = signals.series(events, 0, source, unit)
     before = [e["step"] for e in mine if e["time"] < fault_time]
-    restarted = min((e["time"] for e in events if e["event"] == "start" and e["time"] > fault_time), default=None)
+    restarted = min((e["time"] for e in events if e["event"] == Event.START and e["time"] > fault_time), default=None)
     after = [e["step"] for e in mine if restarted is not None and e["time"] > restarted]
     return {
         "first": before[0] if before else None,
@@ -27,7 +29,7 @@ def errors(events: list[dict], since: float) -> list[str]:
     """What the ranks died of after the fault, once each: the exception and the script's line."""
     seen: list[str] = []
     for e in events:
-        if e["event"] == "exit" and e["time"] > since and e.get("reason") == "exception":
+        if e["event"] == Event.EXIT and e["time"] > since and e.get("reason") == ExitReason.EXCEPTION:
             text = f"{e['error']} ({e['where']})"
             if text not in seen:
                 seen.append(text)
@@ -49,45 +51,78 @@ def rates(events: list[dict], faults: list[dict], source: str, unit: str) -> dic
     return {"before": rate(max(first, start - (end - start)), start), "during": rate(start, end)}
 
 
-def judge_fault(
-    report: Report,
-    drill: Any,
-    recovery: str,
-    fault: dict,
-    codes: dict[str, int | None],
-    fire: dict,
-) -> None:
+def judge(seen: Seen) -> Report:
+    """The verdict on one run of a user's script, from what it left: the fault-free reference
+    (no "fault" in seen.extra) or one fault, with its result file compared when asked."""
+    report = seen.new_report()
+    extra = seen.extra
+    report.facts.update(script=extra["script"], script_args=extra["script_args"], deadline_s=extra["deadline_s"])
+    report.facts["workdir"] = extra["workdir"]
+    if extra["found_at_start"]:
+        report.check(
+            "it started from a clean slate",
+            False,
+            f"{extra['ckpt_dir']} already held {', '.join(extra['found_at_start'])} before the run: an absolute "
+            "--ckpt-dir reused across runs (clear it, or make it relative); this is not judged as a recovery",
+        )
+    if "recovery" not in extra:
+        judge_reference(report, seen)
+    elif extra["fire"] is None:
+        report.check(
+            "the fault fired while the job ran",
+            False,
+            f"the job ended (exit codes {seen.codes}) before rank {extra['target']} reached step "
+            f"{extra['at_step']}: choose a lower --at-step",
+        )
+    else:
+        judge_fault(report, seen)
+    if extra.get("compared") is not None:
+        ok, detail = extra["compared"]
+        report.facts["compared"] = detail
+        report.check("the result equals the fault-free reference's", ok, detail)
+    report.facts["finding"] = finding(report)
+    report.explanation = report.facts["finding"]
+    return report
+
+
+def judge_reference(report: Report, seen: Seen) -> None:
+    events, codes = seen.events, seen.codes
+    found = signals.step_source(events)
+    report.facts["progress"] = {"source": found[0] if found else "none", "unit": found[1] if found else None}
+    if found:
+        values = [e["step"] for e in signals.series(events, 0, *found)]
+        report.facts["progress"].update(first=values[0] if values else None, last=values[-1] if values else None)
+    report.facts["restarts"] = 0
+    report.check(
+        "the fault-free run finished with exit 0",
+        all(c == 0 for c in codes.values()),
+        f"node exit codes {codes}" + "".join(f"; {e}" for e in errors(events, 0)[:1]),
+    )
+
+
+def judge_fault(report: Report, seen: Seen) -> None:
     """Checks and facts for one fault run (recovery: restart, rerun or none)."""
-    events = drill.events()
+    events, codes, fault, fire = seen.events, seen.codes, seen.extra["fault"], seen.extra["fire"]
+    recovery = seen.extra["recovery"]
     found = signals.step_source(events)
     source, unit = found if found else (fire["source"], None)
     facts = report.facts
+    if seen.extra.get("forensics"):
+        facts["forensics"] = seen.extra["forensics"]
+    if seen.extra.get("rerun"):
+        facts["rerun"] = True
     facts["progress"] = {"source": source, "unit": unit, "fired_at": fire}
     facts["restarts"] = observe.restarts(events)
     facts["errors_after_fault"] = errors(events, fault["time"])
-    loaded = [e["path"] for e in events if e["event"] == "loaded" and e["rank"] == 0 and e["time"] > fault["time"]]
+    loaded = [e["path"] for e in events if e["event"] == Event.LOADED and e["rank"] == 0 and e["time"] > fault["time"]]
     facts["loaded_after_fault"] = loaded[:3]
-    facts["recovery"] = (
-        None
-        if recovery == "none"
-        else observe.recovery_breakdown(events, observe.agent_events(drill.events_dir), fault["time"])
-    )
-    finished = all(code == 0 for code in codes.values())
-    stuck = any(code is None for code in codes.values())
-    report.check(
-        "the job finished with exit 0",
-        finished,
-        f"still running {facts['deadline_s']:g} s after the fault: nothing ended the hang (a process-group "
-        "timeout in init_process_group would; gloo's default is 30 minutes)"
-        if stuck
-        else f"node exit codes {codes}"
-        + (f"; {facts['errors_after_fault'][-1]}" if facts["errors_after_fault"] and not finished else ""),
-    )
+    facts["recovery"] = None if recovery == "none" else observe.recovery_breakdown(events, seen.agents, fault["time"])
+    check_finished(report, codes)
     if recovery == "none":
         report.check("no restart was needed", facts["restarts"] == 0, f"restarts {facts['restarts']}")
         facts["work_redone"] = None
         if unit is not None:
-            facts["progress"]["rate_per_s"] = rates(events, drill.faults, source, unit)
+            facts["progress"]["rate_per_s"] = rates(events, seen.faults, source, unit)
         return
     if recovery == "restart":
         report.check("torchrun restarted the workers", facts["restarts"] >= 1, f"restarts {facts['restarts']}")
@@ -102,11 +137,28 @@ def judge_fault(
             else "no torch.load or dcp.load after the fault, and no step signal to tell",
         )
         return
-    seg = segments(events, fault["time"], source, unit)
-    facts["progress"].update(seg)
+    check_resumed(report, segments(events, fault["time"], source, unit), unit, loaded)
+
+
+def check_finished(report: Report, codes: dict[str, int | None]) -> None:
+    finished = all(code == 0 for code in codes.values())
+    stuck = any(code is None for code in codes.values())
+    errors_seen = report.facts["errors_after_fault"]
+    report.check(
+        "the job finished with exit 0",
+        finished,
+        f"still running {report.facts['deadline_s']:g} s after the fault: nothing ended the hang (a process-group "
+        "timeout in init_process_group would; gloo's default is 30 minutes)"
+        if stuck
+        else f"node exit codes {codes}" + (f"; {errors_seen[-1]}" if errors_seen and not finished else ""),
+    )
+
+
+def check_resumed(report: Report, seg: dict[str, Any], unit: str, loaded: list[str]) -> None:
+    report.facts["progress"].update(seg)
     first, reached, resumed = seg["first"], seg["reached"], seg["resumed_at"]
     redone = max(0, reached - resumed + 1) if reached is not None and resumed is not None else None
-    facts["work_redone"] = (
+    report.facts["work_redone"] = (
         {"unit": unit, "count": redone, "from": resumed, "to": reached} if redone is not None else None
     )
     resumed_ok = resumed is not None and first is not None and resumed > first

@@ -21,6 +21,7 @@ from lab.exercises import DrillOptions, forensics
 from lab.exercises.script import judge, signals
 from lab.exercises.script.compare import compare
 from lab.exercises.script.spec import ScriptSpec
+from lab.exercises.seen import Seen
 from lab.report import Report
 from lab.topology import Topology
 
@@ -61,82 +62,61 @@ class ScriptRun:
         return list(self.spec.args)
 
     def run(self, drill: Any, options: DrillOptions) -> Report:
-        report = drill.new_report(self.NAME)
-        report.facts.update(script=self.spec.path, script_args=list(self.spec.args), deadline_s=self.spec.deadline_s)
-        report.facts["workdir"] = str(self.workdir)
-        if self.found_at_start:
-            report.check(
-                "it started from a clean slate",
-                False,
-                f"{self.spec.ckpt_dir} already held {', '.join(self.found_at_start)} before the run: an absolute "
-                "--ckpt-dir reused across runs (clear it, or make it relative); this is not judged as a recovery",
-            )
+        """The act: fire the fault (or not: the reference), wait for the end, keep the result;
+        then lab.exercises.script.judge draws the verdict from what was seen."""
+        setup = {
+            "script": self.spec.path,
+            "script_args": list(self.spec.args),
+            "deadline_s": self.spec.deadline_s,
+            "workdir": str(self.workdir),
+            "ckpt_dir": self.spec.ckpt_dir,
+            "found_at_start": self.found_at_start,
+        }
         if self.fault is None:
-            self._reference(drill, report)
+            codes = wait_end(drill, self.spec.deadline_s + signals.FIRE_POINT_TIMEOUT_S)
+            seen = drill.snapshot(self.NAME, codes, **setup)
         else:
-            self._fault(drill, options, report)
-        self._keep_result(report)
-        report.facts["finding"] = judge.finding(report)
-        report.explanation = report.facts["finding"]
-        return report
+            seen = self._fault(drill, options, setup)
+        seen.extra["compared"] = self._keep_result()
+        return judge.judge(seen)
 
-    def _reference(self, drill: Any, report: Report) -> None:
-        codes = wait_end(drill, self.spec.deadline_s + signals.FIRE_POINT_TIMEOUT_S)
-        events = drill.events()
-        found = signals.step_source(events)
-        report.facts["progress"] = {"source": found[0] if found else "none", "unit": found[1] if found else None}
-        if found:
-            values = [e["step"] for e in signals.series(events, 0, *found)]
-            report.facts["progress"].update(first=values[0] if values else None, last=values[-1] if values else None)
-        report.facts["restarts"] = 0
-        report.check(
-            "the fault-free run finished with exit 0",
-            all(c == 0 for c in codes.values()),
-            f"node exit codes {codes}" + "".join(f"; {e}" for e in judge.errors(events, 0)[:1]),
-        )
-
-    def _fault(self, drill: Any, options: DrillOptions, report: Report) -> None:
+    def _fault(self, drill: Any, options: DrillOptions, setup: dict) -> Seen:
         assert self.fault is not None
         ckpt = self.spec.ckpt_path(self.workdir)
         target = options.target_rank
+        recovery = self.fault.SCRIPT_RECOVERY
         fire = signals.wait_fire_point(drill, target, options.at_step, self.spec.at_time_s, ckpt)
         if fire is None:
-            report.check(
-                "the fault fired while the job ran",
-                False,
-                f"the job ended (exit codes {drill.exit_codes()}) before rank {target} reached step "
-                f"{options.at_step}: choose a lower --at-step",
-            )
-            return
+            unfired = {"fire": None, "target": target, "at_step": options.at_step, "recovery": recovery}
+            return drill.snapshot(self.NAME, drill.exit_codes(), **unfired, **setup)
         drill.progress(f"fire point: {fire['source']} {fire['unit']} {fire['value']}")
         fault = self.fault.break_script(drill, target, str(ckpt) if ckpt else None)
-        recovery = self.fault.SCRIPT_RECOVERY
-        if "forensics" in fault:  # taken by the fault itself, during it (partition-node)
-            report.facts["forensics"] = fault.pop("forensics")
-        elif getattr(self.fault, "SCRIPT_FORENSICS", False):  # a hang: ask every rank where it stands, now
+        found = fault.pop("forensics", None)  # taken by the fault itself, during it (partition-node)
+        if found is None and getattr(self.fault, "SCRIPT_FORENSICS", False):  # a hang: ask every rank, now
             time.sleep(max(0.0, FORENSICS_AFTER_S - (time.time() - fault["time"])))
-            report.facts["forensics"] = forensics.collect(drill.events_dir, drill.topology.world_size)
-            drill.progress(f"forensics: {report.facts['forensics']['finding']}")
+            found = forensics.collect(drill.events_dir, drill.topology.world_size)
+            drill.progress(f"forensics: {found['finding']}")
         codes = wait_end(drill, self.spec.deadline_s)
-        if recovery == "rerun" and all(c is not None for c in codes.values()):
+        rerun = recovery == "rerun" and all(c is not None for c in codes.values())
+        if rerun:
             drill.progress("starting the job again, as after a preemption")
-            report.facts["rerun"] = True
             drill.runtime.rerun(drill.topology, self.spec.path, list(self.spec.args))
             codes = wait_end(drill, self.spec.deadline_s)
-        judge.judge_fault(report, drill, recovery, fault, codes, fire)
+        extra = {"fire": fire, "target": target, "recovery": recovery, "rerun": rerun, "forensics": found}
+        return drill.snapshot(self.NAME, codes, fault=fault, **extra, **setup)
 
-    def _keep_result(self, report: Report) -> None:
-        """Copy the result file out of the working dir (which `lab down` removes), and compare."""
+    def _keep_result(self) -> list | None:
+        """Copy the result file out of the working dir (which `lab down` removes), and compare:
+        [equal, how], or None with nothing to compare."""
         if not self.spec.compare or self.kept_result is None:
-            return
+            return None
         produced = self.spec.compare_path(self.workdir)
         self.keep_dir.mkdir(parents=True, exist_ok=True)
         if produced is not None and produced.is_file() and not produced.is_symlink():
             shutil.copyfile(produced, self.kept_result)
-        if self.reference_result is not None:
-            ok, detail = compare(self.kept_result, self.reference_result, self.spec.rtol)
-            report.facts["compared"] = detail
-            report.check("the result equals the fault-free reference's", ok, detail)
+        if self.reference_result is None:
+            return None
+        return list(compare(self.kept_result, self.reference_result, self.spec.rtol))
 
 
 def wait_end(drill: Any, timeout_s: float) -> dict[str, int | None]:

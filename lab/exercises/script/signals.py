@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.errors import LabError
+from lab.health.events import Event
 
 STEP_SOURCES = ("helper", "output")  # lab.progress.step, then the regex on the output
 FIRE_POINT_TIMEOUT_S = 300.0  # from the start until the fault's step: a script that never gets there
@@ -22,7 +23,7 @@ def step_source(events: list[dict]) -> tuple[str, str] | None:
     """(source, unit) of the step events the verdict counts: the helper's if any, else the
     output's; the unit the most lines give (a script printing "epoch" and "step" counts in one)."""
     for source in STEP_SOURCES:
-        units = Counter(e.get("unit", "step") for e in events if e["event"] == "step" and e.get("source") == source)
+        units = Counter(e.get("unit", "step") for e in events if e["event"] == Event.STEP and e.get("source") == source)
         if units:
             return source, units.most_common(1)[0][0]
     return None
@@ -33,7 +34,10 @@ def series(events: list[dict], rank: int, source: str, unit: str) -> list[dict]:
     return [
         e
         for e in events
-        if e["event"] == "step" and e["rank"] == rank and e.get("source") == source and e.get("unit", "step") == unit
+        if e["event"] == Event.STEP
+        and e["rank"] == rank
+        and e.get("source") == source
+        and e.get("unit", "step") == unit
     ]
 
 
@@ -66,7 +70,7 @@ def wait_fire_point(drill: Any, target: int, at_step: int, at_time_s: float, ckp
             if values and max(values) >= at_step:
                 return {"source": found[0], "unit": found[1], "value": max(values)}
         else:
-            starts = [e["time"] for e in events if e["event"] == "start"]
+            starts = [e["time"] for e in events if e["event"] == Event.START]
             since = time.time() - min(starts) if starts else 0.0
             if starts and since >= at_time_s:
                 if ckpt is None:

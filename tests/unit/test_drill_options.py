@@ -1,0 +1,47 @@
+"""A drill's command line read into its options and its job: the size and restart budget a
+user chooses apply to the lab's trainer as to a script; what a fault cannot do is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab import exercises
+from lab.cli import build_parser
+from lab.errors import LabError
+
+
+def job(*argv: str):
+    args = build_parser().parse_args(["exercise", "run", *argv])
+    options = exercises.options_from_args(args.exercise, args)
+    return options, exercises.topology(args.exercise, options)
+
+
+def test_a_drill_on_the_trainer_runs_at_the_size_asked_for():
+    options, topology = job("kill-worker", "--nodes", "3", "--nproc-per-node", "1", "--max-restarts", "4")
+    assert (topology.nodes, topology.nproc_per_node, topology.world_size, topology.max_restarts) == (3, 1, 3, 4)
+    assert options.target_rank == 1  # the drill's default rank, which this job has
+
+
+def test_without_flags_the_drill_keeps_its_own_job():
+    _, topology = job("kill-node", "--elastic")
+    assert (topology.nodes, topology.nproc_per_node, topology.min_nodes, topology.max_restarts) == (2, 2, 1, 2)
+
+
+def test_the_default_rank_moves_to_the_last_one_a_smaller_job_has():
+    options, topology = job("kill-worker", "--nodes", "1", "--nproc-per-node", "1")
+    assert topology.world_size == 1 and options.target_rank == 0 and not options.target_rank_chosen
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["kill-node", "--nodes", "1"], ["kill-node needs at least 2 nodes", "--nodes 1"]),
+        (["partition-node", "--nodes", "1"], ["partition-node needs at least 2 nodes"]),
+        (["kill-worker", "--nodes", "2", "--nproc-per-node", "1", "--target-rank", "2"], ["[0, 2)", "got 2"]),
+        (["kill-worker", "--at-step", "60"], ["--at-step", "[1, 60)"]),
+    ],
+)
+def test_what_the_job_cannot_do_is_one_line(argv, words):
+    with pytest.raises(LabError) as refused:
+        job(*argv)
+    assert all(word in str(refused.value) for word in words), refused.value

@@ -1,0 +1,102 @@
+"""The verdict on a user's script (lab.exercises.script.judge) on what real drills on
+tests/user_scripts saw (tests/fixtures/drills/script-*, recorded by scripts/record-fixtures.sh):
+the resumes, the script that never loads its checkpoint, the silent one, the fault that never
+fired, the rerun after a preemption and the straggler. No process runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lab.exercises.script import judge
+from lab.exercises.seen import Seen
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "drills"
+
+
+def seen(case: str) -> Seen:
+    return Seen.load(FIXTURES / f"script-{case}" / "seen.json")
+
+
+def failed(report) -> list[str]:
+    return [c.name for c in report.checks if not c.ok]
+
+
+def test_a_snapshot_script_killed_mid_run_resumes_and_says_what_it_redid():
+    report = judge.judge(seen("kill-worker"))
+    facts = report.facts
+    assert report.verdict == "pass", report.checks
+    assert facts["restarts"] == 1 and facts["progress"]["source"] == "output"
+    assert facts["work_redone"]["unit"] == "epoch" and facts["work_redone"]["count"] >= 0
+    assert facts["finding"].startswith("finished; 1 restart(s), redid")
+
+
+def test_a_script_that_never_loads_its_checkpoint_fails_and_says_why():
+    """One node of three workers (1 x 3): torchrun restarts it, it starts again from step 0."""
+    evidence = seen("never-loads")
+    report = judge.judge(evidence)
+    assert evidence.topology.world_size == 3 and report.facts["restarts"] == 1
+    assert failed(report) == ["it resumed where it left off, not from the start"]
+    detail = next(c.detail for c in report.checks if not c.ok)
+    assert "restarted from step 0: your script does not load its checkpoint" in detail
+    assert report.facts["work_redone"]["count"] >= 8 and report.facts["work_redone"]["from"] == 0
+
+
+def test_a_silent_script_is_judged_by_its_checkpoint_files_and_says_so():
+    report = judge.judge(seen("silent"))
+    assert report.verdict == "pass", report.checks
+    assert report.facts["progress"]["source"] == "checkpoint files" and report.facts["work_redone"] is None
+    assert report.facts["loaded_after_fault"][0] == "state/latest.pt"
+    assert "progress read from checkpoint files" in report.facts["finding"]
+
+
+def test_a_silent_script_that_loads_nothing_fails():
+    evidence = seen("silent")
+    evidence.events = [e for e in evidence.events if e["event"] != "loaded"]
+    assert failed(judge.judge(evidence)) == ["it loaded a checkpoint when it started again"]
+
+
+def test_a_fault_that_never_fired_says_to_choose_an_earlier_step():
+    report = judge.judge(seen("unfired"))
+    assert failed(report) == ["the fault fired while the job ran"]
+    assert "reached step 50: choose a lower --at-step" in report.checks[0].detail
+
+
+def test_a_preempted_script_is_started_again_and_resumes():
+    report = judge.judge(seen("preempt"))
+    assert report.verdict == "pass", report.checks
+    assert report.facts["rerun"] is True and report.facts["work_redone"]["unit"] == "epoch"
+    assert "torchrun restarted the workers" not in [c.name for c in report.checks]  # a rerun, not a restart
+
+
+def test_a_slowed_script_needs_no_restart_and_its_rates_show_the_slowdown():
+    report = judge.judge(seen("straggler"))
+    assert report.verdict == "pass", report.checks
+    rate = report.facts["progress"]["rate_per_s"]
+    assert rate["during"] < rate["before"], rate
+    assert "while slowed" in report.facts["finding"]
+
+
+def test_a_straggler_that_restarted_fails():
+    evidence = seen("straggler")
+    evidence.events.append({**evidence.events[-1], "restart": 1})
+    assert failed(judge.judge(evidence)) == ["no restart was needed"]
+
+
+@pytest.mark.parametrize("case", ["kill-worker", "preempt"])
+def test_a_result_unlike_the_references_fails_and_a_stale_checkpoint_is_named(case):
+    evidence = seen(case)
+    evidence.extra["compared"] = [False, "result.pt differs from the reference's, bitwise"]
+    evidence.extra["found_at_start"] = ["snapshot.pt"]
+    report = judge.judge(evidence)
+    assert failed(report) == ["it started from a clean slate", "the result equals the fault-free reference's"]
+    assert report.facts["finding"].startswith("it started from a clean slate: no.")
+
+
+def test_a_job_still_running_at_the_deadline_says_nothing_ended_the_hang():
+    evidence = seen("kill-worker")
+    evidence.codes = {node: None for node in evidence.codes}
+    report = judge.judge(evidence)
+    assert "the job finished with exit 0" in failed(report)
+    assert "nothing ended the hang" in next(c.detail for c in report.checks if c.name == "the job finished with exit 0")
