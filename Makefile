@@ -49,11 +49,15 @@ lint: venv ## ruff (lint and format) and mypy, as configured in pyproject.toml
 	$(BIN)/ruff format --check lab tests
 	$(BIN)/mypy
 
+# The fast tier (units on recorded runs, goldens, the CLI's refusals) runs on both cores; the
+# system tier (real jobs, containers, Ray: timing and leak checks) one test at a time.
+FAST := -m "not slow and not docker"
 test: venv host-deps lint ## the whole test suite (what CI runs)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 $(FAST)
+	$(BIN)/pytest -q -m "slow or docker" --durations=15
 
 test-fast: venv lint ## the quick inner loop: no multi-process jobs, no containers
-	$(BIN)/pytest -q -m "not slow and not docker"
+	$(BIN)/pytest -q -n 2 $(FAST)
 
 soak: venv host-deps ## 20 kill-worker + 5 kill-node drills on netns hosts, 5 kill-node in containers; count leaks (about 25 min)
 	@if docker info >/dev/null 2>&1; then TARGETS=cpu scripts/build-images.sh; fi

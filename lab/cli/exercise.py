@@ -17,6 +17,7 @@ from lab import exercises, runtimes
 from lab.cli import exercise_script
 from lab.cli.options import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, add_verbose
 from lab.errors import LabError
+from lab.exercises.script import spec
 from lab.lessons.runner import DEPTHS, explain, run_lesson
 from lab.options import TORCH_DEFAULTS, add_all, run_dir_from_args
 from lab.report import Report
@@ -49,9 +50,9 @@ def add_exercise_parser(names: argparse._SubParsersAction, name: str, module: Mo
         add_all(parser, (HOSTS, TARGET_RANK, AT_STEP))
         parser.set_defaults(handler=handle_lesson, exercise=module)
     else:
-        add_all(parser, (TARGET_RANK, AT_STEP, TORCH_DEFAULTS, *exercises.own_options(module)))
+        add_all(parser, (TARGET_RANK, AT_STEP, *spec.SCRIPT_TOPOLOGY, TORCH_DEFAULTS, *exercises.own_options(module)))
         if hasattr(module, "break_script"):
-            exercise_script.add_script_options(parser)
+            exercise_script.add_script_options(parser, job_size=False)
         runtimes.add_options(parser, drills_only=True, default="local")
         add_verbose(parser)
         # A drill needs no Prometheus unless its verdict reads it.

@@ -27,9 +27,12 @@ def script_drills() -> dict[str, ModuleType]:
     return {name: m for name, m in exercises.drills().items() if hasattr(m, "break_script")}
 
 
-def add_script_options(parser: argparse.ArgumentParser) -> None:
-    """--script and what goes with it; the script's own arguments follow `--`."""
-    add_all(parser, spec.SCRIPT_TOPOLOGY)  # the job's size and budget: the trainer's as a script's
+def add_script_options(parser: argparse.ArgumentParser, job_size: bool = True) -> None:
+    """--script and what goes with it; the script's own arguments follow `--`. job_size: also
+    --nodes, --nproc-per-node and --max-restarts (a drill's parser has them already: they size
+    the trainer's job as a script's)."""
+    if job_size:
+        add_all(parser, spec.SCRIPT_TOPOLOGY)
     group = parser.add_argument_group("your own script (instead of the lab's trainer)")
     add_all(group, spec.OPTIONS)
     parser.add_argument("script_args", nargs="*", metavar="-- ARGS", help="arguments for --script")
