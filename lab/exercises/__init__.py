@@ -97,6 +97,12 @@ def own_options(drill: ModuleType) -> tuple[Option, ...]:
     return tuple(getattr(drill, "OPTIONS", ()))
 
 
+def drill_job(options: DrillOptions, **shape: Any) -> Topology:
+    """The job a drill breaks: 2 nodes x 2 workers unless the drill says otherwise, torch's
+    defaults when asked (--torch-defaults); exercises.topology then sizes it as the user chose."""
+    return Topology(**{"nodes": 2, "nproc_per_node": 2, "torch_defaults": options.torch_defaults, **shape})
+
+
 def topology(drill: ModuleType, options: DrillOptions) -> Topology:
     """The drill's job, at the size and restart budget the user chose (--nodes,
     --nproc-per-node, --max-restarts); a drill whose fault needs more nodes says so."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import signal
 
+from lab.exercises import drill_job
 from lab.exercises.engine import aimed
 from lab.exercises.seen import Seen
 from lab.health.events import Event, ExitReason
@@ -33,13 +34,7 @@ STEPS, PG_TIMEOUT_S = 60, 60
 
 
 def topology(options) -> Topology:
-    return Topology(
-        nodes=2,
-        nproc_per_node=2,
-        pg_timeout_s=PG_TIMEOUT_S,
-        distributed_debug="DETAIL",
-        torch_defaults=options.torch_defaults,
-    )
+    return drill_job(options, pg_timeout_s=PG_TIMEOUT_S, distributed_debug="DETAIL")
 
 
 def trainer_args(options) -> list[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import signal
 
 from lab.errors import LabError
-from lab.exercises import observe
+from lab.exercises import drill_job, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event
@@ -31,7 +31,7 @@ STEPS, CKPT_EVERY = 60, 10
 
 
 def topology(options) -> Topology:
-    return Topology(nodes=2, nproc_per_node=2, max_restarts=1, torch_defaults=options.torch_defaults)
+    return drill_job(options, max_restarts=1)
 
 
 def trainer_args(options) -> list[str]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 
-from lab.exercises import forensics, observe
+from lab.exercises import drill_job, forensics, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event
@@ -54,14 +54,8 @@ OPTIONS = (
 
 
 def topology(options) -> Topology:
-    return Topology(
-        nodes=2,
-        nproc_per_node=2,
-        max_restarts=1,
-        pg_timeout_s=PG_TIMEOUT_S,
-        torch_defaults=options.torch_defaults,
-        step_watchdog_s=options.own.get("watchdog") or 0,
-    )
+    watchdog = options.own.get("watchdog") or 0
+    return drill_job(options, max_restarts=1, pg_timeout_s=PG_TIMEOUT_S, step_watchdog_s=watchdog)
 
 
 def trainer_args(options) -> list[str]:

@@ -20,7 +20,7 @@ rendezvous round in its log, and in the events the next round's world size.
 from __future__ import annotations
 
 from lab.errors import LabError
-from lab.exercises import observe
+from lab.exercises import drill_job, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event
@@ -38,14 +38,7 @@ OPTIONS = (Option("--elastic", "an elastic job (--nnodes=1:N): the survivors car
 
 def topology(options) -> Topology:
     elastic = options.own.get("elastic", False)
-    return Topology(
-        nodes=2,
-        nproc_per_node=2,
-        max_restarts=2,
-        min_nodes=1 if elastic else None,
-        last_call_timeout_s=5,
-        torch_defaults=options.torch_defaults,
-    )
+    return drill_job(options, max_restarts=2, min_nodes=1 if elastic else None, last_call_timeout_s=5)
 
 
 def trainer_args(options) -> list[str]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 import time
 
-from lab.exercises import observe
+from lab.exercises import drill_job, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event
@@ -53,13 +53,7 @@ OPTIONS = (
 
 
 def topology(options) -> Topology:
-    return Topology(
-        nodes=2,
-        nproc_per_node=2,
-        max_restarts=2,
-        torch_defaults=options.torch_defaults,
-        rdzv_backend=options.own.get("rdzv_backend", "c10d"),
-    )
+    return drill_job(options, max_restarts=2, rdzv_backend=options.own.get("rdzv_backend", "c10d"))
 
 
 def trainer_args(options) -> list[str]:

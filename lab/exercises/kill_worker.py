@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import signal
 
-from lab.exercises import observe
+from lab.exercises import drill_job, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event
@@ -54,11 +54,9 @@ OPTIONS = (
 
 def topology(options) -> Topology:
     # --torch-defaults: a failing round waits the process-group timeout in gloo's connect retry.
-    return Topology(
-        nodes=2,
-        nproc_per_node=2,
+    return drill_job(
+        options,
         max_restarts=2,
-        torch_defaults=options.torch_defaults,
         rdzv_backend=options.own.get("rdzv_backend") or "c10d",
         pg_timeout_s=10 if options.torch_defaults else Topology.pg_timeout_s,
     )

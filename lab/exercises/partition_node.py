@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import time
 
-from lab.exercises import forensics, observe
+from lab.exercises import drill_job, forensics, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.report import Report
@@ -36,9 +36,7 @@ STEPS, CKPT_EVERY, PG_TIMEOUT_S, HOLD_S = 60, 10, 10, 20.0
 
 
 def topology(options) -> Topology:
-    return Topology(
-        nodes=2, nproc_per_node=2, max_restarts=2, pg_timeout_s=PG_TIMEOUT_S, torch_defaults=options.torch_defaults
-    )
+    return drill_job(options, max_restarts=2, pg_timeout_s=PG_TIMEOUT_S)
 
 
 def trainer_args(options) -> list[str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from lab.exercises import observe
+from lab.exercises import drill_job, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event, ExitReason
@@ -30,7 +30,7 @@ STEPS, CKPT_EVERY, GRACE_S = 60, 10, 10.0
 
 
 def topology(options) -> Topology:
-    return Topology(nodes=2, nproc_per_node=2, torch_defaults=options.torch_defaults)
+    return drill_job(options)
 
 
 def trainer_args(options) -> list[str]:

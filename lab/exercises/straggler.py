@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 
+from lab.exercises import drill_job
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event
@@ -33,7 +34,7 @@ WINDOW_S = 5.0
 
 
 def topology(options) -> Topology:
-    return Topology(nodes=2, nproc_per_node=2, torch_defaults=options.torch_defaults)
+    return drill_job(options)
 
 
 def trainer_args(options) -> list[str]:

@@ -99,12 +99,16 @@ def after_fault(evidence: Seen, fault: str) -> float:
     return evidence.injected(fault)["time"]
 
 
+def recorded_after(evidence: Seen, fault: str, event: str) -> list[dict]:
+    """The records of that event after the fault: to change one thing in what the run saw."""
+    at = after_fault(evidence, fault)
+    return [e for e in evidence.events if e["event"] == event and e["time"] > at]
+
+
 def test_kill_worker_that_resumed_from_scratch_fails_on_the_checkpoint_and_the_lost_steps():
     evidence = seen("kill-worker")
-    at = after_fault(evidence, "kill_worker")
-    for e in evidence.events:
-        if e["event"] == "checkpoint_loaded" and e["time"] > at:
-            e["step"] = 0
+    for e in recorded_after(evidence, "kill_worker", "checkpoint_loaded"):
+        e["step"] = 0
     assert failed(judge("kill-worker", evidence)) == [
         "resumed from the newest checkpoint",
         "lost at most one checkpoint interval (10 steps)",
@@ -138,10 +142,8 @@ def test_torch_defaults_without_the_upstream_failure_fails():
 
 def test_kill_node_that_came_back_with_fewer_ranks_fails():
     evidence = seen("kill-node")
-    at = after_fault(evidence, "kill_node")
-    for e in evidence.events:
-        if e["event"] == "rendezvous_done" and e["time"] > at:
-            e["world_size"] = 2
+    for e in recorded_after(evidence, "kill_node", "rendezvous_done"):
+        e["world_size"] = 2
     assert failed(judge("kill-node", evidence)) == ["the restarted group had all 4 ranks again"]
 
 
@@ -228,8 +230,8 @@ def test_a_damaged_checkpoint_nobody_noticed_fails():
 def test_a_mismatch_found_only_at_the_timeout_fails():
     evidence = seen("collective-mismatch")
     at = after_fault(evidence, "kill_worker")
-    for e in evidence.events:
-        if e["event"] == "exit" and e.get("reason") == "error":
+    for e in recorded_after(evidence, "kill_worker", "exit"):
+        if e.get("reason") == "error":
             e["time"] = at + collective_mismatch.PG_TIMEOUT_S
     evidence.logs = {}
     assert failed(judge("collective-mismatch", evidence)) == [
