@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 from lab.health.events import Event, EventLog
+from lab.nodeenv import NodeEnv
 
 _log: EventLog | None = None
 _opened = False
@@ -35,7 +36,7 @@ def step(n: int, unit: str = "step") -> None:
     called = True
     if not _opened:  # first call without the shim: a worker of `lab run` or bare torchrun
         _opened = True
-        directory, rank = os.environ.get("LAB_EVENTS_DIR"), os.environ.get("RANK")
+        directory, rank = NodeEnv.parse().events_dir, os.environ.get("RANK")
         if directory and rank is not None:
             _log = EventLog(directory, int(rank), int(os.environ.get("LOCAL_RANK", "0")))
     if _log is not None:

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from lab.errors import LabError
+from lab.nodeenv import NodeEnv
 
 BACKENDS = ("gloo", "nccl")
 RDZV_BACKENDS = ("c10d", "static", "etcd-v2", "lab")
@@ -204,18 +205,22 @@ class Topology:
 
     def env(self, node_rank: int) -> dict[str, str]:
         """Variables lab.node.launch sets on this node (it warns instead of overriding the user's)."""
-        env = {"LAB_BACKEND": self.backend, "LAB_PG_TIMEOUT_S": str(self.pg_timeout_s)}
         fixed = self.metrics_ports == "fixed"
-        if self.agent_metrics_port:
-            env["LAB_AGENT_METRICS_PORT"] = str(self.agent_metrics_port + (0 if fixed else node_rank))
-        if self.rank_metrics_port:
-            env["LAB_METRICS_PORT_BASE"] = str(self.rank_metrics_port)
-            if fixed:
-                env["LAB_METRICS_PORT_BY"] = "local_rank"
+        wire = NodeEnv(
+            backend=self.backend,
+            pg_timeout_s=self.pg_timeout_s,
+            agent_metrics_port=self.agent_metrics_port + (0 if fixed else node_rank)
+            if self.agent_metrics_port
+            else None,
+            metrics_port_base=self.rank_metrics_port or None,
+            metrics_port_by="local_rank" if fixed and self.rank_metrics_port else None,
+            step_watchdog_s=self.step_watchdog_s or None,
+        )
+        env = wire.render()
         if self.distributed_debug:
             env["TORCH_DISTRIBUTED_DEBUG"] = self.distributed_debug
         if self.step_watchdog_s:
-            env.update(TORCHELASTIC_ENABLE_FILE_TIMER="1", LAB_STEP_WATCHDOG_S=str(self.step_watchdog_s))
+            env["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1"
         return env
 
     def launch_argv(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from torch.distributed.elastic.metrics.api import MetricData, MetricHandler
 from lab.health.events import echo
 from lab.health.labelled import exposed
 from lab.health.rank_exporter import ExporterPortError
+from lab.nodeenv import NodeEnv
 
 STATES = [s.name for s in WorkerState]
 EVENT_HANDLER = "lab"  # the name torchrun's --event-log-handler selects
@@ -164,7 +164,7 @@ def serve(metrics: AgentMetrics, port: int) -> None:
 
     try:
         start_http_server(
-            port, addr=os.environ.get("LAB_EXPORTER_ADDR", "0.0.0.0"), registry=exposed(metrics.registry, metrics.where)
+            port, addr=NodeEnv.parse().exporter_addr or "0.0.0.0", registry=exposed(metrics.registry, metrics.where)
         )
     except OSError as e:
         raise ExporterPortError(f"agent exporter port {port} is already in use ({e.strerror})") from None

@@ -21,6 +21,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from lab.nodeenv import NodeEnv
+
 
 class Event(StrEnum):
     """Every event a rank writes, by the name in its record's "event" field. Writers and readers
@@ -53,7 +55,7 @@ class ExitReason(StrEnum):
 
 
 ECHO_PREFIX = "@lab-event "
-ECHO = os.environ.get("LAB_EVENTS_ECHO") == "1"
+ECHO = NodeEnv.parse().events_echo
 
 
 def echo(stem: str, line: str) -> None:

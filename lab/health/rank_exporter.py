@@ -20,6 +20,7 @@ from lab.health import gpu_metrics
 from lab.health.gpu_metrics import GpuCollector
 from lab.health.labelled import exposed
 from lab.health.step_metrics import StepMetrics
+from lab.nodeenv import NodeEnv
 
 DETECT = object()  # RankMetrics: find the rank's GPU
 
@@ -81,7 +82,7 @@ class RankMetrics:
     def serve(self, port: int) -> None:
         try:
             start_http_server(
-                port, addr=os.environ.get("LAB_EXPORTER_ADDR", "0.0.0.0"), registry=exposed(self.registry, self.where)
+                port, addr=NodeEnv.parse().exporter_addr or "0.0.0.0", registry=exposed(self.registry, self.where)
             )
         except OSError as e:
             raise ExporterPortError(
@@ -92,7 +93,7 @@ class RankMetrics:
 
 def register_target(targets_dir: str | os.PathLike, name: str, port: int, labels: dict[str, str]) -> Path:
     """Write a file_sd entry for this exporter at the address its hostname resolves to."""
-    bound = os.environ.get("LAB_EXPORTER_ADDR", "0.0.0.0")
+    bound = NodeEnv.parse().exporter_addr or "0.0.0.0"
     # An exporter bound to one address (loopback nodes: 127.0.0.1) is scraped there.
     address = bound if bound != "0.0.0.0" else socket.gethostbyname(socket.gethostname())
     path = Path(targets_dir) / f"{name}.json"

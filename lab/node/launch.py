@@ -33,6 +33,8 @@ import sys
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 
+from lab.nodeenv import NodeEnv
+
 RESTART_WORKAROUND = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 # The Flight Recorder's ring of recent collectives (gloo records too in 2.13), read by hang
 # forensics (lab.health.forensics). Off by default in torch; a few KB here.
@@ -88,11 +90,10 @@ def apply_env(wanted: Mapping[str, str], environ: MutableMapping[str, str], log=
 def lab_environment(extra: Mapping[str, str], torch_defaults: bool) -> dict[str, str]:
     wanted = {**FLIGHT_RECORDER, **({} if torch_defaults else RESTART_WORKAROUND)}
     wanted.update(extra)
-    if wanted.get("TORCHELASTIC_ENABLE_FILE_TIMER") == "1" and wanted.get("LAB_WORKERS_FILE"):
+    workers_file = NodeEnv.parse(wanted).workers_file
+    if wanted.get("TORCHELASTIC_ENABLE_FILE_TIMER") == "1" and workers_file:
         # The watchdog's FIFO in the node's own dir, not torch's default /tmp/watchdog_timer_<uuid>.
-        wanted.setdefault(
-            "TORCHELASTIC_TIMER_FILE", os.path.join(os.path.dirname(wanted["LAB_WORKERS_FILE"]), "watchdog.fifo")
-        )
+        wanted.setdefault("TORCHELASTIC_TIMER_FILE", os.path.join(os.path.dirname(workers_file), "watchdog.fifo"))
     return wanted
 
 
@@ -122,10 +123,11 @@ def main(argv: list[str] | None = None) -> None:
         from lab.node.preload import preload_workers
 
         preload_workers(torchrun_argv, log)
-    if os.environ.get("LAB_WORKERS_FILE"):
+    workers_file = NodeEnv.parse().workers_file
+    if workers_file:
         from lab.node import worker_record
 
-        worker_record.install(os.environ["LAB_WORKERS_FILE"])
+        worker_record.install(workers_file)
     start_agent_exporter(torchrun_argv, log, on_running=lambda: preimport_for_agent(log))
     torchrun_main(torchrun_argv)
 
@@ -162,10 +164,11 @@ def start_agent_exporter(torchrun_argv: list[str], log, on_running=None) -> None
     from lab.health import agent_exporter
     from lab.health.rank_exporter import ExporterPortError, register_target
 
-    port = int(os.environ.get("LAB_AGENT_METRICS_PORT", "0"))
+    wire = NodeEnv.parse()
+    port = wire.agent_metrics_port or 0
     # The lab's node name where the lab started us: loopback nodes all share one hostname.
     node = os.environ.get("TORCHRUN_LAB_NODE") or socket.gethostname()
-    events_dir = os.environ.get("LAB_EVENTS_DIR")
+    events_dir = wire.events_dir
     metrics = (
         agent_exporter.AgentMetrics(node=node, max_restarts=parse_args(torchrun_argv).max_restarts) if port else None
     )
@@ -177,8 +180,8 @@ def start_agent_exporter(torchrun_argv: list[str], log, on_running=None) -> None
         agent_exporter.serve(metrics, port)
     except ExporterPortError as e:
         raise SystemExit(f"lab.node.launch: error: {e}") from None
-    if os.environ.get("LAB_TARGETS_DIR"):
-        register_target(os.environ["LAB_TARGETS_DIR"], f"agent-{node}", port, {"node": node})
+    if wire.targets_dir:
+        register_target(wire.targets_dir, f"agent-{node}", port, {"node": node})
     log(f"[lab.node.launch] agent metrics on :{port}/metrics")
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from lab import progress
 from lab.health import forensics
 from lab.health.events import Event, EventLog, ExitReason
+from lab.nodeenv import NodeEnv
 
 # "step 12", "Step: 12", "Epoch 3", "epoch=3", "iter 40/100", "Iteration 40", "[GPU0] Epoch 3 | ..."
 DEFAULT_REGEX = r"(?i)\b(?P<unit>step|epoch|iter(?:ation)?)\b\s*[:=#]?\s*(?P<n>\d+)"
@@ -120,7 +121,7 @@ def script_frame(error: BaseException, script: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="lab.node.user_script")
     parser.add_argument("--workdir")
-    parser.add_argument("--events-dir", default=os.environ.get("LAB_EVENTS_DIR"))
+    parser.add_argument("--events-dir", default=NodeEnv.parse().events_dir)
     parser.add_argument("--progress-regex", default=DEFAULT_REGEX)
     parser.add_argument("script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER)

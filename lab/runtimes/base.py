@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from lab.errors import LabError
 from lab.health import prometheus
+from lab.nodeenv import NodeEnv
 from lab.options import Option, port
 from lab.rundir import RunDir
 from lab.topology import Topology
@@ -224,15 +225,15 @@ class Runtime(ABC):
 
     def node_env(self, node: Node) -> dict[str, str]:
         """Where a node's agent and workloads keep their state: all under the run directory."""
-        return {
-            "LAB_EVENTS_DIR": str(self.run_dir.path / "events"),
-            "LAB_CKPT_DIR": self.checkpoint_dir(),
+        return NodeEnv(
+            events_dir=str(self.run_dir.path / "events"),
+            ckpt_dir=self.checkpoint_dir(),
             # Every node of these runtimes sees the run dir's one checkpoints folder: only rank 0
             # writes it. (A pod has its own; k8s/base leaves this out: peer recovery.)
-            "LAB_CKPT_SHARED": "1",
-            "LAB_TARGETS_DIR": str(self.run_dir.path / "prometheus" / "targets"),
-            "LAB_WORKERS_FILE": str(node.dir / WORKERS_FILE),
-        }
+            ckpt_shared=True,
+            targets_dir=str(self.run_dir.path / "prometheus" / "targets"),
+            workers_file=str(node.dir / WORKERS_FILE),
+        ).render()
 
     def node_argv(self, topology: Topology, node: Node, script: str, script_args: list[str]) -> list[str]:
         """The node's agent command: lab.node.launch around torchrun, with node_env."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from lab import gpus, procs
 from lab.errors import LabError
 from lab.health import prometheus
+from lab.nodeenv import NodeEnv
 from lab.options import Option
 from lab.rundir import MARKER, NODE_MARKER, RunDir
 from lab.runtimes import etcd, memory, netns, userns
@@ -140,7 +141,7 @@ class LocalRuntime(MonitoredRuntime):
         assert isinstance(node, LocalNode)
         env = super().node_env(node)
         if node.netns is None:  # loopback nodes share the host's network: keep the exporters off the LAN
-            env["LAB_EXPORTER_ADDR"] = "127.0.0.1"
+            env.update(NodeEnv(exporter_addr="127.0.0.1").render())
         if node.userns_pid is not None:  # the namespace has loopback only, whatever the hostname says
             env["GLOO_SOCKET_IFNAME"] = "lo"
         # torchelastic and multiprocessing leave files in the temp dir (pytorch-errorfile-*.pickle

@@ -21,6 +21,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from lab.health.events import Event, EventLog, ExitReason
+from lab.nodeenv import NodeEnv
 from lab.workloads.distributed import process_group
 
 
@@ -28,7 +29,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--step-time", type=float, default=0.1)
-    parser.add_argument("--events-dir", default=os.environ.get("LAB_EVENTS_DIR"))
+    parser.add_argument("--events-dir", default=NodeEnv.parse().events_dir)
     args, _ = parser.parse_known_args()  # accepts the trainer's other flags and ignores them
     armed = []
     signal.signal(signal.SIGUSR1, lambda *_: armed.append(True))

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from lab.health import forensics
+from lab.nodeenv import NodeEnv
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Ctx:
 
 
 def default_backend() -> str:
-    return os.environ.get("LAB_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
+    return NodeEnv.parse().backend or ("nccl" if torch.cuda.is_available() else "gloo")
 
 
 @contextmanager
@@ -77,11 +78,11 @@ def process_group(backend: str | None = None, allow_single: bool = False):
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-    timeout = timedelta(seconds=float(os.environ.get("LAB_PG_TIMEOUT_S", "60")))
+    timeout = timedelta(seconds=NodeEnv.parse().pg_timeout_s or 60)
     started = time.monotonic()
     dist.init_process_group(backend=backend, timeout=timeout)
     rendezvous_seconds = time.monotonic() - started
-    forensics.install(os.environ.get("LAB_EVENTS_DIR"), dist.get_rank())  # hang forensics on request
+    forensics.install(NodeEnv.parse().events_dir, dist.get_rank())  # hang forensics on request
     finished = False
     try:
         yield Ctx(
@@ -139,7 +140,7 @@ class StepDeadline:
     SCOPE = "lab-step"
 
     def __init__(self) -> None:
-        self.seconds = float(os.environ.get("LAB_STEP_WATCHDOG_S") or 0)
+        self.seconds = NodeEnv.parse().step_watchdog_s or 0.0
         path = os.environ.get("TORCHELASTIC_TIMER_FILE")
         self.client = None
         if self.seconds > 0 and path:

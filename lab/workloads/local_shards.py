@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from lab.nodeenv import NodeEnv
 from lab.workloads.distributed import process_group, say
 
 
@@ -22,7 +23,7 @@ def main() -> None:
     p.add_argument("--index", choices=("rank", "local_rank"), required=True)
     p.add_argument(
         "--dir",
-        default=os.environ.get("LAB_CKPT_DIR", "/tmp/lab-local-shards"),
+        default=NodeEnv.parse().ckpt_dir or "/tmp/lab-local-shards",
         help="where each node's folder goes (default: the lab's checkpoint dir)",
     )
     args = p.parse_args()

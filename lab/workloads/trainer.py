@@ -42,6 +42,7 @@ from torch.utils.data import DistributedSampler, TensorDataset
 
 from lab.health.events import Event, EventLog, ExitReason
 from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_target
+from lab.nodeenv import NodeEnv
 from lab.workloads.comm_hooks import timed_allreduce_hook
 from lab.workloads.distributed import Ctx, StepDeadline, ddp, process_group, say
 from lab.workloads.monitoring_ab import MonitoringAB
@@ -49,27 +50,27 @@ from lab.workloads.trainer_state import resume, save_checkpoint, set_rng_state
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    env = os.environ.get
+    wire = NodeEnv.parse()  # what the lab set on this node (lab.nodeenv)
     p = argparse.ArgumentParser(description="the lab's resumable DDP trainer")
     p.add_argument("--steps", type=int, default=100, help="train until this step")
     p.add_argument("--step-time", type=float, default=0.0, help="pace each step to at least this many seconds")
     p.add_argument("--ckpt-every", type=int, default=10, help="checkpoint interval in steps (0: never)")
-    p.add_argument("--ckpt-dir", default=env("LAB_CKPT_DIR"), help="where checkpoints live (default: none)")
+    p.add_argument("--ckpt-dir", default=wire.ckpt_dir, help="where checkpoints live (default: none)")
     p.add_argument(
         "--ckpt-shared",
         action="store_true",
-        default=env("LAB_CKPT_SHARED") == "1",
+        default=wire.ckpt_shared,
         help="every node sees the same --ckpt-dir (one shared volume): only rank 0 writes. Without it "
         "each node keeps its own copy, and a node that lacks the newest receives it from a peer",
     )
-    p.add_argument("--events-dir", default=env("LAB_EVENTS_DIR"), help="where rankN.jsonl event logs go")
+    p.add_argument("--events-dir", default=wire.events_dir, help="where rankN.jsonl event logs go")
     p.add_argument(
         "--metrics-port-base",
         type=int,
-        default=int(env("LAB_METRICS_PORT_BASE", "0")),
+        default=wire.metrics_port_base or 0,
         help="serve /metrics on this port + rank (0: no exporter)",
     )
-    p.add_argument("--targets-dir", default=env("LAB_TARGETS_DIR"), help="Prometheus file_sd directory")
+    p.add_argument("--targets-dir", default=wire.targets_dir, help="Prometheus file_sd directory")
     p.add_argument("--batch-size", type=int, default=8, help="per rank")
     p.add_argument("--width", type=int, default=64, help="hidden units (a wider model makes longer steps)")
     p.add_argument("--samples", type=int, default=4096)
@@ -114,7 +115,7 @@ def main(argv=None) -> None:
     metrics = None
     if args.metrics_port_base:
         # Nodes with their own address (pods) all use the same ports: keyed by local rank.
-        by_local = os.environ.get("LAB_METRICS_PORT_BY") == "local_rank"
+        by_local = NodeEnv.parse().metrics_port_by == "local_rank"
         port = args.metrics_port_base + (local_rank if by_local else rank)
         metrics = RankMetrics(
             rank=rank,
