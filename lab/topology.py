@@ -78,6 +78,14 @@ class Topology:
     # training step takes longer than this is SIGKILLed by its agent. 0: off.
     step_watchdog_s: int = 0
 
+    @classmethod
+    def from_json(cls, fields: dict) -> Topology:
+        """A topology from its dataclasses.asdict JSON (a run's state, a drill's seen.json):
+        lists back to tuples, unknown keys (an older lab's) left out."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        shape: dict = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items() if k in known}
+        return cls(**shape)
+
     def __post_init__(self) -> None:
         _at_least("nodes", self.nodes, 1)
         _at_least("nproc_per_node", self.nproc_per_node, 1)

@@ -9,6 +9,7 @@ from lab import runtimes
 from lab.cli.options import add_run_dir_option
 from lab.health import prometheus, report
 from lab.options import run_dir_from_args
+from lab.runtimes import state as runstate
 
 
 def register(sub) -> None:
@@ -24,22 +25,22 @@ def handle(args: argparse.Namespace) -> int:
         from lab.cli.watch import watch
 
         return watch(run_dir)
-    state = run_dir.read_state()
+    state = runstate.load(run_dir)
     if state is None:
         print("no lab is running")
         return 3
-    topo = state["topology"]
+    topo = state.topology
     print(
-        f"runtime {state['runtime']} ({state['hosts']} hosts), {topo['nodes']} nodes x "
-        f"{topo['nproc_per_node']} workers, {topo['backend']}, rendezvous "
-        f"{topo['rdzv_backend']} at {topo['rdzv_host']}:{topo['rdzv_port']}"
+        f"runtime {state.runtime} ({state.hosts} hosts), {topo.nodes} nodes x "
+        f"{topo.nproc_per_node} workers, {topo.backend}, rendezvous "
+        f"{topo.rdzv_backend} at {topo.rdzv_host}:{topo.rdzv_port}"
     )
-    print(f"script {state['script']} {' '.join(state['script_args'])}".rstrip())
-    for node in runtimes.create(state["runtime"], run_dir).attach():
+    print(f"script {state.script} {' '.join(state.script_args)}".rstrip())
+    for node in runtimes.create(state.runtime, run_dir).attach():
         code = node.exit_code()
         what = "running" if code is None else f"exited {code}"
         print(f"  {node.name:<6} {node.address:<15} pid {node.pid}  {what:<10} log {node.log_path}")
-    print_health(state.get("prometheus"), run_dir.path)
+    print_health(state.prometheus, run_dir.path)
     return 0
 
 

@@ -8,6 +8,7 @@ from lab import job, results, why
 from lab.cli.options import add_topology_options
 from lab.cli.starting import start
 from lab.health import prometheus
+from lab.runtimes import state as runstate
 from lab.workloads import script_path
 
 WORKLOADS = ("ddp_train", "trainer", "broadcast_demo")
@@ -39,10 +40,10 @@ def handle(args: argparse.Namespace) -> int:
     if started is None:
         return 0
     runtime, topology, nodes = started
-    state = runtime.run_dir.read_state() or {}
-    if state.get("prometheus"):
-        print(f"Prometheus: {state['prometheus']} (try lab_steps_total, or `lab status --watch`)")
-        print(f"live view: {state['prometheus']}/{prometheus.LIVE_PAGE}")
+    state = runstate.load(runtime.run_dir)
+    if state and state.prometheus:
+        print(f"Prometheus: {state.prometheus} (try lab_steps_total, or `lab status --watch`)")
+        print(f"live view: {state.prometheus}/{prometheus.LIVE_PAGE}")
     if args.detach:
         print("the job runs in the background: `lab status` to watch it, `lab down` to stop it")
         return 0

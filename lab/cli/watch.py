@@ -22,6 +22,7 @@ from lab import runtimes
 from lab.health import prometheus
 from lab.health.events import Event
 from lab.rundir import RunDir
+from lab.runtimes import state as runstate
 
 TAIL_BYTES = 64 * 1024  # a rank's last records: enough for its last steps and its last restart
 
@@ -87,18 +88,17 @@ def firing_alerts(url: str | None) -> list[str] | None:
 
 
 def view(run_dir: RunDir) -> Group:
-    state = run_dir.read_state()
+    state = runstate.load(run_dir)
     if state is None:
         return Group(Text(f"waiting for a lab in {run_dir.path} (Ctrl-C to stop)"))
-    topology = state.get("topology", {})
     title = (
-        f"{state.get('runtime')} lab, {topology.get('nodes')} nodes x {topology.get('nproc_per_node')} workers: "
-        f"{Path(state.get('script', '?')).name} {' '.join(state.get('script_args', []))}"
+        f"{state.runtime} lab, {state.topology.nodes} nodes x {state.topology.nproc_per_node} workers: "
+        f"{Path(state.script).name} {' '.join(state.script_args)}"
     )
     nodes = Table(title="nodes", title_justify="left")
     for column in ("node", "address", "status"):
         nodes.add_column(column)
-    for node in runtimes.create(state.get("runtime", runtimes.AUTO), run_dir).attach():
+    for node in runtimes.create(state.runtime, run_dir).attach():
         code = node.exit_code()
         nodes.add_row(node.name, node.address, "running" if code is None else f"exited {code}")
     ranks = Table(title="ranks", title_justify="left")
@@ -115,7 +115,7 @@ def view(run_dir: RunDir) -> Group:
             "-" if age is None else Text(f"{age:.1f}s ago", style="bold red" if age > 10 else ""),
             Text(str(r.restarts), style="bold yellow" if r.restarts else ""),
         )
-    alerts = firing_alerts(state.get("prometheus"))
+    alerts = firing_alerts(state.prometheus)
     alert_line = (
         Text("alerts: no Prometheus for this lab", style="dim")
         if alerts is None

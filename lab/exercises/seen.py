@@ -48,12 +48,7 @@ class Seen:
 
     @classmethod
     def from_json(cls, body: dict) -> Seen:
-        shape: dict[str, Any] = {
-            k: tuple(v) if isinstance(v, list) else v
-            for k, v in body["topology"].items()
-            if k in {f.name for f in dataclasses.fields(Topology)}
-        }
-        return cls(**{**body, "topology": Topology(**shape)})
+        return cls(**{**body, "topology": Topology.from_json(body["topology"])})
 
     @classmethod
     def load(cls, path: Path) -> Seen:

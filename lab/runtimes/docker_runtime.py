@@ -19,8 +19,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
-import time
-from dataclasses import asdict
 
 from lab import gpus
 from lab.errors import LabError
@@ -29,9 +27,11 @@ from lab.options import Option
 from lab.rundir import RunDir
 from lab.runtimes import docker_engine as engine
 from lab.runtimes import memory, subnets
+from lab.runtimes import state as runstate
 from lab.runtimes.base import Log, MonitoredRuntime, Node
 from lab.runtimes.docker_node import DockerNode, stop_all
 from lab.runtimes.dry_run import plan_text
+from lab.runtimes.state import RunState
 from lab.topology import Topology
 
 SUPERNET = "172.29.0.0/16"  # the lab's networks take a free /24 of it
@@ -137,20 +137,16 @@ class DockerRuntime(MonitoredRuntime):
             self.log(note)
         watch = self.use_prometheus()
         subnet = self.subnet()
-        self.run_dir.write_state(
-            {
-                "runtime": self.name,
-                "hosts": "containers",
-                "image": self.image,
-                "started_at": time.time(),
-                "prometheus": self.prometheus.url if watch else None,
-                "topology": asdict(topology),
-                "script": script,
-                "script_args": list(script_args),
-                "lab_id": self.run_dir.lab_id,
-                "subnet": subnet,
-            }
+        recorded = RunState(
+            self.name,
+            "containers",
+            topology,
+            script,
+            list(script_args),
+            prometheus=self.prometheus.url if watch else None,
+            own={"image": self.image, "lab_id": self.run_dir.lab_id, "subnet": subnet},
         )
+        runstate.save(self.run_dir, recorded)  # first: if anything below fails, `lab down` still knows
         user = engine.own_for_containers(
             *(self.run_dir.path / d for d in NODE_WRITES),
             *(self.run_dir.path / "nodes" / f"node{i}" for i in range(topology.nodes)),
@@ -158,14 +154,8 @@ class DockerRuntime(MonitoredRuntime):
         topology, nodes = self.layout(topology, user=user, subnet=subnet)
         for node in nodes:
             node.mounts.update(engine.script_mount(script))
-        self.run_dir.write_state(
-            {
-                **(self.run_dir.read_state() or {}),
-                "user": user,
-                "topology": asdict(topology),
-                "nodes": [n.record() for n in nodes],
-            }
-        )
+        recorded.own["user"], recorded.topology, recorded.nodes = user, topology, [n.record() for n in nodes]
+        runstate.save(self.run_dir, recorded)
         self.create_network()
         if watch:
             self.start_prometheus()

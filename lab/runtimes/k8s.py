@@ -11,7 +11,6 @@ until `up`, so `--dry-run` prints the manifests offline.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -23,9 +22,11 @@ from lab import procs
 from lab.errors import LabError
 from lab.options import Option
 from lab.rundir import MARKER, RunDir
+from lab.runtimes import state as runstate
 from lab.runtimes.base import Log, Node, Runtime
 from lab.runtimes.k8s_node import PodNode, follow_logs
 from lab.runtimes.kubectl import Kubectl, kubectl_exe
+from lab.runtimes.state import RunState
 from lab.topology import Topology
 
 K8S_DIR = Path(__file__).resolve().parents[2] / "k8s"
@@ -121,20 +122,10 @@ class KubernetesRuntime(Runtime):
         self.run_dir.claim()
         applied = self.run_dir.path / "applied.yaml"
         applied.write_text(manifests)
-        self.run_dir.write_state(
-            {
-                "runtime": self.name,
-                "hosts": "pods",
-                "context": self.kubectl.context,
-                "namespace": self.kubectl.namespace,
-                "nodes": topology.nodes,
-                "manifests": str(applied),
-                "topology": dataclasses.asdict(topology),
-                "script": script,
-                "script_args": list(script_args),
-                "prometheus": None,
-            }
-        )
+        pods = [PodNode(self.kubectl, i, self.run_dir.path) for i in range(topology.nodes)]
+        own = {"context": self.kubectl.context, "namespace": self.kubectl.namespace, "manifests": str(applied)}
+        recorded = [{"name": p.name, "index": p.index, "address": p.address} for p in pods]
+        runstate.save(self.run_dir, RunState(self.name, "pods", topology, script, list(script_args), recorded, own=own))
         self.kubectl.run(self.kubectl.apply(), stdin=manifests)
         self.kubectl.run(self.kubectl.wait_pods_created(120), timeout=150)
         nodes = self.attach()
@@ -164,7 +155,7 @@ class KubernetesRuntime(Runtime):
         if state.get("runtime") != self.name:
             return []
         kubectl = Kubectl(state.get("context"), state.get("namespace", "default"))
-        return [PodNode(kubectl, i, self.run_dir.path) for i in range(state["nodes"])]
+        return [PodNode(kubectl, n["index"], self.run_dir.path) for n in state.get("nodes", [])]
 
     def down(self, grace_s: float = 10.0) -> list[str]:
         state = self.run_dir.read_state() or {}

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from lab import gpus, procs
@@ -24,10 +24,12 @@ from lab.nodeenv import NodeEnv
 from lab.options import Option
 from lab.rundir import MARKER, NODE_MARKER, RunDir
 from lab.runtimes import etcd, memory, netns, userns
+from lab.runtimes import state as runstate
 from lab.runtimes.base import Log, MonitoredRuntime, Node
 from lab.runtimes.dry_run import plan_text
 from lab.runtimes.local_faults import LocalFaults
 from lab.runtimes.ports import ensure_port_free, exporter_ports
+from lab.runtimes.state import RunState
 from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
 from lab.topology import Topology
 
@@ -228,21 +230,25 @@ class LocalRuntime(MonitoredRuntime):
             for port in exporter_ports(topology):
                 ensure_port_free("0.0.0.0", port, "exporter port", "--metrics-port")
         # State first: if anything below fails or this process dies, `lab down` still knows.
-        self.run_dir.write_state(
-            {
-                "runtime": self.name,
-                "hosts": mode,
-                "lab_pid": os.getpid(),
-                "started_at": time.time(),
-                "lab_id": self.run_dir.lab_id,
-                "subnet": self.net.subnet if mode == "netns" else None,
-                "userns_pid": self._userns_pid if mode == "userns" else None,
-                "prometheus": self.prometheus.url if watch else None,
-                "topology": asdict(topology),
-                "script": script,
-                "script_args": list(script_args),
-                "nodes": [{"name": n.name, "index": n.index, "address": n.address, "netns": n.netns} for n in nodes],
-            }
+        own = {
+            "lab_pid": os.getpid(),
+            "lab_id": self.run_dir.lab_id,
+            "subnet": self.net.subnet if mode == "netns" else None,
+            "userns_pid": self._userns_pid if mode == "userns" else None,
+        }
+        recorded = [{"name": n.name, "index": n.index, "address": n.address, "netns": n.netns} for n in nodes]
+        runstate.save(
+            self.run_dir,
+            RunState(
+                self.name,
+                mode,
+                topology,
+                script,
+                list(script_args),
+                nodes=recorded,
+                prometheus=self.prometheus.url if watch else None,
+                own=own,
+            ),
         )
         if watch:
             self.prometheus.start(str(self.run_dir.path))

@@ -21,16 +21,16 @@ finds every exporter through the file_sd targets the exporters write there.
 from __future__ import annotations
 
 import argparse
-import time
-from dataclasses import asdict
 from typing import Any
 
 from lab.errors import LabError
 from lab.health import prometheus
 from lab.options import Option
 from lab.rundir import RunDir
+from lab.runtimes import state as runstate
 from lab.runtimes.base import Log, MonitoredRuntime, Node
 from lab.runtimes.ray_node import ACTOR_NAMESPACE, MachineAgent, RayNode, actor_name
+from lab.runtimes.state import RunState
 from lab.runtimes.tempdirs import temp_dir
 from lab.topology import Topology
 
@@ -166,19 +166,16 @@ class RayRuntime(MonitoredRuntime):
                 f"{topology.nodes} needs {topology.nodes} (one lab node per machine)"
             )
         watch = self.use_prometheus()
-        self.run_dir.write_state(
-            {
-                "runtime": self.name,
-                "hosts": "machines",
-                "ray_address": self.ray_address,
-                "started_at": time.time(),
-                "prometheus": self.prometheus.url if watch else None,
-                "topology": asdict(topology),
-                "script": script,
-                "script_args": list(script_args),
-                "nodes": [],
-            }
+        recorded = RunState(
+            self.name,
+            "machines",
+            topology,
+            script,
+            list(script_args),
+            prometheus=self.prometheus.url if watch else None,
+            own={"ray_address": self.ray_address},
         )
+        runstate.save(self.run_dir, recorded)  # first: if anything below fails, `lab down` still knows
         actors = self.place_agents(topology.nodes)
         where = ray_get([a.where.remote() for a in actors], 120, "the machines' agents to start")
         topology = topology.replace(rdzv_host=where[0]["address"])
@@ -190,7 +187,8 @@ class RayRuntime(MonitoredRuntime):
             {"name": n.name, "index": n.index, "address": n.address, "hostname": w["hostname"], "machine": w["machine"]}
             for n, w in zip(nodes, where, strict=True)
         ]
-        self.run_dir.write_state({**(self.run_dir.read_state() or {}), "topology": asdict(topology), "nodes": placed})
+        recorded.topology, recorded.nodes = topology, placed
+        runstate.save(self.run_dir, recorded)
         if watch:
             self.prometheus.start(str(self.run_dir.path))
         for node in nodes:
