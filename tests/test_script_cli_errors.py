@@ -25,7 +25,9 @@ SNAPSHOT = str(REPO / "tests" / "user_scripts" / "snapshot_every_epoch.py")
         (["matrix", "--faults", "kill-worker"], ["--script"]),
         (["matrix", "--script", SNAPSHOT], ["--faults", "kill-worker"]),
         (["matrix", "--script", SNAPSHOT, "--faults", "kill-worker,nosuch"], ["nosuch", "choose from"]),
-        (["matrix", "--script", SNAPSHOT, "--faults", "collective-mismatch"], ["collective-mismatch"]),
+        (["matrix", "--script", SNAPSHOT, "--faults", "collective-mismatch"], ["collective-mismatch", "hook"]),
+        (["run", "collective-mismatch", "--script", SNAPSHOT], ["cannot run on your script", "collective_loop"]),
+        (["run", "kill-rendezvous-host", "--script", SNAPSHOT], ["cannot run on your script", "kill-node"]),
     ],
 )
 def test_bad_script_drill_input_is_one_line(lab, args, words):

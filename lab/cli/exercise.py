@@ -51,8 +51,8 @@ def add_exercise_parser(names: argparse._SubParsersAction, name: str, module: Mo
         parser.set_defaults(handler=handle_lesson, exercise=module)
     else:
         add_all(parser, (TARGET_RANK, AT_STEP, *spec.SCRIPT_TOPOLOGY, TORCH_DEFAULTS, *exercises.own_options(module)))
-        if hasattr(module, "break_script"):
-            exercise_script.add_script_options(parser, job_size=False)
+        # Every drill takes --script: one without a script side refuses it in words (NO_SCRIPT).
+        exercise_script.add_script_options(parser, job_size=False)
         runtimes.add_options(parser, drills_only=True, default="local")
         add_verbose(parser)
         # A drill needs no Prometheus unless its verdict reads it.
@@ -103,8 +103,7 @@ def handle_drill(args: argparse.Namespace) -> int:
     where = report_dir(args, run_dir)
     if getattr(args, "script", None):
         return exercise_script.handle_script_drill(args, where)
-    if hasattr(args.exercise, "break_script"):
-        exercise_script.refuse_script_flags(args)
+    exercise_script.refuse_script_flags(args)
     options = exercises.options_from_args(args.exercise, args)
     runtime = runtimes.from_args(args, run_dir, shared=runtimes.DRILL_FLAGS)
 

@@ -116,7 +116,8 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
 def handle_script_drill(args: argparse.Namespace, out_dir: Path) -> int:
     """`lab exercise run NAME --script ...`: with --compare, the fault-free reference runs first."""
     if not hasattr(args.exercise, "break_script"):
-        raise LabError(f"{args.name} cannot run on your script; these can: {', '.join(script_drills())}")
+        why = getattr(args.exercise, "NO_SCRIPT", "it has no script side")
+        raise LabError(f"{args.name} cannot run on your script: {why}; these can: {', '.join(script_drills())}")
     result = run(args, [args.exercise], out_dir, reference=bool(args.compare))
     last = result.rows[-1]
     if last.report is not None:
@@ -146,6 +147,10 @@ def handle_matrix(args: argparse.Namespace) -> int:
         raise LabError(f"--faults: name one or more of {', '.join(script_drills())}")
     available = script_drills()
     names = [n.strip() for n in args.faults.split(",") if n.strip()]
+    refused = {n: getattr(d, "NO_SCRIPT", "") for n, d in exercises.drills().items() if n not in available}
+    for name in names:
+        if refused.get(name):
+            raise LabError(f"--faults: {name} cannot run on your script: {refused[name]}")
     unknown = [n for n in names if n not in available]
     if unknown or not names:
         raise LabError(f"--faults: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(available)}")

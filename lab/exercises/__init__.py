@@ -15,7 +15,8 @@ A drill is one module of this package, named in CATALOG, with:
 - optionally OPTIONS (its own flags, lab.options.Option; read back from options.own by
   name), WORKLOAD (a lab.workloads script other than "trainer") and NEEDS_PROMETHEUS;
 - optionally break_script(drill, target, ckpt_dir) and SCRIPT_RECOVERY: the same fault on
-  a user's own script (see lab.exercises.script).
+  a user's own script (see lab.exercises.script); without them, NO_SCRIPT: why not (one line);
+- optionally MIN_NODES: the fewest nodes its fault needs (--nodes below it is refused).
 
 `options` is a frozen DrillOptions, never the command line itself.
 """

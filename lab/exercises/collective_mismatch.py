@@ -27,6 +27,7 @@ from lab.report import Report
 from lab.topology import Topology
 
 NAME = "collective-mismatch"
+NO_SCRIPT = "the extra all-reduce is injected inside the lab's collective_loop workload, a hook your script lacks"
 WORKLOAD = "collective_loop"
 SUMMARY = "one rank issues an extra all-reduce; DETAIL debugging fails fast and names it"
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 25

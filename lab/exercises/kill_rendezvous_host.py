@@ -38,6 +38,7 @@ from lab.topology import Topology
 NAME = "kill-rendezvous-host"
 SUMMARY = "kill node0, which hosts the c10d store; the job fails (c10d) or waits for it (etcd-v2)"
 MIN_NODES = 2  # node0 to lose and a survivor
+NO_SCRIPT = "losing node0, the c10d store's host, ends any job alike (use kill-node on your script)"
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 0, 25
 STEPS, CKPT_EVERY = 60, 10
 STORE_ERROR = re.compile(r"(RendezvousConnectionError[^\n]*|The connection to the C10d store has failed[^\n]*)")

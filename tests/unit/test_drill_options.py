@@ -45,3 +45,9 @@ def test_what_the_job_cannot_do_is_one_line(argv, words):
     with pytest.raises(LabError) as refused:
         job(*argv)
     assert all(word in str(refused.value) for word in words), refused.value
+
+
+def test_every_drill_runs_on_a_script_or_says_why_not():
+    for name, drill in exercises.drills().items():
+        has_script_side = hasattr(drill, "break_script") and hasattr(drill, "SCRIPT_RECOVERY")
+        assert has_script_side != bool(getattr(drill, "NO_SCRIPT", "")), name
