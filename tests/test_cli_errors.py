@@ -29,6 +29,11 @@ def assert_one_line_error(out, *words):
         (["run", "no/such/script.py"], ["script not found", "no/such/script.py"]),
         (["exercise", "run", "kill-node", "--nodes", "1"], ["kill-node", "2 nodes", "--nodes 1"]),
         (["exercise", "run", "kill-rendezvous-host", "--nodes", "1"], ["kill-rendezvous-host", "2 nodes"]),
+        (["exercise", "run", "hang-rank", "--runtime", "k8s"], ["hang-rank", "Prometheus", "k8s runtime does not"]),
+        (
+            ["exercise", "run", "kill-worker", "--torch-defaults", "--runtime", "docker"],
+            ["docker runtime cannot delay its restarted workers"],
+        ),
         (
             ["exercise", "run", "kill-worker", "--nodes", "3", "--nproc-per-node", "1", "--target-rank", "3"],
             ["--target-rank", "[0, 3)", "3"],

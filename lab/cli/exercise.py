@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("exercise", help="fault drills and lesson exercises, judged with a verdict")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=type(parser))
     verbs.add_parser("list", help="list the exercises").set_defaults(handler=handle_list)
+    verbs.add_parser(
+        "grid", help="which drill runs on which runtime, on the lab's trainer and on your script, and why not"
+    ).set_defaults(handler=handle_grid)
     explain_parser = verbs.add_parser("explain", help="the hypothesis, the command and what to watch")
     explain_parser.add_argument("name")
     explain_parser.add_argument(
@@ -63,6 +66,13 @@ def add_exercise_parser(names: argparse._SubParsersAction, name: str, module: Mo
         )
     REPORT_DIR.add_to(parser)
     add_run_dir_option(parser)
+
+
+def handle_grid(args: argparse.Namespace) -> int:
+    from lab.exercises import grid
+
+    print(grid.markdown(), end="")
+    return 0
 
 
 def handle_list(args: argparse.Namespace) -> int:

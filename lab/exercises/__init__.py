@@ -16,7 +16,9 @@ A drill is one module of this package, named in CATALOG, with:
   name), WORKLOAD (a lab.workloads script other than "trainer") and NEEDS_PROMETHEUS;
 - optionally break_script(drill, target, ckpt_dir) and SCRIPT_RECOVERY: the same fault on
   a user's own script (see lab.exercises.script); without them, NO_SCRIPT: why not (one line);
-- optionally MIN_NODES: the fewest nodes its fault needs (--nodes below it is refused).
+- optionally MIN_NODES: the fewest nodes its fault needs (--nodes below it is refused);
+- INJECTS: the Node faults it uses (and injects(options) where a flag adds one): a runtime
+  whose nodes cannot suffer one refuses the drill before it starts (lab.exercises.grid).
 
 `options` is a frozen DrillOptions, never the command line itself.
 """

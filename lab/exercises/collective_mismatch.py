@@ -30,6 +30,7 @@ NAME = "collective-mismatch"
 NO_SCRIPT = "the extra all-reduce is injected inside the lab's collective_loop workload, a hook your script lacks"
 WORKLOAD = "collective_loop"
 SUMMARY = "one rank issues an extra all-reduce; DETAIL debugging fails fast and names it"
+INJECTS = ("kill_worker",)  # Node faults it uses (lab.exercises.grid): SIGUSR1
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 25
 STEPS, PG_TIMEOUT_S = 60, 60
 

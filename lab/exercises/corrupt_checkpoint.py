@@ -26,6 +26,7 @@ from lab.topology import Topology
 
 NAME = "corrupt-checkpoint"
 SUMMARY = "truncate the newest checkpoint and kill a worker; resume falls back to the previous one"
+INJECTS = ("corrupt_checkpoint", "kill_worker")  # Node faults it uses (lab.exercises.grid)
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 35
 STEPS, CKPT_EVERY = 60, 10
 

@@ -22,7 +22,7 @@ from typing import Any, TextIO, TypeVar
 
 from lab import exercises, runtimes
 from lab.errors import LabError
-from lab.exercises import DrillOptions, observe, reference_cache
+from lab.exercises import DrillOptions, grid, observe, reference_cache
 from lab.exercises.node_agent import NodeAgent
 from lab.exercises.ray_logs import ray_notices_to
 from lab.exercises.seen import Seen
@@ -204,8 +204,14 @@ def start_ray(ray_address: str | None, ray_tmp: str) -> None:
     )
 
 
-def refuse_early(exercise: ModuleType, runtime: Runtime, ray_address: str | None) -> None:
-    """What can be refused before anything starts, in one line: nothing is made on bad input."""
+def refuse_early(exercise: ModuleType, options: DrillOptions, runtime: Runtime, ray_address: str | None) -> None:
+    """What can be refused before anything starts, in one line: nothing is made on bad input.
+    The grid's cell first (lab.exercises.grid: can this runtime run this drill on this target?)."""
+    drill = getattr(exercise, "fault", exercise)  # a run on a user's script names its fault (None: the reference)
+    target = "script" if hasattr(exercise, "SCRIPT") else "trainer"
+    why = grid.refusal(drill, type(runtime), target, options) if drill is not None else ""
+    if why:
+        raise LabError(why)
     watched = isinstance(runtime, MonitoredRuntime) and runtime.monitoring != "off"
     if getattr(exercise, "NEEDS_PROMETHEUS", False) and not watched:
         raise LabError(f"{exercise.NAME} reads its verdict from Prometheus: drop --prometheus off")
@@ -252,7 +258,7 @@ def run_drill(
     Ray's own notices go to the run dir's logs (and to stderr as well when verbose)."""
     import ray
 
-    refuse_early(exercise, runtime, ray_address)
+    refuse_early(exercise, options, runtime, ray_address)
     topology = exercises.topology(exercise, options)  # at the size the user chose
     run_dir = runtime.run_dir
     runtimes.begin_job(runtime, runtime.log)  # this run dir's lab; other labs are left alone

@@ -35,6 +35,7 @@ from lab.topology import Topology
 
 NAME = "hang-rank"
 SUMMARY = "SIGSTOP one rank; a short process-group timeout turns the hang into a restart"
+INJECTS = ("pause_worker",)  # Node faults it uses (lab.exercises.grid)
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 25
 STEPS, CKPT_EVERY, PG_TIMEOUT_S = 60, 10, 10
 FORENSICS_AFTER_S = 1.0

@@ -30,6 +30,7 @@ from lab.topology import Topology
 
 NAME = "kill-node"
 SUMMARY = "SIGKILL a whole node; a fixed job recovers when it returns, an elastic one shrinks"
+INJECTS = ("kill_node", "restart")  # Node faults it uses (lab.exercises.grid)
 MIN_NODES = 2  # a node to lose and one to survive it
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 3, 25
 STEPS, CKPT_EVERY = 60, 10
@@ -39,6 +40,10 @@ OPTIONS = (Option("--elastic", "an elastic job (--nnodes=1:N): the survivors car
 def topology(options) -> Topology:
     elastic = options.own.get("elastic", False)
     return drill_job(options, max_restarts=2, min_nodes=1 if elastic else None, last_call_timeout_s=5)
+
+
+def injects(options) -> tuple[str, ...]:
+    return ("kill_node",) if options.own.get("elastic") else INJECTS  # nobody brings an elastic job's node back
 
 
 def trainer_args(options) -> list[str]:

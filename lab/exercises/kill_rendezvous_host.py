@@ -37,6 +37,7 @@ from lab.topology import Topology
 
 NAME = "kill-rendezvous-host"
 SUMMARY = "kill node0, which hosts the c10d store; the job fails (c10d) or waits for it (etcd-v2)"
+INJECTS = ("kill_node",)  # Node faults it uses (lab.exercises.grid); etcd-v2 adds restart
 MIN_NODES = 2  # node0 to lose and a survivor
 NO_SCRIPT = "losing node0, the c10d store's host, ends any job alike (use kill-node on your script)"
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 0, 25
@@ -55,6 +56,10 @@ OPTIONS = (
 
 def topology(options) -> Topology:
     return drill_job(options, max_restarts=2, rdzv_backend=options.own.get("rdzv_backend", "c10d"))
+
+
+def injects(options) -> tuple[str, ...]:
+    return (*INJECTS, "restart") if options.own.get("rdzv_backend") == "etcd-v2" else INJECTS
 
 
 def trainer_args(options) -> list[str]:

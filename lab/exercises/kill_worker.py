@@ -38,6 +38,7 @@ from lab.topology import Topology
 
 NAME = "kill-worker"
 SUMMARY = "SIGKILL one worker; the group restarts and resumes bit-identical"
+INJECTS = ("kill_worker",)  # Node faults it uses (lab.exercises.grid); --torch-defaults adds one
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 25
 STEPS, CKPT_EVERY = 60, 10
 LATE_START_S = 4.0
@@ -60,6 +61,10 @@ def topology(options) -> Topology:
         rdzv_backend=options.own.get("rdzv_backend") or "c10d",
         pg_timeout_s=10 if options.torch_defaults else Topology.pg_timeout_s,
     )
+
+
+def injects(options) -> tuple[str, ...]:
+    return (*INJECTS, "delay_restarted_workers") if options.torch_defaults else INJECTS
 
 
 def trainer_args(options) -> list[str]:

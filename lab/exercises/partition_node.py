@@ -30,6 +30,7 @@ from lab.topology import Topology
 
 NAME = "partition-node"
 SUMMARY = "drop all of one node's traffic for 20 s; what times out, and after how long"
+INJECTS = ("partition", "heal")  # Node faults it uses (lab.exercises.grid)
 MIN_NODES = 2  # a node to lose and one to survive it
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 3, 25
 STEPS, CKPT_EVERY, PG_TIMEOUT_S, HOLD_S = 60, 10, 10, 20.0

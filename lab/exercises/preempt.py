@@ -25,6 +25,7 @@ from lab.topology import Topology
 
 NAME = "preempt"
 SUMMARY = "SIGTERM a node with a grace period; ranks checkpoint together, the rerun loses no step"
+INJECTS = ("preempt",)  # Node faults it uses (lab.exercises.grid)
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 25
 STEPS, CKPT_EVERY, GRACE_S = 60, 10, 10.0
 

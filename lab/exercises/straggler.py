@@ -27,6 +27,7 @@ from lab.topology import Topology
 
 NAME = "straggler"
 SUMMARY = "slow one rank to a quarter speed; every rank slows, the alert names the straggler"
+INJECTS = ("slow_worker", "unslow_worker")  # Node faults it uses (lab.exercises.grid)
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 25
 STEPS = 2000
 NEEDS_PROMETHEUS = True

@@ -36,9 +36,23 @@ class Faults:
     inject; the rest refuse in one line that names the runtime."""
 
     runtime_name: ClassVar[str] = "this"  # each Node class names its runtime, for the messages below
+    # Faults a Node class overrides only to refuse them, with why (the grid and the drills read it).
+    REFUSES: ClassVar[dict[str, str]] = {}
 
     def _unsupported(self, what: str) -> Any:
         raise FaultUnsupported(f"the {self.runtime_name} runtime cannot {what}")
+
+    @classmethod
+    def refusal(cls, fault: str) -> str:
+        """Why nodes of this class cannot suffer `fault`, in one line; "" when they can. Read
+        from the class alone (lab.exercises.grid): a fault it does not override refuses."""
+        if fault in cls.REFUSES:
+            return cls.REFUSES[fault]
+        derived = {"pause_worker": "kill_worker", "resume_worker": "kill_worker"}  # signals to a worker
+        base = derived.get(fault, fault) if getattr(cls, fault) is getattr(Faults, fault) else None
+        if base is not None and getattr(cls, base) is getattr(Faults, base):
+            return f"the {cls.runtime_name} runtime cannot {UNSUPPORTED[base]}"
+        return ""
 
     def worker_pids(self) -> dict[int, int]:
         """{local_rank: pid} of the workers running now."""
@@ -91,7 +105,23 @@ class Faults:
         return self._unsupported("reach its checkpoints")
 
 
-FAULTS = frozenset(name for name in vars(Faults) if not name.startswith("_") and callable(vars(Faults)[name]))
+FAULTS = frozenset(
+    name for name in vars(Faults) if not name.startswith("_") and name != "refusal" and callable(vars(Faults)[name])
+)
+# What a Node that does not override a fault says (Faults' own methods, in the same words).
+UNSUPPORTED = {
+    "worker_pids": "list its workers",
+    "kill_worker": "kill a worker",
+    "kill_node": "kill a node",
+    "restart": "restart a node",
+    "slow_worker": "slow a worker",
+    "unslow_worker": "stop slowing a worker",
+    "delay_restarted_workers": "delay its restarted workers",
+    "partition": "partition a node",
+    "heal": "heal a partition",
+    "preempt": "preempt a node",
+    "corrupt_checkpoint": "reach its checkpoints",
+}
 
 
 class Node(ABC, Faults):
@@ -158,6 +188,7 @@ class Runtime(ABC):
     # Why a drill on a user's own script (--script) cannot run here; "" where it can: the
     # script's folder and the run dir's working dirs must be visible to the nodes.
     NO_SCRIPT_DRILLS: ClassVar[str] = ""
+    NODE: ClassVar[type[Node] | None] = None  # its Node class: which faults it can inject (Faults.refusal)
     AUTO: ClassVar[bool] = False  # what --runtime auto means
     # Its nodes run this machine's own lab and torch (not an image's or another machine's copy):
     # a job's result depends only on what this machine has (lab.exercises.reference_cache).

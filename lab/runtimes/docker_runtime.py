@@ -42,6 +42,7 @@ IMAGE = Option("--image", "the node image (default: $LAB_IMAGE or torchrun-lab:c
 
 class DockerRuntime(MonitoredRuntime):
     name = "docker"
+    NODE = DockerNode
     OPTIONS = (IMAGE, *MonitoredRuntime.OPTIONS)
     DRILLS = True
 

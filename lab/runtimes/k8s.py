@@ -83,6 +83,7 @@ def pod_fields(topology: Topology, rendered: dict) -> dict:
 
 class KubernetesRuntime(Runtime):
     name = "k8s"
+    NODE = PodNode
     OPTIONS = (CONTEXT, NAMESPACE, OVERLAY)
     DRILLS = True  # the faults act through the API (lab.runtimes.k8s_node)
     NO_SCRIPT_DRILLS = (

@@ -106,6 +106,7 @@ class LocalNode(LocalFaults):
 
 class LocalRuntime(MonitoredRuntime):
     name = "local"
+    NODE = LocalNode
     OPTIONS = (HOSTS, *MonitoredRuntime.OPTIONS)
     DRILLS = True
     HOST_CODE = True

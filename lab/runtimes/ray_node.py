@@ -14,6 +14,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 from lab.errors import LabError
 from lab.rundir import RunDir
@@ -135,11 +136,14 @@ class RayNode(Node):
     def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
         return self._call("corrupt_checkpoint", directory=directory, mode=mode)
 
+    REFUSES: ClassVar[dict[str, str]] = {
+        fault: "the ray runtime cannot partition a machine: cutting its network would cut it off from Ray too "
+        "(use the local runtime's netns hosts)"
+        for fault in ("partition", "heal")
+    }
+
     def partition(self) -> None:
-        raise FaultUnsupported(
-            "the ray runtime cannot partition a machine: cutting its network would cut "
-            "it off from Ray too (use the local runtime's netns hosts)"
-        )
+        raise FaultUnsupported(self.REFUSES["partition"])
 
     def heal(self) -> None:
-        self.partition()
+        raise FaultUnsupported(self.REFUSES["heal"])

@@ -118,6 +118,7 @@ def machines() -> list[dict]:
 
 class RayRuntime(MonitoredRuntime):
     name = "ray"
+    NODE = RayNode
     OPTIONS = (RAY_ADDRESS, *MonitoredRuntime.OPTIONS)
     DRILLS = True
 

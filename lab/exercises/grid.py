@@ -1,0 +1,71 @@
+"""The grid every change keeps whole: fault x target x runtime, each cell runs or refuses.
+
+A cell is refused, in one line saying why, when the drill has no script side (NO_SCRIPT), the
+runtime takes no drills on a user's script (Runtime.NO_SCRIPT_DRILLS), the runtime's nodes
+cannot suffer a fault the drill injects (its INJECTS, read against Node.refusal), or the
+drill reads its verdict from Prometheus on a runtime that runs none for drills. The drills
+ask `refusal` before anything starts; `lab exercise grid` prints the table docs/exercises.md
+holds (tests/test_docs_path.py checks they agree).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from lab import exercises
+from lab.runtimes import runtime_class
+from lab.runtimes.base import MonitoredRuntime, Runtime
+
+TARGETS = ("trainer", "script")
+RUNTIMES = ("local", "docker", "ray", "k8s")
+
+
+def injected(drill: ModuleType, options: Any = None) -> tuple[str, ...]:
+    """The Node faults the drill uses with these options (its defaults when None)."""
+    variant = getattr(drill, "injects", None)
+    return tuple(variant(options)) if variant and options is not None else tuple(drill.INJECTS)
+
+
+def refusal(drill: ModuleType, runtime: type[Runtime], target: str, options: Any = None) -> str:
+    """Why this drill cannot run on that runtime for that target, in one line; "" when it can."""
+    if not runtime.DRILLS:
+        return f"the {runtime.name} runtime takes no drills"
+    if target == "script" and not hasattr(drill, "break_script"):
+        return f"{drill.NAME} cannot run on your script: {getattr(drill, 'NO_SCRIPT', 'it has no script side')}"
+    if target == "script" and runtime.NO_SCRIPT_DRILLS:
+        return f"--script on --runtime {runtime.name}: {runtime.NO_SCRIPT_DRILLS}"
+    if getattr(drill, "NEEDS_PROMETHEUS", False) and not issubclass(runtime, MonitoredRuntime):
+        return f"{drill.NAME} reads its verdict from Prometheus, which the {runtime.name} runtime does not run"
+    node = runtime.NODE
+    for fault in injected(drill, options):
+        why = node.refusal(fault) if node is not None else f"the {runtime.name} runtime has no nodes to inject into"
+        if why:
+            return f"{drill.NAME} on {runtime.name}: {why}"
+    return ""
+
+
+def cells() -> list[tuple[str, str, dict[str, str]]]:
+    """(drill, target, {runtime: refusal or ""}) for every drill of the catalogue."""
+    return [
+        (name, target, {r: refusal(drill, runtime_class(r), target) for r in RUNTIMES})
+        for name, drill in exercises.drills().items()
+        for target in TARGETS
+    ]
+
+
+def markdown() -> str:
+    """The grid as docs/exercises.md shows it: "runs", or a numbered reason below the table."""
+    reasons: list[str] = []
+    lines = ["| drill | target | " + " | ".join(RUNTIMES) + " |", "|---|---|" + "---|" * len(RUNTIMES)]
+    for name, target, row in cells():
+        shown = []
+        for runtime in RUNTIMES:
+            why = row[runtime]
+            if why and why not in reasons:
+                reasons.append(why)
+            shown.append(f"no ({reasons.index(why) + 1})" if why else "runs")
+        lines.append(f"| {name} | {target} | " + " | ".join(shown) + " |")
+    lines.append("")
+    lines += [f"{i}. {why}" for i, why in enumerate(reasons, 1)]
+    return "\n".join(lines) + "\n"
