@@ -170,10 +170,12 @@ class EchoRuntime(Runtime):
 
     def plan(self, topology, script, script_args):
         from lab.runtimes.dry_run import plan_text
+        from lab.runtimes.plan import LaunchPlan
         nodes = [EchoNode(i, self.run_dir.path) for i in range(topology.nodes)]
-        return plan_text(self, topology.replace(rdzv_host="10.9.9.1"), nodes, script, script_args)
+        topology = topology.replace(rdzv_host="10.9.9.1")
+        text = plan_text(self, topology, nodes, script, script_args)
+        return LaunchPlan(self.name, "echoes", topology, script, script_args, nodes, text)
 
-    def up(self, topology, script, script_args): raise NotImplementedError
     def attach(self): return []
     def down(self, grace_s=10.0): return []
 """

@@ -21,7 +21,7 @@ from lab.bench.result import BenchResult, this_command
 from lab.errors import LabError
 from lab.options import BACKEND, NODES, NPROC_PER_NODE, add_all
 from lab.rundir import RunDir
-from lab.runtimes.local import HOSTS, LocalRuntime
+from lab.runtimes.local import HOSTS, LocalNode, LocalRuntime
 from lab.topology import Topology
 
 HEADLINE_SIZE = 64 << 20  # the yardstick: all_reduce at 64 MB
@@ -75,9 +75,10 @@ def run(args, out_dir: Path) -> BenchResult:
                 raise LabError(f"the collectives job failed: node exit codes {codes}")
             print("measuring the ceilings: memory copy, TCP stream between node0 and node1", flush=True)
             memcpy = ceiling.memcpy_bandwidth(args.ceiling_bytes)
-            far = nodes[1] if len(nodes) > 1 else nodes[0]
-            tcp = ceiling.tcp_bandwidth(nodes[0].netns, far.netns, nodes[0].address, TCP_PORT, args.ceiling_bytes)
-            hosts = "netns" if nodes[0].netns else "loopback"
+            near, far = nodes[0], nodes[1] if len(nodes) > 1 else nodes[0]
+            assert isinstance(near, LocalNode) and isinstance(far, LocalNode)  # the local runtime's hosts
+            tcp = ceiling.tcp_bandwidth(near.netns, far.netns, near.address, TCP_PORT, args.ceiling_bytes)
+            hosts = "netns" if near.netns else "loopback"
         finally:
             runtime.down(grace_s=5)
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()]

@@ -28,7 +28,7 @@ def start(
     script = resolve_script(script)
     runtime = runtimes.from_args(args, run_dir_from_args(args), log=log)
     if args.dry_run:
-        print(runtime.plan(topology, script, script_args), end="")
+        print(runtime.plan(topology, script, script_args).text(), end="")  # the plan `up` would run
         return None
     runtimes.begin_job(runtime, log)
     try:

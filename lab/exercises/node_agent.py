@@ -9,7 +9,7 @@ from typing import Any
 from lab import runtimes
 from lab.errors import LabError
 from lab.rundir import RunDir
-from lab.runtimes.base import FAULTS
+from lab.runtimes.faults import FAULTS
 
 
 class NodeAgent:

@@ -10,7 +10,6 @@ that starts a job. docs/architecture.md has the recipe.
 from __future__ import annotations
 
 import argparse
-import signal
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,107 +20,13 @@ from lab.health import prometheus
 from lab.nodeenv import NodeEnv
 from lab.options import Option, port
 from lab.rundir import RunDir
+from lab.runtimes import state as runstate
+from lab.runtimes.faults import Faults, FaultUnsupported
+from lab.runtimes.plan import LaunchPlan
 from lab.topology import Topology
 
 Log = Callable[[str], None]
 WORKERS_FILE = "workers.json"  # in the node's directory; lab.node.launch writes it (LAB_WORKERS_FILE)
-
-
-class FaultUnsupported(LabError):
-    """This runtime cannot inject that fault; the message says which and why."""
-
-
-class Faults:
-    """Every fault a Node can suffer, declared once. A runtime's Node overrides the ones it can
-    inject; the rest refuse in one line that names the runtime."""
-
-    runtime_name: ClassVar[str] = "this"  # each Node class names its runtime, for the messages below
-    # Faults a Node class overrides only to refuse them, with why (the grid and the drills read it).
-    REFUSES: ClassVar[dict[str, str]] = {}
-
-    def _unsupported(self, what: str) -> Any:
-        raise FaultUnsupported(f"the {self.runtime_name} runtime cannot {what}")
-
-    @classmethod
-    def refusal(cls, fault: str) -> str:
-        """Why nodes of this class cannot suffer `fault`, in one line; "" when they can. Read
-        from the class alone (lab.exercises.grid): a fault it does not override refuses."""
-        if fault in cls.REFUSES:
-            return cls.REFUSES[fault]
-        derived = {"pause_worker": "kill_worker", "resume_worker": "kill_worker"}  # signals to a worker
-        base = derived.get(fault, fault) if getattr(cls, fault) is getattr(Faults, fault) else None
-        if base is not None and getattr(cls, base) is getattr(Faults, base):
-            return f"the {cls.runtime_name} runtime cannot {UNSUPPORTED[base]}"
-        return ""
-
-    def worker_pids(self) -> dict[int, int]:
-        """{local_rank: pid} of the workers running now."""
-        return self._unsupported("list its workers")
-
-    def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
-        """Signal one worker; returns its pid."""
-        return self._unsupported("kill a worker")
-
-    def kill_node(self) -> None:
-        """SIGKILL the agent and every worker at once, as a machine that loses power."""
-        self._unsupported("kill a node")
-
-    def restart(self) -> None:
-        """Start the node's agent again with the command it last ran."""
-        self._unsupported("restart a node")
-
-    def pause_worker(self, local_rank: int) -> int:
-        """SIGSTOP one worker: a hang, as the process sees none of it."""
-        return self.kill_worker(local_rank, signal.SIGSTOP)
-
-    def resume_worker(self, local_rank: int) -> int:
-        return self.kill_worker(local_rank, signal.SIGCONT)
-
-    def slow_worker(self, local_rank: int, stopped_fraction: float = 0.75, period_s: float = 0.2) -> int:
-        """Make one worker a straggler: it runs only (1 - stopped_fraction) of the time."""
-        return self._unsupported("slow a worker")
-
-    def unslow_worker(self) -> None:
-        self._unsupported("stop slowing a worker")
-
-    def delay_restarted_workers(self, seconds: float) -> None:
-        """From now on, every worker of a restarted group on this node starts `seconds` late,
-        as on a loaded machine: stopped the moment it appears, continued after `seconds`."""
-        self._unsupported("delay its restarted workers")
-
-    def partition(self) -> None:
-        """Drop all of the node's network traffic (loopback stays)."""
-        self._unsupported("partition a node")
-
-    def heal(self) -> None:
-        self._unsupported("heal a partition")
-
-    def preempt(self, grace_s: float) -> None:
-        """SIGTERM the agent, SIGKILL what is left after grace_s, as a preempted VM."""
-        self._unsupported("preempt a node")
-
-    def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
-        """Damage the newest checkpoint in directory (truncate it, or flip bytes); returns its path."""
-        return self._unsupported("reach its checkpoints")
-
-
-FAULTS = frozenset(
-    name for name in vars(Faults) if not name.startswith("_") and name != "refusal" and callable(vars(Faults)[name])
-)
-# What a Node that does not override a fault says (Faults' own methods, in the same words).
-UNSUPPORTED = {
-    "worker_pids": "list its workers",
-    "kill_worker": "kill a worker",
-    "kill_node": "kill a node",
-    "restart": "restart a node",
-    "slow_worker": "slow a worker",
-    "unslow_worker": "stop slowing a worker",
-    "delay_restarted_workers": "delay its restarted workers",
-    "partition": "partition a node",
-    "heal": "heal a partition",
-    "preempt": "preempt a node",
-    "corrupt_checkpoint": "reach its checkpoints",
-}
 
 
 class Node(ABC, Faults):
@@ -151,6 +56,10 @@ class Node(ABC, Faults):
     def log_path(self) -> Path:
         """The agent's and its workers' combined output."""
         return self.dir / "node.log"
+
+    def record(self) -> dict[str, Any]:
+        """What the run's state keeps of this node (lab.runtimes.state): enough to attach to it."""
+        return {"name": self.name, "index": self.index, "address": self.address}
 
 
 class NodeFiles:
@@ -214,13 +123,31 @@ class Runtime(ABC):
         (by default there is nothing to check before `up`)."""
         return None
 
-    def plan(self, topology: Topology, script: str, script_args: list[str]) -> str:
-        """What `--dry-run` prints: each node's command, or why this runtime cannot tell before it starts."""
+    def plan(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
+        """The nodes laid out and their commands, starting nothing (`--dry-run` prints it); or
+        why this runtime cannot tell before it starts."""
         raise LabError(f"the {self.name} runtime has no dry run")
 
-    @abstractmethod
     def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, Sequence[Node]]:
-        """Start one agent per node; returns the topology as it runs (its rendezvous host) and the nodes."""
+        """Start one agent per node; returns the topology as it runs (its rendezvous host) and the
+        nodes. The one lifecycle: prepare (every refusal, then the plan), record the plan once
+        (from then on `lab down` knows what to remove), provision, start the nodes."""
+        plan = self.prepare(topology, script, script_args)
+        runstate.save(self.run_dir, plan.state())
+        self.provision(plan)
+        self.start_nodes(plan)
+        return plan.topology, plan.nodes
+
+    def prepare(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
+        """What can refuse, then the plan: nothing the lab would have to remove exists yet."""
+        return self.plan(topology, script, script_args)
+
+    def provision(self, plan: LaunchPlan) -> None:  # noqa: B027  # a hook: most runtimes need nothing
+        """What the nodes need before they start (a network, Prometheus, a store), once recorded."""
+
+    def start_nodes(self, plan: LaunchPlan) -> None:
+        for node in plan.nodes:
+            node.start(self.node_argv(plan.topology, node, plan.script, plan.script_args))
 
     @abstractmethod
     def attach(self) -> Sequence[Node]:

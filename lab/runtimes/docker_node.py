@@ -20,8 +20,9 @@ from typing import Any
 from lab import files
 from lab.errors import LabError
 from lab.node import worker_record
-from lab.runtimes.base import FaultUnsupported, Node, NodeFiles
+from lab.runtimes.base import Node, NodeFiles
 from lab.runtimes.docker_engine import HARDENED, LABEL
+from lab.runtimes.faults import FaultUnsupported
 
 # SIGTERM on `docker stop`: the shim hands it to torchrun, which stops its workers.
 STOP_SIGNAL = "SIGTERM"

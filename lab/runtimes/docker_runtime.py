@@ -27,11 +27,10 @@ from lab.options import Option
 from lab.rundir import RunDir
 from lab.runtimes import docker_engine as engine
 from lab.runtimes import memory, subnets
-from lab.runtimes import state as runstate
 from lab.runtimes.base import Log, MonitoredRuntime, Node
 from lab.runtimes.docker_node import DockerNode, stop_all
 from lab.runtimes.dry_run import plan_text
-from lab.runtimes.state import RunState
+from lab.runtimes.plan import LaunchPlan
 from lab.topology import Topology
 
 SUPERNET = "172.29.0.0/16"  # the lab's networks take a free /24 of it
@@ -95,9 +94,16 @@ class DockerRuntime(MonitoredRuntime):
         assert isinstance(node, DockerNode)
         return f"container {node.container_name}, image {node.image}"
 
-    def plan(self, topology: Topology, script: str, script_args: list[str]) -> str:
-        topology, nodes = self.layout(topology)
-        return plan_text(self, topology, nodes, script, script_args)
+    def plan(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
+        return self._plan(topology, script, script_args, user="", subnet=self.subnet())
+
+    def _plan(self, topology: Topology, script: str, script_args: list[str], user: str, subnet: str) -> LaunchPlan:
+        topology, nodes = self.layout(topology, user=user, subnet=subnet)
+        for node in nodes:
+            node.mounts.update(engine.script_mount(script))
+        text = plan_text(self, topology, nodes, script, script_args)
+        own = {"image": self.image, "lab_id": self.run_dir.lab_id, "subnet": subnet, "user": user}
+        return LaunchPlan(self.name, "containers", topology, script, list(script_args), nodes, text, own=own)
 
     def layout(
         self, topology: Topology, user: str = "", subnet: str | None = None
@@ -126,7 +132,7 @@ class DockerRuntime(MonitoredRuntime):
             extra_env=self.node_env(node),
         )
 
-    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[DockerNode]]:
+    def prepare(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
         if topology.rdzv_backend != "c10d":
             raise LabError("the docker runtime runs the c10d rendezvous on node0; use --rdzv-backend c10d")
         if os.environ.get("DOCKER_HOST", "unix://").startswith("unix://"):  # the daemon shares this machine
@@ -137,32 +143,19 @@ class DockerRuntime(MonitoredRuntime):
         if note:
             self.log(note)
         watch = self.use_prometheus()
-        subnet = self.subnet()
-        recorded = RunState(
-            self.name,
-            "containers",
-            topology,
-            script,
-            list(script_args),
-            prometheus=self.prometheus.url if watch else None,
-            own={"image": self.image, "lab_id": self.run_dir.lab_id, "subnet": subnet},
-        )
-        runstate.save(self.run_dir, recorded)  # first: if anything below fails, `lab down` still knows
+        # The folders the containers write, made and given to the image's user first.
         user = engine.own_for_containers(
             *(self.run_dir.path / d for d in NODE_WRITES),
             *(self.run_dir.path / "nodes" / f"node{i}" for i in range(topology.nodes)),
         )
-        topology, nodes = self.layout(topology, user=user, subnet=subnet)
-        for node in nodes:
-            node.mounts.update(engine.script_mount(script))
-        recorded.own["user"], recorded.topology, recorded.nodes = user, topology, [n.record() for n in nodes]
-        runstate.save(self.run_dir, recorded)
+        plan = self._plan(topology, script, script_args, user=user, subnet=self.subnet())
+        plan.prometheus = self.prometheus.url if watch else None
+        return plan
+
+    def provision(self, plan: LaunchPlan) -> None:
         self.create_network()
-        if watch:
+        if plan.prometheus:
             self.start_prometheus()
-        for node in nodes:
-            node.start(self.node_argv(topology, node, script, script_args))
-        return topology, nodes
 
     def create_network(self) -> None:
         from docker.errors import APIError

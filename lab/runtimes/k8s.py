@@ -22,11 +22,10 @@ from lab import procs
 from lab.errors import LabError
 from lab.options import Option
 from lab.rundir import MARKER, RunDir
-from lab.runtimes import state as runstate
 from lab.runtimes.base import Log, Node, Runtime
 from lab.runtimes.k8s_node import PodNode, follow_logs
 from lab.runtimes.kubectl import Kubectl, kubectl_exe
-from lab.runtimes.state import RunState
+from lab.runtimes.plan import LaunchPlan
 from lab.topology import Topology
 
 K8S_DIR = Path(__file__).resolve().parents[2] / "k8s"
@@ -104,9 +103,12 @@ class KubernetesRuntime(Runtime):
         self.overlay = overlay
         self.kubectl = Kubectl(context, namespace)
 
-    def plan(self, topology: Topology, script: str, script_args: list[str]) -> str:
-        """The manifests `up` applies, rendered offline."""
-        return yaml.safe_dump_all(render(self.overlay, topology, _in_image(script), script_args), sort_keys=False)
+    def plan(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
+        """The manifests `up` applies, rendered offline, and the pods they make."""
+        manifests = yaml.safe_dump_all(render(self.overlay, topology, _in_image(script), script_args), sort_keys=False)
+        pods = [PodNode(self.kubectl, i, self.run_dir.path) for i in range(topology.nodes)]
+        own = {"context": self.kubectl.context, "namespace": self.kubectl.namespace}
+        return LaunchPlan(self.name, "pods", topology, script, list(script_args), pods, manifests, own=own)
 
     def check(self) -> None:
         self.kubectl.check_cluster()
@@ -117,23 +119,24 @@ class KubernetesRuntime(Runtime):
     def checkpoint_dir(self) -> str:
         return POD_CKPT_DIR
 
-    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[PodNode]]:
-        manifests = self.plan(topology, script, script_args)
+    def prepare(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
+        plan = self.plan(topology, script, script_args)
         self.check()
         self.run_dir.claim()
         applied = self.run_dir.path / "applied.yaml"
-        applied.write_text(manifests)
-        pods = [PodNode(self.kubectl, i, self.run_dir.path) for i in range(topology.nodes)]
-        own = {"context": self.kubectl.context, "namespace": self.kubectl.namespace, "manifests": str(applied)}
-        recorded = [{"name": p.name, "index": p.index, "address": p.address} for p in pods]
-        runstate.save(self.run_dir, RunState(self.name, "pods", topology, script, list(script_args), recorded, own=own))
-        self.kubectl.run(self.kubectl.apply(), stdin=manifests)
+        applied.write_text(plan.text())  # what `lab down` deletes, object for object
+        plan.own["manifests"] = str(applied)
+        return plan
+
+    def provision(self, plan: LaunchPlan) -> None:
+        self.kubectl.run(self.kubectl.apply(), stdin=plan.text())
         self.kubectl.run(self.kubectl.wait_pods_created(120), timeout=150)
-        nodes = self.attach()
-        marked = {**os.environ, MARKER: str(self.run_dir.path)}  # `lab down` stops the followers
-        for node in nodes:
+
+    def start_nodes(self, plan: LaunchPlan) -> None:
+        """The pods start themselves; the lab follows their logs (`lab down` stops the followers)."""
+        marked = {**os.environ, MARKER: str(self.run_dir.path)}
+        for node in plan.nodes:
             follow_logs(self.kubectl, node, self.run_dir.path / "events", marked)
-        return topology, nodes
 
     def rerun(self, topology: Topology, script: str, script_args: list[str], fresh: str | None = None) -> Path:
         """A new Job in place of the ended one: new pods, so new emptyDirs. A fresh run (the
@@ -141,7 +144,7 @@ class KubernetesRuntime(Runtime):
         kept, which with per-pod emptyDirs is nothing (overlays/shared-checkpoints keeps it)."""
         events = self.run_dir.path / (f"{fresh}/events" if fresh else "events")
         topology = topology.replace(rdzv_id=f"{topology.rdzv_id}-{fresh or 'rerun'}")
-        manifests = self.plan(topology, script, script_args)
+        manifests = self.plan(topology, script, script_args).text()
         self.kubectl.run(self.kubectl.delete_job(120), timeout=150)
         (self.run_dir.path / "applied.yaml").write_text(manifests)
         self.kubectl.run(self.kubectl.apply(), stdin=manifests)

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from lab.errors import LabError
-from lab.runtimes.base import FaultUnsupported, Node
+from lab.runtimes.base import Node
+from lab.runtimes.faults import FaultUnsupported
 from lab.runtimes.kubectl import JOB, Kubectl
 
 WORKERS_FILE = "/tmp/lab-workers.json"  # LAB_WORKERS_FILE in k8s/base/job.yaml

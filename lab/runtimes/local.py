@@ -24,12 +24,11 @@ from lab.nodeenv import NodeEnv
 from lab.options import Option
 from lab.rundir import MARKER, NODE_MARKER, RunDir
 from lab.runtimes import etcd, memory, netns, userns
-from lab.runtimes import state as runstate
 from lab.runtimes.base import Log, MonitoredRuntime, Node
 from lab.runtimes.dry_run import plan_text
 from lab.runtimes.local_faults import LocalFaults
+from lab.runtimes.plan import LaunchPlan
 from lab.runtimes.ports import ensure_port_free, exporter_ports
-from lab.runtimes.state import RunState
 from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
 from lab.topology import Topology
 
@@ -59,6 +58,9 @@ class LocalNode(LocalFaults):
             return int((self.dir / "pid").read_text())
         except (FileNotFoundError, ValueError):
             return None
+
+    def record(self) -> dict:
+        return {"name": self.name, "index": self.index, "address": self.address, "netns": self.netns}
 
     def wrapper(self) -> list[str]:
         """What runs around the node's command: its host namespaces and the nodeproc shim."""
@@ -184,9 +186,11 @@ class LocalRuntime(MonitoredRuntime):
             )
         return "loopback" if self.hosts == "loopback" or reason else "netns"
 
-    def plan(self, topology: Topology, script: str, script_args: list[str]) -> str:
-        topology, nodes = self.layout(topology, self.host_mode())
-        return plan_text(self, topology, nodes, script, script_args, wrapper=lambda n: n.wrapper())
+    def plan(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
+        mode = self.host_mode()
+        topology, nodes = self.layout(topology, mode)
+        text = plan_text(self, topology, nodes, script, script_args, wrapper=lambda n: n.wrapper())
+        return LaunchPlan(self.name, mode, topology, script, list(script_args), nodes, text)
 
     def layout(self, topology: Topology, mode: str) -> tuple[Topology, list[LocalNode]]:
         """The nodes and the topology as they will run, without starting anything."""
@@ -213,13 +217,13 @@ class LocalRuntime(MonitoredRuntime):
             topology = topology.replace(torchrun_extra=(*topology.torchrun_extra, "--local-addr=127.0.0.1"))
         return topology.replace(rdzv_host=rdzv_host), nodes
 
-    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[LocalNode]]:
+    def prepare(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
         memory.check_fits(topology)
-        mode = self.host_mode()
-        if mode == "userns":
+        if self.host_mode() == "userns":  # the plan's nodes live in the namespace it holds
             self.run_dir.claim()
             self._userns_pid = userns.start_holder(str(self.run_dir.path), self.run_dir.path / "userns.log")
-        topology, nodes = self.layout(topology, mode)
+        plan = self.plan(topology, script, script_args)
+        mode, topology = plan.hosts, plan.topology
         watch = self.use_prometheus(mode)
         if topology.rdzv_backend == "etcd-v2":
             etcd.check_installed()
@@ -230,39 +234,27 @@ class LocalRuntime(MonitoredRuntime):
             ensure_port_free("127.0.0.1", topology.rdzv_port, "rendezvous port", "--rdzv-port")
             for port in exporter_ports(topology):
                 ensure_port_free("0.0.0.0", port, "exporter port", "--metrics-port")
-        # State first: if anything below fails or this process dies, `lab down` still knows.
-        own = {
+        plan.prometheus = self.prometheus.url if watch else None
+        plan.own = {
             "lab_pid": os.getpid(),
             "lab_id": self.run_dir.lab_id,
             "subnet": self.net.subnet if mode == "netns" else None,
             "userns_pid": self._userns_pid if mode == "userns" else None,
         }
-        recorded = [{"name": n.name, "index": n.index, "address": n.address, "netns": n.netns} for n in nodes]
-        runstate.save(
-            self.run_dir,
-            RunState(
-                self.name,
-                mode,
-                topology,
-                script,
-                list(script_args),
-                nodes=recorded,
-                prometheus=self.prometheus.url if watch else None,
-                own=own,
-            ),
-        )
-        if watch:
+        return plan
+
+    def provision(self, plan: LaunchPlan) -> None:
+        topology = plan.topology
+        if plan.prometheus:
             self.prometheus.start(str(self.run_dir.path))
-        if mode == "netns":
+        if plan.hosts == "netns":
             self.net.create(topology.nodes)
         if topology.rdzv_backend == "etcd-v2":
             url = etcd.start(self.run_dir.path / "etcd", topology.rdzv_host, topology.rdzv_port, str(self.run_dir.path))
             self.log(f"started etcd (v2 API) for the rendezvous at {url}")
         make_private_dir(temp_dir(self.run_dir.lab_id))
-        for node in nodes:
+        for node in plan.nodes:
             node.dir.mkdir(parents=True, exist_ok=True)
-            node.start(self.node_argv(topology, node, script, script_args))
-        return topology, nodes
 
     def node_argv(self, topology: Topology, node: Node, script: str, script_args: list[str]) -> list[str]:
         # Every node is on this machine: each sees its own GPUs (lab.gpus).

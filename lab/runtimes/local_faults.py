@@ -11,7 +11,8 @@ import time
 from lab import procs
 from lab.node import worker_record
 from lab.node.duty_cycle import duty_cycle
-from lab.runtimes.base import FaultUnsupported, Node, NodeFiles
+from lab.runtimes.base import Node, NodeFiles
+from lab.runtimes.faults import FaultUnsupported
 
 PARTITION_COMMENT = "torchrun-lab-partition"
 

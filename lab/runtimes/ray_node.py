@@ -18,7 +18,8 @@ from typing import ClassVar
 
 from lab.errors import LabError
 from lab.rundir import RunDir
-from lab.runtimes.base import FaultUnsupported, Node
+from lab.runtimes.base import Node
+from lab.runtimes.faults import FaultUnsupported
 from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
 
 ACTOR_NAMESPACE = "torchrun-lab"

@@ -29,6 +29,7 @@ from lab.options import Option
 from lab.rundir import RunDir
 from lab.runtimes import state as runstate
 from lab.runtimes.base import Log, MonitoredRuntime, Node
+from lab.runtimes.plan import LaunchPlan
 from lab.runtimes.ray_node import ACTOR_NAMESPACE, MachineAgent, RayNode, actor_name
 from lab.runtimes.state import RunState
 from lab.runtimes.tempdirs import temp_dir
@@ -155,7 +156,7 @@ class RayRuntime(MonitoredRuntime):
         env["TMPDIR"] = str(temp_dir(self.run_dir.lab_id))  # made and removed on its machine by its agent
         return env
 
-    def plan(self, topology: Topology, script: str, script_args: list[str]) -> str:
+    def plan(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
         raise LabError("the ray runtime places nodes when it starts them: --dry-run needs another runtime")
 
     def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[RayNode]]:

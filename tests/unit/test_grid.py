@@ -11,7 +11,7 @@ import pytest
 from lab import exercises
 from lab.exercises import DrillOptions, grid
 from lab.runtimes import runtime_class
-from lab.runtimes.base import FAULTS, FaultUnsupported
+from lab.runtimes.faults import FAULTS, FaultUnsupported
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "exercises.md"
 ARGS = {"local_rank": 0, "seconds": 1.0, "grace_s": 1.0, "directory": "/nonexistent"}
