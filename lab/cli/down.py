@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from lab import runtimes
-from lab.cli.options import add_run_dir_option
+from lab.cli.flags import add_run_dir_option
 from lab.options import run_dir_from_args
 
 

@@ -15,7 +15,7 @@ from types import ModuleType
 
 from lab import exercises, runtimes
 from lab.cli import exercise_script
-from lab.cli.options import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, add_verbose
+from lab.cli.flags import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, add_verbose
 from lab.errors import LabError
 from lab.exercises.script import spec
 from lab.lessons.runner import DEPTHS, explain, run_lesson

@@ -11,11 +11,11 @@ from pathlib import Path
 from types import ModuleType
 
 from lab import exercises, runtimes
-from lab.cli.options import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, add_verbose
+from lab.cli.flags import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, add_verbose
 from lab.errors import LabError
 from lab.exercises import DrillOptions
 from lab.exercises.script import matrix as script_matrix
-from lab.exercises.script import runner, spec
+from lab.exercises.script import script_run, spec
 from lab.options import TORCH_DEFAULTS, Option, add_all, run_dir_from_args
 from lab.topology import Topology
 
@@ -69,7 +69,7 @@ def topology_for(args: argparse.Namespace, fault: ModuleType | None) -> Topology
 
 def options_for(args: argparse.Namespace, fault: ModuleType | None) -> DrillOptions:
     world = topology_for(args, fault).world_size
-    target = runner.target_rank(fault, args.target_rank, world) if fault else 0
+    target = script_run.target_rank(fault, args.target_rank, world) if fault else 0
     at_step = spec.DEFAULT_AT_STEP if args.at_step is None else args.at_step
     if at_step < 1:
         raise LabError(f"--at-step must be 1 or more; got {at_step}")

@@ -6,7 +6,7 @@ import argparse
 
 from lab import job, why
 from lab.cli import why as why_cli
-from lab.cli.options import add_topology_options
+from lab.cli.flags import add_topology_options
 from lab.cli.starting import start
 
 

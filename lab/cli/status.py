@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from lab import runtimes
-from lab.cli.options import add_run_dir_option
-from lab.health import prometheus, report
+from lab.cli.flags import add_run_dir_option
+from lab.health import prom_health, prometheus
 from lab.options import run_dir_from_args
 from lab.runtimes import state as runstate
 
@@ -51,7 +51,7 @@ def print_health(url: str | None, run_path: Path) -> None:
         return
     prom = prometheus.Prometheus(run_path / "prometheus", port=int(url.rsplit(":", 1)[1]))
     try:
-        ranks, agents = report.rank_health(prom), report.agent_health(prom)
+        ranks, agents = prom_health.rank_health(prom), prom_health.agent_health(prom)
     except OSError as e:
         print(f"Prometheus at {url} does not answer ({e})")
         return
@@ -62,7 +62,7 @@ def print_health(url: str | None, run_path: Path) -> None:
             f"{agent['state']}, restarts used {agent['restarts_used']}"
         )
     print(
-        report.format_ranks(ranks)
+        prom_health.format_ranks(ranks)
         if ranks
         else "  no rank exporter has registered (the trainer workload has them; ddp_train does not)"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from lab import job, results, why
-from lab.cli.options import add_topology_options
+from lab.cli.flags import add_topology_options
 from lab.cli.starting import start
 from lab.health import prometheus
 from lab.runtimes import state as runstate

@@ -12,7 +12,7 @@ import json
 import time
 
 from lab import evidence, files, why
-from lab.cli.options import add_run_dir_option
+from lab.cli.flags import add_run_dir_option
 from lab.errors import LabError
 from lab.options import run_dir_from_args
 from lab.rundir import RunDir

@@ -1,5 +1,5 @@
 """Hang forensics, the controller's side: ask every rank for its Flight Recorder entries and
-stacks (lab.health.forensics), then say which rank is behind, in which collective.
+stacks (lab.health.hang_dump), then say which rank is behind, in which collective.
 
     forensics = collect(drill.events_dir, world_size)
     forensics["finding"]  # "rank 1 never entered all_reduce #27; ..."
@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from lab import files
-from lab.health.forensics import DIRECTORY
+from lab.health.hang_dump import DIRECTORY
 
 ANSWER_WITHIN_S = 3.0
-LIBRARY = ("/site-packages/", "<frozen", "/lab/health/forensics.py", "/threading.py")
+LIBRARY = ("/site-packages/", "<frozen", "/lab/health/hang_dump.py", "/threading.py")
 
 
 def collect(events_dir: Path, world_size: int, wait_s: float = ANSWER_WITHIN_S) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from lab.nodeenv import NodeEnv
 
 RESTART_WORKAROUND = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 # The Flight Recorder's ring of recent collectives (gloo records too in 2.13), read by hang
-# forensics (lab.health.forensics). Off by default in torch; a few KB here.
+# forensics (lab.health.hang_dump). Off by default in torch; a few KB here.
 FLIGHT_RECORDER = {"TORCH_FR_BUFFER_SIZE": "200"}
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import progress
-from lab.health import forensics
+from lab.health import hang_dump
 from lab.health.events import Event, EventLog, ExitReason
 from lab.nodeenv import NodeEnv
 
@@ -103,7 +103,7 @@ def watch_torch(log: EventLog, events_dir: str | None) -> None:
 
     def joined(args, kwargs) -> None:
         log.write(Event.RENDEZVOUS_DONE, world_size=dist.get_world_size())
-        forensics.install(events_dir, dist.get_rank())
+        hang_dump.install(events_dir, dist.get_rank())
 
     dist.init_process_group = after(dist.init_process_group, joined)
     torch.load = after(torch.load, lambda a, k: loaded(a, k, "f", "torch.load"))

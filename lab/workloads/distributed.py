@@ -27,7 +27,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from lab.health import forensics
+from lab.health import hang_dump
 from lab.nodeenv import NodeEnv
 
 
@@ -82,7 +82,7 @@ def process_group(backend: str | None = None, allow_single: bool = False):
     started = time.monotonic()
     dist.init_process_group(backend=backend, timeout=timeout)
     rendezvous_seconds = time.monotonic() - started
-    forensics.install(NodeEnv.parse().events_dir, dist.get_rank())  # hang forensics on request
+    hang_dump.install(NodeEnv.parse().events_dir, dist.get_rank())  # hang forensics on request
     finished = False
     try:
         yield Ctx(

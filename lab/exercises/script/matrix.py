@@ -20,7 +20,7 @@ from lab import files
 from lab.errors import LabError
 from lab.exercises import DrillOptions
 from lab.exercises.script import page
-from lab.exercises.script.runner import REFERENCE, ScriptRun
+from lab.exercises.script.script_run import REFERENCE, ScriptRun
 from lab.exercises.script.spec import ScriptSpec
 from lab.report import Report
 from lab.runtimes.base import Runtime
