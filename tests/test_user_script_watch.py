@@ -141,3 +141,27 @@ def test_forensics_name_the_rank_that_never_entered_the_collective(tmp_path):
     assert found["collective"].startswith("all_reduce #")
     assert f"fail_one_rank.py:{sleep_line} in <module>" in found["finding"], found["finding"]
     assert found["finding"].startswith("rank 1 never entered all_reduce #")
+
+
+def test_a_script_that_exits_with_an_error_keeps_its_own_words(tmp_path):
+    """argparse's error goes to stderr and the node's log is gone after teardown: the exit
+    record keeps the script's last lines of stderr (what the drill's verdict then quotes)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "needs_args.py"
+    script.write_text(
+        "import argparse\np = argparse.ArgumentParser()\np.add_argument('--data', required=True)\np.parse_args()\n"
+    )
+    events = tmp_path / "events"
+    out = subprocess.run(
+        [sys.executable, "-m", "lab.node.user_script", "--events-dir", str(events), str(script)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "required: --data" in out.stderr  # passed through as it was
+    (record,) = [json.loads(line) for line in (events / "rank0.jsonl").read_text().splitlines()][-1:]
+    assert record["event"] == "exit" and record["reason"] == "exit_status" and record["code"] == 2
+    assert record["stderr"][-1].endswith("error: the following arguments are required: --data")

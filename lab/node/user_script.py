@@ -20,6 +20,7 @@ sys.path, sys.argv), after these steps, none of which its code can see:
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import re
 import runpy
@@ -69,7 +70,13 @@ class LineWatcher:
         return getattr(self._stream, name)
 
 
-def watch_output(log: EventLog, pattern: re.Pattern[str]) -> None:
+STDERR_KEPT = 5  # the script's last lines of stderr, kept in its exit record (argparse's error, say)
+
+
+def watch_output(log: EventLog, pattern: re.Pattern[str]) -> collections.deque[str]:
+    """Read the script's steps from its output; returns its last lines of stderr, as they come."""
+    tail: collections.deque[str] = collections.deque(maxlen=STDERR_KEPT)
+
     def on_line(line: str) -> None:
         if progress.called:
             return  # the script reports its own steps: its output is not read for them
@@ -77,8 +84,14 @@ def watch_output(log: EventLog, pattern: re.Pattern[str]) -> None:
         if found:
             log.write(Event.STEP, step=found[0], unit=found[1], source="output")
 
+    def on_error_line(line: str) -> None:
+        if line.strip():
+            tail.append(line[:300])
+        on_line(line)
+
     sys.stdout = LineWatcher(sys.stdout, on_line)
-    sys.stderr = LineWatcher(sys.stderr, on_line)
+    sys.stderr = LineWatcher(sys.stderr, on_error_line)
+    return tail
 
 
 def watch_torch(log: EventLog, events_dir: str | None) -> None:
@@ -134,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     log = EventLog(args.events_dir, int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")))
     progress.use(log)
     log.write(Event.START, script=script, workdir=os.getcwd(), world_size=int(os.environ.get("WORLD_SIZE", "1")))
-    watch_output(log, re.compile(args.progress_regex))
+    stderr_tail = watch_output(log, re.compile(args.progress_regex))
     watch_torch(log, args.events_dir)
     sys.argv = [script, *script_args]
     sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` has it
@@ -142,7 +155,10 @@ def main(argv: list[str] | None = None) -> None:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        log.write(Event.EXIT, reason=ExitReason.COMPLETED if code == 0 else ExitReason.EXIT_STATUS, code=code)
+        if code == 0:
+            log.write(Event.EXIT, reason=ExitReason.COMPLETED, code=0)
+        else:  # its own words, which the node's log loses at teardown
+            log.write(Event.EXIT, reason=ExitReason.EXIT_STATUS, code=code, stderr=list(stderr_tail))
         raise
     except BaseException as e:
         first_line = (str(e).strip().splitlines() or [""])[0]

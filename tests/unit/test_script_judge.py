@@ -100,3 +100,38 @@ def test_a_job_still_running_at_the_deadline_says_nothing_ended_the_hang():
     report = judge.judge(evidence)
     assert "the job finished with exit 0" in failed(report)
     assert "nothing ended the hang" in next(c.detail for c in report.checks if c.name == "the job finished with exit 0")
+
+
+def test_a_script_that_failed_before_the_fault_is_judged_as_that_with_its_own_error():
+    evidence = seen("kill-worker")
+    fault_time = evidence.extra["fault"]["time"]
+    first = next(e for e in evidence.events if e["event"] == "rendezvous_done")
+    evidence.events.append(
+        {**first, "time": fault_time - 1, "event": "exit", "reason": "exception",
+         "error": "FileNotFoundError: configurator.py", "where": "train.py:12"}
+    )  # fmt: skip
+    report = judge.judge(evidence)
+    assert failed(report) == ["the script ran until the fault"]
+    assert (
+        report.checks[-1].detail
+        == "the script failed before the fault: FileNotFoundError: configurator.py (train.py:12)"
+    )
+
+
+def test_a_restart_before_the_fault_is_a_failure_before_it_even_without_words():
+    evidence = seen("kill-worker")
+    first = next(e for e in evidence.events if e["event"] == "start")
+    evidence.events.append({**first, "time": evidence.extra["fault"]["time"] - 1, "restart": 1})
+    assert failed(judge.judge(evidence)) == ["the script ran until the fault"]
+
+
+def test_a_script_that_exited_before_the_fault_fired_says_its_own_error_not_to_lower_the_step():
+    evidence = seen("unfired")
+    last = evidence.events[-1]
+    usage = ["usage: snapshot_every_epoch.py [-h] --data DATA", "error: the following arguments are required: --data"]
+    evidence.events.append({**last, "event": "exit", "reason": "exit_status", "code": 2, "stderr": usage})
+    detail = judge.judge(evidence).checks[0].detail
+    assert (
+        detail
+        == "the script failed before the fault: exit status 2: error: the following arguments are required: --data"
+    )

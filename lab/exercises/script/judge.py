@@ -25,15 +25,32 @@ def segments(events: list[dict], fault_time: float, source: str, unit: str) -> d
     }
 
 
-def errors(events: list[dict], since: float) -> list[str]:
-    """What the ranks died of after the fault, once each: the exception and the script's line."""
+def errors(events: list[dict], since: float, until: float = float("inf")) -> list[str]:
+    """What the ranks died of between since and until, once each: the exception and the script's
+    line, or the exit status and the script's last line of stderr (argparse's error, say)."""
     seen: list[str] = []
     for e in events:
-        if e["event"] == Event.EXIT and e["time"] > since and e.get("reason") == ExitReason.EXCEPTION:
+        if e["event"] != Event.EXIT or not since < e["time"] < until:
+            continue
+        if e.get("reason") == ExitReason.EXCEPTION:
             text = f"{e['error']} ({e['where']})"
-            if text not in seen:
-                seen.append(text)
+        elif e.get("reason") == ExitReason.EXIT_STATUS:
+            said = [line for line in e.get("stderr") or [] if line.strip()]
+            text = f"exit status {e.get('code')}" + (f": {said[-1].strip()}" if said else "")
+        else:
+            continue
+        if text not in seen:
+            seen.append(text)
     return seen[:3]
+
+
+def failed_before(events: list[dict], fault_time: float) -> str:
+    """How the script failed before the fault, or "": a rank's error, or a restart already."""
+    early = errors(events, 0, fault_time)
+    if early:
+        return early[0]
+    restarted = any(e["event"] == Event.START and e["restart"] > 0 and e["time"] < fault_time for e in events)
+    return "torchrun had restarted its workers already (a failure its output does not name)" if restarted else ""
 
 
 def rates(events: list[dict], faults: list[dict], source: str, unit: str) -> dict[str, float | None]:
@@ -68,10 +85,13 @@ def judge(seen: Seen) -> Report:
     if "recovery" not in extra:
         judge_reference(report, seen)
     elif extra["fire"] is None:
+        early = errors(seen.events, 0)
         report.check(
             "the fault fired while the job ran",
             False,
-            f"the job ended (exit codes {seen.codes}) before rank {extra['target']} reached step "
+            f"the script failed before the fault: {early[0]}"
+            if early
+            else f"the job ended (exit codes {seen.codes}) before rank {extra['target']} reached step "
             f"{extra['at_step']}: choose a lower --at-step",
         )
     else:
@@ -117,6 +137,10 @@ def judge_fault(report: Report, seen: Seen) -> None:
     loaded = [e["path"] for e in events if e["event"] == Event.LOADED and e["rank"] == 0 and e["time"] > fault["time"]]
     facts["loaded_after_fault"] = loaded[:3]
     facts["recovery"] = None if recovery == "none" else observe.recovery_breakdown(events, seen.agents, fault["time"])
+    early = failed_before(events, fault["time"])
+    if early:  # what followed is not the fault's doing: judge nothing else
+        report.check("the script ran until the fault", False, f"the script failed before the fault: {early}")
+        return
     check_finished(report, codes)
     if recovery == "none":
         report.check("no restart was needed", facts["restarts"] == 0, f"restarts {facts['restarts']}")
