@@ -165,3 +165,22 @@ def test_a_script_that_exits_with_an_error_keeps_its_own_words(tmp_path):
     (record,) = [json.loads(line) for line in (events / "rank0.jsonl").read_text().splitlines()][-1:]
     assert record["event"] == "exit" and record["reason"] == "exit_status" and record["code"] == 2
     assert record["stderr"][-1].endswith("error: the following arguments are required: --data")
+
+
+def test_a_scripts_saves_are_recorded_with_where_they_went(tmp_path):
+    """When a script last saved is what its resume is measured against (a sparse snapshot's)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "saves.py"
+    script.write_text("import torch\ntorch.save({'epoch': 0}, 'snap.pt')\ntorch.save({'epoch': 1}, f='snap.pt')\n")
+    events = tmp_path / "events"
+    out = subprocess.run(
+        [sys.executable, "-m", "lab.node.user_script", "--events-dir", str(events), "--workdir", str(tmp_path / "w"),
+         str(script)],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in (events / "rank0.jsonl").read_text().splitlines()]
+    assert [(r["path"], r["how"]) for r in records if r["event"] == "saved"] == [("snap.pt", "torch.save")] * 2
+    assert (tmp_path / "w" / "snap.pt").exists()

@@ -38,6 +38,7 @@ class Event(StrEnum):
     CHECKPOINT_RECEIVED = "checkpoint_received"  # step, source_rank, path: from a peer
     NO_CHECKPOINT = "no_checkpoint"  # directory: a fresh start
     LOADED = "loaded"  # path, how: a user's script called torch.load or dcp.load
+    SAVED = "saved"  # path, how: a user's script called torch.save or dcp.save
     STATE_FROM_PEER = "state_from_peer"  # step, source: in-process recovery's handover
     COLLECTIVE_FAILED = "collective_failed"  # step, error: in-process recovery noticed a death
     INJECTED_EXTRA_COLLECTIVE = "injected_extra_collective"  # step: collective-mismatch's fault

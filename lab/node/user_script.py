@@ -109,10 +109,15 @@ def watch_torch(log: EventLog, events_dir: str | None) -> None:
         wrapped.__wrapped__ = original  # type: ignore[attr-defined]
         return wrapped
 
-    def loaded(args, kwargs, key: str, how: str) -> None:
-        where = args[0] if args else kwargs.get(key)
+    def touched(event: Event, where: Any, how: str) -> None:
         if isinstance(where, str | os.PathLike):  # a file object: a read inside dcp.load, say
-            log.write(Event.LOADED, path=os.fspath(where), how=how)
+            log.write(event, path=os.fspath(where), how=how)
+
+    def loaded(args, kwargs, key: str, how: str) -> None:
+        touched(Event.LOADED, args[0] if args else kwargs.get(key), how)
+
+    def saved(args, kwargs, key: str, how: str) -> None:  # torch.save(obj, f), dcp.save(state, checkpoint_id=)
+        touched(Event.SAVED, args[1] if len(args) > 1 else kwargs.get(key), how)
 
     def joined(args, kwargs) -> None:
         log.write(Event.RENDEZVOUS_DONE, world_size=dist.get_world_size())
@@ -121,6 +126,8 @@ def watch_torch(log: EventLog, events_dir: str | None) -> None:
     dist.init_process_group = after(dist.init_process_group, joined)
     torch.load = after(torch.load, lambda a, k: loaded(a, k, "f", "torch.load"))
     dcp.load = after(dcp.load, lambda a, k: loaded(a[1:], k, "checkpoint_id", "dcp.load"))
+    torch.save = after(torch.save, lambda a, k: saved(a, k, "f", "torch.save"))
+    dcp.save = after(dcp.save, lambda a, k: saved(a, k, "checkpoint_id", "dcp.save"))
 
 
 def script_frame(error: BaseException, script: str) -> str:

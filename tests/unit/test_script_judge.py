@@ -135,3 +135,51 @@ def test_a_script_that_exited_before_the_fault_fired_says_its_own_error_not_to_l
         detail
         == "the script failed before the fault: exit status 2: error: the following arguments are required: --data"
     )
+
+
+def resumed_from_the_start(evidence: Seen) -> float:
+    """The same run, but rank 0 counts from 0 again after the restart (a sparse snapshot's
+    resume): returns when rank 0 first stepped before the fault."""
+    fault_time = evidence.extra["fault"]["time"]
+    restarted = min(e["time"] for e in evidence.events if e["event"] == "start" and e["time"] > fault_time)
+    again = [e for e in evidence.events if e["event"] == "step" and e["rank"] == 0 and e["time"] > restarted]
+    offset = again[0]["step"]
+    for e in again:
+        e["step"] -= offset
+    return min(e["time"] for e in evidence.events if e["event"] == "step" and e["rank"] == 0)
+
+
+def saved_at(evidence: Seen, when: float) -> None:
+    first = next(e for e in evidence.events if e["rank"] == 0)
+    evidence.events.append({**first, "event": "saved", "time": when, "path": "snapshot.pt", "how": "torch.save"})
+    evidence.events.sort(key=lambda e: e["time"])
+
+
+def test_a_sparse_snapshot_reloaded_after_the_fault_is_a_resume_with_the_work_redone_said():
+    """The issue's case: snapshots every 10 epochs, killed at epoch 3, it reloads the epoch-0
+    snapshot and redoes the epochs since: right, and the verdict says what was redone."""
+    evidence = seen("kill-worker")
+    first_step = resumed_from_the_start(evidence)
+    saved_at(evidence, first_step + 0.01)  # its one snapshot, after epoch 0
+    report = judge.judge(evidence)
+    assert report.verdict == "pass", report.checks
+    resumed = next(c for c in report.checks if c.name.startswith("it resumed"))
+    assert "its newest checkpoint before the fault (saved at epoch 0)" in resumed.detail, resumed.detail
+    assert report.facts["work_redone"]["from"] == 0 and report.facts["work_redone"]["count"] >= 3
+
+
+def test_a_resume_from_an_older_checkpoint_than_the_newest_fails_and_says_so():
+    evidence = seen("kill-worker")
+    resumed_from_the_start(evidence)
+    saved_at(evidence, evidence.extra["fault"]["time"] - 0.01)  # the newest, just before the fault
+    report = judge.judge(evidence)
+    assert failed(report) == ["it resumed where it left off, not from the start"]
+    assert "where it last saved" in report.checks[-1].detail
+
+
+def test_a_restart_from_the_start_with_no_save_seen_is_not_called_a_resume():
+    evidence = seen("kill-worker")
+    resumed_from_the_start(evidence)
+    report = judge.judge(evidence)
+    assert failed(report) == ["it resumed where it left off, not from the start"]
+    assert "no torch.save or dcp.save was seen" in report.checks[-1].detail

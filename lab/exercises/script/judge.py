@@ -161,7 +161,8 @@ def judge_fault(report: Report, seen: Seen) -> None:
             else "no torch.load or dcp.load after the fault, and no step signal to tell",
         )
         return
-    check_resumed(report, segments(events, fault["time"], source, unit), unit, loaded)
+    saved = newest_save(events, fault["time"], source, unit)
+    check_resumed(report, segments(events, fault["time"], source, unit), unit, loaded, saved)
 
 
 def check_finished(report: Report, codes: dict[str, int | None]) -> None:
@@ -178,23 +179,47 @@ def check_finished(report: Report, codes: dict[str, int | None]) -> None:
     )
 
 
-def check_resumed(report: Report, seg: dict[str, Any], unit: str, loaded: list[str]) -> None:
+def newest_save(events: list[dict], fault_time: float, source: str, unit: str) -> dict | None:
+    """When the script last saved (torch.save, dcp.save) before the fault, and rank 0's progress
+    then: where a resume from its newest checkpoint should pick up. None: it saved nothing seen."""
+    times = [e["time"] for e in events if e["event"] == Event.SAVED and e["time"] < fault_time]
+    if not times:
+        return None
+    steps = [e["step"] for e in signals.series(events, 0, source, unit) if e["time"] <= max(times)]
+    return {"unit": unit, "at": max(steps, default=None)}
+
+
+def check_resumed(report: Report, seg: dict[str, Any], unit: str, loaded: list[str], saved: dict | None) -> None:
+    """Resumed: it went on past where it started, or it loaded a checkpoint and picked up where
+    its newest one (saved before the fault) left off, however sparse its snapshots."""
     report.facts["progress"].update(seg)
+    report.facts["newest_checkpoint_before_fault"] = saved
     first, reached, resumed = seg["first"], seg["reached"], seg["resumed_at"]
     redone = max(0, reached - resumed + 1) if reached is not None and resumed is not None else None
     report.facts["work_redone"] = (
         {"unit": unit, "count": redone, "from": resumed, "to": reached} if redone is not None else None
     )
-    resumed_ok = resumed is not None and first is not None and resumed > first
+    at_save = saved["at"] if saved else None
+    from_newest = bool(loaded) and saved is not None and resumed is not None and (at_save is None or resumed >= at_save)
+    resumed_ok = resumed is not None and first is not None and (resumed > first or from_newest)
     if resumed is None:
         detail = f"no {unit} after the workers started again"
     elif resumed_ok:
         detail = f"{unit} {reached} reached before the fault, resumed at {unit} {resumed}: {redone} {unit}(s) redone"
         detail += f"; loaded {loaded[0]}" if loaded else ""
-    else:
-        detail = f"restarted from {unit} {resumed}: your script does not load its checkpoint" + (
-            "" if loaded else " (it loaded no file after the fault)"
+        if not resumed > first:  # a sparse snapshot: right to start over from it
+            where = f"at {unit} {at_save}" if at_save is not None else f"before its first {unit}"
+            detail += f", its newest checkpoint before the fault (saved {where})"
+    elif loaded and at_save is not None:
+        detail = f"loaded {loaded[0]} but resumed at {unit} {resumed}, before {unit} {at_save} where it last saved"
+    elif loaded:
+        detail = (
+            f"restarted from {unit} {resumed} although it loaded {loaded[0]}: no torch.save or dcp.save was seen "
+            "before the fault, so nothing says that file held any progress"
         )
+    else:
+        detail = f"restarted from {unit} {resumed}: your script does not load its checkpoint"
+        detail += " (it loaded no file after the fault)"
     report.check("it resumed where it left off, not from the start", resumed_ok, detail)
 
 
