@@ -183,3 +183,44 @@ def test_a_restart_from_the_start_with_no_save_seen_is_not_called_a_resume():
     report = judge.judge(evidence)
     assert failed(report) == ["it resumed where it left off, not from the start"]
     assert "no torch.save or dcp.save was seen" in report.checks[-1].detail
+
+
+def only_rank(evidence: Seen, rank: int) -> None:
+    """The same run as a script that prints its progress from one rank alone."""
+    evidence.events = [e for e in evidence.events if e["event"] != "step" or e["rank"] == rank]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_script_that_prints_from_one_rank_is_judged_on_that_ranks_progress(rank):
+    evidence = seen("kill-worker")
+    only_rank(evidence, rank)
+    report = judge.judge(evidence)
+    assert report.verdict == "pass", report.checks
+    assert report.facts["work_redone"]["unit"] == "epoch"
+
+
+class Replay:
+    """What wait_fire_point asks of a drill, answered from a recorded run: its events, all
+    ended or not, and a progress line (no process behind it)."""
+
+    def __init__(self, events: list[dict]):
+        self.recorded, self.lines = events, []
+
+    def events(self) -> list[dict]:
+        return self.recorded
+
+    def exit_codes(self) -> dict:
+        return {"node0": None}
+
+    def progress(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_the_fault_fires_on_the_job_progress_when_the_target_rank_prints_none():
+    """Rank 1 is the target; only rank 0 prints: the fire point reads rank 0, and says so."""
+    from lab.exercises.script import signals
+
+    evidence = seen("kill-worker")
+    only_rank(evidence, 0)
+    fire = signals.wait_fire_point(Replay(evidence.events), target=1, at_step=3, at_time_s=15, ckpt=None)
+    assert fire == {"source": "output", "unit": "epoch", "value": fire["value"], "rank": 0} and fire["value"] >= 3

@@ -13,7 +13,7 @@ from lab.report import Report
 
 def segments(events: list[dict], fault_time: float, source: str, unit: str) -> dict[str, Any]:
     """Rank 0's progress before the fault and after its workers started again."""
-    mine = signals.series(events, 0, source, unit)
+    mine = signals.progress(events, source, unit)
     before = [e["step"] for e in mine if e["time"] < fault_time]
     restarted = min((e["time"] for e in events if e["event"] == Event.START and e["time"] > fault_time), default=None)
     after = [e["step"] for e in mine if restarted is not None and e["time"] > restarted]
@@ -58,7 +58,7 @@ def rates(events: list[dict], faults: list[dict], source: str, unit: str) -> dic
     as the fault) and while the fault lasted (until the next fault record: its release)."""
     start = faults[0]["time"]
     end = faults[1]["time"] if len(faults) > 1 else max(e["time"] for e in events)
-    times = [e["time"] for e in signals.series(events, 0, source, unit)]
+    times = [e["time"] for e in signals.progress(events, source, unit)]
 
     def rate(since: float, until: float) -> float | None:
         inside = [t for t in times if since <= t < until]  # steps per second between the first and last seen
@@ -110,7 +110,7 @@ def judge_reference(report: Report, seen: Seen) -> None:
     found = signals.step_source(events)
     report.facts["progress"] = {"source": found[0] if found else "none", "unit": found[1] if found else None}
     if found:
-        values = [e["step"] for e in signals.series(events, 0, *found)]
+        values = [e["step"] for e in signals.progress(events, *found)]
         report.facts["progress"].update(first=values[0] if values else None, last=values[-1] if values else None)
     report.facts["restarts"] = 0
     report.check(
@@ -185,7 +185,7 @@ def newest_save(events: list[dict], fault_time: float, source: str, unit: str) -
     times = [e["time"] for e in events if e["event"] == Event.SAVED and e["time"] < fault_time]
     if not times:
         return None
-    steps = [e["step"] for e in signals.series(events, 0, source, unit) if e["time"] <= max(times)]
+    steps = [e["step"] for e in signals.progress(events, source, unit) if e["time"] <= max(times)]
     return {"unit": unit, "at": max(steps, default=None)}
 
 

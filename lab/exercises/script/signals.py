@@ -41,6 +41,18 @@ def series(events: list[dict], rank: int, source: str, unit: str) -> list[dict]:
     ]
 
 
+def reporting_rank(events: list[dict], source: str, unit: str, preferred: int = 0) -> int:
+    """The rank whose progress to read: `preferred` if it reports any, else the lowest that does
+    (many scripts print from rank 0 alone; DDP keeps every rank at the same step)."""
+    ranks = {e["rank"] for e in events if e["event"] == Event.STEP and e.get("source") == source}
+    return preferred if preferred in ranks or not ranks else min(ranks)
+
+
+def progress(events: list[dict], source: str, unit: str, preferred: int = 0) -> list[dict]:
+    """The job's progress: the step events of reporting_rank, in time order."""
+    return series(events, reporting_rank(events, source, unit, preferred), source, unit)
+
+
 def has_checkpoint(directory: Path | None) -> bool:
     from lab.workloads.checkpoint import newest_file  # imports torch: not at the CLI's start
 
@@ -55,8 +67,9 @@ def listing(directory: Path | None) -> list[str]:
 
 
 def wait_fire_point(drill: Any, target: int, at_step: int, at_time_s: float, ckpt: Path | None) -> dict | None:
-    """Block until the fault should fire; returns how it was decided ({source, unit, value}),
-    or None when the job ended first. With steps: when `target` reaches at_step. Without any
+    """Block until the fault should fire; returns how it was decided ({source, unit, value, rank}),
+    or None when the job ended first. With steps: when `target` reaches at_step (or, where the
+    target prints no progress, the lowest rank that does: the job is at one step). Without any
     step at_time_s after the workers started: once a checkpoint exists (with --ckpt-dir),
     else at once (wall time)."""
     deadline = time.monotonic() + FIRE_POINT_TIMEOUT_S
@@ -65,10 +78,11 @@ def wait_fire_point(drill: Any, target: int, at_step: int, at_time_s: float, ckp
     while time.monotonic() < deadline:
         events = drill.events()
         found = step_source(events)
-        if found:
-            values = [e["step"] for e in series(events, target, *found)]
+        if found:  # the target's own progress, or the job's where the target prints none
+            watched = reporting_rank(events, *found, preferred=target)
+            values = [e["step"] for e in series(events, watched, *found)]
             if values and max(values) >= at_step:
-                return {"source": found[0], "unit": found[1], "value": max(values)}
+                return {"source": found[0], "unit": found[1], "value": max(values), "rank": watched}
         else:
             starts = [e["time"] for e in events if e["event"] == Event.START]
             since = time.time() - min(starts) if starts else 0.0
