@@ -21,6 +21,12 @@ SNAPSHOT = str(REPO / "tests" / "user_scripts" / "snapshot_every_epoch.py")
         (["run", "kill-node", "--script", SNAPSHOT, "--nodes", "1"], ["kill-node", "2 nodes", "--nodes 1"]),
         (["run", "kill-worker", "--script", SNAPSHOT, "--runtime", "k8s"], ["--runtime k8s", "docker or ray"]),
         (["run", "kill-worker", "--ckpt-dir", "ckpt"], ["--ckpt-dir", "only with --script"]),
+        (["run", "kill-worker", "--workdir", "."], ["--workdir", "only with --script"]),
+        (["run", "kill-worker", "--script", SNAPSHOT, "--workdir", "no/such/dir"], ["--workdir", "no such folder"]),
+        (
+            ["run", "kill-worker", "--script", SNAPSHOT, "--workdir", ".", "--runtime", "docker"],
+            ["--workdir", "docker", "--runtime local"],
+        ),
         (["run", "kill-worker", "--", "--epochs", "3"], ["arguments after --", "--script"]),
         (["matrix", "--faults", "kill-worker"], ["--script"]),
         (["matrix", "--script", SNAPSHOT], ["--faults", "kill-worker"]),

@@ -85,6 +85,11 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
     if refusal:
         raise LabError(f"--script on --runtime {args.runtime}: {refusal}")
     the_spec = spec.spec_from_args(args)
+    if the_spec.workdir and not runtimes.runtime_class(args.runtime).HOST_CODE:
+        raise LabError(
+            f"--workdir runs your script in a folder of this machine; the {args.runtime} runtime's nodes see only "
+            "the script's folder and the run dir: use --runtime local, or drop --workdir"
+        )
     for fault in faults:
         options_for(args, fault)  # every row's flags checked before the first run starts
     run_dir = run_dir_from_args(args)

@@ -51,3 +51,21 @@ def test_every_drill_runs_on_a_script_or_says_why_not():
     for name, drill in exercises.drills().items():
         has_script_side = hasattr(drill, "break_script") and hasattr(drill, "SCRIPT_RECOVERY")
         assert has_script_side != bool(getattr(drill, "NO_SCRIPT", "")), name
+
+
+def test_a_script_runs_in_the_users_folder_with_workdir_else_in_a_fresh_one(tmp_path):
+    from pathlib import Path
+
+    from lab.exercises.script import spec
+    from lab.exercises.script.script_run import ScriptRun
+    from lab.topology import Topology
+
+    script = Path(__file__).resolve().parents[1] / "user_scripts" / "snapshot_every_epoch.py"
+    args = build_parser().parse_args(
+        ["exercise", "run", "kill-worker", "--script", str(script), "--workdir", str(tmp_path)]
+    )
+    given = spec.spec_from_args(args)
+    assert given.workdir == str(tmp_path.resolve())
+    run = ScriptRun(given, None, Topology(), workdir=Path(given.workdir), keep_dir=tmp_path / "keep")
+    wrapper = run.topology(None).script_wrapper
+    assert wrapper[wrapper.index("--workdir") + 1] == str(tmp_path.resolve())

@@ -112,10 +112,15 @@ def test_a_script_that_failed_before_the_fault_is_judged_as_that_with_its_own_er
     )  # fmt: skip
     report = judge.judge(evidence)
     assert failed(report) == ["the script ran until the fault"]
+    said = "the script failed before the fault: FileNotFoundError: configurator.py (train.py:12)"
+    # A file it opens where it starts: the verdict says where that was, and the flag to move it.
+    workdir = evidence.extra["workdir"]
     assert (
         report.checks[-1].detail
-        == "the script failed before the fault: FileNotFoundError: configurator.py (train.py:12)"
+        == f"{said} (it ran in a fresh working dir, {workdir}: --workdir DIR runs it where its files are)"
     )
+    evidence.extra["own_workdir"] = True  # run with --workdir already: nothing to suggest
+    assert judge.judge(evidence).checks[-1].detail == said
 
 
 def test_a_restart_before_the_fault_is_a_failure_before_it_even_without_words():

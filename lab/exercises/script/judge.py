@@ -68,6 +68,14 @@ def rates(events: list[dict], faults: list[dict], source: str, unit: str) -> dic
     return {"before": rate(max(first, start - (end - start)), start), "during": rate(start, end)}
 
 
+def explained(error: str, extra: dict) -> str:
+    """The script's error, with where it ran when that is what it tripped on (a file it opens
+    relative to the folder it starts in, which a drill's fresh working dir does not hold)."""
+    if "FileNotFoundError" in error and not extra.get("own_workdir"):
+        return f"{error} (it ran in a fresh working dir, {extra['workdir']}: --workdir DIR runs it where its files are)"
+    return error
+
+
 def judge(seen: Seen) -> Report:
     """The verdict on one run of a user's script, from what it left: the fault-free reference
     (no "fault" in seen.extra) or one fault, with its result file compared when asked."""
@@ -79,8 +87,13 @@ def judge(seen: Seen) -> Report:
         report.check(
             "it started from a clean slate",
             False,
-            f"{extra['ckpt_dir']} already held {', '.join(extra['found_at_start'])} before the run: an absolute "
-            "--ckpt-dir reused across runs (clear it, or make it relative); this is not judged as a recovery",
+            f"{extra['ckpt_dir']} already held {', '.join(extra['found_at_start'])} before the run: "
+            + (
+                "left in --workdir by an earlier run (clear them)"
+                if extra.get("own_workdir")
+                else "an absolute --ckpt-dir reused across runs (clear it, or make it relative)"
+            )
+            + "; this is not judged as a recovery",
         )
     if "recovery" not in extra:
         judge_reference(report, seen)
@@ -89,7 +102,7 @@ def judge(seen: Seen) -> Report:
         report.check(
             "the fault fired while the job ran",
             False,
-            f"the script failed before the fault: {early[0]}"
+            f"the script failed before the fault: {explained(early[0], extra)}"
             if early
             else f"the job ended (exit codes {seen.codes}) before rank {extra['target']} reached step "
             f"{extra['at_step']}: choose a lower --at-step",
@@ -116,7 +129,7 @@ def judge_reference(report: Report, seen: Seen) -> None:
     report.check(
         "the fault-free run finished with exit 0",
         all(c == 0 for c in codes.values()),
-        f"node exit codes {codes}" + "".join(f"; {e}" for e in errors(events, 0)[:1]),
+        f"node exit codes {codes}" + "".join(f"; {explained(e, seen.extra)}" for e in errors(events, 0)[:1]),
     )
 
 
@@ -139,7 +152,8 @@ def judge_fault(report: Report, seen: Seen) -> None:
     facts["recovery"] = None if recovery == "none" else observe.recovery_breakdown(events, seen.agents, fault["time"])
     early = failed_before(events, fault["time"])
     if early:  # what followed is not the fault's doing: judge nothing else
-        report.check("the script ran until the fault", False, f"the script failed before the fault: {early}")
+        detail = f"the script failed before the fault: {explained(early, seen.extra)}"
+        report.check("the script ran until the fault", False, detail)
         return
     check_finished(report, codes)
     if recovery == "none":

@@ -124,7 +124,7 @@ def run_matrix(
             spec=spec,
             fault=fault,
             base_topology=topology_for(fault),
-            workdir=runtime.run_dir.path / "work" / label,
+            workdir=Path(spec.workdir) if spec.workdir else runtime.run_dir.path / "work" / label,
             keep_dir=out_dir / label,
             reference_result=reference_result,
         )

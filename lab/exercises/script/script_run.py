@@ -48,7 +48,8 @@ class ScriptRun:
         self.SUMMARY = self.fault.SUMMARY if self.fault else "your script, no fault"
         self.SCRIPT = self.spec.path
         ckpt = self.spec.ckpt_path(self.workdir)
-        # Looked at before the lab starts: only an absolute --ckpt-dir can hold anything yet.
+        # Looked at before the lab starts: only an absolute --ckpt-dir, or the user's --workdir, can
+        # hold anything yet.
         self.found_at_start = signals.listing(ckpt)
 
     @property
@@ -71,6 +72,7 @@ class ScriptRun:
             "workdir": str(self.workdir),
             "ckpt_dir": self.spec.ckpt_dir,
             "found_at_start": self.found_at_start,
+            "own_workdir": bool(self.spec.workdir),
         }
         if self.fault is None:
             codes = wait_end(drill, self.spec.deadline_s + signals.FIRE_POINT_TIMEOUT_S)

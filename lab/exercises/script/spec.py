@@ -46,6 +46,13 @@ COMPARE = Option(
     "a file your script writes at the end (relative to its working dir): compared with a fault-free reference run's",
     metavar="FILE",
 )
+WORKDIR = Option(
+    "--workdir",
+    "the folder your script runs in (default: a fresh one per run under the run dir, so no run sees another's "
+    "checkpoints): your project's folder when the script reads files relative to where it starts; its "
+    "checkpoints there are then yours to clear between runs (local runtime)",
+    metavar="DIR",
+)
 RTOL = Option(
     "--rtol", "compare the numbers in --compare within this relative tolerance (default: bitwise)", type=float
 )
@@ -54,7 +61,7 @@ SCRIPT_TOPOLOGY = (
     NPROC_PER_NODE,
     MAX_RESTARTS.but(default=None, help="torchrun's --max-restarts (default: the drill's)"),
 )
-OPTIONS = (SCRIPT, CKPT_DIR, PROGRESS_REGEX, AT_TIME, DEADLINE, COMPARE, RTOL)
+OPTIONS = (SCRIPT, WORKDIR, CKPT_DIR, PROGRESS_REGEX, AT_TIME, DEADLINE, COMPARE, RTOL)
 DEFAULT_AT_STEP = 3  # a user's script may have few epochs: hit it early, after a few
 
 
@@ -68,6 +75,7 @@ class ScriptSpec:
     deadline_s: float = 180.0
     compare: str | None = None
     rtol: float | None = None
+    workdir: str | None = None  # absolute: the user's folder to run in; None: a fresh one per run
 
     def wrapper(self, workdir: Path) -> tuple[str, ...]:
         """lab.node.user_script's arguments for one run (see Topology.script_wrapper)."""
@@ -99,6 +107,9 @@ def spec_from_args(args: argparse.Namespace) -> ScriptSpec:
         raise LabError("--rtol compares the --compare file: give --compare too")
     if args.compare and os.path.isabs(args.compare):
         raise LabError("--compare is a path relative to the script's working dir (each run has its own)")
+    workdir = getattr(args, "workdir", None)
+    if workdir is not None and not Path(workdir).is_dir():
+        raise LabError(f"--workdir: no such folder: {workdir}")
     script_args = list(args.script_args)
     return ScriptSpec(
         path=str(path.resolve()),
@@ -109,4 +120,5 @@ def spec_from_args(args: argparse.Namespace) -> ScriptSpec:
         deadline_s=args.deadline,
         compare=args.compare,
         rtol=args.rtol,
+        workdir=str(Path(workdir).resolve()) if workdir else None,
     )
