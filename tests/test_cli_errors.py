@@ -75,7 +75,12 @@ def test_dry_run_prints_every_nodes_command_and_starts_nothing(lab):
     assert len(commands) == 3
     assert all("--rdzv-endpoint=127.0.0.1:29400" in c for c in commands)
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in out.stdout
+    assert "OMP_NUM_THREADS" not in out.stdout  # two workers a node: torchrun's own 1 applies
     assert not lab.run_dir.exists()
+    # One worker a node, three nodes on this machine: they share its cores.
+    single = lab("up", "--nodes", "3", "--nproc-per-node", "1", "--hosts", "loopback", "--dry-run")
+    cores = max(1, (os.cpu_count() or 1) // 3)
+    assert single.stdout.count(f"--env=OMP_NUM_THREADS={cores}") == 3, single.stdout
 
 
 def test_a_taken_exporter_port_is_named_by_the_trainer():

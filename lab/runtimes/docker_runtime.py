@@ -129,7 +129,13 @@ class DockerRuntime(MonitoredRuntime):
             script_args,
             python="python",
             log_dir=str(node.dir / "torchelastic"),
-            extra_env=self.node_env(node),
+            extra_env={**self.node_env(node), **self.shared_cores(topology)},
+        )
+
+    def shared_cores(self, topology: Topology) -> dict[str, str]:
+        """The containers share this machine's cores when the daemon runs here (memory.threads_per_rank)."""
+        return (
+            memory.threads_per_rank(topology) if os.environ.get("DOCKER_HOST", "unix://").startswith("unix://") else {}
         )
 
     def prepare(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:

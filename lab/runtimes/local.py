@@ -264,7 +264,7 @@ class LocalRuntime(MonitoredRuntime):
             script,
             script_args,
             log_dir=str(node.dir / "torchelastic"),
-            extra_env={**self.node_env(node), **gpus.visible_devices(devices)},
+            extra_env={**self.node_env(node), **gpus.visible_devices(devices), **memory.threads_per_rank(topology)},
         )
 
     def attach(self) -> list[LocalNode]:

@@ -69,3 +69,15 @@ def test_a_script_runs_in_the_users_folder_with_workdir_else_in_a_fresh_one(tmp_
     run = ScriptRun(given, None, Topology(), workdir=Path(given.workdir), keep_dir=tmp_path / "keep")
     wrapper = run.topology(None).script_wrapper
     assert wrapper[wrapper.index("--workdir") + 1] == str(tmp_path.resolve())
+
+
+def test_ranks_that_share_the_machine_share_its_cores():
+    """torchrun sets OMP_NUM_THREADS=1 only for several workers a node: the lab does it for
+    one-worker nodes on one machine (lab.node.launch keeps a value the user set)."""
+    from lab.runtimes.memory import threads_per_rank
+    from lab.topology import Topology
+
+    assert threads_per_rank(Topology(nodes=2, nproc_per_node=1), cpus=2) == {"OMP_NUM_THREADS": "1"}
+    assert threads_per_rank(Topology(nodes=2, nproc_per_node=1), cpus=8) == {"OMP_NUM_THREADS": "4"}
+    assert threads_per_rank(Topology(nodes=3, nproc_per_node=1), cpus=2) == {"OMP_NUM_THREADS": "1"}
+    assert threads_per_rank(Topology(nodes=2, nproc_per_node=2), cpus=2) == {}  # torchrun's own 1
