@@ -2,10 +2,10 @@
 # Record what real runs saw, for the unit tests that judge it with no process at all:
 #   drills: each runs one drill on netns hosts and keeps its seen.json and report.json under
 #           tests/fixtures/drills/CASE/ (tests/unit/test_judges.py; script-*: a drill on one of
-#           tests/user_scripts, tests/unit/test_script_judge.py);
+#           tests/user_scripts, tests/unit/test_script_judge.py; kind-*: tests/unit/test_script_kinds.py);
 #   why-*:  each runs tests/scripts/fail_one_rank.py under `lab run` and keeps the evidence and
 #           the card `lab run` saved under tests/fixtures/why/ (tests/unit/test_why_card.py).
-# Re-record after a change to what a drill gathers or the card reads; about 15 min in all.
+# Re-record after a change to what a drill gathers or the card reads; about 35 min in all.
 #   scripts/record-fixtures.sh [CASE...]      (default: every case below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +39,23 @@ declare -A CASES=(
   [why-exit]="exit"
   [why-hang]="hang"
 )
+# The kinds of script people write (tests/user_scripts/snapshot_every_epoch.py's flags), each
+# through every drill that takes --script: tests/unit/test_script_kinds.py.
+SNAPSHOT=tests/user_scripts/snapshot_every_epoch.py
+declare -A KINDS=(
+  [rank0]="--epochs 8 --log-ranks 0"
+  [sparse]="--epochs 10 --save-every 10"
+  [config]="--epochs 6 --config lab_config.json"
+  [crash]="--epochs 8 --crash-once-at 1"
+  [argparse]="--epochs eight"
+)
+for kind in "${!KINDS[@]}"; do
+  for drill in kill-worker kill-node hang-rank partition-node straggler preempt corrupt-checkpoint; do
+    extra=""
+    [[ $drill == corrupt-checkpoint ]] && extra="--ckpt-dir ."
+    CASES[kind-$kind-$drill]="$drill --script $SNAPSHOT $extra -- ${KINDS[$kind]}"
+  done
+done
 
 record_drill() {  # CASE DRILL-ARGS...
   local case=$1 out=tests/fixtures/drills/$1
