@@ -112,6 +112,7 @@ class Runtime(ABC):
     def __init__(self, run_dir: RunDir, *, log: Log = print) -> None:
         self.run_dir = run_dir
         self.log = log
+        self.state_dir: Path | None = None  # where a fresh rerun keeps its events and checkpoints
 
     @classmethod
     def from_args(cls, run_dir: RunDir, args: argparse.Namespace, log: Log = print) -> Runtime:
@@ -162,16 +163,16 @@ class Runtime(ABC):
         rendezvous outlives a job and stays closed under its id). fresh: a name, and this run
         keeps its checkpoints and events apart, under the run dir's <fresh>/ (an uninterrupted
         reference); else it resumes from the checkpoints. Returns where its events go."""
-        events = self.run_dir.path / "events"
-        args = list(script_args)
-        if fresh:
-            apart = self.run_dir.path / fresh
-            args += ["--ckpt-dir", str(apart / "checkpoints"), "--events-dir", str(apart / "events")]
-            events = apart / "events"
+        # Apart through the node wire (LAB_EVENTS_DIR, LAB_CKPT_DIR), as every workload reads it:
+        # the runtime knows no script's flags.
+        self.state_dir = self.run_dir.path / fresh if fresh else None
         topology = topology.replace(rdzv_id=f"{topology.rdzv_id}-{fresh or 'rerun'}")
-        for node in self.attach():
-            node.start(self.node_argv(topology, node, script, args))
-        return events
+        try:
+            for node in self.attach():
+                node.start(self.node_argv(topology, node, script, list(script_args)))
+        finally:
+            self.state_dir = None
+        return self.run_dir.path / (fresh or "") / "events"
 
     def describe(self, node: Node) -> str:
         """Where the node runs, in a few words (for `lab up` and the dry run)."""
@@ -182,10 +183,12 @@ class Runtime(ABC):
         return str(self.run_dir.path / "checkpoints")
 
     def node_env(self, node: Node) -> dict[str, str]:
-        """Where a node's agent and workloads keep their state: all under the run directory."""
+        """Where a node's agent and workloads keep their state: all under the run directory
+        (a fresh rerun's under its own folder there, state_dir)."""
+        home = self.state_dir or self.run_dir.path
         return NodeEnv(
-            events_dir=str(self.run_dir.path / "events"),
-            ckpt_dir=self.checkpoint_dir(),
+            events_dir=str(home / "events"),
+            ckpt_dir=str(home / "checkpoints") if self.state_dir else self.checkpoint_dir(),
             # Every node of these runtimes sees the run dir's one checkpoints folder: only rank 0
             # writes it. (A pod has its own; k8s/base leaves this out: peer recovery.)
             ckpt_shared=True,
