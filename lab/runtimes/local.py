@@ -235,12 +235,8 @@ class LocalRuntime(MonitoredRuntime):
             for port in exporter_ports(topology):
                 ensure_port_free("0.0.0.0", port, "exporter port", "--metrics-port")
         plan.prometheus = self.prometheus.url if watch else None
-        plan.own = {
-            "lab_pid": os.getpid(),
-            "lab_id": self.run_dir.lab_id,
-            "subnet": self.net.subnet if mode == "netns" else None,
-            "userns_pid": self._userns_pid if mode == "userns" else None,
-        }
+        subnet, holder = self.net.subnet if mode == "netns" else None, self._userns_pid if mode == "userns" else None
+        plan.own = {"lab_pid": os.getpid(), "lab_id": self.run_dir.lab_id, "subnet": subnet, "userns_pid": holder}
         return plan
 
     def provision(self, plan: LaunchPlan) -> None:
