@@ -229,3 +229,10 @@ def test_the_fault_fires_on_the_job_progress_when_the_target_rank_prints_none():
     only_rank(evidence, 0)
     fire = signals.wait_fire_point(Replay(evidence.events), target=1, at_step=3, at_time_s=15, ckpt=None)
     assert fire == {"source": "output", "unit": "epoch", "value": fire["value"], "rank": 0} and fire["value"] >= 3
+
+
+def test_a_script_with_nothing_to_see_is_told_how_to_make_it_visible():
+    evidence = seen("silent")
+    evidence.events = [e for e in evidence.events if e["event"] != "loaded"]
+    detail = next(c.detail for c in judge.judge(evidence).checks if not c.ok)
+    assert "print 'step N'" in detail and "--ckpt-dir" in detail

@@ -172,7 +172,8 @@ def judge_fault(report: Report, seen: Seen) -> None:
             bool(loaded),
             f"loaded {loaded[0]} (no step signal: work redone unknown)"
             if loaded
-            else "no torch.load or dcp.load after the fault, and no step signal to tell",
+            else "no torch.load or dcp.load after the fault, and no step signal to tell: print 'step N' "
+            "(or call lab.progress.step(n)) and say where it checkpoints (--ckpt-dir) to make both visible",
         )
         return
     saved = newest_save(events, fault["time"], source, unit)
