@@ -65,6 +65,11 @@ record_drill() {  # CASE DRILL-ARGS...
   "$LAB" exercise run "$1" --run-dir "$RUN_DIR" --report-dir "$WORK/report" "${@:2}" | tail -3 || true
   local kept=$WORK/report
   [[ -f $kept/seen.json ]] || kept=$WORK/report/$1  # a drill on a script: one folder per run
+  if [[ ! -f $kept/seen.json ]]; then
+    echo "record-fixtures: $case gave no verdict (see above); not recorded" >&2
+    MISSED+=("$case")
+    return
+  fi
   mkdir -p "$out"
   cp "$kept/seen.json" "$kept/report.json" "$out/"
 }
@@ -79,6 +84,7 @@ record_why() {  # HOW
   "$LAB" down --run-dir "$RUN_DIR" >/dev/null && rm -rf "$RUN_DIR"
 }
 
+MISSED=()
 for case in "${@:-${!CASES[@]}}"; do
   [[ -n "${CASES[$case]:-}" ]] || { echo "record-fixtures: no case $case; cases: ${!CASES[*]}" >&2; exit 2; }
   echo "== $case"
@@ -88,3 +94,7 @@ for case in "${@:-${!CASES[@]}}"; do
     *) record_drill "$case" ${CASES[$case]} ;;
   esac
 done
+if (( ${#MISSED[@]} )); then
+  echo "record-fixtures: no verdict for: ${MISSED[*]}" >&2
+  exit 1
+fi

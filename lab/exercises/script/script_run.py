@@ -92,7 +92,14 @@ class ScriptRun:
             unfired = {"fire": None, "target": target, "at_step": options.at_step, "recovery": recovery}
             return drill.snapshot(self.NAME, drill.exit_codes(), **unfired, **setup)
         drill.progress(f"fire point: {fire['source']} {fire['unit']} {fire['value']}")
-        fault = self.fault.break_script(drill, target, str(ckpt) if ckpt else None)
+        try:
+            fault = self.fault.break_script(drill, target, str(ckpt) if ckpt else None)
+        except LabError as refused:  # nothing left to hit: the script died on its own first?
+            if not judge.errors(drill.events(), 0):
+                raise
+            drill.progress(f"the fault found nothing to hit ({refused}): the script had failed already")
+            unfired = {"fire": None, "target": target, "at_step": options.at_step, "recovery": recovery}
+            return drill.snapshot(self.NAME, drill.exit_codes(), **unfired, **setup)
         found = fault.pop("forensics", None)  # taken by the fault itself, during it (partition-node)
         if found is None and getattr(self.fault, "SCRIPT_FORENSICS", False):  # a hang: ask every rank, now
             time.sleep(max(0.0, FORENSICS_AFTER_S - (time.time() - fault["time"])))
