@@ -13,6 +13,7 @@ from lab.exercises.script import judge
 from lab.exercises.seen import Seen
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "drills"
+SNAPSHOT_SCRIPT = Path(__file__).resolve().parents[1] / "user_scripts" / "snapshot_every_epoch.py"
 
 
 def seen(case: str) -> Seen:
@@ -236,3 +237,13 @@ def test_a_script_with_nothing_to_see_is_told_how_to_make_it_visible():
     evidence.events = [e for e in evidence.events if e["event"] != "loaded"]
     detail = next(c.detail for c in judge.judge(evidence).checks if not c.ok)
     assert "print 'step N'" in detail and "--ckpt-dir" in detail
+
+
+def test_the_cause_is_named_before_the_peers_it_took_down_however_many_reported_first():
+    """Recorded from a CI run of the matrix (tests/test_script_drills.py) that failed on it: after
+    corrupt-checkpoint three ranks reported lost connections (each naming its own port) before
+    rank 0 died loading the damaged snapshot; the verdict must name the load, not a peer."""
+    report = judge.judge(seen("corrupt-crowded"))
+    load_line = next(i for i, text in enumerate(SNAPSHOT_SCRIPT.read_text().splitlines(), 1) if "torch.load(" in text)
+    assert report.facts["errors_after_fault"][0].startswith("RuntimeError: PytorchStreamReader failed")
+    assert f"snapshot_every_epoch.py:{load_line})" in report.facts["finding"]

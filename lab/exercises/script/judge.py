@@ -9,6 +9,7 @@ from lab.exercises.script import signals
 from lab.exercises.seen import Seen
 from lab.health.events import Event, ExitReason
 from lab.report import Report
+from lab.why import CONSEQUENCE
 
 
 def segments(events: list[dict], fault_time: float, source: str, unit: str) -> dict[str, Any]:
@@ -27,7 +28,9 @@ def segments(events: list[dict], fault_time: float, source: str, unit: str) -> d
 
 def errors(events: list[dict], since: float, until: float = float("inf")) -> list[str]:
     """What the ranks died of between since and until, once each: the exception and the script's
-    line, or the exit status and the script's last line of stderr (argparse's error, say)."""
+    line, or the exit status and the script's last line of stderr (argparse's error, say). Causes
+    first: a peer's lost connection or a timeout (why.CONSEQUENCE) follows whatever caused it,
+    however many ranks reported one first (each names its own port: told apart, they crowd)."""
     seen: list[str] = []
     for e in events:
         if e["event"] != Event.EXIT or not since < e["time"] < until:
@@ -41,7 +44,7 @@ def errors(events: list[dict], since: float, until: float = float("inf")) -> lis
             continue
         if text not in seen:
             seen.append(text)
-    return seen[:3]
+    return sorted(seen, key=lambda text: bool(CONSEQUENCE.search(text)))[:3]  # stable: in time order
 
 
 def failed_before(events: list[dict], fault_time: float) -> str:
@@ -190,7 +193,7 @@ def check_finished(report: Report, codes: dict[str, int | None]) -> None:
         f"still running {report.facts['deadline_s']:g} s after the fault: nothing ended the hang (a process-group "
         "timeout in init_process_group would; gloo's default is 30 minutes)"
         if stuck
-        else f"node exit codes {codes}" + (f"; {errors_seen[-1]}" if errors_seen and not finished else ""),
+        else f"node exit codes {codes}" + (f"; {errors_seen[0]}" if errors_seen and not finished else ""),
     )
 
 
