@@ -8,6 +8,7 @@ name is replaced, never followed, and a reader never sees half a file.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -68,3 +69,22 @@ def _open_folder(path: Path, dir_fd: int | None, root: Path | None = None) -> in
     except OSError as e:
         where = root / path if root else path
         raise LabError(f"{where}: {e.strerror} (a link planted there is never followed)") from None
+
+
+def read_regular(path: Path, limit: int | None = None, *, tail: bool = False, owner: int | None = None) -> bytes | None:
+    """A plain file's bytes, never read through a link (a node or another user may plant one).
+    None when it is not a regular file (of uid `owner`, when given), or when it is larger than
+    `limit`; with tail, its last `limit` bytes instead."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or (owner is not None and info.st_uid != owner):
+            return None
+        if limit is not None and info.st_size > limit:
+            if not tail:
+                return None
+            f.seek(info.st_size - limit)
+        return f.read()

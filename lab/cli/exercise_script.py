@@ -13,7 +13,7 @@ from types import ModuleType
 from lab import exercises, runtimes
 from lab.cli.flags import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, add_verbose
 from lab.errors import LabError
-from lab.exercises import DrillOptions
+from lab.exercises import DrillOptions, grid
 from lab.exercises.script import matrix as script_matrix
 from lab.exercises.script import script_run, spec
 from lab.options import TORCH_DEFAULTS, Option, add_all, run_dir_from_args
@@ -52,18 +52,22 @@ def own_flags(args: argparse.Namespace, fault: ModuleType | None) -> dict:
 
 
 def topology_for(args: argparse.Namespace, fault: ModuleType | None) -> Topology:
-    """The drill's job shape (restarts, timeouts) at the user's size; workers spawned, as bare torchrun's."""
-    options = DrillOptions(target_rank=0, at_step=1, torch_defaults=args.torch_defaults, own=own_flags(args, fault))
-    base = fault.topology(options) if fault else Topology(torch_defaults=args.torch_defaults)
-    nodes = args.nodes or 2
-    if fault is not None and nodes < getattr(fault, "MIN_NODES", 1):
-        raise LabError(f"{fault.NAME} needs at least {fault.MIN_NODES} nodes; got --nodes {nodes}")
-    return base.replace(
-        nodes=nodes,
+    """The drill's job shape (restarts, timeouts) at the user's size (exercises.topology, which
+    refuses a size the fault cannot use); workers spawned, as bare torchrun's."""
+    sized = DrillOptions(
+        target_rank=0,
+        at_step=1,
+        torch_defaults=args.torch_defaults,
+        own=own_flags(args, fault),
+        nodes=args.nodes or 2,
         nproc_per_node=args.nproc_per_node or 2,
-        max_restarts=args.max_restarts if args.max_restarts is not None else base.max_restarts,
-        worker_start="spawn",
-        min_nodes=None,
+        max_restarts=args.max_restarts,
+    )
+    if fault is not None:
+        return exercises.topology(fault, sized).replace(worker_start="spawn", min_nodes=None)
+    plain = Topology(nodes=args.nodes or 2, nproc_per_node=args.nproc_per_node or 2, torch_defaults=args.torch_defaults)
+    return plain.replace(
+        worker_start="spawn", **({} if args.max_restarts is None else {"max_restarts": args.max_restarts})
     )
 
 
@@ -121,8 +125,7 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
 def handle_script_drill(args: argparse.Namespace, out_dir: Path) -> int:
     """`lab exercise run NAME --script ...`: with --compare, the fault-free reference runs first."""
     if not hasattr(args.exercise, "break_script"):
-        why = getattr(args.exercise, "NO_SCRIPT", "it has no script side")
-        raise LabError(f"{args.name} cannot run on your script: {why}; these can: {', '.join(script_drills())}")
+        raise LabError(f"{grid.no_script(args.exercise)}; these can: {', '.join(script_drills())}")
     result = run(args, [args.exercise], out_dir, reference=bool(args.compare))
     last = result.rows[-1]
     if last.report is not None:
@@ -152,10 +155,9 @@ def handle_matrix(args: argparse.Namespace) -> int:
         raise LabError(f"--faults: name one or more of {', '.join(script_drills())}")
     available = script_drills()
     names = [n.strip() for n in args.faults.split(",") if n.strip()]
-    refused = {n: getattr(d, "NO_SCRIPT", "") for n, d in exercises.drills().items() if n not in available}
     for name in names:
-        if refused.get(name):
-            raise LabError(f"--faults: {name} cannot run on your script: {refused[name]}")
+        if name in exercises.drills() and name not in available:
+            raise LabError(f"--faults: {grid.no_script(exercises.drills()[name])}")
     unknown = [n for n in names if n not in available]
     if unknown or not names:
         raise LabError(f"--faults: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(available)}")

@@ -27,12 +27,19 @@ def injected(drill: ModuleType, options: Any = None) -> tuple[str, ...]:
     return tuple(variant(options)) if variant and options is not None else tuple(drill.INJECTS)
 
 
+def no_script(drill: ModuleType) -> str:
+    """Why the drill cannot break a user's script, in one line; "" when it can."""
+    if hasattr(drill, "break_script"):
+        return ""
+    return f"{drill.NAME} cannot run on your script: {getattr(drill, 'NO_SCRIPT', 'it has no script side')}"
+
+
 def refusal(drill: ModuleType, runtime: type[Runtime], target: str, options: Any = None) -> str:
     """Why this drill cannot run on that runtime for that target, in one line; "" when it can."""
     if not runtime.DRILLS:
         return f"the {runtime.name} runtime takes no drills"
-    if target == "script" and not hasattr(drill, "break_script"):
-        return f"{drill.NAME} cannot run on your script: {getattr(drill, 'NO_SCRIPT', 'it has no script side')}"
+    if target == "script" and no_script(drill):
+        return no_script(drill)
     if target == "script" and runtime.NO_SCRIPT_DRILLS:
         return f"--script on --runtime {runtime.name}: {runtime.NO_SCRIPT_DRILLS}"
     if getattr(drill, "NEEDS_PROMETHEUS", False) and not issubclass(runtime, MonitoredRuntime):

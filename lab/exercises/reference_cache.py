@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 
 import lab
-from lab.files import write_text
+from lab import files
 from lab.topology import Topology
 
 MAX_ENTRY_BYTES = 4096
@@ -61,19 +61,11 @@ def job_key(topology: Topology, script: str, args: list[str]) -> str:
 
 def recall(key: str) -> set[str] | None:
     """The checksums remembered for this job; None when there are none to trust."""
+    raw = files.read_regular(cache_dir() / f"{key}.json", MAX_ENTRY_BYTES, owner=os.geteuid())
     try:
-        fd = os.open(cache_dir() / f"{key}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_size > MAX_ENTRY_BYTES:
-            return None
-        body = json.loads(os.read(fd, MAX_ENTRY_BYTES))
+        body = json.loads(raw) if raw is not None else None
     except ValueError:
         return None
-    finally:
-        os.close(fd)
     found = body.get("checksums") if isinstance(body, dict) else None
     if not isinstance(found, list) or len(found) != 1 or not isinstance(found[0], str):
         return None  # a reference is one checksum, agreed by every rank
@@ -89,4 +81,4 @@ def remember(key: str, checksums: set[str]) -> None:
     info = os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
         return  # not a folder of ours: the reference is simply run again next time
-    write_text(folder / f"{key}.json", json.dumps({"checksums": sorted(checksums)}) + "\n")
+    files.write_text(folder / f"{key}.json", json.dumps({"checksums": sorted(checksums)}) + "\n")

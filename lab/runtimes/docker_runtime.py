@@ -129,19 +129,14 @@ class DockerRuntime(MonitoredRuntime):
             script_args,
             python="python",
             log_dir=str(node.dir / "torchelastic"),
-            extra_env={**self.node_env(node), **self.shared_cores(topology)},
-        )
-
-    def shared_cores(self, topology: Topology) -> dict[str, str]:
-        """The containers share this machine's cores when the daemon runs here (memory.threads_per_rank)."""
-        return (
-            memory.threads_per_rank(topology) if os.environ.get("DOCKER_HOST", "unix://").startswith("unix://") else {}
+            # The containers share this machine's cores when the daemon runs here.
+            extra_env={**self.node_env(node), **(memory.threads_per_rank(topology) if daemon_is_local() else {})},
         )
 
     def prepare(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
         if topology.rdzv_backend != "c10d":
             raise LabError("the docker runtime runs the c10d rendezvous on node0; use --rdzv-backend c10d")
-        if os.environ.get("DOCKER_HOST", "unix://").startswith("unix://"):  # the daemon shares this machine
+        if daemon_is_local():
             memory.check_fits(topology, "this Docker host")
         docker = self.docker
         engine.require_image(docker, self.image, engine.node_build_hint(self.image))
@@ -288,3 +283,8 @@ def _ipam(subnet: str):
     from docker.types import IPAMConfig, IPAMPool
 
     return IPAMConfig(pool_configs=[IPAMPool(subnet=subnet)])
+
+
+def daemon_is_local() -> bool:
+    """The Docker daemon runs on this machine (a unix socket): its containers share its memory and cores."""
+    return os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
