@@ -112,3 +112,25 @@ def terminate(pids: list[int], grace_s: float, run_dir: str | None = None) -> li
     signal_all(survivors, signal.SIGKILL, run_dir)
     wait_gone(survivors, 5)
     return pids
+
+
+def listener_pids(port: int) -> set[int]:
+    """The processes with a TCP socket listening on port (those /proc lets this user see)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")) if inodes else ():
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{pid}/fd")):
+                found.add(int(pid))
+        except OSError:
+            continue
+    return found

@@ -8,6 +8,12 @@
 # cannot be built here (cuda without its base image) is reported and skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One build at a time per checkout (the test suite's workers and `make lab-up` may ask at once):
+# a second waits, then finds every layer cached. The lock is the Dockerfile itself, opened to read.
+exec 9<docker/Dockerfile
+flock 9
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
 targets="${TARGETS:-cpu cuda}"
 python="${PYTHON:-.venv/bin/python}"
 cpu_base="$(sed -n 's/^ARG CPU_BASE_IMAGE=//p' docker/Dockerfile)"
@@ -31,16 +37,16 @@ for target in $targets; do
     echo "building torchrun-lab:$target${base:+ on $base}${offline/#1/ (offline)}"
     if docker build -q -f docker/Dockerfile --target "$target" -t "torchrun-lab:$target" \
         ${base:+--build-arg BASE_IMAGE="$base"} --build-arg OFFLINE="$offline" \
-        --label "torchrun-lab.source=$source_hash" . >/tmp/tlab-build-$target.log 2>&1; then
+        --label "torchrun-lab.source=$source_hash" . >"$logs/$target.log" 2>&1; then
         built+=("torchrun-lab:$target")
     else
-        skipped+=("$target ($(grep -v DEPRECATED /tmp/tlab-build-$target.log | grep -iE 'error|denied|not found' | tail -1 | cut -c1-120))")
+        skipped+=("$target ($(grep -v DEPRECATED "$logs/$target.log" | grep -iE 'error|denied|not found' | tail -1 | cut -c1-120))")
     fi
 done
 echo "building torchrun-lab-prometheus:2.42"
 docker build -q -f docker/prometheus.Dockerfile ${base:+--build-arg BASE_IMAGE="$base"} \
-    -t torchrun-lab-prometheus:2.42 docker/prometheus >/tmp/tlab-build-prometheus.log 2>&1 \
-    || { tail -3 /tmp/tlab-build-prometheus.log >&2; echo "error: the Prometheus image did not build" >&2; exit 1; }
+    -t torchrun-lab-prometheus:2.42 docker/prometheus >"$logs/prometheus.log" 2>&1 \
+    || { tail -3 "$logs/prometheus.log" >&2; echo "error: the Prometheus image did not build" >&2; exit 1; }
 built+=(torchrun-lab-prometheus:2.42)
 echo "built: ${built[*]}"
 [ ${#skipped[@]} -eq 0 ] || echo "skipped: ${skipped[*]}"

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from lab import procs
 from lab.runtimes import netns
+from lab.runtimes.tempdirs import ray_session_prefix
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -46,6 +48,16 @@ def reference_cache(tmp_path_factory):
 @dataclass
 class Lab:
     run_dir: Path
+
+    @property
+    def lab_id(self) -> str:
+        """The id in the run dir's mark (lab down keeps the mark; a test that needs the id after
+        the dir is gone reads it first)."""
+        from lab.rundir import RunDir
+
+        mark = RunDir(self.run_dir).mark()
+        assert mark is not None, f"{self.run_dir} carries no lab mark"
+        return mark.lab_id
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "LAB_RUN_DIR": str(self.run_dir)}
@@ -80,6 +92,19 @@ def lab(tmp_path):
         yield handle
     finally:
         handle("down", timeout=120)
+
+
+def left_behind(run_dir: Path, lab_id: str) -> list[str]:
+    """What one lab still has running or lying about: its marked processes, hosts, firewall
+    rules, Ray session and Ray's processes. Only that lab's: the system tier runs two tests
+    at a time, so another test's lab may well be up."""
+    found = [f"process {pid}" for pid in procs.marked_pids(str(run_dir.resolve()))]
+    found += netns.leftovers(lab_id)
+    session = ray_session_prefix(lab_id)
+    ray = subprocess.run(["pgrep", "-f", session], capture_output=True, text=True).stdout.split()
+    found += [f"ray process {pid}" for pid in ray]
+    found += [f"dir {d}" for d in Path(tempfile.gettempdir()).glob(f"{session}*")]
+    return found
 
 
 def chromium(*args: str) -> subprocess.CompletedProcess:

@@ -5,7 +5,7 @@ import re
 import signal
 
 import pytest
-from conftest import SCRIPTS, needs_netns, wait_for_output
+from conftest import SCRIPTS, left_behind, needs_netns, wait_for_output
 
 from lab import procs, results
 from lab.runtimes import netns
@@ -53,16 +53,16 @@ def test_down_cleans_up_after_the_lab_process_is_killed(lab):
         proc.wait(10)
         # 2 shims + 2 agents + 4 workers outlive the lab process
         assert len(procs.marked_pids(str(lab.run_dir.resolve()))) >= 8
-        assert netns.leftovers()
+        lab_id = lab.lab_id
+        assert netns.leftovers(lab_id)
     finally:
         proc.kill()
         proc.stdout.close()
 
     out = lab("down")
     assert out.returncode == 0
-    assert re.search(r"removed netns tlab-[0-9a-f]{5}-node0", out.stdout), out.stdout
-    assert procs.marked_pids() == []
-    assert netns.leftovers() == []
+    assert f"removed netns tlab-{lab_id}-node0" in out.stdout, out.stdout
+    assert left_behind(lab.run_dir, lab_id) == []
     assert not lab.run_dir.exists()
 
 
@@ -72,9 +72,11 @@ def test_a_failed_node_fails_the_job_and_the_others_are_stopped(lab):
     assert out.returncode != 0
     assert "stopping node0" in out.stdout
     assert "job failed" in out.stdout
-    assert procs.marked_pids() == []
+    assert procs.marked_pids(str(lab.run_dir.resolve())) == []
 
 
+# Loopback labs share the machine's ports (rendezvous, exporters): one such test at a time.
+@pytest.mark.xdist_group("loopback")
 def test_loopback_nodes_run_the_trainer_with_exporters(lab):
     """Loopback nodes share a hostname: their exporters and event logs must still not collide."""
     out = lab(
@@ -125,6 +127,8 @@ def sleeping(marker: str) -> list[int]:
     return found
 
 
+# Loopback labs share the machine's ports (rendezvous, exporters): one such test at a time.
+@pytest.mark.xdist_group("loopback")
 def test_a_process_the_job_leaves_behind_is_stopped_with_its_node(lab):
     """On loopback hosts nothing (no namespace) takes a daemon the script started with a clean
     environment and a session of its own; the node's shim, its subreaper, does."""

@@ -1,6 +1,7 @@
 """Rules, config and dashboard checked by the real promtool, and against what the exporters export."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -97,3 +98,38 @@ def test_every_metric_has_the_lab_prefix_and_counters_end_in_total():
         if family.type == "counter":
             assert all(s.name.endswith("_total") for s in family.samples)
         assert "duration" not in family.name or family.name.endswith("_seconds")
+
+
+@pytest.mark.skipif(prometheus.binary() is None, reason="prometheus not installed (make host-deps installs it)")
+def test_a_port_taken_between_choosing_and_binding_moves_to_the_next_free_one(tmp_path):
+    """Two labs starting at one moment can both find the same port free. The one that loses the
+    bind must neither fail nor take the other's server (which answers /-/ready too) for its own."""
+    import http.server
+    import threading
+
+    from lab import procs
+
+    server = prometheus.Prometheus(tmp_path / "prometheus", port=None)
+    chosen = server.port
+
+    class AlwaysReady(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802  # http.server's name
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    other = http.server.HTTPServer(("127.0.0.1", chosen), AlwaysReady)  # the other lab's, first
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        server.start(str(tmp_path / "run"))
+        try:
+            assert server.port != chosen and server.url.endswith(f":{server.port}")
+            assert procs.listener_pids(server.port) - {os.getpid()}, "a Prometheus of its own listens there"
+            assert prometheus.Prometheus(tmp_path, port=server.port).query("vector(1)") == [{"metric": {}, "value": 1.0}]
+        finally:
+            procs.terminate(procs.marked_pids(str(tmp_path / "run")), 5)
+    finally:
+        other.shutdown()
+        other.server_close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -75,6 +76,11 @@ def config(targets_dir: Path, scrape_interval_s: float = 2.0, rules: Path = RULE
 DEFAULT_PORT = 9090
 
 
+def last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else "no output"
+
+
 def first_free_port(start: int = DEFAULT_PORT, host: str = "127.0.0.1", tries: int = 100) -> int:
     """The first port from start on that nothing listens on: two labs each get a Prometheus."""
     import socket
@@ -94,9 +100,16 @@ class Prometheus:
     def __init__(self, directory: Path, port: int | None = DEFAULT_PORT):
         """port None: the first free one from DEFAULT_PORT on."""
         self.dir = directory
+        self.chosen_port = port is None  # then another free one will do, should this one be taken first
         self.port = port if port is not None else first_free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.live_url = f"{self.url}/{LIVE_PAGE}"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def live_url(self) -> str:
+        return f"{self.url}/{LIVE_PAGE}"
 
     @property
     def targets_dir(self) -> Path:
@@ -111,33 +124,48 @@ class Prometheus:
         self.config_path.write_text(json.dumps(config(self.targets_dir, rules=rules), indent=2))
 
     def start(self, run_dir: str, timeout_s: float = 30.0) -> None:
+        """Start it and wait until it is the server answering on its port. A port found free can
+        be taken before Prometheus binds it (another lab starting at the same moment): then, when
+        the lab chose the port, the next free one is tried."""
         exe = binary()
         if exe is None:
             raise LabError(INSTALL_HINT)
         self.write_config()
-        argv = [
-            exe,
-            f"--config.file={self.config_path}",
-            f"--storage.tsdb.path={self.dir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
-            "--log.level=warn",
-            *console_flags(),
-        ]
-        procs.spawn(argv, log_path=self.dir / "prometheus.log", env={**os.environ, MARKER: run_dir})
-        self.wait_ready(timeout_s, lambda: (self.dir / "prometheus.log").read_text(errors="replace"))
+        log = self.dir / "prometheus.log"
+        for _ in range(5):
+            argv = [
+                exe,
+                f"--config.file={self.config_path}",
+                f"--storage.tsdb.path={self.dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+                *console_flags(),
+            ]
+            server = procs.spawn(argv, log_path=log, env={**os.environ, MARKER: run_dir})
+            self.wait_ready(timeout_s, lambda: log.read_text(errors="replace"), server)
+            if server.poll() is None:
+                return
+            if not self.chosen_port or "address already in use" not in log.read_text(errors="replace"):
+                raise LabError(f"prometheus exited at start: {last_line(log.read_text(errors='replace'))}")
+            self.port = first_free_port(self.port + 1)
+        raise LabError("prometheus found every port it tried taken; pick one with --prometheus-port")
 
-    def wait_ready(self, timeout_s: float, read_log) -> None:
-        """Until /-/ready answers; else a one-line error with the last line of read_log()."""
+    def wait_ready(self, timeout_s: float, read_log, server: subprocess.Popen | None = None) -> None:
+        """Until /-/ready answers, from server's own process when the lab started it (not from
+        whatever else listens on the port); returns early if server exits. Else a one-line
+        error with the last line of read_log()."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if server is not None and server.poll() is not None:
+                return
             try:
                 with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
-                    if response.status == 200:
+                    if response.status == 200 and (server is None or server.pid in procs.listener_pids(self.port)):
                         return
             except OSError:
-                time.sleep(0.2)
-        log = read_log().strip().splitlines()
-        raise LabError(f"prometheus did not become ready on :{self.port}: {log[-1] if log else 'no output'}")
+                pass
+            time.sleep(0.2)
+        raise LabError(f"prometheus did not become ready on :{self.port}: {last_line(read_log())}")
 
     def query(self, expr: str) -> list[dict]:
         """Instant query; [{'metric': {...}, 'value': float}, ...]."""

@@ -24,6 +24,7 @@ from lab.nodeenv import NodeEnv
 from lab.options import Option
 from lab.rundir import MARKER, NODE_MARKER, RunDir
 from lab.runtimes import etcd, memory, netns, userns
+from lab.runtimes import state as runstate
 from lab.runtimes.base import Log, MonitoredRuntime, Node
 from lab.runtimes.dry_run import plan_text
 from lab.runtimes.local_faults import LocalFaults
@@ -243,6 +244,9 @@ class LocalRuntime(MonitoredRuntime):
         topology = plan.topology
         if plan.prometheus:
             self.prometheus.start(str(self.run_dir.path))
+            if plan.prometheus != self.prometheus.url:  # its port was taken meanwhile: recorded anew
+                plan.prometheus = self.prometheus.url
+                runstate.save(self.run_dir, plan.state())
         if plan.hosts == "netns":
             self.net.create(topology.nodes)
         if topology.rdzv_backend == "etcd-v2":

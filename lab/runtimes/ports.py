@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 
 from lab import procs
@@ -31,35 +30,13 @@ def ensure_port_free(host: str, port: int, what: str, option: str) -> None:
 
 def holder(port: int) -> str:
     """Who listens on port, as far as /proc tells: a lab (by its run dir), another program, or nobody known."""
-    pids = listener_pids(port)
+    pids = procs.listener_pids(port)
     labs = sorted({procs.environ(pid).get(MARKER, "") for pid in pids} - {""})
     if labs:
         return f" (by the lab running in {', '.join(labs)})"
     if pids:
         return f" (by {', '.join(f'{_name(pid)} pid {pid}' for pid in sorted(pids))}, not a lab)"
     return ""
-
-
-def listener_pids(port: int) -> set[int]:
-    """The processes with a TCP socket listening on port (those /proc lets this user see)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = open(table).read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(f"socket:[{fields[9]}]")
-    found = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")) if inodes else ():
-        try:
-            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{pid}/fd")):
-                found.add(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 def _name(pid: int) -> str:

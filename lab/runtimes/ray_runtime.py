@@ -193,6 +193,8 @@ class RayRuntime(MonitoredRuntime):
         runstate.save(self.run_dir, recorded)
         if watch:
             self.prometheus.start(str(self.run_dir.path))
+            recorded.prometheus = self.prometheus.url  # (another port, if its first was taken meanwhile)
+            runstate.save(self.run_dir, recorded)
         for node in nodes:
             node.start(self.node_argv(topology, node, script, script_args))
         return topology, nodes
