@@ -127,7 +127,8 @@ def test_a_port_taken_between_choosing_and_binding_moves_to_the_next_free_one(tm
         try:
             assert server.port != chosen and server.url.endswith(f":{server.port}")
             assert procs.listener_pids(server.port) - {os.getpid()}, "a Prometheus of its own listens there"
-            assert prometheus.Prometheus(tmp_path, port=server.port).query("vector(1)") == [{"metric": {}, "value": 1.0}]
+            answer = prometheus.Prometheus(tmp_path, port=server.port).query("vector(1)")
+            assert answer == [{"metric": {}, "value": 1.0}]
         finally:
             procs.terminate(procs.marked_pids(str(tmp_path / "run")), 5)
     finally:
