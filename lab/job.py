@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
+from lab.node.restart_budget import CRASH_LOOP_EXIT
 from lab.runtimes.base import Node
 
 
@@ -117,5 +118,8 @@ def failure_grace_s(topology) -> float | None:
 
 
 def job_status(codes: dict[str, int]) -> int:
-    """The job's exit status: the first failing node's, or 0."""
+    """The job's exit status: a crash loop's (lab.node.restart_budget) where an agent stopped
+    one, else the first failing node's, or 0."""
+    if CRASH_LOOP_EXIT in codes.values():
+        return CRASH_LOOP_EXIT
     return next((code for code in codes.values() if code != 0), 0)

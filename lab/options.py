@@ -89,7 +89,14 @@ RDZV_BACKEND = Option(
     "--rdzv-backend", "where the rendezvous lives (default %(default)s)", _DEFAULTS.rdzv_backend, choices=RDZV_BACKENDS
 )
 RDZV_PORT = Option("--rdzv-port", "", _DEFAULTS.rdzv_port, port)
-MAX_RESTARTS = Option("--max-restarts", "", _DEFAULTS.max_restarts, int)
+MAX_RESTARTS = Option(
+    "--max-restarts",
+    "restarts in a row without progress before the job stops as a crash loop (exit 86); progress "
+    "refills it (lab/node/restart_budget.py; --torch-defaults: torchrun's count of every restart). "
+    "Default %(default)s",
+    _DEFAULTS.max_restarts,
+    int,
+)
 GPUS_PER_NODE = Option(
     "--gpus-per-node",
     "GPUs each node uses; nodes sharing a machine get disjoint ones "

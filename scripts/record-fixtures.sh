@@ -28,6 +28,7 @@ declare -A CASES=(
   [preempt]="preempt"
   [corrupt-checkpoint]="corrupt-checkpoint"
   [collective-mismatch]="collective-mismatch"
+  [crash-loop]="crash-loop"
   [script-kill-worker]="kill-worker --script tests/user_scripts/snapshot_every_epoch.py -- --epochs 8"
   [script-never-loads]="kill-worker --script tests/user_scripts/never_loads.py --nodes 1 --nproc-per-node 3 --at-step 8 -- --steps 30"
   [script-silent]="kill-worker --script tests/user_scripts/silent.py --ckpt-dir state --at-time 4 -- --rounds 40"

@@ -25,6 +25,7 @@ from conftest import REPO, needs_netns
 
 from lab.health import prometheus_rule
 from lab.node import k8s_pod
+from lab.node.restart_budget import CRASH_LOOP_EXIT
 
 OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos", "shared-checkpoints")
 GOLDEN = Path(__file__).parent / "golden" / "k8s"
@@ -158,6 +159,17 @@ def test_the_base_is_a_gang_of_indexed_pods_with_stable_names():
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
     assert topology["rdzv_host"] == f"{job['metadata']['name']}-0.{service['metadata']['name']}"
     assert job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 30  # torchrun's SIGTERM wait
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_a_crash_loop_fails_the_job_so_no_new_pod_restarts_the_count(overlay):
+    """The agent's crash-loop exit (lab.node.restart_budget) is a FailJob code in every overlay: a
+    replaced pod would start a fresh agent with a fresh budget. Pod failures count per index
+    (backoffLimitPerIndex), in the Job's status, which replacing a pod does not reset."""
+    job = next(o for o in objects(overlay) if o["kind"] == "Job")["spec"]
+    fail_job = [r["onExitCodes"]["values"] for r in job["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
+    assert any(CRASH_LOOP_EXIT in codes for codes in fail_job), fail_job
+    assert job["backoffLimitPerIndex"] >= 0 and job["maxFailedIndexes"] == 0
 
 
 def test_the_prometheus_rule_is_generated_from_the_lab_rules():

@@ -8,6 +8,7 @@ from lab import job, results, why
 from lab.cli.flags import add_topology_options
 from lab.cli.starting import start
 from lab.health import prometheus
+from lab.node.restart_budget import CRASH_LOOP_EXIT
 from lab.runtimes import state as runstate
 from lab.workloads import script_path
 
@@ -64,4 +65,5 @@ def handle(args: argparse.Namespace) -> int:
         print(f"job failed: node exit codes {codes}")
         print(why.card(runtime.run_dir.path).text(), end="")
     print("the lab's hosts stay up for inspection: `lab status`, then `lab down`")
-    return 0 if ok and job.job_status(codes) == 0 else 1
+    status = job.job_status(codes)
+    return status if status == CRASH_LOOP_EXIT else 0 if ok and status == 0 else 1

@@ -49,6 +49,7 @@ CATALOG = (
     "preempt",
     "corrupt_checkpoint",
     "collective_mismatch",
+    "crash_loop",
 )
 
 

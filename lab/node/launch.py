@@ -108,10 +108,11 @@ def main(argv: list[str] | None = None) -> None:
         )
 
     # Imported late: torch takes seconds to import and the flags above need none of it.
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
     from torch.distributed.run import parse_args
 
-    from lab.node import fast_rendezvous
+    from lab.node import fast_rendezvous, restart_budget
 
     fast_rendezvous.register()
     if parse_args(torchrun_argv).rdzv_backend == fast_rendezvous.NAME:
@@ -129,7 +130,15 @@ def main(argv: list[str] | None = None) -> None:
 
         worker_record.install(workers_file)
     start_agent_exporter(torchrun_argv, log, on_running=lambda: preimport_for_agent(log))
-    torchrun_main(torchrun_argv)
+    budget = None
+    events_dir = NodeEnv.parse().events_dir
+    if events_dir and not flags.torch_defaults:
+        budget = restart_budget.install(events_dir, parse_args(torchrun_argv).max_restarts)
+    try:
+        torchrun_main(torchrun_argv)
+    except ChildFailedError as e:
+        restart_budget.exit_if_crash_loop(budget, e)
+        raise
 
 
 # What the agent imports in the background once its workers run (see the module docstring).

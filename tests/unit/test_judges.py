@@ -15,6 +15,7 @@ from lab.exercises import (
     DrillOptions,
     collective_mismatch,
     corrupt_checkpoint,
+    crash_loop,
     hang_rank,
     kill_node,
     kill_rendezvous_host,
@@ -40,6 +41,7 @@ CASES = {
     "preempt": (preempt, {}),
     "corrupt-checkpoint": (corrupt_checkpoint, {}),
     "collective-mismatch": (collective_mismatch, {}),
+    "crash-loop": (crash_loop, {}),
 }
 
 
@@ -72,6 +74,9 @@ FACTS = {
     "preempt": lambda f: f["lost_steps"] == 0 and f["final_weights_match_reference"],
     "corrupt-checkpoint": lambda f: f["restarts"] == 1 and f["final_weights_match_reference"],
     "collective-mismatch": lambda f: f["seconds_to_failure"] < 30,
+    "crash-loop": lambda f: (
+        f["restarts"] == 4 and f["crash_loop_restarts"] == 3 and f["crash_loop_stopped_after_s"] < 60
+    ),
 }
 
 
@@ -238,3 +243,29 @@ def test_a_mismatch_found_only_at_the_timeout_fails():
         "the error names the mismatch",
         "it failed fast, not at the 60 s timeout",
     ]
+
+
+def test_crash_loop_judged_on_torchruns_count_fails_both_halves():
+    """What torchrun's own count would have shown: the job stopped at the K+1-th survived fault,
+    and the loop ended with torchrun's exit 1, unexplained."""
+    evidence = seen("crash-loop")
+    outlived = Seen.from_json(evidence.extra["outlived"])
+    outlived.codes = {node: 1 for node in outlived.codes}
+    evidence.extra["outlived"] = outlived.to_json()
+    evidence.codes = {node: 1 for node in evidence.codes}
+    evidence.logs = {node: log.replace("crash loop", "worker group failed") for node, log in evidence.logs.items()}
+    assert failed(judge("crash-loop", evidence)) == [
+        "with progress between them, 4 faults did not stop the job (budget 3)",
+        "an agent exited 86 (crash loop)",
+        "the agent said why",
+    ]
+
+
+def test_crash_loop_that_kept_restarting_or_stepped_fails_the_stop_check():
+    evidence = seen("crash-loop")
+    start = next(e for e in evidence.events if e["event"] == "start")
+    evidence.events.append({**start, "restart": 4})
+    assert failed(judge("crash-loop", evidence)) == ["killed at every start, the job stopped after 3 restarts"]
+    evidence = seen("crash-loop")
+    evidence.events.append({**start, "event": "step", "step": 1})
+    assert failed(judge("crash-loop", evidence)) == ["killed at every start, the job stopped after 3 restarts"]
