@@ -2,8 +2,6 @@
 fails at every start stops within K restarts with its own exit code, under `lab run`; the
 crash-loop drill shows the other half (faults survived past K when the job makes progress)."""
 
-import re
-
 import pytest
 from conftest import SCRIPTS, needs_netns, report_of
 
@@ -21,7 +19,7 @@ def test_a_script_that_fails_at_every_start_stops_in_k_restarts_with_the_reason(
     said = out.stdout + out.stderr
     assert out.returncode == CRASH_LOOP_EXIT, said[-3000:]
     assert "crash loop: no progress in 2 restarts (no step seen)" in said
-    assert len(re.findall(r"will restart worker group", said)) == 2, said[-3000:]
+    assert "the group failed 3 times in all" in said, said[-3000:]  # the first try and 2 restarts (lab why)
     assert f"node exit codes {{'node0': {CRASH_LOOP_EXIT}}}" in out.stdout
 
 

@@ -22,8 +22,7 @@ from test_multinode import ranks_from
 from lab import procs
 from lab.runtimes import netns
 
-# One cluster, one fixed lab id: its tests run in one worker of the parallel system tier.
-pytestmark = [pytest.mark.slow, needs_netns, pytest.mark.xdist_group("ray-cluster")]
+pytestmark = [pytest.mark.slow, needs_netns]
 RAY = str(Path(sys.executable).with_name("ray"))
 GCS_PORT = 6379
 CLUSTER_MARK = "TLAB_TEST_RAY_CLUSTER"  # every process of the test's cluster carries it

@@ -44,6 +44,18 @@ def test_a_script_that_never_loads_its_checkpoint_fails_and_says_why():
     assert report.facts["work_redone"]["count"] >= 8 and report.facts["work_redone"]["from"] == 0
 
 
+def test_a_fault_before_any_checkpoint_is_not_blamed_on_the_script():
+    """Fired before the first save (a slow start on a loaded machine, a wall-time fire point):
+    starting over was all the script could do, and the detail says the fault may have come too early."""
+    evidence = seen("never-loads")
+    evidence.events = [e for e in evidence.events if e["event"] != "saved"]
+    report = judge.judge(evidence)
+    assert failed(report) == ["it resumed where it left off, not from the start"]
+    detail = next(c.detail for c in report.checks if not c.ok)
+    assert "it came before the first checkpoint (fire later: --at-step, --at-time)" in detail
+    assert "your script does not load its checkpoint" not in detail
+
+
 def test_a_silent_script_is_judged_by_its_checkpoint_files_and_says_so():
     report = judge.judge(seen("silent"))
     assert report.verdict == "pass", report.checks

@@ -235,6 +235,12 @@ def check_resumed(report: Report, seg: dict[str, Any], unit: str, loaded: list[s
             f"restarted from {unit} {resumed} although it loaded {loaded[0]}: no torch.save or dcp.save was seen "
             "before the fault, so nothing says that file held any progress"
         )
+    elif saved is None:  # nothing seen saved, nothing loaded: too early to tell, or no checkpointing
+        detail = (
+            f"restarted from {unit} {resumed} and loaded no file; no torch.save or dcp.save was seen before the "
+            "fault either: it came before the first checkpoint (fire later: --at-step, --at-time), or your "
+            "script does not checkpoint"
+        )
     else:
         detail = f"restarted from {unit} {resumed}: your script does not load its checkpoint"
         detail += " (it loaded no file after the fault)"
