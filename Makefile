@@ -54,11 +54,11 @@ lint: venv ## ruff (lint and format) and mypy, as configured in pyproject.toml
 # time took 25 min instead of 41, but on 2 cores the drills' timing verdicts then flaked.)
 FAST := -m "not slow and not docker"
 test: venv host-deps lint ## the whole test suite (what CI runs)
-	$(BIN)/pytest -q -n 2 $(FAST)
+	$(BIN)/pytest -q -n 2 --dist worksteal $(FAST)
 	$(BIN)/pytest -q -m "slow or docker" --durations=15
 
 test-fast: venv lint ## the quick inner loop: no multi-process jobs, no containers
-	$(BIN)/pytest -q -n 2 $(FAST)
+	$(BIN)/pytest -q -n 2 --dist worksteal $(FAST)
 
 soak: venv host-deps ## 20 kill-worker + 5 kill-node drills on netns hosts, 5 kill-node in containers; count leaks (about 25 min)
 	@if docker info >/dev/null 2>&1; then TARGETS=cpu scripts/build-images.sh; fi

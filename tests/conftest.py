@@ -86,12 +86,16 @@ class Lab:
 
 @pytest.fixture
 def lab(tmp_path):
-    """The lab CLI bound to a fresh run dir; `lab down` runs afterwards even if the test failed."""
+    """The lab CLI bound to a fresh run dir; `lab down` runs afterwards even if the test failed,
+    unless the test made nothing: no run dir (every command that starts anything claims it
+    first) and no process carrying its mark. Most refusal tests make nothing, and a `lab down`
+    each cost the fast tier 16 s."""
     handle = Lab(run_dir=tmp_path / "run")
     try:
         yield handle
     finally:
-        handle("down", timeout=120)
+        if os.path.lexists(handle.run_dir) or procs.marked_pids(str(handle.run_dir.resolve())):
+            handle("down", timeout=120)
 
 
 def left_behind(run_dir: Path, lab_id: str) -> list[str]:

@@ -30,6 +30,7 @@ def final_checksums(stdout: str) -> set[str]:
     return {r.exact for r in results.parse(stdout, node="local")}
 
 
+@pytest.mark.slow  # three trainer runs: the system tier
 def test_truncated_newest_checkpoint_is_skipped_and_the_run_still_ends_identical(tmp_path):
     reference = train("--steps", "40")
     train("--steps", "30", "--ckpt-dir", str(tmp_path / "ckpt"))

@@ -46,6 +46,7 @@ def test_a_custom_regex_with_named_groups():
     assert progress_value(re.compile(r"done (\d+)"), "done 5 of 9") == (5, "step")
 
 
+@pytest.mark.slow  # real torchrun jobs: the system tier
 def test_the_watcher_records_start_helper_steps_loads_and_the_exception_line(tmp_path):
     """Real torchrun, 2 workers, the script unmodified: it runs in --workdir, the helper's steps
     are recorded (its printed 'epoch 10x' is not), and rank 1's exception names the script's line."""
@@ -99,6 +100,7 @@ def test_compare_bitwise_then_within_rtol(tmp_path):
     assert not ok and "wrote no" in detail
 
 
+@pytest.mark.slow  # real torchrun jobs: the system tier
 def test_forensics_name_the_rank_that_never_entered_the_collective(tmp_path):
     """Real torchrun, 3 workers: rank 1 sleeps at step 5 instead of entering the next all-reduce.
     Asked while the others wait (30 s timeout), every rank answers from its forensics thread,
@@ -143,6 +145,7 @@ def test_forensics_name_the_rank_that_never_entered_the_collective(tmp_path):
     assert found["finding"].startswith("rank 1 never entered all_reduce #")
 
 
+@pytest.mark.slow  # real torchrun jobs: the system tier
 def test_a_script_that_exits_with_an_error_keeps_its_own_words(tmp_path):
     """argparse's error goes to stderr and the node's log is gone after teardown: the exit
     record keeps the script's last lines of stderr (what the drill's verdict then quotes)."""
@@ -167,6 +170,7 @@ def test_a_script_that_exits_with_an_error_keeps_its_own_words(tmp_path):
     assert record["stderr"][-1].endswith("error: the following arguments are required: --data")
 
 
+@pytest.mark.slow  # real torchrun jobs: the system tier
 def test_a_scripts_saves_are_recorded_with_where_they_went(tmp_path):
     """When a script last saved is what its resume is measured against (a sparse snapshot's)."""
     import subprocess
