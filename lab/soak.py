@@ -7,7 +7,7 @@ bring the lab up, break it, judge it, tear it down. Before the first and after t
 the soak takes a census of everything a lab could leak (processes, network namespaces,
 links, iptables rules, containers, networks, listening ports, this process's open file
 descriptors, files in the temp dir, /etc/netns and /dev/shm) and reports the difference.
-`make soak` runs the full version; the test suite runs three cycles.
+`make soak` runs the full version; the test suite runs two cycles.
 """
 
 from __future__ import annotations
