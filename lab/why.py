@@ -65,7 +65,7 @@ class Card:
 
     def text(self) -> str:
         if self.first is None:
-            return "no rank failed: the agents recorded no failure\n"
+            return "no rank failed: the agents recorded no failure\n" + "".join(f"note: {n}\n" for n in self.notes)
         f = self.first
         lines = [
             f"first failure: rank {f.rank} on {f.node}"
@@ -127,15 +127,18 @@ class Evidence:
     terminated: set[int]  # pids torchrun's agents sent SIGTERM
     raised: dict[int, dict]  # rank -> its exit event, for ranks that died of an exception
     steps: dict[int, int]  # rank -> its last step
+    skipped: list[str] = field(default_factory=list)  # "rank1.jsonl: 2 lines" not read as records
 
 
 def read_evidence(run_dir: Path) -> Evidence:
-    events_dir = run_dir / "events"
+    events_dir, skipped = run_dir / "events", list[str]()
     agents = (
-        [a for a in read_agent_events(events_dir) if a["name"] == "lab.failure_detected"] if events_dir.is_dir() else []
+        [a for a in read_agent_events(events_dir, skipped) if a["name"] == "lab.failure_detected"]
+        if events_dir.is_dir()
+        else []
     )
-    ranks = list(read_events(events_dir)) if events_dir.is_dir() else []
-    found = Evidence(agents, {}, set(), {}, {})
+    ranks = list(read_events(events_dir, skipped)) if events_dir.is_dir() else []
+    found = Evidence(agents, {}, set(), {}, {}, skipped)
     for log in sorted((run_dir / "nodes").glob("*/node.log")):
         text = log.read_text(errors="replace")
         found.traces.update(tracebacks(text))
@@ -152,12 +155,7 @@ def reported_failures(found: Evidence) -> list[RankFailure]:
     failures: list[RankFailure] = []
     seen: set[tuple[int, int | None]] = set()
     for record in found.agents:
-        details = record["event"].get("failures") or {
-            r: {"exitcode": c, "pid": None, "local_rank": None}
-            for r, c in record["event"].get("exit_codes", {}).items()
-        }
-        for rank_text, info in details.items():
-            rank = int(rank_text)
+        for rank, info in failure_details(record["event"]):
             if (rank, info.get("pid")) in seen:
                 continue
             seen.add((rank, info.get("pid")))
@@ -165,7 +163,8 @@ def reported_failures(found: Evidence) -> list[RankFailure]:
             failure.pid = info.get("pid")
             event = found.raised.get(rank)
             if event and (failure.pid is None or event.get("pid") == failure.pid):
-                failure.error, failure.where, failure.time = event["error"], event["where"], event["time"]
+                failure.error, failure.where = str(event.get("error", "")), str(event.get("where", ""))
+                failure.time = event["time"]
             elif rank in found.traces:
                 failure.error, failure.where = found.traces[rank]
             failure.how = (
@@ -179,6 +178,27 @@ def reported_failures(found: Evidence) -> list[RankFailure]:
     return failures
 
 
+def failure_details(event: dict) -> list[tuple[int, dict]]:
+    """(rank, {exitcode, pid, local_rank}) for each failed rank an agent's record names; what
+    does not have that shape (an older lab's record, say) is passed over."""
+    codes = event.get("exit_codes")
+    codes = codes if isinstance(codes, dict) else {}
+    details = event.get("failures") or {r: {"exitcode": c} for r, c in codes.items()}
+    found = []
+    for rank_text, info in details.items() if isinstance(details, dict) else ():
+        try:
+            rank = int(rank_text)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(info, dict):
+            found.append((rank, {k: _whole(info.get(k)) for k in ("exitcode", "pid", "local_rank")}))
+    return found
+
+
+def _whole(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     """The card for everything the run dir's events and logs say. kernel: the kernel's log
     (default: /dev/kmsg, read only when a rank died of a SIGKILL nobody in the job sent)."""
@@ -187,6 +207,11 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     failures += stopped_by_the_agent(run_dir, failures, found.terminated, found.steps)
     per_node = Counter(a["node"] for a in found.agents)  # every node's agent reports each failed round
     result = Card(first=None, rounds=max(per_node.values(), default=0))
+    if found.skipped:
+        result.notes.append(
+            f"left out what is not a record of this lab's (a torn last line, another program's output, an older "
+            f"lab's shape): {', '.join(found.skipped)}"
+        )
     if not failures:
         return result
     failures.sort(key=lambda f: f.time)

@@ -46,6 +46,10 @@ def test_a_drill_beside_a_running_lab_passes_and_leaves_it_running(lab, tmp_path
     status = lab("status")
     assert len(re.findall(r"pid \d+\s+running", status.stdout)) == 2, status.stdout
     assert "agent node0: up" in status.stdout, status.stdout
+    # `lab why` while the job runs: what it recorded so far, and that it is still running.
+    during = lab("why")
+    assert during.returncode == 0, during.stderr
+    assert during.stdout.startswith("no rank failed") and "the job is still running (node0, node1)" in during.stdout
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 from lab import evidence, files, why
 from lab.cli.flags import add_run_dir_option
@@ -38,6 +39,9 @@ def handle(args: argparse.Namespace) -> int:
     run_dir = run_dir_from_args(args)
     if (run_dir.path / "events").is_dir() or (run_dir.path / "nodes").is_dir():
         card = why.card(run_dir.path)
+        running = still_running(run_dir)
+        if running:
+            card.notes.insert(0, f"the job is still running ({', '.join(running)}): this is what it recorded so far")
         print(json.dumps(card.to_json(), indent=2) if args.json else card.text(), end="" if not args.json else "\n")
         return 0
     saved = sorted(run_dir.reports.glob("why-*.json")) if run_dir.is_marked() else []
@@ -46,6 +50,27 @@ def handle(args: argparse.Namespace) -> int:
             f"nothing to explain in {run_dir.path}: no job's events or logs, and no saved card "
             "(`lab run` saves one when its job fails)"
         )
-    record = json.loads(saved[-1].read_text())
+    record = saved_card(saved[-1])
     print(json.dumps(record, indent=2) if args.json else f"(saved {saved[-1].name})\n{record['text']}", end="")
     return 0
+
+
+def saved_card(path: Path) -> dict:
+    raw = files.read_regular(path, 10 * 2**20)
+    try:
+        record = json.loads(raw.decode(errors="replace")) if raw is not None else None
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+        raise LabError(f"the saved card {path} is not one the lab wrote (not a plain file of JSON with a card's text)")
+    return record
+
+
+def still_running(run_dir: RunDir) -> list[str]:
+    """The lab's nodes still running (their names), as far as its runtime can tell now."""
+    from lab import runtimes
+
+    try:
+        return [node.name for node in runtimes.for_run_dir(run_dir).attach() if node.exit_code() is None]
+    except LabError:
+        return []

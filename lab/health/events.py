@@ -132,28 +132,71 @@ class EventLog:
         echo(self.path.stem if self.path else "", line)
 
 
-def read_events(directory: str | os.PathLike) -> Iterator[dict]:
-    """Every record from every rank's file, in time order. A torn last line is skipped."""
+# The fields every reader of a rank's record relies on, and their types.
+RANK_FIELDS: dict[str, type | tuple[type, ...]] = {"time": (int, float), "event": str, "rank": int}
+# And what some events carry that their readers use (a step number, say).
+EVENT_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    Event.STEP: {"step": int},
+    Event.START: {"restart": int},
+    Event.CHECKPOINT_SAVED: {"step": int},
+    Event.CHECKPOINT_LOADED: {"step": int},
+}
+
+
+def well_formed(record: object, fields: dict[str, type | tuple[type, ...]]) -> bool:
+    return isinstance(record, dict) and all(
+        isinstance(record.get(name), kind) and not isinstance(record.get(name), bool) for name, kind in fields.items()
+    )
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def read_events(directory: str | os.PathLike, skipped: list[str] | None = None) -> Iterator[dict]:
+    """Every record from every rank's file, in time order. A line that is not such a record (a
+    torn last line, another program's output, an older lab's shape) is left out, and named in
+    `skipped` when the caller asks ("rank1.jsonl: 2 lines")."""
     records = []
     for path in sorted(Path(directory).glob("rank*.jsonl")):
-        for line in path.read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return iter(sorted(records, key=lambda r: r["time"]))
-
-
-def read_agent_events(events_dir: Path) -> list[dict]:
-    """torchelastic's agent and rendezvous events as lab.node.launch recorded them, in time order."""
-    records = []
-    for path in sorted(Path(events_dir).glob("agent-*.jsonl")):
-        for line in path.read_text().splitlines():
+        bad = 0
+        for line in _lines(path):
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
+                bad += 1
                 continue
-            event = record.get("torchelastic", {})
+            extra = EVENT_FIELDS.get(str(record.get("event")), {}) if isinstance(record, dict) else {}
+            if well_formed(record, RANK_FIELDS) and well_formed(record, extra):
+                records.append(record)
+            else:
+                bad += 1
+        if bad and skipped is not None:
+            skipped.append(f"{path.name}: {bad} line{'s' if bad > 1 else ''}")
+    return iter(sorted(records, key=lambda r: r["time"]))
+
+
+AGENT_FIELDS: dict[str, type | tuple[type, ...]] = {"time": (int, float), "node": str, "torchelastic": dict}
+
+
+def read_agent_events(events_dir: Path, skipped: list[str] | None = None) -> list[dict]:
+    """torchelastic's agent and rendezvous events as lab.node.launch recorded them, in time
+    order; unreadable lines are left out and named in `skipped`, as read_events does."""
+    records = []
+    for path in sorted(Path(events_dir).glob("agent-*.jsonl")):
+        bad = 0
+        for line in _lines(path):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = None
+            if not well_formed(record, AGENT_FIELDS):
+                bad += 1
+                continue
+            event = record["torchelastic"]
             records.append(
                 {
                     "time": record["time"],
@@ -163,4 +206,6 @@ def read_agent_events(events_dir: Path) -> list[dict]:
                     "event": event,
                 }
             )
+        if bad and skipped is not None:
+            skipped.append(f"{path.name}: {bad} line{'s' if bad > 1 else ''}")
     return sorted(records, key=lambda r: r["time"])
