@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, needs_netns
+from conftest import REPO, lab_in_process, needs_netns
+from test_cli_errors import assert_one_line_error
 
 from lab.health import prometheus_rule
 from lab.node import k8s_pod
@@ -208,6 +209,42 @@ def test_k8s_dry_run_prints_the_manifests_with_the_chosen_topology(lab):
     config = next(o for o in objs if o["kind"] == "ConfigMap")["data"]
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
     assert json.loads(config["LAB_TOPOLOGY"])["max_restarts"] == 1 and config["LAB_WORKLOAD"] == "ddp_train"
+
+
+@needs_kubectl
+def test_your_own_image_script_and_requests_are_what_the_pods_run(lab, capsys):
+    """--image and the script's path in it, --pod-cpu and --pod-memory: in the manifests `up`
+    would apply. A request above the overlay's limit raises the limit with it."""
+    out = lab_in_process(
+        capsys, "run", "--runtime", "k8s", "--dry-run", "--image", "registry.example/team/train:1",
+        "--pod-cpu", "3", "--pod-memory", "512Mi", "--run-dir", str(lab.run_dir), "/app/train.py", "--epochs", "2",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    objs = [o for o in yaml.safe_load_all(out.stdout) if o]
+    container = next(o for o in objs if o["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0]
+    config = next(o for o in objs if o["kind"] == "ConfigMap")["data"]
+    assert container["image"] == "registry.example/team/train:1"
+    assert container["resources"]["requests"] == {"cpu": "3", "memory": "512Mi"}
+    assert container["resources"]["limits"] == {"cpu": "3", "memory": "4Gi"}  # cpu raised to the request
+    assert config["LAB_WORKLOAD"] == "/app/train.py" and config["LAB_WORKLOAD_ARGS"] == "--epochs 2"
+    assert k8s_pod.argv_from_env({**config, "JOB_COMPLETION_INDEX": "0"})[-3:] == ["/app/train.py", "--epochs", "2"]
+    assert not lab.run_dir.exists()
+
+
+@needs_kubectl
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ([str(REPO / "tests" / "scripts" / "hold.py")], ["a pod cannot see", "--image REF"]),
+        (["--image", "my:1", "train.py"], ["absolute path inside the image"]),
+        (["--pod-cpu", "two", "/app/train.py"], ["--pod-cpu", "not a CPU quantity"]),
+        (["--pod-memory=0Gi", "/app/train.py"], ["--pod-memory", "not a memory quantity"]),
+    ],
+)
+def test_a_script_no_pod_can_see_or_a_bad_request_is_one_line(lab, capsys, args, words):
+    out = lab_in_process(capsys, "run", "--runtime", "k8s", "--dry-run", "--run-dir", str(lab.run_dir), *args)
+    assert_one_line_error(out, *words)
+    assert not lab.run_dir.exists()
 
 
 def test_k8s_without_kubectl_or_a_cluster_is_a_one_line_error(lab, tmp_path):

@@ -4,20 +4,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from pathlib import Path
 
 from lab import runtimes
-from lab.errors import LabError
 from lab.options import run_dir_from_args, topology_from_args
 from lab.runtimes.base import Log, Node, Runtime
 from lab.topology import Topology
-
-
-def resolve_script(script: str) -> str:
-    path = Path(script)
-    if not path.is_file():
-        raise LabError(f"script not found: {script}")
-    return str(path.resolve())
 
 
 def start(
@@ -25,8 +16,8 @@ def start(
 ) -> tuple[Runtime, Topology, Sequence[Node]] | None:
     """Start the job; returns (runtime, topology, nodes), or None after a dry run."""
     topology = topology_from_args(args)
-    script = resolve_script(script)
     runtime = runtimes.from_args(args, run_dir_from_args(args), log=log)
+    script = runtime.locate_script(script)
     if args.dry_run:
         print(runtime.plan(topology, script, script_args).text(), end="")  # the plan `up` would run
         return None

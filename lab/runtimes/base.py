@@ -29,6 +29,14 @@ Log = Callable[[str], None]
 WORKERS_FILE = "workers.json"  # in the node's directory; lab.node.launch writes it (LAB_WORKERS_FILE)
 
 
+# The node image: taken by the runtimes whose nodes run one (docker: a container; k8s: a pod).
+IMAGE = Option(
+    "--image",
+    "the node image: docker's default $LAB_IMAGE or torchrun-lab:cpu; k8s's the overlay's, and with it "
+    "your script's absolute path in that image",
+)
+
+
 class Node(ABC, Faults):
     name: str  # e.g. node0: the node's hostname where the runtime can give it one
     index: int  # the node's index in the topology (node 0 hosts the rendezvous)
@@ -173,6 +181,14 @@ class Runtime(ABC):
         finally:
             self.state_dir = None
         return self.run_dir.path / (fresh or "") / "events"
+
+    def locate_script(self, script: str) -> str:
+        """The script as the nodes will run it: a file of this machine (made absolute), which
+        every runtime's nodes can reach; a runtime whose nodes see only their image says so."""
+        path = Path(script)
+        if not path.is_file():
+            raise LabError(f"script not found: {script}")
+        return str(path.resolve())
 
     def describe(self, node: Node) -> str:
         """Where the node runs, in a few words (for `lab up` and the dry run)."""

@@ -23,11 +23,10 @@ import shutil
 from lab import gpus
 from lab.errors import LabError
 from lab.health import prometheus
-from lab.options import Option
 from lab.rundir import RunDir
 from lab.runtimes import docker_engine as engine
 from lab.runtimes import memory, subnets
-from lab.runtimes.base import Log, MonitoredRuntime, Node
+from lab.runtimes.base import IMAGE, Log, MonitoredRuntime, Node
 from lab.runtimes.docker_node import DockerNode, stop_all
 from lab.runtimes.dry_run import plan_text
 from lab.runtimes.plan import LaunchPlan
@@ -36,7 +35,6 @@ from lab.topology import Topology
 SUPERNET = "172.29.0.0/16"  # the lab's networks take a free /24 of it
 # What a node writes, under the run dir; each is mounted at its own path (see _node).
 NODE_WRITES = ("events", "checkpoints", "reference", "work", "prometheus/targets")
-IMAGE = Option("--image", "the node image (default: $LAB_IMAGE or torchrun-lab:cpu)")
 
 
 class DockerRuntime(MonitoredRuntime):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -22,7 +23,8 @@ from lab import procs
 from lab.errors import LabError
 from lab.options import Option
 from lab.rundir import MARKER, RunDir
-from lab.runtimes.base import Log, Node, Runtime
+from lab.runtimes import pod_resources
+from lab.runtimes.base import IMAGE, Log, Node, Runtime
 from lab.runtimes.k8s_node import PodNode, follow_logs
 from lab.runtimes.kubectl import Kubectl, kubectl_exe
 from lab.runtimes.plan import LaunchPlan
@@ -31,14 +33,28 @@ from lab.topology import Topology
 K8S_DIR = Path(__file__).resolve().parents[2] / "k8s"
 OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos", "shared-checkpoints")
 GPU = "nvidia.com/gpu"
+WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
 POD_CKPT_DIR = "/data/checkpoints"  # LAB_CKPT_DIR in k8s/base/job.yaml
 CONTEXT = Option("--context", "the kubectl context (default: the current one)")
 NAMESPACE = Option("--namespace", "the namespace (default %(default)s)", "default")
 OVERLAY = Option("--overlay", "which k8s/overlays/ to apply (default %(default)s)", "cpu-gloo", choices=OVERLAYS)
+POD_CPU = Option("--pod-cpu", "CPU each pod requests, e.g. 500m or 4 (default: the overlay's; 500m on cpu-gloo)")
+POD_MEMORY = Option("--pod-memory", "memory each pod requests, e.g. 2Gi (default: the overlay's; 1Gi on cpu-gloo)")
 
 
-def render(overlay: str, topology: Topology, script: str, script_args: list[str]) -> list[dict]:
-    """The overlay's objects, with this job's topology, node count and workload in them."""
+@dataclass(frozen=True)
+class PodSpec:
+    """What the user chose for the pods, over the overlay's: image and requests."""
+
+    image: str | None = None
+    cpu: str | None = None
+    memory: str | None = None
+
+
+def render(
+    overlay: str, topology: Topology, script: str, script_args: list[str], pods: PodSpec = PodSpec()
+) -> list[dict]:
+    """The overlay's objects, with this job's topology, node count, workload, image and requests in them."""
     if overlay not in OVERLAYS:
         raise LabError(f"unknown overlay {overlay!r}; choose one of: {', '.join(OVERLAYS)}")
     done = subprocess.run(
@@ -57,6 +73,9 @@ def render(overlay: str, topology: Topology, script: str, script_args: list[str]
         if obj["kind"] == "Job":
             obj["spec"]["completions"] = obj["spec"]["parallelism"] = topology.nodes
             set_gpus(obj, topology.gpus_per_node)
+            pod_resources.set_requests(obj, pods.cpu, pods.memory)
+            if pods.image:
+                obj["spec"]["template"]["spec"]["containers"][0]["image"] = pods.image
     return objects
 
 
@@ -83,11 +102,11 @@ def pod_fields(topology: Topology, rendered: dict) -> dict:
 class KubernetesRuntime(Runtime):
     name = "k8s"
     NODE = PodNode
-    OPTIONS = (CONTEXT, NAMESPACE, OVERLAY)
+    OPTIONS = (CONTEXT, NAMESPACE, OVERLAY, IMAGE, POD_CPU, POD_MEMORY)
     DRILLS = True  # the faults act through the API (lab.runtimes.k8s_node)
     NO_SCRIPT_DRILLS = (
         "a pod sees neither your script's folder nor the run dir's working dirs: run drills on your "
-        "script with --runtime local, docker or ray (or bake it into the node image and use lab up)"
+        "script with --runtime local, docker or ray (or bake it into an image: lab run --runtime k8s --image REF)"
     )
 
     def __init__(
@@ -97,15 +116,38 @@ class KubernetesRuntime(Runtime):
         context: str | None = None,
         namespace: str = "default",
         overlay: str = "cpu-gloo",
+        image: str | None = None,
+        pod_cpu: str | None = None,
+        pod_memory: str | None = None,
         log: Log = print,
     ):
         super().__init__(run_dir, log=log)
         self.overlay = overlay
         self.kubectl = Kubectl(context, namespace)
+        for value, amount in ((pod_cpu, pod_resources.cpu_amount), (pod_memory, pod_resources.memory_amount)):
+            if value is not None:
+                amount(value)  # a bad quantity is refused here, before anything renders
+        self.pods = PodSpec(image, pod_cpu, pod_memory)
+
+    def locate_script(self, script: str) -> str:
+        """The lab's own workloads are in every node image; any other script must be in the
+        image --image names, at the path given (a pod sees nothing of this machine)."""
+        path = Path(script)
+        if path.is_file() and path.resolve().parent == WORKLOADS:
+            return str(path.resolve())
+        if self.pods.image is None:
+            raise LabError(
+                f"--runtime k8s: a pod cannot see {script} on this machine: build an image FROM torchrun-lab:cpu "
+                "with your script in it, push it, and pass --image REF with the script's absolute path in it"
+            )
+        if not path.is_absolute():
+            raise LabError(f"--runtime k8s --image: give the script's absolute path inside the image, not {script!r}")
+        return script
 
     def plan(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
         """The manifests `up` applies, rendered offline, and the pods they make."""
-        manifests = yaml.safe_dump_all(render(self.overlay, topology, _in_image(script), script_args), sort_keys=False)
+        objects = render(self.overlay, topology, _in_image(script), script_args, self.pods)
+        manifests = yaml.safe_dump_all(objects, sort_keys=False)
         pods = [PodNode(self.kubectl, i, self.run_dir.path) for i in range(topology.nodes)]
         own = {"context": self.kubectl.context, "namespace": self.kubectl.namespace}
         return LaunchPlan(self.name, "pods", topology, script, list(script_args), pods, manifests, own=own)
@@ -176,5 +218,4 @@ class KubernetesRuntime(Runtime):
 def _in_image(script: str) -> str:
     """The workload as the image knows it: the lab's own scripts by name, others as given."""
     path = Path(script)
-    workloads = Path(__file__).resolve().parents[1] / "workloads"
-    return path.stem if path.parent == workloads else script
+    return path.stem if path.parent == WORKLOADS else script
