@@ -41,8 +41,8 @@ exercise: venv host-deps ## run a fault-injection drill: make exercise NAME=kill
 wheels: venv ## download every wheel the node image needs into docker/wheels/ (for OFFLINE=1 builds)
 	$(BIN)/pip wheel --quiet --wheel-dir docker/wheels torch==2.13.0 -r docker/requirements-node.txt -r docker/requirements-ray.txt
 
-images: venv ## build the images: TARGETS="cpu cuda" (default; also ray), BASE_IMAGE=..., OFFLINE=1 (see docker/)
-	scripts/build-images.sh
+images: venv ## build the images: TARGETS="cpu cuda" (default; also ray), BASE_IMAGE=..., OFFLINE=1, REGISTRY=HOST:PORT [PUSH=1]
+	REGISTRY="$(REGISTRY)" PUSH="$(PUSH)" scripts/build-images.sh
 
 lint: venv ## ruff (lint and format) and mypy, as configured in pyproject.toml
 	$(BIN)/ruff check lab tests

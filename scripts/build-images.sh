@@ -3,6 +3,9 @@
 # torchrun-lab:<target>, and torchrun-lab-prometheus:2.42 (docker/prometheus.Dockerfile).
 #   BASE_IMAGE=...  build every target on this base instead of the Dockerfile's pinned ones
 #   OFFLINE=1       install wheels from docker/wheels/ only (`make wheels` fills it)
+#   REGISTRY=HOST:PORT  also tag each image HOST:PORT/NAME:TAG; with PUSH=1 push them and print
+#                   each as pushed, by digest (REF@sha256:...): what manifests should name, so a
+#                   rebuilt tag cannot change a running job
 # When BASE_IMAGE is unset and the cpu base cannot be pulled (no registry), the base comes
 # from scripts/docker-base-image.sh (debootstrap) and the build goes offline. A target that
 # cannot be built here (cuda without its base image) is reported and skipped.
@@ -49,5 +52,19 @@ docker build -q -f docker/prometheus.Dockerfile ${base:+--build-arg BASE_IMAGE="
     || { tail -3 "$logs/prometheus.log" >&2; echo "error: the Prometheus image did not build" >&2; exit 1; }
 built+=(torchrun-lab-prometheus:2.42)
 echo "built: ${built[*]}"
+if [ -n "${REGISTRY:-}" ]; then
+    for image in "${built[@]}"; do
+        docker tag "$image" "$REGISTRY/$image"
+        if [ "${PUSH:-0}" = 1 ]; then
+            docker push -q "$REGISTRY/$image" >"$logs/push.log" 2>&1 \
+                || { tail -2 "$logs/push.log" >&2; echo "error: pushing $REGISTRY/$image failed" >&2; exit 1; }
+            digest="$(docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$REGISTRY/$image" \
+                | grep "^$REGISTRY/${image%%:*}@" | head -1)"
+            echo "pushed $REGISTRY/$image as $digest"
+        else
+            echo "tagged $REGISTRY/$image (PUSH=1 pushes it)"
+        fi
+    done
+fi
 [ ${#skipped[@]} -eq 0 ] || echo "skipped: ${skipped[*]}"
 [ -z "${targets// /}" ] || [[ " ${built[*]} " == *" torchrun-lab:$(echo $targets | cut -d' ' -f1) "* ]]  # the first target must build

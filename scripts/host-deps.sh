@@ -3,7 +3,8 @@
 # hosts, prometheus (with promtool) to watch the ranks, etcd for the etcd-v2 rendezvous,
 # kubectl to render (kustomize) and apply the Kubernetes manifests, docker.io and debootstrap
 # for the docker runtime and its images (and a running dockerd, see start-dockerd.sh),
-# chromium (headless) for the tests that load the lab's pages in a real browser.
+# chromium (headless) for the tests that load the lab's pages in a real browser, and Debian's
+# docker-registry (the reference Distribution registry) for the tests that push images.
 # Without root they cannot be installed here: the lab then runs its nodes on loopback and
 # goes without Prometheus, and says so.
 set -euo pipefail
@@ -18,6 +19,7 @@ command -v debootstrap >/dev/null || missing+=(debootstrap)
 # A real browser for the tests of the live view (lab/health/consoles) and the drill matrix page.
 command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
 docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || missing+=(docker-compose)
+command -v docker-registry >/dev/null || missing+=(docker-registry)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
         echo "note: ${missing[*]} missing and cannot be installed here (needs root and apt)"

@@ -40,6 +40,7 @@ NAMESPACE = Option("--namespace", "the namespace (default %(default)s)", "defaul
 OVERLAY = Option("--overlay", "which k8s/overlays/ to apply (default %(default)s)", "cpu-gloo", choices=OVERLAYS)
 POD_CPU = Option("--pod-cpu", "CPU each pod requests, e.g. 500m or 4 (default: the overlay's; 500m on cpu-gloo)")
 POD_MEMORY = Option("--pod-memory", "memory each pod requests, e.g. 2Gi (default: the overlay's; 1Gi on cpu-gloo)")
+PULL_SECRET = Option("--image-pull-secret", "a Secret of the namespace the pods pull --image with (a private registry)")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class PodSpec:
     image: str | None = None
     cpu: str | None = None
     memory: str | None = None
+    pull_secret: str | None = None
 
 
 def render(
@@ -74,8 +76,11 @@ def render(
             obj["spec"]["completions"] = obj["spec"]["parallelism"] = topology.nodes
             set_gpus(obj, topology.gpus_per_node)
             pod_resources.set_requests(obj, pods.cpu, pods.memory)
+            pod = obj["spec"]["template"]["spec"]
             if pods.image:
-                obj["spec"]["template"]["spec"]["containers"][0]["image"] = pods.image
+                pod["containers"][0]["image"] = pods.image
+            if pods.pull_secret:
+                pod["imagePullSecrets"] = [{"name": pods.pull_secret}]
     return objects
 
 
@@ -102,7 +107,7 @@ def pod_fields(topology: Topology, rendered: dict) -> dict:
 class KubernetesRuntime(Runtime):
     name = "k8s"
     NODE = PodNode
-    OPTIONS = (CONTEXT, NAMESPACE, OVERLAY, IMAGE, POD_CPU, POD_MEMORY)
+    OPTIONS = (CONTEXT, NAMESPACE, OVERLAY, IMAGE, PULL_SECRET, POD_CPU, POD_MEMORY)
     DRILLS = True  # the faults act through the API (lab.runtimes.k8s_node)
     NO_SCRIPT_DRILLS = (
         "a pod sees neither your script's folder nor the run dir's working dirs: run drills on your "
@@ -117,6 +122,7 @@ class KubernetesRuntime(Runtime):
         namespace: str = "default",
         overlay: str = "cpu-gloo",
         image: str | None = None,
+        image_pull_secret: str | None = None,
         pod_cpu: str | None = None,
         pod_memory: str | None = None,
         log: Log = print,
@@ -127,7 +133,7 @@ class KubernetesRuntime(Runtime):
         for value, amount in ((pod_cpu, pod_resources.cpu_amount), (pod_memory, pod_resources.memory_amount)):
             if value is not None:
                 amount(value)  # a bad quantity is refused here, before anything renders
-        self.pods = PodSpec(image, pod_cpu, pod_memory)
+        self.pods = PodSpec(image, pod_cpu, pod_memory, image_pull_secret)
 
     def locate_script(self, script: str) -> str:
         """The lab's own workloads are in every node image; any other script must be in the

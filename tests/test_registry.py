@@ -1,0 +1,108 @@
+"""`make images REGISTRY=... PUSH=1` against a real registry: Debian's docker-registry (the
+reference Distribution registry) on 127.0.0.1, which the Docker daemon may push to over plain
+HTTP. The images are pushed, the registry's catalog and manifest digest are read back over its
+API, and the Kubernetes manifests name the image by that digest, with a pull secret."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import urllib.request
+
+import pytest
+import yaml
+from conftest import REPO
+
+from lab.bench import free_port
+
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("docker-registry") is None, reason="docker-registry not installed (make host-deps)"
+    ),
+]
+MANIFESTS = ", ".join(
+    (
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    )
+)
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """A registry of this test's own: its storage in tmp_path, stopped and gone afterwards."""
+    port = free_port()
+    config = tmp_path / "registry.yml"
+    config.write_text(
+        json.dumps(
+            {
+                "version": 0.1,
+                "storage": {"filesystem": {"rootdirectory": str(tmp_path / "storage")}},
+                "http": {"addr": f"127.0.0.1:{port}"},
+                "log": {"level": "warn"},
+            }
+        )
+    )
+    server = subprocess.Popen(
+        ["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(30)
+        shutil.rmtree(tmp_path / "storage", ignore_errors=True)  # a GB of layers: not kept with the test's dir
+        tags = subprocess.run(
+            ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True
+        )
+        mine = [t for t in tags.stdout.split() if t.startswith(f"127.0.0.1:{port}/")]
+        if mine:  # the tags the push made in the daemon, and only those
+            subprocess.run(["docker", "rmi", *mine], capture_output=True, timeout=120)
+
+
+def test_images_are_pushed_read_back_by_digest_and_named_so_in_the_manifests(images, registry, lab):
+    pushed = subprocess.run(
+        ["scripts/build-images.sh"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, "TARGETS": "cpu", "REGISTRY": registry, "PUSH": "1"},
+    )
+    assert pushed.returncode == 0, pushed.stdout[-2000:] + pushed.stderr[-2000:]
+    refs = dict(
+        re.findall(rf"^pushed {re.escape(registry)}/(\S+) as (\S+@sha256:[0-9a-f]{{64}})$", pushed.stdout, re.M)
+    )
+    assert set(refs) == {"torchrun-lab:cpu", "torchrun-lab-prometheus:2.42"}, pushed.stdout
+
+    with urllib.request.urlopen(f"http://{registry}/v2/_catalog", timeout=10) as answer:
+        assert set(json.load(answer)["repositories"]) == {"torchrun-lab", "torchrun-lab-prometheus"}
+    ask = urllib.request.Request(
+        f"http://{registry}/v2/torchrun-lab/manifests/cpu", method="HEAD", headers={"Accept": MANIFESTS}
+    )
+    with urllib.request.urlopen(ask, timeout=10) as answer:
+        digest = answer.headers["Docker-Content-Digest"]
+    assert refs["torchrun-lab:cpu"] == f"{registry}/torchrun-lab@{digest}"
+
+    out = lab(
+        "up", "--runtime", "k8s", "--dry-run", "--image", refs["torchrun-lab:cpu"], "--image-pull-secret", "regcred"
+    )
+    assert out.returncode == 0, out.stderr
+    pod = next(o for o in yaml.safe_load_all(out.stdout) if o and o["kind"] == "Job")["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == f"{registry}/torchrun-lab@{digest}"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
