@@ -51,6 +51,9 @@ ELSEWHERE = {
     ".venv/bin/lab exercise matrix --script PATH --faults a,b,c [the same flags] [-- SCRIPT_ARGS]": (
         "a synopsis: tests/test_script_drills.py::test_matrix_on_the_snapshot_tutorial_script"
     ),
+    "lab ci --script tests/user_scripts/snapshot_every_epoch.py --junit junit.xml -- --epochs 6": (
+        "tests/test_ci_kit.py::test_the_default_drills_pass_and_leave_junit_a_summary_and_the_page"
+    ),
     ".venv/bin/lab exercise list": ORDERS,
     ".venv/bin/lab exercise explain kill-worker": ORDERS,
 }

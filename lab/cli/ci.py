@@ -1,0 +1,92 @@
+"""`lab ci --script PATH [--faults a,b] [--junit FILE] [--summary FILE] [--report-dir DIR] -- ARGS`
+
+Your unmodified training script under the drills a project's own CI can afford: on loopback
+(one node of --nproc-per-node processes, gloo; no root, no Docker, no network namespaces), the
+fault-free reference, then each fault (default: kill-worker and hang-rank). It is `lab exercise
+matrix` with those settings, plus what a CI reads: JUnit XML (--junit), the matrix as markdown
+appended to the job summary (--summary, default $GITHUB_STEP_SUMMARY), the HTML page in the
+report dir as an artefact. Exit 0 when every verdict passes, 1 otherwise. Everything is
+checked before anything starts: a missing script, a report dir or JUnit folder it cannot
+write is one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from lab import files
+from lab.cli.flags import add_run_dir_option
+from lab.errors import LabError
+from lab.exercises.script import junit, matrix
+
+DEFAULT_FAULTS = "kill-worker,hang-rank"
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("ci", help="the drills your CI runs on your script: JUnit XML, a summary, exit 1 on a fail")
+    parser.add_argument("--script", required=True, metavar="PATH", help="your training script, unmodified")
+    parser.add_argument("--faults", default=DEFAULT_FAULTS, metavar="LIST", help="default %(default)s")
+    parser.add_argument("--nproc-per-node", type=int, default=2, metavar="N", help="processes (default %(default)s)")
+    parser.add_argument("--junit", metavar="FILE", help="write the verdicts as JUnit XML here")
+    parser.add_argument(
+        "--summary",
+        metavar="FILE",
+        default=os.environ.get("GITHUB_STEP_SUMMARY"),
+        help="append the matrix as markdown here (default: $GITHUB_STEP_SUMMARY, when set)",
+    )
+    parser.add_argument("--report-dir", default="lab-ci-report", metavar="DIR", help="default %(default)s")
+    parser.add_argument("script_args", nargs="*", metavar="-- ARGS", help="arguments for your script")
+    add_run_dir_option(parser)
+    parser.set_defaults(handler=handle)
+
+
+def writable_dir(path: Path, what: str) -> None:
+    """path exists (made if need be, for the report dir) and this user may write in it."""
+    try:
+        if what == "report dir":
+            path.mkdir(parents=True, exist_ok=True)
+        elif not path.is_dir():
+            raise LabError(f"{what} {path} does not exist: make it first, or choose another path")
+        probe = path / f".lab-ci-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise LabError(f"cannot write in the {what} {path}: {e.strerror}") from None
+
+
+def matrix_argv(args: argparse.Namespace) -> list[str]:
+    argv = ["exercise", "matrix", "--script", args.script, "--faults", args.faults, "--hosts", "loopback"]
+    argv += ["--nodes", "1", "--nproc-per-node", str(args.nproc_per_node), "--report-dir", args.report_dir]
+    if args.run_dir:
+        argv += ["--run-dir", args.run_dir]
+    return [*argv, "--", *args.script_args]
+
+
+def handle(args: argparse.Namespace) -> int:
+    if not Path(args.script).is_file():
+        raise LabError(f"script not found: {args.script}")
+    from lab.cli.exercise_script import script_drills
+
+    unknown = [n for n in args.faults.split(",") if n.strip() not in script_drills()]
+    if unknown:
+        raise LabError(f"--faults: unknown {', '.join(unknown)}; choose from {', '.join(script_drills())}")
+    for option, value in (("--junit", args.junit), ("--summary", args.summary)):
+        if value:
+            writable_dir(Path(value).parent, f"{option} folder")
+    writable_dir(Path(args.report_dir), "report dir")  # made last: a refusal above leaves nothing
+    from lab.cli import build_parser
+
+    drills = build_parser().parse_args(matrix_argv(args))
+    code = drills.handler(drills)
+    record = json.loads((Path(args.report_dir) / "matrix.json").read_text())
+    if args.junit:
+        files.write_text(Path(args.junit), junit.junit_xml(record))
+        print(f"junit: {args.junit}")
+    if args.summary:
+        with open(args.summary, "a") as summary:
+            summary.write(matrix.markdown(record) + "\n")
+        print(f"summary appended to {args.summary}")
+    return int(code)

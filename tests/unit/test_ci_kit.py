@@ -1,0 +1,71 @@
+"""`lab ci`'s outputs and refusals without a run: JUnit XML from verdicts the script judge drew
+on recorded drills (tests/fixtures/drills/script-*), and each bad input one line before anything
+starts. The whole command on a real script: tests/test_ci_kit.py."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from conftest import lab_in_process
+from test_cli_errors import assert_one_line_error
+
+from lab.exercises.script import judge, junit
+from lab.exercises.seen import Seen
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "drills"
+SCRIPT = Path(__file__).resolve().parents[1] / "user_scripts" / "snapshot_every_epoch.py"
+
+
+def row(case: str, fault: str) -> dict:
+    report = judge.judge(Seen.load(FIXTURES / case / "seen.json"))
+    return {
+        "fault": fault,
+        "verdict": report.verdict,
+        "finding": report.facts["finding"],
+        "checks": [c.__dict__ for c in report.checks],
+    }
+
+
+def test_a_failed_verdict_is_a_failure_with_its_finding_and_checks_a_pass_a_plain_case():
+    record = {
+        "script": "never_loads.py",
+        "rows": [row("script-kill-worker", "kill-worker"), row("script-never-loads", "kill-worker (never loads)")],
+    }
+    record["rows"].append({"fault": "preempt", "verdict": "error", "finding": "preempt on node0: no such node"})
+    suites = ET.fromstring(junit.junit_xml(record).split("\n", 1)[1])
+    totals = {k: suites.attrib[k] for k in ("tests", "failures", "errors")}
+    assert totals == {"tests": "3", "failures": "1", "errors": "1"}
+    cases = {c.attrib["name"]: c for c in suites.iter("testcase")}
+    assert list(cases) == ["kill-worker", "kill-worker (never loads)", "preempt"]
+    assert cases["kill-worker"].find("failure") is None and cases["kill-worker"].find("error") is None
+    failure = cases["kill-worker (never loads)"].find("failure")
+    assert failure is not None and "does not load its checkpoint" in failure.attrib["message"]
+    assert "[FAIL] it resumed where it left off, not from the start" in (failure.text or "")
+    assert cases["preempt"].find("error").attrib["message"] == "preempt on node0: no such node"
+
+
+def test_a_finding_with_markup_stays_well_formed():
+    record = {"script": "s.py", "rows": [{"fault": "x<&>", "verdict": "fail", "finding": 'a "<b>" & c', "checks": []}]}
+    case = ET.fromstring(junit.junit_xml(record).split("\n", 1)[1]).find("testsuite/testcase")
+    assert case is not None and case.attrib["name"] == "x<&>"
+    assert case.find("failure").attrib["message"] == 'a "<b>" & c'
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--script", "no/such/train.py"], ["script not found", "no/such/train.py"]),
+        (["--script", str(SCRIPT), "--junit", "no/such/dir/junit.xml"], ["--junit folder", "does not exist"]),
+        (["--script", str(SCRIPT), "--summary", "no/such/dir/summary.md"], ["--summary folder", "does not exist"]),
+        (["--script", str(SCRIPT), "--report-dir", "/dev/null/report"], ["cannot write in the report dir"]),
+        (["--script", str(SCRIPT), "--faults", "kill-worker,nosuch"], ["--faults", "nosuch"]),
+    ],
+)
+def test_bad_input_is_one_line_and_nothing_runs(tmp_path, capsys, monkeypatch, args, words):
+    monkeypatch.chdir(tmp_path)
+    out = lab_in_process(capsys, "ci", "--run-dir", str(tmp_path / "run"), *args)
+    assert_one_line_error(out, *words)
+    assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "lab-ci-report").exists()
