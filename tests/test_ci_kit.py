@@ -1,6 +1,6 @@
 """`lab ci` for real, as a project's CI step runs it: the default drills (kill-worker, hang-rank)
 and the fault-free reference on a user's unmodified script, on loopback, 1 x 2; the JUnit XML,
-the job summary and the matrix page it leaves. (Its refusals: tests/unit/test_ci_kit.py.)"""
+the job summary and the matrix page it leaves. (Its refusals: tests/unit/test_ci_outputs.py.)"""
 
 import xml.etree.ElementTree as ET
 

@@ -18,26 +18,36 @@ import os
 from pathlib import Path
 
 from lab import files
-from lab.cli.flags import add_run_dir_option
+from lab.cli.exercise_script import FAULTS, register_matrix, script_drills
+from lab.cli.flags import REPORT_DIR, add_run_dir_option
 from lab.errors import LabError
-from lab.exercises.script import junit, matrix
+from lab.exercises.script import junit, matrix, spec
+from lab.options import NPROC_PER_NODE, Option, add_all
 
 DEFAULT_FAULTS = "kill-worker,hang-rank"
 
 
+JUNIT = Option("--junit", "write the verdicts as JUnit XML here", metavar="FILE")
+SUMMARY = Option(
+    "--summary",
+    "append the matrix as markdown here (default: $GITHUB_STEP_SUMMARY, when set)",
+    metavar="FILE",
+)
+
+
 def register(sub) -> None:
     parser = sub.add_parser("ci", help="the drills your CI runs on your script: JUnit XML, a summary, exit 1 on a fail")
-    parser.add_argument("--script", required=True, metavar="PATH", help="your training script, unmodified")
-    parser.add_argument("--faults", default=DEFAULT_FAULTS, metavar="LIST", help="default %(default)s")
-    parser.add_argument("--nproc-per-node", type=int, default=2, metavar="N", help="processes (default %(default)s)")
-    parser.add_argument("--junit", metavar="FILE", help="write the verdicts as JUnit XML here")
-    parser.add_argument(
-        "--summary",
-        metavar="FILE",
-        default=os.environ.get("GITHUB_STEP_SUMMARY"),
-        help="append the matrix as markdown here (default: $GITHUB_STEP_SUMMARY, when set)",
+    add_all(
+        parser,
+        (
+            spec.SCRIPT.but(help="your training script, unmodified"),
+            FAULTS.but(default=DEFAULT_FAULTS, help="the drills to run (default %(default)s)"),
+            NPROC_PER_NODE.but(default=2, help="processes on the one loopback node (default %(default)s)"),
+            JUNIT,
+            SUMMARY.but(default=os.environ.get("GITHUB_STEP_SUMMARY")),
+            REPORT_DIR.but(default="lab-ci-report", help="the matrix and every run's report (default %(default)s)"),
+        ),
     )
-    parser.add_argument("--report-dir", default="lab-ci-report", metavar="DIR", help="default %(default)s")
     parser.add_argument("script_args", nargs="*", metavar="-- ARGS", help="arguments for your script")
     add_run_dir_option(parser)
     parser.set_defaults(handler=handle)
@@ -66,10 +76,10 @@ def matrix_argv(args: argparse.Namespace) -> list[str]:
 
 
 def handle(args: argparse.Namespace) -> int:
+    if not args.script:
+        raise LabError("lab ci needs --script PATH (your training script)")
     if not Path(args.script).is_file():
         raise LabError(f"script not found: {args.script}")
-    from lab.cli.exercise_script import script_drills
-
     unknown = [n for n in args.faults.split(",") if n.strip() not in script_drills()]
     if unknown:
         raise LabError(f"--faults: unknown {', '.join(unknown)}; choose from {', '.join(script_drills())}")
@@ -77,9 +87,9 @@ def handle(args: argparse.Namespace) -> int:
         if value:
             writable_dir(Path(value).parent, f"{option} folder")
     writable_dir(Path(args.report_dir), "report dir")  # made last: a refusal above leaves nothing
-    from lab.cli import build_parser
-
-    drills = build_parser().parse_args(matrix_argv(args))
+    verbs = argparse.ArgumentParser(prog="lab ci").add_subparsers()
+    register_matrix(verbs)  # `lab exercise matrix`, as its own parser reads this argv
+    drills = verbs.choices["matrix"].parse_args(matrix_argv(args)[2:])
     code = drills.handler(drills)
     record = json.loads((Path(args.report_dir) / "matrix.json").read_text())
     if args.junit:

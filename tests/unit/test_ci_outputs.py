@@ -56,6 +56,7 @@ def test_a_finding_with_markup_stays_well_formed():
 @pytest.mark.parametrize(
     ("args", "words"),
     [
+        ([], ["needs --script PATH"]),
         (["--script", "no/such/train.py"], ["script not found", "no/such/train.py"]),
         (["--script", str(SCRIPT), "--junit", "no/such/dir/junit.xml"], ["--junit folder", "does not exist"]),
         (["--script", str(SCRIPT), "--summary", "no/such/dir/summary.md"], ["--summary folder", "does not exist"]),
