@@ -54,10 +54,11 @@ OPTIONS = (
 
 
 def topology(options) -> Topology:
-    # --torch-defaults: a failing round waits the process-group timeout in gloo's connect retry.
+    # --torch-defaults: a failing round waits the process-group timeout in gloo's connect retry;
+    # one restart shows the failure (the late start makes it certain), a second only repeats it.
     return drill_job(
         options,
-        max_restarts=2,
+        max_restarts=1 if options.torch_defaults else 2,
         rdzv_backend=options.own.get("rdzv_backend") or "c10d",
         pg_timeout_s=10 if options.torch_defaults else Topology.pg_timeout_s,
     )
