@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lab.health.events import Event, ExitReason, read_agent_events, read_events
+from lab.health.events import Event, ExitReason, agent_failures, read_agent_events, read_events
 from lab.node import worker_record
 
 # What a rank says when a *peer* failed: these are consequences, never the first cause.
@@ -155,7 +155,7 @@ def reported_failures(found: Evidence) -> list[RankFailure]:
     failures: list[RankFailure] = []
     seen: set[tuple[int, int | None]] = set()
     for record in found.agents:
-        for rank, info in failure_details(record["event"]):
+        for rank, info in agent_failures(record["event"]):
             if (rank, info.get("pid")) in seen:
                 continue
             seen.add((rank, info.get("pid")))
@@ -176,27 +176,6 @@ def reported_failures(found: Evidence) -> list[RankFailure]:
             failure.last_step = found.steps.get(rank)
             failures.append(failure)
     return failures
-
-
-def failure_details(event: dict) -> list[tuple[int, dict]]:
-    """(rank, {exitcode, pid, local_rank}) for each failed rank an agent's record names; what
-    does not have that shape (an older lab's record, say) is passed over."""
-    codes = event.get("exit_codes")
-    codes = codes if isinstance(codes, dict) else {}
-    details = event.get("failures") or {r: {"exitcode": c} for r, c in codes.items()}
-    found = []
-    for rank_text, info in details.items() if isinstance(details, dict) else ():
-        try:
-            rank = int(rank_text)
-        except (TypeError, ValueError):
-            continue
-        if isinstance(info, dict):
-            found.append((rank, {k: _whole(info.get(k)) for k in ("exitcode", "pid", "local_rank")}))
-    return found
-
-
-def _whole(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:

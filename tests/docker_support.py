@@ -31,17 +31,19 @@ def labelled(run_dir, kind: str = "container") -> list[str]:
     return out.stdout.split()
 
 
-def build_images(targets: str) -> None:
-    """`make images` as CI runs it (offline, on a debootstrap base, where no registry answers)."""
+def build_images(targets: str, **env: str) -> str:
+    """`make images` as CI runs it (offline, on a debootstrap base, where no registry answers),
+    with more of its variables (REGISTRY, PUSH) when given; what it printed."""
     built = subprocess.run(
         ["scripts/build-images.sh"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=1200,
-        env={**os.environ, "TARGETS": targets},
+        env={**os.environ, "TARGETS": targets, **env},
     )
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    return built.stdout
 
 
 def images_or_fail() -> str:

@@ -6,7 +6,6 @@ API, and the Kubernetes manifests name the image by that digest, with a pull sec
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -15,7 +14,7 @@ import urllib.request
 
 import pytest
 import yaml
-from conftest import REPO
+from docker_support import build_images
 
 from lab.bench import free_port
 
@@ -76,19 +75,9 @@ def registry(tmp_path):
 
 
 def test_images_are_pushed_read_back_by_digest_and_named_so_in_the_manifests(images, registry, lab):
-    pushed = subprocess.run(
-        ["scripts/build-images.sh"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        env={**os.environ, "TARGETS": "cpu", "REGISTRY": registry, "PUSH": "1"},
-    )
-    assert pushed.returncode == 0, pushed.stdout[-2000:] + pushed.stderr[-2000:]
-    refs = dict(
-        re.findall(rf"^pushed {re.escape(registry)}/(\S+) as (\S+@sha256:[0-9a-f]{{64}})$", pushed.stdout, re.M)
-    )
-    assert set(refs) == {"torchrun-lab:cpu", "torchrun-lab-prometheus:2.42"}, pushed.stdout
+    pushed = build_images("cpu", REGISTRY=registry, PUSH="1")
+    refs = dict(re.findall(rf"^pushed {re.escape(registry)}/(\S+) as (\S+@sha256:[0-9a-f]{{64}})$", pushed, re.M))
+    assert set(refs) == {"torchrun-lab:cpu", "torchrun-lab-prometheus:2.42"}, pushed
 
     with urllib.request.urlopen(f"http://{registry}/v2/_catalog", timeout=10) as answer:
         assert set(json.load(answer)["repositories"]) == {"torchrun-lab", "torchrun-lab-prometheus"}

@@ -209,3 +209,24 @@ def read_agent_events(events_dir: Path, skipped: list[str] | None = None) -> lis
         if bad and skipped is not None:
             skipped.append(f"{path.name}: {bad} line{'s' if bad > 1 else ''}")
     return sorted(records, key=lambda r: r["time"])
+
+
+def agent_failures(event: dict) -> list[tuple[int, dict]]:
+    """(rank, {exitcode, pid, local_rank}) for each failed rank an agent's record names; what
+    does not have that shape (an older lab's record, say) is passed over."""
+    codes = event.get("exit_codes")
+    codes = codes if isinstance(codes, dict) else {}
+    details = event.get("failures") or {r: {"exitcode": c} for r, c in codes.items()}
+    found = []
+    for rank_text, info in details.items() if isinstance(details, dict) else ():
+        try:
+            rank = int(rank_text)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(info, dict):
+            found.append((rank, {k: _whole(info.get(k)) for k in ("exitcode", "pid", "local_rank")}))
+    return found
+
+
+def _whole(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
