@@ -85,13 +85,18 @@ def test_status_watch_shows_the_restart_count_rise_during_a_kill_worker_drill(tm
         row = rf"│\s+(\d)\s+│\s+node\d\s+│\s+(\d+)\s+│[^│]*│[^│]*│\s*{style}\s*{{}}\s*{style}\s*│"
         watch.expect(row.format(0))  # the job's ranks on screen, no restart yet
         watch.expect(row.format(1), timeout=180)  # the same screen, redrawn after the kill: restart 1
+        # Ctrl-C now, while this test still reads the terminal: a watch whose terminal nobody
+        # reads (this test waiting on the drill) blocks in its redraw, as on a paused terminal.
+        watch.sendintr()
+        watch.expect(pexpect.EOF, timeout=60)
         output, _ = drill.communicate(timeout=400)
         assert drill.returncode == 0, output[-3000:]
     finally:
         if drill.poll() is None:
             drill.terminate()
             drill.wait(60)
-        watch.sendintr()
-        watch.expect(pexpect.EOF, timeout=30)
-        watch.close()
+        if watch.isalive():
+            watch.sendintr()
+            watch.expect([pexpect.EOF, pexpect.TIMEOUT], timeout=60)
+        watch.close(force=True)
     assert watch.exitstatus == 0
