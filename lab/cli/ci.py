@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from lab import files
-from lab.cli.exercise_script import FAULTS, register_matrix, script_drills
+from lab.cli.exercise_script import FAULTS, register_matrix, script_faults
 from lab.cli.flags import REPORT_DIR, add_run_dir_option
 from lab.errors import LabError
 from lab.exercises.script import junit, matrix, spec
@@ -80,9 +80,7 @@ def handle(args: argparse.Namespace) -> int:
         raise LabError("lab ci needs --script PATH (your training script)")
     if not Path(args.script).is_file():
         raise LabError(f"script not found: {args.script}")
-    unknown = [n for n in args.faults.split(",") if n.strip() not in script_drills()]
-    if unknown:
-        raise LabError(f"--faults: unknown {', '.join(unknown)}; choose from {', '.join(script_drills())}")
+    script_faults(args.faults)  # refused here, before any folder is made
     for option, value in (("--junit", args.junit), ("--summary", args.summary)):
         if value:
             writable_dir(Path(value).parent, f"{option} folder")

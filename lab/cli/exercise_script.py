@@ -148,22 +148,28 @@ def register_matrix(verbs: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=handle_matrix, monitoring="off")
 
 
-def handle_matrix(args: argparse.Namespace) -> int:
-    if not args.script:
-        raise LabError("lab exercise matrix needs --script PATH (your training script)")
-    if not args.faults:
-        raise LabError(f"--faults: name one or more of {', '.join(script_drills())}")
+def script_faults(listed: str) -> list[ModuleType]:
+    """The drills --faults names, each one that can break a script; else one line saying why."""
     available = script_drills()
-    names = [n.strip() for n in args.faults.split(",") if n.strip()]
+    names = [n.strip() for n in listed.split(",") if n.strip()]
     for name in names:
         if name in exercises.drills() and name not in available:
             raise LabError(f"--faults: {grid.no_script(exercises.drills()[name])}")
     unknown = [n for n in names if n not in available]
     if unknown or not names:
         raise LabError(f"--faults: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(available)}")
+    return [available[n] for n in names]
+
+
+def handle_matrix(args: argparse.Namespace) -> int:
+    if not args.script:
+        raise LabError("lab exercise matrix needs --script PATH (your training script)")
+    if not args.faults:
+        raise LabError(f"--faults: name one or more of {', '.join(script_drills())}")
+    faults = script_faults(args.faults)
     run_dir = run_dir_from_args(args)
     out_dir = Path(args.report_dir) if args.report_dir else run_dir.reports / f"matrix-{time.strftime('%Y%m%d-%H%M%S')}"
-    result = run(args, [available[n] for n in names], out_dir, reference=True)
+    result = run(args, faults, out_dir, reference=True)
     print(script_matrix.markdown(result.to_json()), end="")
     print(f"matrix: {out_dir / 'matrix.html'} (and matrix.json, matrix.md)")
     return 0 if result.passed else 1

@@ -249,3 +249,11 @@ class MonitoredRuntime(Runtime):
         self.monitoring = monitoring
         # The port asked for, else the first free one from 9090 on.
         self.prometheus = prometheus.Prometheus(run_dir.path / "prometheus", port=prometheus_port)
+
+    def start_recorded_prometheus(self, state: runstate.RunState) -> None:
+        """Start the lab's Prometheus and record its address in the run state: another port
+        than planned when a lab starting beside this one took the first (Prometheus.start)."""
+        self.prometheus.start(str(self.run_dir.path))
+        if state.prometheus != self.prometheus.url:
+            state.prometheus = self.prometheus.url
+            runstate.save(self.run_dir, state)

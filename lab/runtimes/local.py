@@ -24,7 +24,6 @@ from lab.nodeenv import NodeEnv
 from lab.options import Option
 from lab.rundir import MARKER, NODE_MARKER, RunDir
 from lab.runtimes import etcd, memory, netns, userns
-from lab.runtimes import state as runstate
 from lab.runtimes.base import Log, MonitoredRuntime, Node
 from lab.runtimes.dry_run import plan_text
 from lab.runtimes.local_faults import LocalFaults
@@ -243,10 +242,9 @@ class LocalRuntime(MonitoredRuntime):
     def provision(self, plan: LaunchPlan) -> None:
         topology = plan.topology
         if plan.prometheus:
-            self.prometheus.start(str(self.run_dir.path))
-            if plan.prometheus != self.prometheus.url:  # its port was taken meanwhile: recorded anew
-                plan.prometheus = self.prometheus.url
-                runstate.save(self.run_dir, plan.state())
+            state = plan.state()
+            self.start_recorded_prometheus(state)
+            plan.prometheus = state.prometheus
         if plan.hosts == "netns":
             self.net.create(topology.nodes)
         if topology.rdzv_backend == "etcd-v2":

@@ -192,9 +192,7 @@ class RayRuntime(MonitoredRuntime):
         recorded.topology, recorded.nodes = topology, placed
         runstate.save(self.run_dir, recorded)
         if watch:
-            self.prometheus.start(str(self.run_dir.path))
-            recorded.prometheus = self.prometheus.url  # (another port, if its first was taken meanwhile)
-            runstate.save(self.run_dir, recorded)
+            self.start_recorded_prometheus(recorded)
         for node in nodes:
             node.start(self.node_argv(topology, node, script, script_args))
         return topology, nodes
