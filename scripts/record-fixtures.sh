@@ -17,6 +17,7 @@ trap '$LAB down --run-dir "$RUN_DIR" >/dev/null 2>&1 || true; rm -rf "$WORK"' EX
 declare -A CASES=(
   [kill-worker]="kill-worker"
   [kill-worker-torch-defaults]="kill-worker --torch-defaults"
+  [rank-exception]="rank-exception"
   [kill-node]="kill-node"
   [kill-node-elastic]="kill-node --elastic"
   [kill-rendezvous-host]="kill-rendezvous-host"
@@ -33,6 +34,7 @@ declare -A CASES=(
   [script-never-loads]="kill-worker --script tests/user_scripts/never_loads.py --nodes 1 --nproc-per-node 3 --at-step 8 -- --steps 30"
   [script-silent]="kill-worker --script tests/user_scripts/silent.py --ckpt-dir state --at-time 4 -- --rounds 40"
   [script-unfired]="kill-worker --script tests/user_scripts/snapshot_every_epoch.py --at-step 50 -- --epochs 3"
+  [script-rank-exception]="rank-exception --script tests/user_scripts/snapshot_every_epoch.py -- --epochs 8"
   [script-preempt]="preempt --script tests/user_scripts/snapshot_every_epoch.py -- --epochs 8"
   [script-straggler]="straggler --script tests/user_scripts/snapshot_every_epoch.py -- --epochs 30"
   [why-raise]="raise"

@@ -15,7 +15,7 @@ LAB = REPO / "lab"
 
 # Top to bottom, as in docs/architecture.md: a module may import from its own layer or below.
 LAYERS = [
-    ("lab.__main__", "lab.soak"),
+    ("lab.__main__", "lab.soak", "lab.pytest_plugin"),
     ("lab.cli",),
     ("lab.bench",),
     ("lab.exercises", "lab.lessons"),

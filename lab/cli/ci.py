@@ -2,7 +2,7 @@
 
 Your unmodified training script under the drills a project's own CI can afford: on loopback
 (one node of --nproc-per-node processes, gloo; no root, no Docker, no network namespaces), the
-fault-free reference, then each fault (default: kill-worker and hang-rank). It is `lab exercise
+fault-free reference, then each fault (default: kill-worker, hang-rank, rank-exception). It is `lab exercise
 matrix` with those settings, plus what a CI reads: JUnit XML (--junit), the matrix as markdown
 appended to the job summary (--summary, default $GITHUB_STEP_SUMMARY), the HTML page in the
 report dir as an artefact. Exit 0 when every verdict passes, 1 otherwise. Everything is
@@ -24,7 +24,7 @@ from lab.errors import LabError
 from lab.exercises.script import junit, matrix, spec
 from lab.options import NPROC_PER_NODE, Option, add_all
 
-DEFAULT_FAULTS = "kill-worker,hang-rank"
+DEFAULT_FAULTS = "kill-worker,hang-rank,rank-exception"  # lab.pytest_plugin has the same
 
 
 JUNIT = Option("--junit", "write the verdicts as JUnit XML here", metavar="FILE")

@@ -41,6 +41,7 @@ from lab.topology import Topology
 # other modules of this package (engine, observe, forensics, ...) are the machinery drills share.
 CATALOG = (
     "kill_worker",
+    "rank_exception",
     "kill_node",
     "kill_rendezvous_host",
     "hang_rank",

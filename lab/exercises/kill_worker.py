@@ -87,27 +87,7 @@ def judge(seen: Seen, options) -> Report:
     report = seen.new_report()
     if options.torch_defaults:
         return judge_torch_defaults(seen, report)
-    events, codes, fault = seen.events, seen.codes, seen.injected("kill_worker")
-    saved, reached, loaded = observe.checkpoint_progress(events, fault["time"])
-    report.facts["restarts"] = observe.restarts(events)
-    report.facts["lost_steps"] = reached - loaded[0] if loaded else None
-    report.facts["recovery"] = observe.recovery_breakdown(events, seen.agents, fault["time"])
-    report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
-    report.check(
-        "the worker group restarted once", report.facts["restarts"] == 1, f"restart count {report.facts['restarts']}"
-    )
-    report.check(
-        "resumed from the newest checkpoint",
-        bool(loaded) and bool(saved) and loaded[0] == max(saved),
-        f"newest before the kill: {max(saved, default=None)}, loaded: {loaded[:1]}",
-    )
-    lost = report.facts["lost_steps"]
-    report.check(
-        f"lost at most one checkpoint interval ({CKPT_EVERY} steps)",
-        lost is not None and 0 <= lost <= CKPT_EVERY,
-        f"lost {lost} steps",
-    )
-    observe.judge_reference(report, seen)
+    observe.judge_restart_resume(report, seen, seen.injected("kill_worker")["time"], CKPT_EVERY)
     return report
 
 

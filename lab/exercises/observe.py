@@ -53,6 +53,33 @@ def checkpoint_progress(events: list[dict], fault_time: float) -> tuple[list[int
     return saved, reached, loaded
 
 
+def judge_restart_resume(report, seen, fault_time: float, ckpt_every: int) -> None:
+    """A fault the worker group restarts from, judged: the job succeeded after one restart,
+    resumed from the newest checkpoint saved before the fault, lost at most one checkpoint
+    interval, and ended bit-identical to the fault-free reference."""
+    events, codes = seen.events, seen.codes
+    saved, reached, loaded = checkpoint_progress(events, fault_time)
+    report.facts["restarts"] = restarts(events)
+    report.facts["lost_steps"] = reached - loaded[0] if loaded else None
+    report.facts["recovery"] = recovery_breakdown(events, seen.agents, fault_time)
+    report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
+    report.check(
+        "the worker group restarted once", report.facts["restarts"] == 1, f"restart count {report.facts['restarts']}"
+    )
+    report.check(
+        "resumed from the newest checkpoint",
+        bool(loaded) and bool(saved) and loaded[0] == max(saved),
+        f"newest before the fault: {max(saved, default=None)}, loaded: {loaded[:1]}",
+    )
+    lost = report.facts["lost_steps"]
+    report.check(
+        f"lost at most one checkpoint interval ({ckpt_every} steps)",
+        lost is not None and 0 <= lost <= ckpt_every,
+        f"lost {lost} steps",
+    )
+    judge_reference(report, seen)
+
+
 def restarts(events: list[dict]) -> int:
     return max((e["restart"] for e in events), default=0)
 

@@ -13,6 +13,7 @@ sys.path, sys.argv), after these steps, none of which its code can see:
 - progress: `lab.progress.step(n)` if the script calls it; otherwise each line it prints
   (stdout or stderr, through Python) that matches --progress-regex becomes a `step` event
   (the named group `n`, else the first group; the group `unit`, else "step");
+- SIGUSR2 raises an ordinary exception in it (lab.health.injected_error: the rank-exception drill);
 - `rendezvous_done` when init_process_group returns, and `loaded` (the path) for each
   torch.load or torch.distributed.checkpoint.load: where the run resumed from.
 """
@@ -32,6 +33,7 @@ from typing import Any
 from lab import progress
 from lab.health import hang_dump
 from lab.health.events import Event, EventLog, ExitReason
+from lab.health import injected_error
 from lab.nodeenv import NodeEnv
 
 # "step 12", "Step: 12", "Epoch 3", "epoch=3", "iter 40/100", "Iteration 40", "[GPU0] Epoch 3 | ..."
@@ -139,6 +141,7 @@ def script_frame(error: BaseException, script: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    injected_error.install()  # the rank-exception drill's fault, before the seconds torch's import takes
     parser = argparse.ArgumentParser(prog="lab.node.user_script")
     parser.add_argument("--workdir")
     parser.add_argument("--events-dir", default=NodeEnv.parse().events_dir)

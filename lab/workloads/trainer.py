@@ -42,6 +42,7 @@ from torch.utils.data import DistributedSampler, TensorDataset
 
 from lab.health.events import Event, EventLog, ExitReason
 from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_target
+from lab.health import injected_error
 from lab.nodeenv import NodeEnv
 from lab.workloads.comm_hooks import timed_allreduce_hook
 from lab.workloads.distributed import Ctx, StepDeadline, ddp, process_group, say
@@ -131,16 +132,16 @@ def main(argv=None) -> None:
         if args.targets_dir:
             register_target(args.targets_dir, f"rank{rank}", port, metrics.where)
     progress = {"step": 0, "preempted": False}
-    completed = False
+    injected_error.install()  # the rank-exception drill's fault
     try:
         with process_group(allow_single=True) as ctx:
             # Everything that holds the process group (the DDP model above all) lives in
             # train()'s frame, so it is freed before the group is destroyed.
             train(args, ctx, events, metrics, progress)
-        completed = True
-    finally:
-        if not completed:
-            events.write(Event.EXIT, reason=ExitReason.ERROR, step=progress["step"])
+    except BaseException as e:
+        said = (str(e).strip().splitlines() or [""])[0]
+        events.write(Event.EXIT, reason=ExitReason.ERROR, step=progress["step"], error=f"{type(e).__name__}: {said}"[:300])
+        raise
     if progress["preempted"]:
         # Leave the process now, with everything saved and flushed. A worker that torchrun
         # runs as a function (--run-path, the lab's preloaded workers) and that returns waits

@@ -22,6 +22,7 @@ from lab.exercises import (
     kill_worker,
     partition_node,
     preempt,
+    rank_exception,
     straggler,
 )
 from lab.exercises.seen import Seen
@@ -30,6 +31,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "drills"
 CASES = {
     "kill-worker": (kill_worker, {}),
     "kill-worker-torch-defaults": (kill_worker, {"torch_defaults": True}),
+    "rank-exception": (rank_exception, {}),
     "kill-node": (kill_node, {}),
     "kill-node-elastic": (kill_node, {}),
     "kill-rendezvous-host": (kill_rendezvous_host, {}),
@@ -63,6 +65,7 @@ def failed(report) -> list[str]:
 FACTS = {
     "kill-worker": lambda f: f["restarts"] == 1 and 0 <= f["lost_steps"] <= 10 and f["recovery"]["total"] > 0,
     "kill-worker-torch-defaults": lambda f: f["final_weights_match_reference"] is False,
+    "rank-exception": lambda f: "RuntimeError" in f["error"] and f["restarts"] == 1 and 0 <= f["lost_steps"] <= 10,
     "kill-node": lambda f: f["world_size_after"] == [4] and f["final_weights_match_reference"],
     "kill-node-elastic": lambda f: f["world_size_after"] == [2],
     "kill-rendezvous-host": lambda f: f["lost_steps"] is None,
@@ -132,6 +135,22 @@ def test_kill_worker_that_failed_or_restarted_twice_says_so():
     evidence.codes["node1"] = 1
     evidence.events.append({**evidence.events[-1], "event": "start", "restart": 2})
     assert failed(judge("kill-worker", evidence)) == ["the job succeeded", "the worker group restarted once"]
+
+
+def test_a_rank_that_was_killed_rather_than_raising_fails_only_on_the_exception():
+    """The same recovery with no error record from the rank (a SIGKILL leaves none) is a
+    kill, not the exception this drill is about."""
+    evidence = seen("rank-exception")
+    evidence.events = [e for e in evidence.events if not (e["event"] == "exit" and e.get("reason") == "error")]
+    assert failed(judge("rank-exception", evidence)) == ["rank 1 died of the exception, recorded"]
+
+
+def test_a_different_error_on_the_rank_is_not_the_injected_exception():
+    evidence = seen("rank-exception")
+    for e in evidence.events:
+        if e["event"] == "exit" and e.get("reason") == "error":
+            e["error"] = "RuntimeError: Connection closed by peer"
+    assert failed(judge("rank-exception", evidence)) == ["rank 1 died of the exception, recorded"]
 
 
 def test_torch_defaults_without_the_upstream_failure_fails():

@@ -66,12 +66,27 @@ def listing(directory: Path | None) -> list[str]:
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())[:5]
 
 
+def seconds_running(events: list[dict], at_time_s: float) -> float | None:
+    """Seconds since the workers' process group was up; None before. Not since they started:
+    importing torch takes seconds, far more on a loaded machine, and a fault fired then hits a
+    worker still starting (no checkpoint yet, no handler for the rank-exception signal). A
+    script that makes no process group the lab sees is timed from its start, at 3 x at_time_s."""
+    now = time.time()
+    joined = [e["time"] for e in events if e["event"] == Event.RENDEZVOUS_DONE]
+    if joined:
+        return now - min(joined)
+    starts = [e["time"] for e in events if e["event"] == Event.START]
+    if starts and now - min(starts) >= 3 * at_time_s:
+        return now - min(starts)
+    return None
+
+
 def wait_fire_point(drill: Any, target: int, at_step: int, at_time_s: float, ckpt: Path | None) -> dict | None:
     """Block until the fault should fire; returns how it was decided ({source, unit, value, rank}),
     or None when the job ended first. With steps: when `target` reaches at_step (or, where the
     target prints no progress, the lowest rank that does: the job is at one step). Without any
-    step at_time_s after the workers started: once a checkpoint exists (with --ckpt-dir),
-    else at once (wall time)."""
+    step at_time_s after the workers' process group was up (seconds_running): once a checkpoint
+    exists (with --ckpt-dir), else at once (wall time)."""
     deadline = time.monotonic() + FIRE_POINT_TIMEOUT_S
     drill.progress(f"waiting for rank {target} at step {at_step} (or {at_time_s:g} s without a step signal)")
     next_check = 0.0
@@ -84,9 +99,8 @@ def wait_fire_point(drill: Any, target: int, at_step: int, at_time_s: float, ckp
             if values and max(values) >= at_step:
                 return {"source": found[0], "unit": found[1], "value": max(values), "rank": watched}
         else:
-            starts = [e["time"] for e in events if e["event"] == Event.START]
-            since = time.time() - min(starts) if starts else 0.0
-            if starts and since >= at_time_s:
+            since = seconds_running(events, at_time_s)
+            if since is not None and since >= at_time_s:
                 if ckpt is None:
                     return {"source": "wall time", "unit": "s", "value": round(since, 1)}
                 if has_checkpoint(ckpt):

@@ -29,7 +29,7 @@ PROGRESS_REGEX = Option(
 )
 AT_TIME = Option(
     "--at-time",
-    "with no step in the output, inject this many seconds after the workers start (default %(default)s)",
+    "with no step in the output, inject this many seconds after the workers' process group is up (default %(default)s)",
     15.0,
     float,
     metavar="SECONDS",
