@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from lab import progress
-from lab.health import hang_dump
+from lab.health import hang_dump, injected_error
 from lab.health.events import Event, EventLog, ExitReason
-from lab.health import injected_error
 from lab.nodeenv import NodeEnv
 
 # "step 12", "Step: 12", "Epoch 3", "epoch=3", "iter 40/100", "Iteration 40", "[GPU0] Epoch 3 | ..."

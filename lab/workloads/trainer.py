@@ -40,9 +40,9 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DistributedSampler, TensorDataset
 
+from lab.health import injected_error
 from lab.health.events import Event, EventLog, ExitReason
 from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_target
-from lab.health import injected_error
 from lab.nodeenv import NodeEnv
 from lab.workloads.comm_hooks import timed_allreduce_hook
 from lab.workloads.distributed import Ctx, StepDeadline, ddp, process_group, say
@@ -140,7 +140,9 @@ def main(argv=None) -> None:
             train(args, ctx, events, metrics, progress)
     except BaseException as e:
         said = (str(e).strip().splitlines() or [""])[0]
-        events.write(Event.EXIT, reason=ExitReason.ERROR, step=progress["step"], error=f"{type(e).__name__}: {said}"[:300])
+        events.write(
+            Event.EXIT, reason=ExitReason.ERROR, step=progress["step"], error=f"{type(e).__name__}: {said}"[:300]
+        )
         raise
     if progress["preempted"]:
         # Leave the process now, with everything saved and flushed. A worker that torchrun

@@ -23,7 +23,9 @@ def test_without_the_option_it_adds_nothing(pytester):
 
 def test_with_the_option_each_drill_is_a_case_beside_the_projects_own(pytester):
     pytester.makepyfile(test_mine="def test_mine():\n    pass\n")
-    listed = pytester.runpytest("--collect-only", "-q", "--lab-script", str(SCRIPT), "--lab-faults", "kill-worker,preempt")
+    listed = pytester.runpytest(
+        "--collect-only", "-q", "--lab-script", str(SCRIPT), "--lab-faults", "kill-worker,preempt"
+    )
     assert listed.outlines[:4] == [
         "test_mine.py::test_mine",
         "lab-drills::reference",
