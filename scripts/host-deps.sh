@@ -4,7 +4,8 @@
 # kubectl to render (kustomize) and apply the Kubernetes manifests, docker.io and debootstrap
 # for the docker runtime and its images (and a running dockerd, see start-dockerd.sh),
 # chromium (headless) for the tests that load the lab's pages in a real browser, and Debian's
-# docker-registry (the reference Distribution registry) for the tests that push images.
+# docker-registry (the reference Distribution registry) for the tests that push images,
+# python3.11-venv for the CI kit's fresh-virtualenv test.
 # Without root they cannot be installed here: the lab then runs its nodes on loopback and
 # goes without Prometheus, and says so.
 set -euo pipefail
@@ -20,6 +21,9 @@ command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
 docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || missing+=(docker-compose)
 command -v docker-registry >/dev/null || missing+=(docker-registry)
+# The CI kit's test installs the lab into a fresh virtualenv as an unprivileged user, with a
+# python that user may run (tests/test_ci_fresh_venv.py).
+/usr/bin/python3.11 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3.11-venv)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
         echo "note: ${missing[*]} missing and cannot be installed here (needs root and apt)"

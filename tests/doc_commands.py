@@ -1,7 +1,7 @@
 """The commands README.md, docs/exercises.md and docs/ci.md show a reader, in the order they show them.
 
 A command is a line of a fenced block that starts with a program the reader types (`make`,
-`lab`, `.venv/bin/...`, `python3.11`, `torchrun`, `kubectl`, `docker`), its `\\`
+`lab`, `pytest`, `.venv/bin/...`, `python3.11`, `torchrun`, `kubectl`, `docker`), its `\\`
 continuations joined and its trailing `# comment` kept apart (the comment often quotes
 what the command prints), and each lesson of the README's learning path as `lab exercise
 run NAME`. Blocks that show output (the result table, a first-failure card) are kept as
@@ -17,7 +17,7 @@ from pathlib import Path
 from conftest import REPO
 
 DOCS = ("README.md", "docs/exercises.md", "docs/ci.md")
-PROGRAM = re.compile(r"(make|lab|\.venv/bin/\S+|python3(\.\d+)?|torchrun|kubectl|docker)(\s|$)")
+PROGRAM = re.compile(r"(make|lab|pytest|\.venv/bin/\S+|python3(\.\d+)?|torchrun|kubectl|docker)(\s|$)")
 FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)
 LESSON = re.compile(r"^\d+\. `([a-z0-9-]+)`", re.M)
 

@@ -52,7 +52,11 @@ ELSEWHERE = {
         "a synopsis: tests/test_script_drills.py::test_matrix_on_the_snapshot_tutorial_script"
     ),
     "lab ci --script tests/user_scripts/snapshot_every_epoch.py --junit junit.xml -- --epochs 6": (
-        "tests/test_ci_kit.py::test_the_default_drills_pass_and_leave_junit_a_summary_and_the_page"
+        "tests/test_ci_fresh_venv.py::test_lab_ci_passes_the_default_drills_and_leaves_junit_a_summary_and_the_page"
+    ),
+    "pytest --lab-script tests/user_scripts/snapshot_every_epoch.py --lab-faults rank-exception "
+    '--lab-script-args "--epochs 6"': (
+        "tests/test_ci_fresh_venv.py::test_the_pytest_option_makes_each_drill_a_test_case"
     ),
     ".venv/bin/lab exercise list": ORDERS,
     ".venv/bin/lab exercise explain kill-worker": ORDERS,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from lab import files
@@ -84,6 +85,8 @@ def handle(args: argparse.Namespace) -> int:
     for option, value in (("--junit", args.junit), ("--summary", args.summary)):
         if value:
             writable_dir(Path(value).parent, f"{option} folder")
+            if os.path.lexists(value) and not (os.path.isfile(value) and os.access(value, os.W_OK)):
+                raise LabError(f"cannot write {option} {value}: not a file this user may write")
     writable_dir(Path(args.report_dir), "report dir")  # made last: a refusal above leaves nothing
     verbs = argparse.ArgumentParser(prog="lab ci").add_subparsers()
     register_matrix(verbs)  # `lab exercise matrix`, as its own parser reads this argv
@@ -97,4 +100,7 @@ def handle(args: argparse.Namespace) -> int:
         with open(args.summary, "a") as summary:
             summary.write(matrix.markdown(record) + "\n")
         print(f"summary appended to {args.summary}")
+    for row in record["rows"]:  # why it failed, last, where a CI log's reader looks first
+        if row["verdict"] != "pass":
+            print(f"lab ci: {row['fault']}: {row['verdict']}: {row['finding']}", file=sys.stderr)
     return int(code)

@@ -61,6 +61,7 @@ def test_a_finding_with_markup_stays_well_formed():
         (["--script", str(SCRIPT), "--junit", "no/such/dir/junit.xml"], ["--junit folder", "does not exist"]),
         (["--script", str(SCRIPT), "--summary", "no/such/dir/summary.md"], ["--summary folder", "does not exist"]),
         (["--script", str(SCRIPT), "--report-dir", "/dev/null/report"], ["cannot write in the report dir"]),
+        (["--script", str(SCRIPT), "--summary", "."], ["cannot write --summary .", "not a file"]),
         (["--script", str(SCRIPT), "--faults", "kill-worker,nosuch"], ["--faults", "nosuch"]),
     ],
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from lab.exercises import observe
@@ -10,20 +11,6 @@ from lab.exercises.seen import Seen
 from lab.health.events import Event, ExitReason
 from lab.report import Report
 from lab.why import CONSEQUENCE
-
-
-def segments(events: list[dict], fault_time: float, source: str, unit: str) -> dict[str, Any]:
-    """Rank 0's progress before the fault and after its workers started again."""
-    mine = signals.progress(events, source, unit)
-    before = [e["step"] for e in mine if e["time"] < fault_time]
-    restarted = min((e["time"] for e in events if e["event"] == Event.START and e["time"] > fault_time), default=None)
-    after = [e["step"] for e in mine if restarted is not None and e["time"] > restarted]
-    return {
-        "first": before[0] if before else None,
-        "reached": max(before, default=None),
-        "resumed_at": after[0] if after else None,
-        "last": after[-1] if after else None,
-    }
 
 
 def errors(events: list[dict], since: float, until: float = float("inf")) -> list[str]:
@@ -56,19 +43,11 @@ def failed_before(events: list[dict], fault_time: float) -> str:
     return "torchrun had restarted its workers already (a failure its output does not name)" if restarted else ""
 
 
-def rates(events: list[dict], faults: list[dict], source: str, unit: str) -> dict[str, float | None]:
-    """Rank 0's progress per second before the fault (from its first step, at most as long
-    as the fault) and while the fault lasted (until the next fault record: its release)."""
-    start = faults[0]["time"]
-    end = faults[1]["time"] if len(faults) > 1 else max(e["time"] for e in events)
-    times = [e["time"] for e in signals.progress(events, source, unit)]
+# What a script that assumes a GPU dies of on a CPU runner (torch's CPU build, or no device).
+NO_GPU = re.compile(r"Torch not compiled with CUDA|No CUDA GPUs are available|Found no NVIDIA driver|ProcessGroupNCCL")
 
-    def rate(since: float, until: float) -> float | None:
-        inside = [t for t in times if since <= t < until]  # steps per second between the first and last seen
-        return round((len(inside) - 1) / (inside[-1] - inside[0]), 3) if len(inside) >= 2 else None
 
-    first = min((t for t in times if t < start), default=start)  # not the start-up: from the first step on
-    return {"before": rate(max(first, start - (end - start)), start), "during": rate(start, end)}
+CPU_FALLBACK = "fall back to the CPU and gloo when torch.cuda.is_available() is False"
 
 
 def explained(error: str, extra: dict) -> str:
@@ -76,6 +55,8 @@ def explained(error: str, extra: dict) -> str:
     relative to the folder it starts in, which a drill's fresh working dir does not hold)."""
     if "FileNotFoundError" in error and not extra.get("own_workdir"):
         return f"{error} (it ran in a fresh working dir, {extra['workdir']}: --workdir DIR runs it where its files are)"
+    if NO_GPU.search(error):
+        return f"{error} (it needs a GPU this machine lacks: {CPU_FALLBACK})"
     return error
 
 
@@ -134,6 +115,32 @@ def judge_reference(report: Report, seen: Seen) -> None:
         all(c == 0 for c in codes.values()),
         f"node exit codes {codes}" + "".join(f"; {explained(e, seen.extra)}" for e in errors(events, 0)[:1]),
     )
+    check_long_enough(report, seen)
+
+
+def check_long_enough(report: Report, seen: Seen) -> None:
+    """The reference ran long enough for a fault to fire in it: to the step the faults fire at
+    (--at-step), or, with no step printed, --at-time seconds past its process group. A script
+    that is done sooner (it exits at once, or has too little work) gives every fault nothing
+    to break: one line now, not a verdict per fault."""
+    fire, events = seen.extra.get("fire_point"), seen.events
+    if not fire or not events:
+        return
+    found = signals.step_source(events)
+    if found:
+        last = max(e["step"] for e in signals.progress(events, *found))
+        ok = last >= fire["at_step"]
+        detail = f"its last {found[1]} was {last}; the faults fire at {found[1]} {fire['at_step']} (--at-step)"
+    else:
+        joined = [e["time"] for e in events if e["event"] == Event.RENDEZVOUS_DONE]
+        began = min(joined or [e["time"] for e in events])
+        lasted = max(e["time"] for e in events) - began
+        ok = lasted >= fire["at_time_s"]
+        detail = (
+            f"it ended {lasted:.1f} s after its process group was up, with no step printed; the faults fire "
+            f"{fire['at_time_s']:g} s in (--at-time)"
+        )
+    report.check("it runs long enough for a fault to fire", ok, detail if ok else f"{detail}: give it more work")
 
 
 def judge_fault(report: Report, seen: Seen) -> None:
@@ -163,7 +170,7 @@ def judge_fault(report: Report, seen: Seen) -> None:
         report.check("no restart was needed", facts["restarts"] == 0, f"restarts {facts['restarts']}")
         facts["work_redone"] = None
         if unit is not None:
-            facts["progress"]["rate_per_s"] = rates(events, seen.faults, source, unit)
+            facts["progress"]["rate_per_s"] = signals.rates(events, seen.faults, source, unit)
         return
     if recovery == "restart":
         report.check("torchrun restarted the workers", facts["restarts"] >= 1, f"restarts {facts['restarts']}")
@@ -180,7 +187,7 @@ def judge_fault(report: Report, seen: Seen) -> None:
         )
         return
     saved = newest_save(events, fault["time"], source, unit)
-    check_resumed(report, segments(events, fault["time"], source, unit), unit, loaded, saved)
+    check_resumed(report, signals.segments(events, fault["time"], source, unit), unit, loaded, saved)
 
 
 def check_finished(report: Report, codes: dict[str, int | None]) -> None:

@@ -76,7 +76,8 @@ class ScriptRun:
         }
         if self.fault is None:
             codes = wait_end(drill, self.spec.deadline_s + signals.FIRE_POINT_TIMEOUT_S)
-            seen = drill.snapshot(self.NAME, codes, **setup)
+            fire_point = {"at_step": options.at_step, "at_time_s": self.spec.at_time_s}  # where faults will fire
+            seen = drill.snapshot(self.NAME, codes, fire_point=fire_point, **setup)
         else:
             seen = self._fault(drill, options, setup)
         seen.extra["compared"] = self._keep_result()

@@ -53,6 +53,35 @@ def progress(events: list[dict], source: str, unit: str, preferred: int = 0) -> 
     return series(events, reporting_rank(events, source, unit, preferred), source, unit)
 
 
+def segments(events: list[dict], fault_time: float, source: str, unit: str) -> dict[str, Any]:
+    """Rank 0's progress before the fault and after its workers started again."""
+    mine = progress(events, source, unit)
+    before = [e["step"] for e in mine if e["time"] < fault_time]
+    restarted = min((e["time"] for e in events if e["event"] == Event.START and e["time"] > fault_time), default=None)
+    after = [e["step"] for e in mine if restarted is not None and e["time"] > restarted]
+    return {
+        "first": before[0] if before else None,
+        "reached": max(before, default=None),
+        "resumed_at": after[0] if after else None,
+        "last": after[-1] if after else None,
+    }
+
+
+def rates(events: list[dict], faults: list[dict], source: str, unit: str) -> dict[str, float | None]:
+    """Rank 0's progress per second before the fault (from its first step, at most as long
+    as the fault) and while the fault lasted (until the next fault record: its release)."""
+    start = faults[0]["time"]
+    end = faults[1]["time"] if len(faults) > 1 else max(e["time"] for e in events)
+    times = [e["time"] for e in progress(events, source, unit)]
+
+    def rate(since: float, until: float) -> float | None:
+        inside = [t for t in times if since <= t < until]  # steps per second between the first and last seen
+        return round((len(inside) - 1) / (inside[-1] - inside[0]), 3) if len(inside) >= 2 else None
+
+    first = min((t for t in times if t < start), default=start)  # not the start-up: from the first step on
+    return {"before": rate(max(first, start - (end - start)), start), "during": rate(start, end)}
+
+
 def has_checkpoint(directory: Path | None) -> bool:
     from lab.workloads.checkpoint import newest_file  # imports torch: not at the CLI's start
 
