@@ -15,7 +15,7 @@ SCRIPTS = REPO / "tests" / "user_scripts"
 @pytest.mark.parametrize(
     "script, words",
     [
-        ("needs_gpu.py", ["Torch not compiled with CUDA enabled", "needs_gpu.py:", "fall back to the CPU and gloo"]),
+        ("needs_gpu.py", ["_cuda_setDevice", "needs_gpu.py:", "fall back to the CPU and gloo"]),
         ("exits_at_once.py", ["it runs long enough for a fault to fire: no.", "with no step printed", "--at-time"]),
     ],
 )

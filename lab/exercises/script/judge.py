@@ -43,8 +43,12 @@ def failed_before(events: list[dict], fault_time: float) -> str:
     return "torchrun had restarted its workers already (a failure its output does not name)" if restarted else ""
 
 
-# What a script that assumes a GPU dies of on a CPU runner (torch's CPU build, or no device).
-NO_GPU = re.compile(r"Torch not compiled with CUDA|No CUDA GPUs are available|Found no NVIDIA driver|ProcessGroupNCCL")
+# What a script that assumes a GPU dies of on a CPU runner (torch's CPU build, or no device); the CPU
+# build's torch.cuda.set_device fails on a missing torch._C._cuda_setDevice.
+NO_GPU = re.compile(
+    r"Torch not compiled with CUDA|has no attribute .?_cuda_|No CUDA GPUs are available"
+    r"|Found no NVIDIA driver|ProcessGroupNCCL"
+)
 
 
 CPU_FALLBACK = "fall back to the CPU and gloo when torch.cuda.is_available() is False"
