@@ -133,3 +133,19 @@ class FaithfulJob:
         recorded = worker_record.read(self.mounts(index)["/tmp"] / "lab-workers.json")
         assert recorded, f"pod {index} has recorded no workers"
         return recorded[1][local_rank]
+
+
+def pod_failure_action(job: dict, exit_code: int, conditions: tuple[str, ...] = ()) -> str:
+    """What the Job controller does with a pod that failed so (Kubernetes' podFailurePolicy: the
+    first rule that matches decides; none matching counts against the index's backoff). The
+    rules as the rendered Job states them, read the way the controller reads them."""
+    for rule in job["spec"].get("podFailurePolicy", {}).get("rules", []):
+        codes = rule.get("onExitCodes")
+        if codes:
+            inside = exit_code in codes["values"]
+            if inside == (codes["operator"] == "In"):
+                return rule["action"]
+        wanted = {c["type"] for c in rule.get("onPodConditions", []) if c.get("status", "True") == "True"}
+        if wanted & set(conditions):
+            return rule["action"]
+    return "Count"

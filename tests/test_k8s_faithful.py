@@ -17,8 +17,9 @@ import signal
 import pytest
 import yaml
 from conftest import needs_netns
-from k8s_faithful import FaithfulJob
+from k8s_faithful import FaithfulJob, pod_failure_action
 
+from lab.node.restart_budget import CRASH_LOOP_EXIT
 from lab.runtimes.k8s import render
 from lab.topology import Topology
 
@@ -84,3 +85,21 @@ def test_a_replaced_pod_starts_empty_gets_the_checkpoint_from_a_peer_and_ends_bi
     assert received[0]["step"] >= 20
     assert f"step_{STEPS:08d}.ckpt" in kept, "the new pod keeps its own copies from then on"
     assert set(final_checksums(logs).values()) == {reference}
+
+
+def test_a_crash_looping_pod_exits_86_and_its_job_fails_rather_than_replacing_it(tmp_path):
+    """Workers that die at every start (a bad argument: no step, ever) under the pod's agent:
+    after --max-restarts 3 restarts without progress it stops with the crash-loop exit, and the
+    rendered Job's failure policy fails the Job on that code: no new pod, whose fresh agent would
+    start the count again. A disruption, by contrast, is ignored (the index gets a new pod)."""
+    rendered = objects()
+    job = next(o for o in rendered if o["kind"] == "Job")
+    with FaithfulJob(rendered, tmp_path, "ee0c4", {"LAB_WORKLOAD_ARGS": "--steps not-a-number"}) as pods:
+        pods.start_all()
+        codes = pods.wait(timeout_s=180)
+        logs = pods.logs()
+    assert CRASH_LOOP_EXIT in codes, logs[-3000:]
+    assert "crash loop: no progress in 3 restarts" in logs
+    assert {pod_failure_action(job, code) for code in codes if code} == {"FailJob"}
+    assert pod_failure_action(job, 137, ("DisruptionTarget",)) == "Ignore"
+    assert pod_failure_action(job, 137) == "Count"
