@@ -117,3 +117,12 @@ def test_the_pytest_option_makes_each_drill_a_test_case(kit):
     ]
     assert (home / "plugin-report" / "matrix.json").is_file()
     shutil.rmtree(home / "plugin-report")
+
+
+def test_a_report_dir_this_user_may_not_write_is_one_line_and_nothing_runs(kit):
+    """As the CI user (not root, when the suite is): a folder it may not write in."""
+    if os.geteuid() != 0:
+        pytest.skip("needs a folder this user may not write: the suite runs as root in CI")
+    out = kit("lab", "ci", "--script", str(SCRIPT), "--report-dir", "/root/lab-ci-report", timeout=60)
+    assert out.returncode == 1 and out.stdout == "", out.stdout + out.stderr
+    assert out.stderr.strip() == "lab ci: error: cannot write in the report dir /root/lab-ci-report: Permission denied"
