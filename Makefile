@@ -55,7 +55,7 @@ lint: venv ## ruff (lint and format) and mypy, as configured in pyproject.toml
 FAST := -m "not slow and not docker"
 test: venv host-deps lint ## the whole test suite (what CI runs)
 	$(BIN)/pytest -q -n 2 --dist worksteal $(FAST)
-	$(BIN)/pytest -q -m "slow or docker" --durations=15
+	$(BIN)/pytest -q -m "slow or docker" --durations=30
 
 test-fast: venv lint ## the quick inner loop: no multi-process jobs, no containers
 	$(BIN)/pytest -q -n 2 --dist worksteal $(FAST)
