@@ -71,3 +71,19 @@ def test_bad_input_is_one_line_and_nothing_runs(tmp_path, capsys, monkeypatch, a
     assert_one_line_error(out, *words)
     assert not (tmp_path / "run").exists()
     assert not (tmp_path / "lab-ci-report").exists()
+
+
+def test_the_workflow_file_is_the_one_the_doc_shows_and_keeps_what_lab_ci_leaves():
+    import re
+
+    import yaml
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    shown = yaml.safe_load(re.search(r"```yaml\n(.*?)```", (docs / "ci.md").read_text(), re.S).group(1))
+    shipped = yaml.safe_load((docs / "ci-workflow.yml").read_text())
+    assert shipped["jobs"] == shown["jobs"]
+    steps = shipped["jobs"]["fault-tolerance"]["steps"]
+    run = next(s["run"] for s in steps if s.get("run", "").startswith("lab ci "))
+    junit = run.split("--junit ")[1].split()[0]
+    kept = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert kept["if"] == "always()" and kept["with"]["path"].split() == ["lab-ci-report", junit]
