@@ -74,6 +74,9 @@ class FaithfulJob:
                 if value.startswith(mount):
                     env[key] = str(folder) + value[len(mount) :]
         env.update(JOB_COMPLETION_INDEX=str(index), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        # A pod's /tmp is its own emptyDir; here it must be said, or torch's agent leaves its
+        # torchelastic_* log dir (which it never removes) in this machine's /tmp.
+        env["TMPDIR"] = str(mounts["/tmp"])
         command = self.container["command"] + self.container.get("args", [])
         shim = [sys.executable, "-m", "lab.node.nodeproc", f"--exit-file={self.pod_dir(index) / 'exit'}",
                 f"--hostname={self.name}-{index}", "--private-shm", "--"]  # fmt: skip
