@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
-DEFAULT_FAULTS = "kill-worker,hang-rank,rank-exception"  # lab.cli.ci's: not imported, pytest loads this early
-REFERENCE = "reference"
+from lab.cli.ci import DEFAULT_FAULTS
+from lab.exercises.script.junit import checks_text
+from lab.exercises.script.script_run import REFERENCE
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -74,8 +75,7 @@ def failure(name: str, row: dict[str, Any] | None, run_error: str) -> str:
         return run_error or f"{name}: no verdict in the matrix"
     if row["verdict"] == "pass":
         return ""
-    checks = "\n".join(f"[{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {c['detail']}" for c in row["checks"])
-    return f"{name}: {row['verdict']}: {row['finding']}\n{checks}".rstrip()
+    return f"{name}: {row['verdict']}: {row['finding']}\n{checks_text(row)}".rstrip()
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

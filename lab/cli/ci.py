@@ -25,7 +25,7 @@ from lab.errors import LabError
 from lab.exercises.script import junit, matrix, spec
 from lab.options import NPROC_PER_NODE, Option, add_all
 
-DEFAULT_FAULTS = "kill-worker,hang-rank,rank-exception"  # lab.pytest_plugin has the same
+DEFAULT_FAULTS = "kill-worker,hang-rank,rank-exception"  # also lab.pytest_plugin's default
 
 
 JUNIT = Option("--junit", "write the verdicts as JUnit XML here", metavar="FILE")

@@ -59,6 +59,12 @@ ECHO_PREFIX = "@lab-event "
 ECHO = NodeEnv.parse().events_echo
 
 
+def error_text(error: BaseException) -> str:
+    """An exit record's `error`: the exception's type and the first line of its message."""
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first_line}"[:300]
+
+
 def echo(stem: str, line: str) -> None:
     """One record, also on stderr, for a controller that reads the node's log, not its files."""
     if ECHO:

@@ -32,7 +32,7 @@ from typing import Any
 
 from lab import progress
 from lab.health import hang_dump, injected_error
-from lab.health.events import Event, EventLog, ExitReason
+from lab.health.events import Event, EventLog, ExitReason, error_text
 from lab.nodeenv import NodeEnv
 
 # "step 12", "Step: 12", "Epoch 3", "epoch=3", "iter 40/100", "Iteration 40", "[GPU0] Epoch 3 | ..."
@@ -170,11 +170,10 @@ def main(argv: list[str] | None = None) -> None:
             log.write(Event.EXIT, reason=ExitReason.EXIT_STATUS, code=code, stderr=list(stderr_tail))
         raise
     except BaseException as e:
-        first_line = (str(e).strip().splitlines() or [""])[0]
         log.write(
             Event.EXIT,
             reason=ExitReason.EXCEPTION,
-            error=f"{type(e).__name__}: {first_line}"[:300],
+            error=error_text(e),
             where=script_frame(e, script),
         )
         raise

@@ -41,7 +41,7 @@ import torch.nn as nn
 from torch.utils.data import DistributedSampler, TensorDataset
 
 from lab.health import injected_error
-from lab.health.events import Event, EventLog, ExitReason
+from lab.health.events import Event, EventLog, ExitReason, error_text
 from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_target
 from lab.nodeenv import NodeEnv
 from lab.workloads.comm_hooks import timed_allreduce_hook
@@ -139,10 +139,7 @@ def main(argv=None) -> None:
             # train()'s frame, so it is freed before the group is destroyed.
             train(args, ctx, events, metrics, progress)
     except BaseException as e:
-        said = (str(e).strip().splitlines() or [""])[0]
-        events.write(
-            Event.EXIT, reason=ExitReason.ERROR, step=progress["step"], error=f"{type(e).__name__}: {said}"[:300]
-        )
+        events.write(Event.EXIT, reason=ExitReason.ERROR, step=progress["step"], error=error_text(e))
         raise
     if progress["preempted"]:
         # Leave the process now, with everything saved and flushed. A worker that torchrun
