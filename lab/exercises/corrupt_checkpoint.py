@@ -7,6 +7,9 @@ steps, and still ends bit-identical to an uninterrupted run.
 
     lab exercise run corrupt-checkpoint [--target-rank 1] [--at-step 35]
 
+The target worker is stopped (SIGSTOP) before the damage, so no newer checkpoint can be saved
+between the damage and the kill, however loaded the machine.
+
 Look for: a `checkpoint_invalid` event naming the file and "checksum mismatch" or
 "truncated"; the next `checkpoint_loaded` one interval older; `step_000000NN.ckpt.bad`
 in the checkpoint directory.
@@ -26,7 +29,7 @@ from lab.topology import Topology
 
 NAME = "corrupt-checkpoint"
 SUMMARY = "truncate the newest checkpoint and kill a worker; resume falls back to the previous one"
-INJECTS = ("corrupt_checkpoint", "kill_worker")  # Node faults it uses (lab.exercises.grid)
+INJECTS = ("pause_worker", "corrupt_checkpoint", "kill_worker")  # Node faults it uses (lab.exercises.grid)
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 35
 STEPS, CKPT_EVERY = 60, 10
 
@@ -41,8 +44,7 @@ def trainer_args(options) -> list[str]:
 
 def run(drill, options) -> Report:
     node, local_rank = drill.reach(options.target_rank, options.at_step)
-    drill.inject(node, "corrupt_checkpoint", directory=str(drill.ckpt_dir), mode="truncate")
-    aimed(drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL)), options.target_rank)
+    damage_then_kill(drill, node, local_rank, str(drill.ckpt_dir), options.target_rank)
     return judge(drill.gather(NAME, 240, reference=trainer_args(options)), options)
 
 
@@ -78,5 +80,12 @@ def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
     if ckpt_dir is None:
         raise LabError("corrupt-checkpoint on your script needs --ckpt-dir (where it writes checkpoints)")
     node, local_rank = drill.locate(target)
+    return damage_then_kill(drill, node, local_rank, ckpt_dir, target)
+
+
+def damage_then_kill(drill, node: str, local_rank: int, ckpt_dir: str, target: int) -> dict:
+    """Stop the worker (its peers then wait in their next collective, so no newer checkpoint
+    is saved), truncate the newest checkpoint, SIGKILL the stopped worker."""
+    drill.inject(node, "pause_worker", local_rank=local_rank)
     drill.inject(node, "corrupt_checkpoint", directory=ckpt_dir, mode="truncate")
     return aimed(drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL)), target)

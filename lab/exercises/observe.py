@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.health.events import Event, ExitReason, read_agent_events
+from lab.health.events import Event, ExitReason, read_agent_events, restarted_at
 
 agent_events = read_agent_events  # torchelastic's agent events, as the drills read them
 
@@ -42,9 +42,11 @@ def recovery_breakdown(events: list[dict], agents: list[dict], fault_time: float
 
 
 def checkpoint_progress(events: list[dict], fault_time: float) -> tuple[list[int], int, list[int]]:
-    """(checkpoints saved before the fault, oldest first; the last step reached before it;
-    the steps rank 0 loaded after it)."""
-    before = [e for e in events if e["time"] < fault_time]
+    """(checkpoints saved before the group restarted, oldest first; the last step reached
+    before then; the steps rank 0 loaded after the fault). The group's end, not the fault's
+    injection, divides them (events.restarted_at)."""
+    until = restarted_at(events, fault_time) or fault_time
+    before = [e for e in events if e["time"] < until]
     saved = sorted(e["step"] for e in before if e["event"] == Event.CHECKPOINT_SAVED)
     reached = max((e["step"] for e in before if e["event"] == Event.STEP), default=0)
     loaded = [

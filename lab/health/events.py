@@ -65,6 +65,14 @@ def error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {first_line}"[:300]
 
 
+def restarted_at(events: list[dict], fault_time: float) -> float | None:
+    """When the first worker started after the fault (None: none did). What a group did up to
+    then belongs to the run the fault hit: a survivor can finish a step or save a checkpoint
+    after the fault is injected and before its agent stops it, and a resume may rightly load
+    that checkpoint."""
+    return min((e["time"] for e in events if e["event"] == Event.START and e["time"] > fault_time), default=None)
+
+
 def echo(stem: str, line: str) -> None:
     """One record, also on stderr, for a controller that reads the node's log, not its files."""
     if ECHO:

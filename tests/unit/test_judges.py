@@ -123,6 +123,17 @@ def test_kill_worker_that_resumed_from_scratch_fails_on_the_checkpoint_and_the_l
     ]
 
 
+def test_a_checkpoint_saved_between_the_injection_and_the_restart_is_the_newest():
+    """On a loaded machine the kill's record can precede the save of the checkpoint the group
+    then resumes from (CI, 2026-12-02: "newest before the fault: 20, loaded: [30]")."""
+    evidence = seen("kill-worker")
+    fault = evidence.injected("kill_worker")
+    saves = [e["time"] for e in evidence.events if e["event"] == "checkpoint_saved" and e["time"] < fault["time"]]
+    fault["time"] = max(saves) - 0.01  # the injection recorded just before the group's last save
+    report = judge("kill-worker", evidence)
+    assert report.verdict == "pass", failed(report)
+
+
 def test_kill_worker_whose_ranks_disagree_fails_bit_identity():
     evidence = seen("kill-worker")
     exits = [e for e in evidence.events if e["event"] == "exit" and e.get("reason") == "completed"]

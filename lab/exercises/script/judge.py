@@ -8,7 +8,7 @@ from typing import Any
 from lab.exercises import observe
 from lab.exercises.script import signals
 from lab.exercises.seen import Seen
-from lab.health.events import Event, ExitReason
+from lab.health.events import Event, ExitReason, restarted_at
 from lab.report import Report
 from lab.why import CONSEQUENCE
 
@@ -210,8 +210,10 @@ def check_finished(report: Report, codes: dict[str, int | None]) -> None:
 
 def newest_save(events: list[dict], fault_time: float, source: str, unit: str) -> dict | None:
     """When the script last saved (torch.save, dcp.save) before the fault, and rank 0's progress
-    then: where a resume from its newest checkpoint should pick up. None: it saved nothing seen."""
-    times = [e["time"] for e in events if e["event"] == Event.SAVED and e["time"] < fault_time]
+    then: where a resume from its newest checkpoint should pick up. None: it saved nothing seen.
+    A save after the injection and before the restart counts (events.restarted_at)."""
+    until = restarted_at(events, fault_time) or fault_time
+    times = [e["time"] for e in events if e["event"] == Event.SAVED and e["time"] < until]
     if not times:
         return None
     steps = [e["step"] for e in signals.progress(events, source, unit) if e["time"] <= max(times)]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.errors import LabError
-from lab.health.events import Event
+from lab.health.events import Event, restarted_at
 
 STEP_SOURCES = ("helper", "output")  # lab.progress.step, then the regex on the output
 FIRE_POINT_TIMEOUT_S = 300.0  # from the start until the fault's step: a script that never gets there
@@ -54,10 +54,10 @@ def progress(events: list[dict], source: str, unit: str, preferred: int = 0) -> 
 
 
 def segments(events: list[dict], fault_time: float, source: str, unit: str) -> dict[str, Any]:
-    """Rank 0's progress before the fault and after its workers started again."""
+    """Rank 0's progress before its workers started again after the fault, and after."""
     mine = progress(events, source, unit)
-    before = [e["step"] for e in mine if e["time"] < fault_time]
-    restarted = min((e["time"] for e in events if e["event"] == Event.START and e["time"] > fault_time), default=None)
+    restarted = restarted_at(events, fault_time)
+    before = [e["step"] for e in mine if e["time"] < (restarted or fault_time)]
     after = [e["step"] for e in mine if restarted is not None and e["time"] > restarted]
     return {
         "first": before[0] if before else None,
