@@ -49,13 +49,17 @@ lint: venv ## ruff (lint and format) and mypy, as configured in pyproject.toml
 	$(BIN)/ruff format --check lab tests
 	$(BIN)/mypy
 
-# The fast tier (units on recorded runs, goldens, the CLI's refusals) runs on both cores; the
-# system tier (real jobs, containers, Ray: timing and leak checks) one test at a time. (Two at a
-# time took 25 min instead of 41, but on 2 cores the drills' timing verdicts then flaked.)
+# The fast tier (units on recorded runs, goldens, the CLI's refusals) runs on both cores. The
+# system tier (real jobs, containers, Ray) runs two tests at a time too: each test's lab is its
+# own (run dir, hosts, subnet), its leak checks count only that lab's, and tests that share a
+# fixed resource (loopback ports, the test Ray cluster) share an xdist group. A test that
+# counts what is left on the whole machine (marked alone) runs last, with nothing beside it.
 FAST := -m "not slow and not docker"
+SYSTEM := -m "(slow or docker) and not alone"
 test: venv host-deps lint ## the whole test suite (what CI runs)
 	$(BIN)/pytest -q -n 2 --dist worksteal $(FAST)
-	$(BIN)/pytest -q -m "slow or docker" --durations=30
+	$(BIN)/pytest -q -n 2 --dist loadgroup $(SYSTEM) --durations=30
+	$(BIN)/pytest -q -m alone
 
 test-fast: venv lint ## the quick inner loop: no multi-process jobs, no containers
 	$(BIN)/pytest -q -n 2 --dist worksteal $(FAST)

@@ -113,7 +113,8 @@ def left_behind(run_dir: Path, lab_id: str) -> list[str]:
 
 def chromium(*args: str) -> subprocess.CompletedProcess:
     """Headless Chromium as the machine allows it: no sandbox as root, no network of its own."""
-    profile = ARTIFACTS / ".chromium-profile"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    profile = Path(tempfile.mkdtemp(prefix=".chromium-profile-", dir=ARTIFACTS))  # one per call: tests run side by side
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={profile}", "--window-size=1100,700"]  # fmt: skip

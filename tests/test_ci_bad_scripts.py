@@ -8,7 +8,8 @@ import json
 import pytest
 from conftest import REPO, left_behind
 
-pytestmark = pytest.mark.slow
+# lab ci runs on loopback hosts, whose ports the machine shares: one such test at a time.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("loopback")]
 SCRIPTS = REPO / "tests" / "user_scripts"
 
 

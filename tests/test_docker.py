@@ -33,6 +33,8 @@ def docker_lab(lab, images):
     assert labelled(lab.run_dir) == [] and labelled(lab.run_dir, "network") == []
 
 
+# Loopback labs share the machine's ports (rendezvous, exporters): one such test at a time.
+@pytest.mark.xdist_group("loopback")
 def test_two_containers_give_the_local_runtimes_checksums(docker_lab, tmp_path):
     local = Lab(run_dir=tmp_path / "local")
     try:

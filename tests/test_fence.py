@@ -18,7 +18,8 @@ from conftest import needs_netns
 
 from lab.runtimes import fence
 
-pytestmark = [pytest.mark.slow, needs_netns]
+# The foreign namespace's host address is fixed: its tests run in one worker, one at a time.
+pytestmark = [pytest.mark.slow, needs_netns, pytest.mark.xdist_group("fence")]
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 

@@ -27,6 +27,7 @@ pytestmark = [
     pytest.mark.slow,
     needs_netns,
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed (make host-deps)"),
+    pytest.mark.xdist_group("k8s-faithful"),  # one worker runs the module's reference and its users
 ]
 STEPS, EVERY = 60, 10
 PACED = {"LAB_WORKLOAD_ARGS": f"--steps {STEPS} --ckpt-every {EVERY} --step-time 0.1"}

@@ -20,6 +20,7 @@ from lab.health.prometheus import LIVE_PAGE, Prometheus, first_free_port
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed (make host-deps)"),
+    pytest.mark.xdist_group("live-view"),  # one worker starts the module's running job, once
 ]
 ROW = re.compile(r'<tr class="rank[^"]*" data-rank="(\d+)">.*?<td class="step">([\d-]+)</td>', re.S)
 

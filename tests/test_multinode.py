@@ -75,6 +75,8 @@ def test_a_failed_node_fails_the_job_and_the_others_are_stopped(lab):
     assert procs.marked_pids(str(lab.run_dir.resolve())) == []
 
 
+# Loopback labs share the machine's ports (rendezvous, exporters): one such test at a time.
+@pytest.mark.xdist_group("loopback")
 def test_loopback_nodes_run_the_trainer_with_exporters(lab):
     """Loopback nodes share a hostname: their exporters and event logs must still not collide."""
     out = lab(
@@ -125,6 +127,8 @@ def sleeping(marker: str) -> list[int]:
     return found
 
 
+# Loopback labs share the machine's ports (rendezvous, exporters): one such test at a time.
+@pytest.mark.xdist_group("loopback")
 def test_a_process_the_job_leaves_behind_is_stopped_with_its_node(lab):
     """On loopback hosts nothing (no namespace) takes a daemon the script started with a clean
     environment and a session of its own; the node's shim, its subreaper, does."""

@@ -22,7 +22,8 @@ from test_multinode import ranks_from
 from lab import procs
 from lab.runtimes import netns
 
-pytestmark = [pytest.mark.slow, needs_netns]
+# One cluster (a module fixture on fixed ports): its tests run in one worker of the system tier.
+pytestmark = [pytest.mark.slow, needs_netns, pytest.mark.xdist_group("ray-cluster")]
 RAY = str(Path(sys.executable).with_name("ray"))
 GCS_PORT = 6379
 CLUSTER_MARK = "TLAB_TEST_RAY_CLUSTER"  # every process of the test's cluster carries it

@@ -12,7 +12,7 @@ from lab.bench import gloo_abort
 from lab.bench.recovery_styles import kill_and_time, start_keepers, steps_done_twice, stop_sessions
 from lab.health.events import read_events
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("recovery-styles")]  # one reference run, once
 STEPS = 24
 
 

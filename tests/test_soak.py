@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import REPO, needs_netns
 
-pytestmark = [pytest.mark.slow, needs_netns]
+pytestmark = [pytest.mark.slow, needs_netns, pytest.mark.alone]  # its census is of the whole machine
 
 
 def test_two_kill_worker_cycles_survive_and_leak_nothing(tmp_path):
