@@ -12,9 +12,11 @@ the Service's DNS server, the API) is not here.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +32,11 @@ class FaithfulJob:
         self.container = pod["containers"][0]
         self.name, self.subdomain = job["metadata"]["name"], pod["subdomain"]
         self.count = job["spec"]["completions"]
-        self.tmp = tmp_path
+        self.tmp = tmp_path  # the pods' logs
+        # Each pod's volumes, under a path as short as a pod's own: a forkserver's socket lives
+        # in the pod's TMPDIR, and an AF_UNIX path may not pass 107 bytes (pytest's tmp_path
+        # under an xdist worker did).
+        self.volumes = Path(tempfile.mkdtemp(prefix="tlab-pods-"))
         self.net = netns.for_lab(lab_id)
         self.procs: dict[int, subprocess.Popen] = {}
         self.incarnation = dict.fromkeys(range(self.count), 0)
@@ -53,9 +59,10 @@ class FaithfulJob:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         self.net.destroy()
+        shutil.rmtree(self.volumes, ignore_errors=True)
 
     def pod_dir(self, index: int) -> Path:
-        return self.tmp / f"pod{index}.{self.incarnation[index]}"
+        return self.volumes / f"pod{index}.{self.incarnation[index]}"
 
     def mounts(self, index: int) -> dict[str, Path]:
         """The container's mount paths, each an emptyDir: a folder of this pod's own."""
