@@ -1,0 +1,104 @@
+"""The judges of the drills that hang, slow, stop or loop, on what real runs saw with one thing
+gone wrong (tests/unit/drill_cases.py; the restart drills: test_judges.py). No process runs."""
+
+from __future__ import annotations
+
+import copy
+
+from drill_cases import after_fault, failed, judge, recorded_after, seen
+
+from lab.exercises import collective_mismatch, hang_rank, preempt
+from lab.exercises.seen import Seen
+
+
+def test_hang_rank_forensics_that_name_another_rank_fail():
+    evidence = seen("hang-rank")
+    evidence.extra["forensics"] = {**evidence.extra["forensics"], "suspects": [0]}
+    assert failed(judge("hang-rank", evidence)) == [
+        "forensics named the frozen rank, and the collective the others wait in"
+    ]
+
+
+def test_hang_rank_that_prometheus_saw_only_after_the_restart_fails():
+    evidence = copy.deepcopy(seen("hang-rank"))
+    evidence.extra["prometheus_saw_it_at"] = max(e["time"] for e in evidence.events) + 1
+    assert failed(judge("hang-rank", evidence)) == ["Prometheus saw the frozen rank down before the group restarted"]
+
+
+def test_a_watchdog_slower_than_the_timeout_fails():
+    evidence = seen("hang-rank-watchdog")
+    evidence.extra["ended_after_s"] = hang_rank.PG_TIMEOUT_S + 1
+    assert failed(judge("hang-rank-watchdog", evidence)) == [
+        f"the {evidence.topology.step_watchdog_s} s step watchdog ended the hang before the 10 s timeout"
+    ]
+
+
+def test_a_partition_whose_logs_show_no_timeout_and_that_never_finished_fails():
+    evidence = seen("partition-node")
+    evidence.logs = {node: log.replace("Timed out", "Gave up") for node, log in evidence.logs.items()}
+    evidence.codes = {node: 1 for node in evidence.codes}
+    assert failed(judge("partition-node", evidence)) == [
+        "the logs say it was a timeout",
+        "after the heal the job recovered and finished",
+    ]
+
+
+def test_a_straggler_alert_for_every_rank_names_no_one():
+    evidence = seen("straggler")
+    rank_one = evidence.extra["firing"][0]
+    evidence.extra["firing"] = [{**rank_one, "labels": {**rank_one["labels"], "rank": str(r)}} for r in range(4)]
+    evidence.extra["busy"] = {"0": 9.0, **{k: v for k, v in evidence.extra["busy"].items() if k != "0"}}
+    assert failed(judge("straggler", evidence)) == [
+        "LabStraggler fired for the slowed rank only",
+        "the slowed rank is the busiest outside the all-reduce",
+    ]
+
+
+def test_a_rank_that_died_instead_of_stopping_fails_the_preemption():
+    evidence = seen("preempt")
+    exit_before = next(e for e in evidence.events if e["event"] == "exit" and e.get("reason") == "preempted")
+    exit_before["reason"] = "error"
+    evidence.extra["gone_after_s"] = preempt.GRACE_S + 1
+    assert failed(judge("preempt", evidence)) == [
+        f"{evidence.extra['preempted']} was gone within the 10 s grace period",
+        "every rank stopped as preempted, at the same step",
+    ]
+
+
+def test_a_mismatch_found_only_at_the_timeout_fails():
+    evidence = seen("collective-mismatch")
+    at = after_fault(evidence, "kill_worker")
+    for e in recorded_after(evidence, "kill_worker", "exit"):
+        if e.get("reason") == "error":
+            e["time"] = at + collective_mismatch.PG_TIMEOUT_S
+    evidence.logs = {}
+    assert failed(judge("collective-mismatch", evidence)) == [
+        "the error names the mismatch",
+        "it failed fast, not at the 60 s timeout",
+    ]
+
+
+def test_crash_loop_judged_on_torchruns_count_fails_both_halves():
+    """What torchrun's own count would have shown: the job stopped at the K+1-th survived fault,
+    and the loop ended with torchrun's exit 1, unexplained."""
+    evidence = seen("crash-loop")
+    outlived = Seen.from_json(evidence.extra["outlived"])
+    outlived.codes = {node: 1 for node in outlived.codes}
+    evidence.extra["outlived"] = outlived.to_json()
+    evidence.codes = {node: 1 for node in evidence.codes}
+    evidence.logs = {node: log.replace("crash loop", "worker group failed") for node, log in evidence.logs.items()}
+    assert failed(judge("crash-loop", evidence)) == [
+        "with progress between them, 4 faults did not stop the job (budget 3)",
+        "an agent exited 86 (crash loop)",
+        "the agent said why",
+    ]
+
+
+def test_crash_loop_that_kept_restarting_or_stepped_fails_the_stop_check():
+    evidence = seen("crash-loop")
+    start = next(e for e in evidence.events if e["event"] == "start")
+    evidence.events.append({**start, "restart": 4})
+    assert failed(judge("crash-loop", evidence)) == ["killed at every start, the job stopped after 3 restarts"]
+    evidence = seen("crash-loop")
+    evidence.events.append({**start, "event": "step", "step": 1})
+    assert failed(judge("crash-loop", evidence)) == ["killed at every start, the job stopped after 3 restarts"]
