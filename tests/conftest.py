@@ -27,6 +27,9 @@ ARTIFACTS = Path(os.environ.get("LAB_TEST_ARTIFACTS", REPO / "test-artifacts"))
 needs_chromium = pytest.mark.skipif(
     shutil.which("chromium") is None, reason="chromium is not installed (make host-deps)"
 )
+# Loopback labs share the machine's ports (rendezvous, exporters): the system tier runs their
+# tests in one worker, one at a time (pytest-xdist's loadgroup).
+loopback_labs = pytest.mark.xdist_group("loopback")
 needs_netns = pytest.mark.skipif(
     netns.unavailable_reason() is not None, reason=f"netns hosts unavailable: {netns.unavailable_reason()}"
 )

@@ -6,10 +6,9 @@ tests/unit/test_ci_outputs.py; the verdicts' wording on recorded runs: tests/uni
 import json
 
 import pytest
-from conftest import REPO, left_behind
+from conftest import REPO, left_behind, loopback_labs
 
-# lab ci runs on loopback hosts, whose ports the machine shares: one such test at a time.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("loopback")]
+pytestmark = [pytest.mark.slow, loopback_labs]  # lab ci runs on loopback hosts
 SCRIPTS = REPO / "tests" / "user_scripts"
 
 

@@ -18,10 +18,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import REPO, left_behind
+from conftest import REPO, left_behind, loopback_labs
 
-# lab ci runs on loopback hosts, whose ports the machine shares: one such test at a time.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("loopback")]
+pytestmark = [pytest.mark.slow, loopback_labs]  # lab ci runs on loopback hosts
 SCRIPT = REPO / "tests" / "user_scripts" / "snapshot_every_epoch.py"
 NOBODY = 65534
 PYTHON = "/usr/bin/python3.11"  # a python any user may run (the suite's may live under /root)

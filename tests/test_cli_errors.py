@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, lab_in_process
+from conftest import REPO, lab_in_process, loopback_labs
 
 from lab.workloads import script_path
 
@@ -161,8 +161,7 @@ def test_the_ray_runtime_without_an_address_says_what_it_needs(lab):
 
 
 @pytest.mark.slow
-# Loopback labs share the machine's ports (rendezvous, exporters): one such test at a time.
-@pytest.mark.xdist_group("loopback")
+@loopback_labs
 def test_a_port_another_lab_holds_names_that_lab(tmp_path):
     """Loopback nodes of two labs cannot share a rendezvous port: the refusal names the other lab."""
     from conftest import SCRIPTS, Lab, wait_for_output

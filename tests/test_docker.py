@@ -14,7 +14,7 @@ import signal
 import time
 
 import pytest
-from conftest import REPO, Lab, report_of, wait_for_output
+from conftest import REPO, Lab, loopback_labs, report_of, wait_for_output
 from docker_support import docker, labelled
 from test_multinode import ranks_from
 
@@ -33,8 +33,7 @@ def docker_lab(lab, images):
     assert labelled(lab.run_dir) == [] and labelled(lab.run_dir, "network") == []
 
 
-# Loopback labs share the machine's ports (rendezvous, exporters): one such test at a time.
-@pytest.mark.xdist_group("loopback")
+@loopback_labs
 def test_two_containers_give_the_local_runtimes_checksums(docker_lab, tmp_path):
     local = Lab(run_dir=tmp_path / "local")
     try:

@@ -5,7 +5,7 @@ import re
 import signal
 
 import pytest
-from conftest import SCRIPTS, left_behind, needs_netns, wait_for_output
+from conftest import SCRIPTS, left_behind, loopback_labs, needs_netns, wait_for_output
 
 from lab import procs, results
 from lab.runtimes import netns
@@ -75,8 +75,7 @@ def test_a_failed_node_fails_the_job_and_the_others_are_stopped(lab):
     assert procs.marked_pids(str(lab.run_dir.resolve())) == []
 
 
-# Loopback labs share the machine's ports (rendezvous, exporters): one such test at a time.
-@pytest.mark.xdist_group("loopback")
+@loopback_labs
 def test_loopback_nodes_run_the_trainer_with_exporters(lab):
     """Loopback nodes share a hostname: their exporters and event logs must still not collide."""
     out = lab(
@@ -127,8 +126,7 @@ def sleeping(marker: str) -> list[int]:
     return found
 
 
-# Loopback labs share the machine's ports (rendezvous, exporters): one such test at a time.
-@pytest.mark.xdist_group("loopback")
+@loopback_labs
 def test_a_process_the_job_leaves_behind_is_stopped_with_its_node(lab):
     """On loopback hosts nothing (no namespace) takes a daemon the script started with a clean
     environment and a session of its own; the node's shim, its subreaper, does."""

@@ -11,6 +11,7 @@ import socket
 import subprocess
 
 import pytest
+from conftest import loopback_labs
 
 from lab import results
 from lab.health.events import read_events
@@ -63,7 +64,7 @@ def checksums(output: str) -> set[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("loopback")  # loopback nodes: the machine's ports are shared
+@loopback_labs
 @pytest.mark.parametrize("emptied", [1, 0], ids=["node1-comes-back-empty", "node0-the-store-host-comes-back-empty"])
 def test_a_node_that_comes_back_empty_resumes_from_a_peer_bit_identical(tmp_path, emptied):
     reference = run_job(tmp_path, 30, "events-reference", ckpt="reference-ckpt")
@@ -87,7 +88,7 @@ def test_a_node_that_comes_back_empty_resumes_from_a_peer_bit_identical(tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("loopback")  # loopback nodes: the machine's ports are shared
+@loopback_labs
 def test_with_a_shared_directory_only_rank_0_writes_and_every_rank_resumes(tmp_path):
     """The shared-storage option (k8s/overlays/shared-checkpoints, and the local, docker and ray
     runtimes, whose nodes share the run dir): one writer, no copy received."""
