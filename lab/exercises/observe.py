@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.health.events import Event, ExitReason, read_agent_events, restarted_at
+from lab.health.events import Event, ExitReason, faulted_run_end, read_agent_events
 
 agent_events = read_agent_events  # torchelastic's agent events, as the drills read them
 
@@ -45,8 +45,7 @@ def checkpoint_progress(events: list[dict], fault_time: float) -> tuple[list[int
     """(checkpoints saved before the group restarted, oldest first; the last step reached
     before then; the steps rank 0 loaded after the fault). The group's end, not the fault's
     injection, divides them (events.restarted_at)."""
-    until = restarted_at(events, fault_time) or fault_time
-    before = [e for e in events if e["time"] < until]
+    before = [e for e in events if e["time"] < faulted_run_end(events, fault_time)]
     saved = sorted(e["step"] for e in before if e["event"] == Event.CHECKPOINT_SAVED)
     reached = max((e["step"] for e in before if e["event"] == Event.STEP), default=0)
     loaded = [

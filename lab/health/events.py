@@ -73,6 +73,11 @@ def restarted_at(events: list[dict], fault_time: float) -> float | None:
     return min((e["time"] for e in events if e["event"] == Event.START and e["time"] > fault_time), default=None)
 
 
+def faulted_run_end(events: list[dict], fault_time: float) -> float:
+    """Where the run the fault hit ends: its restart, or the fault itself when none followed."""
+    return restarted_at(events, fault_time) or fault_time
+
+
 def echo(stem: str, line: str) -> None:
     """One record, also on stderr, for a controller that reads the node's log, not its files."""
     if ECHO:

@@ -8,7 +8,7 @@ from typing import Any
 from lab.exercises import observe
 from lab.exercises.script import signals
 from lab.exercises.seen import Seen
-from lab.health.events import Event, ExitReason, restarted_at
+from lab.health.events import Event, ExitReason, faulted_run_end
 from lab.report import Report
 from lab.why import CONSEQUENCE
 
@@ -212,7 +212,7 @@ def newest_save(events: list[dict], fault_time: float, source: str, unit: str) -
     """When the script last saved (torch.save, dcp.save) before the fault, and rank 0's progress
     then: where a resume from its newest checkpoint should pick up. None: it saved nothing seen.
     A save after the injection and before the restart counts (events.restarted_at)."""
-    until = restarted_at(events, fault_time) or fault_time
+    until = faulted_run_end(events, fault_time)
     times = [e["time"] for e in events if e["event"] == Event.SAVED and e["time"] < until]
     if not times:
         return None
