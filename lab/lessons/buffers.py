@@ -4,9 +4,11 @@
 
 bn_buffers.py trains a model with BatchNorm on 2 ranks whose data have different means,
 three ways: DDP's default broadcast_buffers=True, broadcast_buffers=False, and
-SyncBatchNorm. Each rank prints running_mean as its BatchNorm saw it at the start of the
-last forward. The verdict asserts: equal with broadcast, diverging without; SyncBatchNorm
-equal on a GPU, and on a CPU the error torch raises for it.
+SyncBatchNorm, with nccl on 2 GPUs when the machine has them, else with gloo on the CPU.
+Each rank prints its device and running_mean as its BatchNorm saw it at the start of the
+last forward. The verdict asserts: every rank on the device its backend gives it; equal
+with broadcast, diverging without; SyncBatchNorm equal on GPUs, and on the CPU the error
+torch raises for it.
 """
 
 from lab.lessons import all_equal
@@ -16,7 +18,11 @@ NAME = "buffers"
 SUMMARY = "BatchNorm statistics with broadcast_buffers on, off, and SyncBatchNorm"
 KIND = "lesson"
 COMMAND = "lab exercise run buffers"
-LINE = r"rank (?P<rank>\d+) mode \S+ running_mean at last forward (?P<seen>\S+) after training (?P<after>\S+)"
+MODES = ("broadcast", "local", "sync")
+LINE = (
+    r"rank (?P<rank>\d+) mode \S+ on (?P<device>\S+) "
+    r"running_mean at last forward (?P<seen>\S+) after training (?P<after>\S+)"
+)
 SYNC_CPU_ERROR = "SyncBatchNorm layers only work with GPU modules"  # DDP says so at construction
 DEPTHS = {
     "beginner": """
@@ -40,37 +46,47 @@ per-rank mean, variance and counts, so the normalisation itself is global.""",
 
 
 def run(lesson) -> None:
-    import torch  # here, not at the top: `lab --help` need not import torch
-
     report = lesson.report
-    topology = Topology(nodes=1, nproc_per_node=2)
-    seen = {}
-    for mode in ("broadcast", "local"):
-        output = lesson.job(f"--mode {mode}", topology, "bn_buffers", ["--mode", mode])
-        seen[mode] = {int(m["rank"]): m["seen"] for m in output.matches(LINE)}
-    report.facts["running_mean_at_last_forward"] = seen
-    report.check(
-        "broadcast_buffers=True: every rank used the same statistics",
-        len(seen["broadcast"]) == 2 and all_equal(seen["broadcast"].values()),
-        str(seen["broadcast"]),
-    )
-    report.check(
-        "broadcast_buffers=False: the statistics diverged",
-        len(seen["local"]) == 2 and not all_equal(seen["local"].values()),
-        str(seen["local"]),
-    )
-    sync = lesson.job("--mode sync", topology, "bn_buffers", ["--mode", "sync"])
-    if torch.cuda.is_available():
-        values = {int(m["rank"]): m["seen"] for m in sync.matches(LINE)}
-        report.check(
-            "SyncBatchNorm: every rank used the same statistics",
-            len(values) == 2 and all_equal(values.values()),
-            str(values),
-        )
+    backend = "nccl" if lesson.gpus >= 2 else "gloo"  # nccl: one GPU per rank; SyncBatchNorm needs them
+    topology = Topology(nodes=1, nproc_per_node=2, backend=backend)
+    report.facts["backend"] = backend
+    seen, outputs = {}, {}
+    for mode in MODES:
+        outputs[mode] = lesson.job(f"--mode {mode}", topology, "bn_buffers", ["--mode", mode])
+        seen[mode] = {int(m["rank"]): m for m in outputs[mode].matches(LINE)}
+    report.facts["running_mean_at_last_forward"] = {
+        mode: {rank: m["seen"] for rank, m in lines.items()} for mode, lines in seen.items()
+    }
+    _check_devices(report, backend, seen)
+    for mode, claim, same in (
+        ("broadcast", "broadcast_buffers=True: every rank used the same statistics", True),
+        ("local", "broadcast_buffers=False: the statistics diverged", False),
+    ):
+        values = [m["seen"] for m in seen[mode].values()]
+        report.check(claim, len(values) == 2 and all_equal(values) == same, str(values))
+    if backend == "nccl":
+        values = [m["seen"] for m in seen["sync"].values()]
+        report.check("SyncBatchNorm: every rank used the same statistics", len(values) == 2 and all_equal(values), str(values))
     else:
+        sync = outputs["sync"]
         report.check(
-            "SyncBatchNorm on CPU: torch refuses it, naming the reason",
+            f"SyncBatchNorm on CPU ({lesson.gpus} GPU(s) here, 2 needed): torch refuses it, naming the reason",
             not sync.ok and bool(sync.matches(SYNC_CPU_ERROR)),
             SYNC_CPU_ERROR,
         )
     report.explanation = "buffers travel by broadcast from rank 0 before each forward, not by gradient averaging"
+
+
+def _check_devices(report, backend: str, seen: dict) -> None:
+    """Every rank that printed ran where the backend puts it: its own GPU with nccl, the CPU with gloo.
+
+    The lesson's expectations follow from that device, so a mismatch (a GPU on the machine, the
+    ranks on its CPU) must fail here, by name, not as a wrong claim about SyncBatchNorm.
+    """
+    wrong = {
+        f"{mode} rank {rank}": m["device"]
+        for mode, lines in seen.items()
+        for rank, m in lines.items()
+        if m["device"] != (f"cuda:{rank}" if backend == "nccl" else "cpu")
+    }
+    report.check(f"every rank ran on the device {backend} gives it", not wrong, str(wrong or "all as expected"))

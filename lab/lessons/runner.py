@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TextIO
 
+from lab import gpus as machine_gpus
 from lab import job, runtimes
 from lab.report import Report
 from lab.rundir import RunDir
@@ -50,9 +51,12 @@ class JobOutput:
 class Lesson:
     """What a lesson's run() works with: jobs to run and a report to fill."""
 
-    def __init__(self, exercise, run_dir: RunDir, hosts: str, out=sys.stdout):
+    def __init__(self, exercise, run_dir: RunDir, hosts: str, out=sys.stdout, gpus: int | None = None):
         self.exercise, self.run_dir, self.hosts, self.out = exercise, run_dir, hosts, out
         self.report = Report(exercise.NAME, "local", 0)
+        # The GPUs the lesson's jobs may use: it picks its backend and its expectations from
+        # this one number (LAB_GPU_COUNT fakes it), never from what the lesson's own process sees.
+        self.gpus = machine_gpus.count() if gpus is None else gpus
 
     def progress(self, message: str) -> None:
         self.out.write(f"-- {message}\n")

@@ -33,12 +33,9 @@ the current device at init time (or the device_id passed to init_process_group).
 
 
 def run(lesson) -> None:
-    import torch  # here, not at the top: `lab --help` need not import torch
-
     report = lesson.report
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus < 2:
-        report.skipped = f"needs at least 2 GPUs; this machine has {gpus} (torch.cuda.device_count())"
+    if lesson.gpus < 2:
+        report.skipped = f"needs at least 2 GPUs; this machine has {lesson.gpus} (nvidia-smi -L)"
         return
     output = lesson.job("2 ranks on one host, nccl", Topology(nodes=1, nproc_per_node=2, backend="nccl"), "set_device")
     found = {int(m[1]): (m[2], m[3]) for m in output.matches(r"rank (\d+) before set_device (\S+) after (\S+)")}

@@ -8,8 +8,8 @@ Each rank trains on its own data (rank r's inputs are centred on r). DDP average
 gradients, but running_mean and running_var are buffers each rank updates from its own
 batch. With broadcast_buffers (the default) DDP copies rank 0's buffers to every rank at
 the start of each forward; without it they drift apart; SyncBatchNorm computes the batch
-statistics over all ranks' batches. Each rank prints a checksum of running_mean as its
-BatchNorm saw it at the start of the last forward, and after training.
+statistics over all ranks' batches. Each rank prints its device and a checksum of
+running_mean as its BatchNorm saw it at the start of the last forward, and after training.
 """
 
 import argparse
@@ -47,7 +47,12 @@ def train(ctx, mode: str) -> None:
         optimizer.step()
     at_forward = float(seen["mean"].sum().item())
     after = float(model[1].running_mean.sum().item())  # type: ignore[operator]  # a BatchNorm buffer
-    say(f"rank {ctx.rank} mode {mode} running_mean at last forward {at_forward.hex()} after training {after.hex()}")
+    say(line(ctx.rank, mode, str(ctx.device), at_forward, after))
+
+
+def line(rank: int, mode: str, device: str, at_forward: float, after: float) -> str:
+    """What each rank prints (the buffers lesson reads it back; its tests build GPU runs' lines with it)."""
+    return f"rank {rank} mode {mode} on {device} running_mean at last forward {at_forward.hex()} after training {after.hex()}"
 
 
 if __name__ == "__main__":
