@@ -1,14 +1,18 @@
 """A rank's GPU in Prometheus: memory from torch's allocator, health from NVML, read at scrape time.
 
-Named after DCGM's fields, so a dashboard built on dcgm-exporter reads the same things:
+Named after DCGM's fields (before dcgm-exporter 4.9 renamed them / from 4.9 on), in base
+units, so a dashboard built on dcgm-exporter reads the same things:
 
     lab_gpu_memory_allocated_bytes   torch.cuda.memory_allocated (tensors alive)
     lab_gpu_memory_reserved_bytes    torch.cuda.memory_reserved (held by the caching allocator)
-    lab_gpu_memory_total_bytes       DCGM_FI_DEV_FB_TOTAL
-    lab_gpu_utilization_ratio        DCGM_FI_DEV_GPU_UTIL / 100
-    lab_gpu_temperature_celsius      DCGM_FI_DEV_GPU_TEMP
-    lab_gpu_power_watts              DCGM_FI_DEV_POWER_USAGE
+    lab_gpu_memory_total_bytes       DCGM_FI_DEV_FB_TOTAL (MiB) / DCGM_FI_DEV_FB_CAPACITY_BYTES
+    lab_gpu_utilization_ratio        DCGM_FI_DEV_GPU_UTIL (percent) / DCGM_FI_DEV_GPU_UTIL_RATIO
+    lab_gpu_temperature_celsius      DCGM_FI_DEV_GPU_TEMP / DCGM_FI_DEV_GPU_TEMP_CELSIUS
+    lab_gpu_power_watts              DCGM_FI_DEV_POWER_USAGE / DCGM_FI_DEV_BOARD_POWER_WATTS
     lab_gpu_ecc_errors_total{kind}   DCGM_FI_DEV_ECC_SBE_VOL_TOTAL / _DBE_ (corrected / uncorrected)
+
+dcgm-exporter's own series, where a cluster runs it, are read under either naming by the
+torchrun-lab-dcgm rules in rules.yml.
 
 The NVML figures need nvidia-ml-py (`import pynvml`); without it only the memory figures
 are there. On a machine without CUDA the collector exports nothing at all: absent, not 0,
