@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 .DEFAULT_GOAL := help
-.PHONY: help venv host-deps lab-up lab-down lab-status exercise lint test test-fast bench wheels images soak
+.PHONY: help venv host-deps lab-up lab-down lab-status exercise lint test test-fast bench wheels wheels-cuda images soak test-cuda-image
 NAME ?= kill-worker
 
 help: ## list the targets
@@ -41,6 +41,9 @@ exercise: venv host-deps ## run a fault-injection drill: make exercise NAME=kill
 wheels: venv ## download every wheel the node image needs into docker/wheels/ (for OFFLINE=1 builds)
 	$(BIN)/pip wheel --quiet --wheel-dir docker/wheels torch==2.13.0 -r docker/requirements-node.txt -r docker/requirements-ray.txt
 
+wheels-cuda: venv ## download the cuda image's wheels (torch 2.14.1's CUDA build, about 3 GB) into docker/wheels-cuda/
+	$(BIN)/pip wheel --quiet --wheel-dir docker/wheels-cuda torch==2.14.1 -r docker/requirements-node.txt
+
 images: venv ## build the images: TARGETS="cpu cuda" (default; also ray), BASE_IMAGE=..., OFFLINE=1, REGISTRY=HOST:PORT [PUSH=1]
 	REGISTRY="$(REGISTRY)" PUSH="$(PUSH)" scripts/build-images.sh
 
@@ -60,6 +63,9 @@ test: venv host-deps lint ## the whole test suite (what CI runs)
 	$(BIN)/pytest -q -n 2 --dist worksteal $(FAST)
 	$(BIN)/pytest -q -n 2 --dist loadgroup $(SYSTEM) --durations=30
 	$(BIN)/pytest -q -m alone
+
+test-cuda-image: venv host-deps ## build the cuda image (about 3 GB of wheels, minutes) and check what it carries; not in make test
+	LAB_BUILD_CUDA_IMAGE=1 $(BIN)/pytest -q tests/test_docker_images.py -k cuda_image
 
 test-fast: venv lint ## the quick inner loop: no multi-process jobs, no containers
 	$(BIN)/pytest -q -n 2 --dist worksteal $(FAST)

@@ -7,8 +7,9 @@
 #                   each as pushed, by digest (REF@sha256:...): what manifests should name, so a
 #                   rebuilt tag cannot change a running job
 # When BASE_IMAGE is unset and the cpu base cannot be pulled (no registry), the base comes
-# from scripts/docker-base-image.sh (debootstrap) and the build goes offline. A target that
-# cannot be built here (cuda without its base image) is reported and skipped.
+# from scripts/docker-base-image.sh (debootstrap) and the build goes offline: the cuda target then
+# installs docker/wheels-cuda/ (`make wheels-cuda`, about 3 GB) through a build context of its own
+# (hard links). A target that does not build is reported and skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # One build at a time per checkout (the test suite's workers and `make lab-up` may ask at once):
@@ -16,10 +17,11 @@ cd "$(dirname "$0")/.."
 exec 9<docker/Dockerfile
 flock 9
 logs="$(mktemp -d)"
-trap 'rm -rf "$logs"' EXIT
+cuda_context=build/cuda-context
+trap 'rm -rf "$logs" "$cuda_context"' EXIT
 targets="${TARGETS:-cpu cuda}"
 python="${PYTHON:-.venv/bin/python}"
-cpu_base="$(sed -n 's/^ARG CPU_BASE_IMAGE=//p' docker/Dockerfile)"
+cpu_base="$(sed -n 's/^ARG PYTHON_BASE_IMAGE=//p' docker/Dockerfile)"
 base="${BASE_IMAGE:-}" offline="${OFFLINE:-0}"
 built=() skipped=()
 docker info >/dev/null 2>&1 || { echo "error: no Docker daemon answers (make host-deps starts one as root)" >&2; exit 1; }
@@ -27,20 +29,32 @@ if [ -z "$base" ] && ! docker image inspect "$cpu_base" >/dev/null 2>&1 && ! doc
     echo "cannot pull $cpu_base: building a base with debootstrap and installing wheels offline"
     scripts/docker-base-image.sh
     base=torchrun-lab-base:bookworm offline=1
-    if [[ " $targets " == *" cuda "* ]]; then  # a cuda target on a Debian base with CPU wheels is no cuda target
-        targets="${targets/cuda/}" skipped+=("cuda (its base image $(sed -n 's/^ARG CUDA_BASE_IMAGE=//p' docker/Dockerfile) cannot be pulled)")
-    fi
 fi
 if [ "$offline" = 1 ] && { ! ls docker/wheels/torch-*.whl >/dev/null 2>&1 \
         || { [[ " $targets " == *" ray "* ]] && ! ls docker/wheels/ray-*.whl >/dev/null 2>&1; }; }; then
     make --no-print-directory wheels
 fi
+if [ "$offline" = 1 ] && [[ " $targets " == *" cuda "* ]] && ! ls docker/wheels-cuda/torch-*.whl >/dev/null 2>&1; then
+    make --no-print-directory wheels-cuda
+fi
+# The context a target builds from: the checkout, whose .dockerignore leaves docker/wheels-cuda/'s
+# 3 GB out; for an offline cuda build, the same files plus those wheels (hard links: nothing is
+# copied). The stages before cuda's see the same files as in a cpu build, so they come from cache.
+context_for() {
+    if [ "$1" != cuda ] || [ "$offline" != 1 ]; then echo .; return; fi
+    rm -rf "$cuda_context" && mkdir -p "$cuda_context/docker"
+    cp -al lab "$cuda_context/"
+    cp -al docker/requirements-node.txt docker/requirements-ray.txt docker/install-deps.sh \
+        docker/wheels docker/wheels-cuda "$cuda_context/docker/"
+    { cat .dockerignore; echo '!docker/wheels-cuda/'; } >"$cuda_context/.dockerignore"
+    echo "$cuda_context"
+}
 source_hash="$("$python" -c 'from lab.runtimes.docker_engine import source_hash; print(source_hash())')"
 for target in $targets; do
     echo "building torchrun-lab:$target${base:+ on $base}${offline/#1/ (offline)}"
     if docker build -q -f docker/Dockerfile --target "$target" -t "torchrun-lab:$target" \
         ${base:+--build-arg BASE_IMAGE="$base"} --build-arg OFFLINE="$offline" \
-        --label "torchrun-lab.source=$source_hash" . >"$logs/$target.log" 2>&1; then
+        --label "torchrun-lab.source=$source_hash" "$(context_for "$target")" >"$logs/$target.log" 2>&1; then
         built+=("torchrun-lab:$target")
     else
         skipped+=("$target ($(grep -v DEPRECATED "$logs/$target.log" | grep -iE 'error|denied|not found' | tail -1 | cut -c1-120))")

@@ -197,3 +197,12 @@ def test_a_missing_image_names_the_build_command(docker_lab):
         "lab up: error: image torchrun-lab:no-such-tag not found: build it with `make images`"
     ], out.stderr
     assert labelled(docker_lab.run_dir) == []
+
+
+@pytest.mark.parametrize("flags", [["--backend", "nccl"], ["--gpus-per-node", "1"]], ids=["nccl", "gpus"])
+def test_gpus_asked_of_the_cpu_image_are_refused_in_one_line(docker_lab, flags):
+    """The image's label says its torch is a CPU build: refused before any GPU count or container."""
+    out = docker_lab("up", "--runtime", "docker", "--prometheus", "off", *flags)
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert f"image {NODE_IMAGE} has torch's CPU build" in out.stderr and "TARGETS=cuda" in out.stderr
+    assert labelled(docker_lab.run_dir) == []

@@ -14,6 +14,7 @@ from lab.errors import LabError
 
 LABEL = "torchrun-lab.run-dir"
 SOURCE_LABEL = "torchrun-lab.source"  # set by `make images`: the hash of the lab/ it copied
+TORCH_LABEL = "torchrun-lab.torch"  # docker/Dockerfile: the image's torch build, cpu or cuda
 NODE_IMAGE = os.environ.get("LAB_IMAGE", "torchrun-lab:cpu")
 PROMETHEUS_IMAGE = os.environ.get("LAB_PROMETHEUS_IMAGE", "torchrun-lab-prometheus:2.42")
 LAB_DIR = Path(__file__).resolve().parents[1]
@@ -71,6 +72,18 @@ def stale_image_note(docker_client, tag: str) -> str | None:
     if built_from and built_from != source_hash():
         return f"note: image {tag} was built from other lab/ sources than this checkout; `make images` to rebuild"
     return None
+
+
+def check_torch_build(docker_client, tag: str, backend: str, node_gpus: int) -> None:
+    """Refuse GPUs asked of an image whose torch is a CPU build: every rank would fail at its
+    first CUDA call. Images from elsewhere (no label) are taken at their word."""
+    if backend != "nccl" and not node_gpus:
+        return
+    if (docker_client.images.get(tag).labels or {}).get(TORCH_LABEL) == "cpu":
+        raise LabError(
+            f"image {tag} has torch's CPU build; nccl and GPUs need the cuda image "
+            "(make images TARGETS=cuda, then --image torchrun-lab:cuda)"
+        )
 
 
 def in_image(script: str) -> str:

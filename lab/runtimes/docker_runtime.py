@@ -138,6 +138,7 @@ class DockerRuntime(MonitoredRuntime):
             memory.check_fits(topology, "this Docker host")
         docker = self.docker
         engine.require_image(docker, self.image, engine.node_build_hint(self.image))
+        engine.check_torch_build(docker, self.image, topology.backend, topology.node_gpus)
         note = engine.stale_image_note(docker, self.image)
         if note:
             self.log(note)
