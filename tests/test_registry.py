@@ -95,3 +95,70 @@ def test_images_are_pushed_read_back_by_digest_and_named_so_in_the_manifests(ima
     pod = next(o for o in yaml.safe_load_all(out.stdout) if o and o["kind"] == "Job")["spec"]["template"]["spec"]
     assert pod["containers"][0]["image"] == f"{registry}/torchrun-lab@{digest}"
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+DDP_SCRIPT = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+total = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(total)
+where = os.path.dirname(__file__)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()} in {where}: sum {total.item():g}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_users_code_is_baked_pushed_by_digest_and_named_so_by_the_k8s_job(images, registry, lab, tmp_path):
+    code = tmp_path / "mycode"
+    (code / "src").mkdir(parents=True)
+    (code / "src" / "train.py").write_text(DDP_SCRIPT)
+    tag = f"{registry}/team/train:1"
+    out = lab("image", "build", str(code), "--script", str(code / "src" / "train.py"), "--tag", tag, "--push")
+    assert out.returncode == 0, out.stdout + out.stderr
+    ref = re.search(rf"pushed as ({re.escape(registry)}/team/train@sha256:[0-9a-f]{{64}})$", out.stdout, re.M)[1]
+
+    ask = urllib.request.Request(
+        f"http://{registry}/v2/team/train/manifests/1", method="HEAD", headers={"Accept": MANIFESTS}
+    )
+    with urllib.request.urlopen(ask, timeout=10) as answer:
+        assert ref.endswith(answer.headers["Docker-Content-Digest"])
+    # The baked script runs under torchrun in the image, as the lab's user, with the lab's torch.
+    ran = subprocess.run(
+        ["docker", "run", "--rm", ref, "torchrun", "--nproc-per-node=2", "/opt/user/mycode/src/train.py"],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert sorted(re.findall(r"rank \d of 2 in /opt/user/mycode/src: sum 3", ran.stdout)) == [
+        "rank 0 of 2 in /opt/user/mycode/src: sum 3",
+        "rank 1 of 2 in /opt/user/mycode/src: sum 3",
+    ]
+    # The printed command renders a Job that names the image by digest and runs that script.
+    command = re.search(r"^run it: lab (run .*)$", out.stdout, re.M)[1].split()
+    dry = lab(*command, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    job = next(o for o in yaml.safe_load_all(dry.stdout) if o and o["kind"] == "Job")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == ref and "/opt/user/mycode/src/train.py" in json.dumps(container)
+
+
+def test_a_push_to_a_registry_that_does_not_answer_is_one_line_in_seconds(images, lab, tmp_path):
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(DDP_SCRIPT)
+    tag = f"127.0.0.1:{free_port()}/train:1"
+    started = time.monotonic()
+    out = lab(
+        "image",
+        "build",
+        str(tmp_path / "code"),
+        "--script",
+        str(tmp_path / "code" / "train.py"),
+        "--tag",
+        tag,
+        "--push",
+    )
+    try:
+        assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert f"registry {tag.split('/')[0]} does not answer" in out.stderr
+        assert time.monotonic() - started < 120
+    finally:
+        subprocess.run(["docker", "rmi", tag], capture_output=True, timeout=60)

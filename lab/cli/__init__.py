@@ -44,11 +44,11 @@ def _stop(signum, _frame):
 
 
 def build_parser() -> Parser:
-    from lab.cli import bench, ci, down, exercise, run, status, up, why
+    from lab.cli import bench, ci, down, exercise, image, run, status, up, why
 
     parser = Parser(prog="lab", description="Run, break and watch multi-node torchrun jobs.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for module in (up, down, status, run, why, exercise, ci, bench):
+    for module in (up, down, status, run, why, exercise, ci, bench, image):
         module.register(sub)
     return parser
 

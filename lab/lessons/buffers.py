@@ -66,7 +66,8 @@ def run(lesson) -> None:
         report.check(claim, len(values) == 2 and all_equal(values) == same, str(values))
     if backend == "nccl":
         values = [m["seen"] for m in seen["sync"].values()]
-        report.check("SyncBatchNorm: every rank used the same statistics", len(values) == 2 and all_equal(values), str(values))
+        agree = len(values) == 2 and all_equal(values)
+        report.check("SyncBatchNorm: every rank used the same statistics", agree, str(values))
     else:
         sync = outputs["sync"]
         report.check(

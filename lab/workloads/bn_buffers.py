@@ -52,7 +52,8 @@ def train(ctx, mode: str) -> None:
 
 def line(rank: int, mode: str, device: str, at_forward: float, after: float) -> str:
     """What each rank prints (the buffers lesson reads it back; its tests build GPU runs' lines with it)."""
-    return f"rank {rank} mode {mode} on {device} running_mean at last forward {at_forward.hex()} after training {after.hex()}"
+    seen = f"running_mean at last forward {at_forward.hex()} after training {after.hex()}"
+    return f"rank {rank} mode {mode} on {device} {seen}"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,45 @@
+"""`lab image build`'s checks of what it is given, before any daemon is asked (no Docker here)."""
+
+import pytest
+
+from lab.errors import LabError
+from lab.user_image import check_reference, script_in_image
+
+
+@pytest.mark.parametrize(
+    ("ref", "host", "repository"),
+    [
+        ("train:1", None, "train"),
+        ("team/train", None, "team/train"),
+        ("127.0.0.1:5000/team/train:v1.2", "127.0.0.1:5000", "127.0.0.1:5000/team/train"),
+        ("registry.example/a/b-c__d:latest", "registry.example", "registry.example/a/b-c__d"),
+        ("localhost/train:1", "localhost", "localhost/train"),
+    ],
+)
+def test_a_reference_names_its_registry_and_repository_as_docker_reads_them(ref, host, repository):
+    assert check_reference(ref) == (host, repository)
+
+
+@pytest.mark.parametrize(
+    "ref", ["", "Train:1", "team//train", "train:", "train:-x", "train@sha256:abc", "a b", "reg.example/x:" + "t" * 129]
+)
+def test_a_malformed_reference_is_one_line(ref):
+    with pytest.raises(LabError, match="is not an image reference") as error:
+        check_reference(ref)
+    assert "\n" not in str(error.value)
+
+
+def test_the_script_must_lie_in_the_directory_baked(tmp_path):
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg" / "train.py").write_text("")
+    (tmp_path / "outside.py").write_text("")
+    assert script_in_image(code, code / "pkg" / "train.py") == "/opt/user/code/pkg/train.py"
+    with pytest.raises(LabError, match="is not inside"):
+        script_in_image(code, tmp_path / "outside.py")
+    with pytest.raises(LabError, match="is not inside"):
+        script_in_image(code, code / ".." / "outside.py")
+    with pytest.raises(LabError, match="script not found"):
+        script_in_image(code, code / "missing.py")
+    with pytest.raises(LabError, match="is not a directory"):
+        script_in_image(tmp_path / "nowhere", code / "pkg" / "train.py")
