@@ -134,11 +134,13 @@ def test_a_users_code_is_baked_pushed_by_digest_and_named_so_by_the_k8s_job(imag
     ]
     # The printed command renders a Job that names the image by digest and runs that script.
     command = re.search(r"^run it: lab (run .*)$", out.stdout, re.M)[1].split()
-    dry = lab(*command, "--dry-run")
+    dry = lab(command[0], "--dry-run", *command[1:])
     assert dry.returncode == 0, dry.stderr
-    job = next(o for o in yaml.safe_load_all(dry.stdout) if o and o["kind"] == "Job")
-    container = job["spec"]["template"]["spec"]["containers"][0]
-    assert container["image"] == ref and "/opt/user/mycode/src/train.py" in json.dumps(container)
+    objects = [o for o in yaml.safe_load_all(dry.stdout) if o]
+    job = next(o for o in objects if o["kind"] == "Job")
+    config = next(o for o in objects if o["kind"] == "ConfigMap")["data"]
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == ref
+    assert config["LAB_WORKLOAD"] == "/opt/user/mycode/src/train.py"
 
 
 def test_a_push_to_a_registry_that_does_not_answer_is_one_line_in_seconds(images, lab, tmp_path):
