@@ -28,8 +28,11 @@ PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the keeper goes, however it goes."""
+    """In the child, before exec: SIGKILL when the keeper goes, however it goes; and the default
+    SIGTERM and SIGINT, whatever the keeper's handler had made of them when it forked."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 class Keeper:
@@ -87,17 +90,52 @@ class Keeper:
         self.stop()
         return 0
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM every child, SIGKILL what is left after grace_s. No wait is unbounded: a child
+        still there at the end dies with the keeper anyway (PR_SET_PDEATHSIG)."""
         procs = [*self.ranks.values(), *([self.spare[1]] if self.spare else [])]
         for proc in procs:
             if proc.poll() is None:
                 proc.terminate()
+        deadline = time.monotonic() + grace_s
         for proc in procs:
             try:
-                proc.wait(5)
+                proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait()
+                try:
+                    proc.wait(grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGINT: raised in the keeper's loop so that stopping happens outside the handler."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum, _frame):
+    # Only unwind here. A handler that stopped the children itself could run while the loop
+    # is inside Popen.poll(), holding that Popen's wait lock, and then wait on the same lock
+    # forever: the keeper would outlive its SIGTERM (seen once as a bench trial whose keeper
+    # did not exit within 60 s).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)  # once is enough; a second one must not cut the stop short
+    raise Stopped(signum)
+
+
+def run_until_stopped(keeper: Keeper) -> int:
+    """The keeper's exit status: 0 when its ranks finished, 128 + the signal that stopped it."""
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    signal.signal(signal.SIGINT, _raise_stopped)
+    try:
+        return keeper.run()
+    except Stopped as stopped:
+        keeper.stop()
+        return 128 + stopped.signum
 
 
 def main(argv=None) -> None:
@@ -117,15 +155,7 @@ def main(argv=None) -> None:
     store = dist.TCPStore(
         host, int(port), is_master=args.node_rank == 0, timeout=timedelta(seconds=120), wait_for_workers=False
     )
-    keeper = Keeper(args, store)
-
-    def stop(signum, _frame):
-        keeper.stop()
-        sys.exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    sys.exit(keeper.run())
+    sys.exit(run_until_stopped(Keeper(args, store)))
 
 
 if __name__ == "__main__":
