@@ -20,7 +20,7 @@ LAYERS = [
     ("lab.bench",),
     ("lab.exercises", "lab.lessons"),
     ("lab.report", "lab.job", "lab.results", "lab.why", "lab.evidence"),
-    ("lab.runtimes",),
+    ("lab.runtimes", "lab.user_image"),
     ("lab.node", "lab.inprocess", "lab.progress"),
     ("lab.workloads",),
     ("lab.health",),

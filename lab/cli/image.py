@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 
 from lab import user_image
+from lab.errors import LabError
+from lab.exercises.script import spec
 
 
 def register(sub) -> None:
@@ -18,7 +20,7 @@ def register(sub) -> None:
         "--push sends it to its registry and prints it by digest, the reference a Job should name.",
     )
     build.add_argument("directory", metavar="DIR", type=Path, help="the folder with your code (copied whole)")
-    build.add_argument("--script", required=True, type=Path, help="the training script, a file inside DIR")
+    spec.SCRIPT.but(help="the training script, a file inside DIR (required)").add_to(build)
     build.add_argument("--tag", required=True, help="the image reference to build: REGISTRY[:PORT]/NAME[:TAG]")
     build.add_argument("--base", choices=("cpu", "cuda"), default="cpu", help="torchrun-lab:cpu (gloo) or :cuda (nccl)")
     build.add_argument("--push", action="store_true", help="push it and print it by digest")
@@ -26,8 +28,10 @@ def register(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    if not args.script:
+        raise LabError("--script PATH is required: the training script, a file inside DIR")
     user_image.check_reference(args.tag)  # before anything is built: a push would refuse it after
-    script = user_image.build(args.directory, args.script, args.tag, args.base)
+    script = user_image.build(args.directory, Path(args.script), args.tag, args.base)
     ref = user_image.push(args.tag) if args.push else args.tag
     print(f"built {args.tag}" + (f", pushed as {ref}" if args.push else ""))
     print(f"run it: lab run --runtime k8s --image {ref} {script}")
