@@ -15,12 +15,23 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from lab.errors import LabError
 
 IN_IMAGE = "/opt/user"
 SCRIPT_LABEL = "torchrun-lab.script"  # where the baked script lies in the image
+# What a registry may answer for an image's manifest (the Distribution API's Accept header).
+MANIFEST_TYPES = ", ".join(
+    (
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    )
+)
 # Docker's reference grammar, less digests (a build names a tag): [host[:port]/]path[:tag].
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _HOST = r"(?:[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)*(?::[0-9]+)?)"
@@ -91,6 +102,33 @@ def push(tag: str, log=print) -> str:
     if not found:
         raise LabError(f"pushed {tag}, but the daemon reports no digest for {repository}")
     return found[0]
+
+
+def check_digest(ref: str, timeout_s: float = 10.0) -> None:
+    """A reference by digest whose registry says it holds no such manifest (deleted, or never
+    pushed) is a one-line error: the pods would only wait in ImagePullBackOff. A registry this
+    machine cannot ask (no answer, asks for credentials, HTTPS it cannot verify) is left to the
+    cluster, which may reach it with its pull secret."""
+    repository, _, digest = ref.partition("@")
+    host, repository = check_reference(repository) if REFERENCE.match(repository) else (None, "")
+    if not host or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        return
+    local = host.startswith(("localhost", "127."))  # registries docker itself talks plain HTTP to
+    path = repository.removeprefix(f"{host}/")
+    ask = urllib.request.Request(
+        f"{'http' if local else 'https'}://{host}/v2/{path}/manifests/{digest}",
+        method="HEAD",
+        headers={"Accept": MANIFEST_TYPES},
+    )
+    try:
+        urllib.request.urlopen(ask, timeout=timeout_s).close()
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            raise LabError(
+                f"image {ref}: registry {host} holds no manifest with that digest (deleted, or never pushed)"
+            ) from None
+    except (OSError, ValueError):
+        pass
 
 
 def _answers(host: str, timeout_s: float = 5.0) -> None:

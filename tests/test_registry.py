@@ -17,6 +17,7 @@ import yaml
 from docker_support import build_images
 
 from lab.bench import free_port
+from lab.user_image import MANIFEST_TYPES
 
 pytestmark = [
     pytest.mark.docker,
@@ -25,14 +26,7 @@ pytestmark = [
         shutil.which("docker-registry") is None, reason="docker-registry not installed (make host-deps)"
     ),
 ]
-MANIFESTS = ", ".join(
-    (
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.oci.image.manifest.v1+json",
-        "application/vnd.docker.distribution.manifest.list.v2+json",
-        "application/vnd.docker.distribution.manifest.v2+json",
-    )
-)
+MANIFESTS = MANIFEST_TYPES
 
 
 @pytest.fixture
@@ -44,7 +38,7 @@ def registry(tmp_path):
         json.dumps(
             {
                 "version": 0.1,
-                "storage": {"filesystem": {"rootdirectory": str(tmp_path / "storage")}},
+                "storage": {"filesystem": {"rootdirectory": str(tmp_path / "storage")}, "delete": {"enabled": True}},
                 "http": {"addr": f"127.0.0.1:{port}"},
                 "log": {"level": "warn"},
             }
@@ -141,6 +135,14 @@ def test_a_users_code_is_baked_pushed_by_digest_and_named_so_by_the_k8s_job(imag
     config = next(o for o in objects if o["kind"] == "ConfigMap")["data"]
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] == ref
     assert config["LAB_WORKLOAD"] == "/opt/user/mycode/src/train.py"
+    # Once the registry no longer holds that digest, a Job naming it is refused before any cluster is asked.
+    digest = ref.split("@")[1]
+    gone = urllib.request.Request(f"http://{registry}/v2/team/train/manifests/{digest}", method="DELETE")
+    with urllib.request.urlopen(gone, timeout=10) as answer:
+        assert answer.status == 202
+    refused = lab(*command)
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "holds no manifest with that digest" in refused.stderr and not lab.run_dir.exists()
 
 
 def test_a_push_to_a_registry_that_does_not_answer_is_one_line_in_seconds(images, lab, tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from lab import procs
+from lab import procs, user_image
 from lab.errors import LabError
 from lab.options import Option
 from lab.rundir import MARKER, RunDir
@@ -169,6 +169,8 @@ class KubernetesRuntime(Runtime):
 
     def prepare(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
         plan = self.plan(topology, script, script_args)
+        if self.pods.image:
+            user_image.check_digest(self.pods.image)
         self.check()
         self.run_dir.claim()
         applied = self.run_dir.path / "applied.yaml"

@@ -43,3 +43,12 @@ def test_the_script_must_lie_in_the_directory_baked(tmp_path):
         script_in_image(code, code / "missing.py")
     with pytest.raises(LabError, match="is not a directory"):
         script_in_image(tmp_path / "nowhere", code / "pkg" / "train.py")
+
+
+def test_a_digest_is_checked_only_where_a_registry_answers_for_it():
+    """No registry named, no digest, or a registry that does not answer: left to the cluster."""
+    from lab.bench import free_port
+    from lab.user_image import check_digest
+
+    for ref in ("train:1", "team/train@sha256:" + "0" * 64, f"127.0.0.1:{free_port()}/train@sha256:" + "0" * 64):
+        check_digest(ref, timeout_s=2)
