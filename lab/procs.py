@@ -134,3 +134,29 @@ def listener_pids(port: int) -> set[int]:
         except OSError:
             continue
     return found
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal (SIGTERM, SIGHUP, ...): it unwinds like Ctrl-C, so every `finally` tears
+    down what it started, outside the signal handler."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def stop_on(*signals: int) -> dict:
+    """Make each of signals raise Stopped in the main thread; return the handlers it replaced.
+
+    The handler only unwinds. One that did the stopping itself could run while the main thread
+    is inside Popen.poll(), holding that Popen's wait lock, and then wait on the same lock
+    forever. And once is enough: the first signal ignores the others, so a second one cannot
+    cut the teardown short.
+    """
+
+    def unwind(signum, _frame):
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    return {sig: signal.signal(sig, unwind) for sig in signals}

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 from lab.errors import LabError
+from lab.procs import Stopped, stop_on
 
 
 def printable(text: str) -> str:
@@ -26,21 +27,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {printable(message)}\n")
-
-
-class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP: unwinds like Ctrl-C, so every `finally` tears down what it started."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _stop(signum, _frame):
-    # Once is enough: a second signal during teardown must not cut the teardown short.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
-    raise Stopped(signum)
 
 
 def build_parser() -> Parser:
@@ -71,7 +57,7 @@ def one_line(error: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = stop_on(signal.SIGTERM, signal.SIGHUP)
     try:
         return args.handler(args)
     except LabError as e:

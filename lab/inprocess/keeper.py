@@ -24,6 +24,8 @@ import sys
 import time
 from datetime import timedelta
 
+from lab.procs import Stopped, stop_on
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -109,28 +111,11 @@ class Keeper:
                     pass
 
 
-class Stopped(Exception):
-    """SIGTERM or SIGINT: raised in the keeper's loop so that stopping happens outside the handler."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _raise_stopped(signum, _frame):
-    # Only unwind here. A handler that stopped the children itself could run while the loop
-    # is inside Popen.poll(), holding that Popen's wait lock, and then wait on the same lock
-    # forever: the keeper would outlive its SIGTERM (seen once as a bench trial whose keeper
-    # did not exit within 60 s).
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, signal.SIG_IGN)  # once is enough; a second one must not cut the stop short
-    raise Stopped(signum)
-
-
 def run_until_stopped(keeper: Keeper) -> int:
     """The keeper's exit status: 0 when its ranks finished, 128 + the signal that stopped it."""
-    signal.signal(signal.SIGTERM, _raise_stopped)
-    signal.signal(signal.SIGINT, _raise_stopped)
+    # The stop runs here, not in the handler (lab.procs.stop_on says why): a keeper that stopped
+    # its children from the handler once outlived its SIGTERM, a bench trial's 60 s.
+    stop_on(signal.SIGTERM, signal.SIGINT)
     try:
         return keeper.run()
     except Stopped as stopped:
