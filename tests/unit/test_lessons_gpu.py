@@ -11,6 +11,8 @@ in scripts/gpu-check.sh, whenever a GPU machine is lent.
 
 from __future__ import annotations
 
+import pytest
+
 from lab.lessons import buffers, set_device_first
 from lab.lessons.runner import JobOutput
 from lab.report import Report
@@ -53,21 +55,23 @@ def failed(report):
     return [c.name for c in report.checks if not c.ok]
 
 
-def test_buffers_on_two_gpus_runs_every_mode_with_nccl_and_expects_syncbatchnorm_to_agree():
-    lesson = Jobs(2, bn_run(lambda r: f"cuda:{r}", rank0_unless_local))
+@pytest.mark.parametrize(
+    ("gpus", "device", "backend", "sync_claim"),
+    [
+        (2, "cuda:{rank}", "nccl", "SyncBatchNorm: every rank used the same"),
+        # The H200 run: one GPU present, so the ranks ran gloo on the CPU and torch refused SyncBatchNorm.
+        (1, "cpu", "gloo", "SyncBatchNorm on CPU (1 GPU(s) here"),
+    ],
+    ids=["two GPUs", "one GPU"],
+)
+def test_buffers_runs_every_mode_on_the_backend_its_gpus_allow_and_judges_syncbatchnorm_for_it(
+    gpus, device, backend, sync_claim
+):
+    lesson = Jobs(gpus, bn_run(lambda r: device.format(rank=r), rank0_unless_local))
     buffers.run(lesson)
-    assert lesson.backends == ["nccl"] * 3
+    assert lesson.backends == [backend] * 3
     assert lesson.report.verdict == "pass", failed(lesson.report)
-    assert any("SyncBatchNorm: every rank used the same" in c.name for c in lesson.report.checks)
-
-
-def test_buffers_with_one_gpu_takes_the_cpu_path_and_passes():
-    """The H200 run: one GPU present, so the ranks ran gloo on the CPU and torch refused SyncBatchNorm."""
-    lesson = Jobs(1, bn_run(lambda r: "cpu", rank0_unless_local))
-    buffers.run(lesson)
-    assert lesson.backends == ["gloo"] * 3
-    assert lesson.report.verdict == "pass", failed(lesson.report)
-    assert any("1 GPU(s) here" in c.name for c in lesson.report.checks)
+    assert any(c.name.startswith(sync_claim) for c in lesson.report.checks)
 
 
 def test_buffers_names_ranks_that_ran_on_another_device_than_their_backend_gives_them():
