@@ -111,7 +111,8 @@ class KubernetesRuntime(Runtime):
     DRILLS = True  # the faults act through the API (lab.runtimes.k8s_node)
     NO_SCRIPT_DRILLS = (
         "a pod sees neither your script's folder nor the run dir's working dirs: run drills on your "
-        "script with --runtime local, docker or ray (or bake it into an image: lab run --runtime k8s --image REF)"
+        "script with --runtime local, docker or ray (to train on it in pods: lab image build, then "
+        "lab run --runtime k8s --image REF)"
     )
 
     def __init__(
