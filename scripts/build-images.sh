@@ -50,12 +50,23 @@ context_for() {
     echo "$cuda_context"
 }
 source_hash="$("$python" -c 'from lab.runtimes.docker_engine import source_hash; print(source_hash())')"
+# The image a rebuild replaces loses its tag and would stay on disk, untagged, for good (62 GB
+# of them were found here after a few days of rebuilds): removed once replaced, if this script
+# made it (it carries the source label) and no container or image still uses it.
+replaced_by_us() {
+    docker image inspect -f '{{.Id}} {{index .Config.Labels "torchrun-lab.source"}}' "$1" 2>/dev/null \
+        | awk 'NF == 2 && $2 != "<no" {print $1}'
+}
 for target in $targets; do
     echo "building torchrun-lab:$target${base:+ on $base}${offline/#1/ (offline)}"
+    old="$(replaced_by_us "torchrun-lab:$target")"
     if docker build -q -f docker/Dockerfile --target "$target" -t "torchrun-lab:$target" \
         ${base:+--build-arg BASE_IMAGE="$base"} --build-arg OFFLINE="$offline" \
         --label "torchrun-lab.source=$source_hash" "$(context_for "$target")" >"$logs/$target.log" 2>&1; then
         built+=("torchrun-lab:$target")
+        if [ -n "$old" ] && [ "$old" != "$(docker image inspect -f '{{.Id}}' "torchrun-lab:$target")" ]; then
+            docker rmi "$old" >/dev/null 2>&1 || true
+        fi
     else
         skipped+=("$target ($(grep -v DEPRECATED "$logs/$target.log" | grep -iE 'error|denied|not found' | tail -1 | cut -c1-120))")
     fi
