@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.runtimes import docker_engine
 
 IN_IMAGE = "/opt/user"
 SCRIPT_LABEL = "torchrun-lab.script"  # where the baked script lies in the image
@@ -73,10 +74,7 @@ def build(directory: Path, script: Path, tag: str, base: str, log=print) -> str:
     check_reference(tag)
     in_image = script_in_image(directory, script)
     base_image, name = f"torchrun-lab:{base}", directory.resolve().name
-    if _docker("info", timeout=60).returncode != 0:
-        raise LabError("no Docker daemon answers (make host-deps starts one as root)")
-    if _docker("image", "inspect", base_image, timeout=60).returncode != 0:
-        raise LabError(f"base image {base_image} not found: build it with `make images TARGETS={base}`")
+    docker_engine.require_image(docker_engine.client(), base_image, docker_engine.node_build_hint(base_image))
     log(f"building {tag} FROM {base_image} with {directory} at {IN_IMAGE}/{name}")
     label = f"{SCRIPT_LABEL}={in_image}"
     built = _docker(

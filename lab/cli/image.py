@@ -30,7 +30,6 @@ def register(sub) -> None:
 def handle(args: argparse.Namespace) -> int:
     if not args.script:
         raise LabError("--script PATH is required: the training script, a file inside DIR")
-    user_image.check_reference(args.tag)  # before anything is built: a push would refuse it after
     script = user_image.build(args.directory, Path(args.script), args.tag, args.base)
     ref = user_image.push(args.tag) if args.push else args.tag
     print(f"built {args.tag}" + (f", pushed as {ref}" if args.push else ""))
