@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from lab import recovery
 from lab.rundir import RunDir
 from lab.topology import BACKENDS, RDZV_BACKENDS, WORKER_STARTS, Topology
 
@@ -86,7 +87,17 @@ NODES = Option("--nodes", "number of hosts (default %(default)s)", _DEFAULTS.nod
 NPROC_PER_NODE = Option("--nproc-per-node", "workers per host (default %(default)s)", _DEFAULTS.nproc_per_node, int)
 BACKEND = Option("--backend", "the process group's backend (default %(default)s)", _DEFAULTS.backend, choices=BACKENDS)
 RDZV_BACKEND = Option(
-    "--rdzv-backend", "where the rendezvous lives (default %(default)s)", _DEFAULTS.rdzv_backend, choices=RDZV_BACKENDS
+    "--rdzv-backend",
+    "where the rendezvous lives (default: the one --recovery runs: lab for restart, c10d for torchrun)",
+    choices=RDZV_BACKENDS,
+)
+RECOVERY = Option(
+    "--recovery",
+    "how the job comes back from a lost worker: restart (the lab's tuned restart), torchrun (torch's "
+    "c10d rendezvous), in-process (lab bench recovery only, for now), or auto: the fastest the job "
+    "can survive (lab/recovery.py; default %(default)s)",
+    recovery.AUTO,
+    choices=recovery.CHOICES,
 )
 RDZV_PORT = Option("--rdzv-port", "", _DEFAULTS.rdzv_port, port)
 MAX_RESTARTS = Option(
@@ -138,6 +149,7 @@ TOPOLOGY = (
     NPROC_PER_NODE,
     BACKEND,
     RDZV_BACKEND,
+    RECOVERY,
     RDZV_PORT,
     MAX_RESTARTS,
     GPUS_PER_NODE,
@@ -153,7 +165,7 @@ def topology_from_args(args: argparse.Namespace) -> Topology:
         nodes=args.nodes,
         nproc_per_node=args.nproc_per_node,
         backend=args.backend,
-        rdzv_backend=args.rdzv_backend,
+        rdzv_backend=args.rdzv_backend or recovery.DEFAULT_TORCHRUN_RDZV,  # lab.recovery.choose settles it
         rdzv_port=args.rdzv_port,
         max_restarts=args.max_restarts,
         pg_timeout_s=args.pg_timeout,

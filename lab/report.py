@@ -66,6 +66,9 @@ class Report:
         out.write(f"\n{self.exercise} on {self.runtime}, {self.world_size} ranks\n")
         for c in self.checks:
             out.write(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}{': ' + c.detail if c.detail else ''}\n")
+        style = self.facts.get("recovery_style")
+        if style:
+            out.write(f"  recovery style: {style['style']} ({style['why']})\n")
         recovery = self.facts.get("recovery")
         if recovery:
             out.write(

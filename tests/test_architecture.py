@@ -25,6 +25,7 @@ LAYERS = [
     ("lab.workloads",),
     ("lab.health",),
     ("lab.options",),
+    ("lab.recovery",),
     ("lab.topology", "lab.gpus"),
     ("lab.rundir", "lab.ownership", "lab.procs", "lab.files", "lab.nodeenv", "lab.errors"),
 ]

@@ -1,6 +1,6 @@
 """`lab bench goodput`: the lab's measured recovery, projected to 1k, 16k and 100k GPUs.
 
-    lab bench goodput [--out DIR] [--recovery FILE] [--checkpoint-s S] [--gpu-mttf-hours H]
+    lab bench goodput [--out DIR] [--recovery-json FILE] [--checkpoint-s S] [--gpu-mttf-hours H]
 
 Reads what `lab bench recovery` measured (its recovery.json: kill-to-first-step per style
 and the trainer's checkpoint save time) and computes the effective training time ratio
@@ -67,7 +67,7 @@ def best_interval(checkpoint_s: float, recovery_s: float, mttf_s: float, lost_s:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--recovery", help="lab bench recovery's result (default: OUT/recovery.json)")
+    p.add_argument("--recovery-json", dest="recovery", help="lab bench recovery's result (default: OUT/recovery.json)")
     p.add_argument("--checkpoint-s", type=float, help="what a save costs, seconds (default: the measured one)")
     p.add_argument("--gpu-mttf-hours", type=float, default=GPU_MTTF_HOURS, help="one GPU's MTTF (default: Llama 3's)")
 
@@ -77,7 +77,7 @@ def load_recovery(path: Path) -> dict:
         figures = json.loads(path.read_text())["figures"]
         styles = figures["styles"]
     except FileNotFoundError:
-        raise LabError(f"{path} does not exist: run `lab bench recovery` first (or give --recovery FILE)") from None
+        raise LabError(f"{path} does not exist: run `lab bench recovery` first (or give --recovery-json FILE)") from None
     except (ValueError, KeyError, TypeError):
         raise LabError(f"{path} is not a result of `lab bench recovery` with recovery styles") from None
     missing = [s for s in STYLES if s not in styles]

@@ -19,7 +19,7 @@ from lab.cli.flags import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, 
 from lab.errors import LabError
 from lab.exercises.script import spec
 from lab.lessons.runner import DEPTHS, explain, run_lesson
-from lab.options import TORCH_DEFAULTS, add_all, run_dir_from_args
+from lab.options import RECOVERY, TORCH_DEFAULTS, add_all, run_dir_from_args
 from lab.report import Report
 from lab.rundir import RunDir
 from lab.runtimes.local import HOSTS
@@ -53,7 +53,8 @@ def add_exercise_parser(names: argparse._SubParsersAction, name: str, module: Mo
         add_all(parser, (HOSTS, TARGET_RANK, AT_STEP))
         parser.set_defaults(handler=handle_lesson, exercise=module)
     else:
-        add_all(parser, (TARGET_RANK, AT_STEP, *spec.SCRIPT_TOPOLOGY, TORCH_DEFAULTS, *exercises.own_options(module)))
+        own = exercises.own_options(module)
+        add_all(parser, (TARGET_RANK, AT_STEP, *spec.SCRIPT_TOPOLOGY, TORCH_DEFAULTS, RECOVERY, *own))
         # Every drill takes --script: one without a script side refuses it in words (NO_SCRIPT).
         exercise_script.add_script_options(parser, job_size=False)
         runtimes.add_options(parser, drills_only=True, default="local")

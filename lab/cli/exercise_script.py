@@ -10,13 +10,13 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from lab import exercises, runtimes
+from lab import exercises, recovery, runtimes
 from lab.cli.flags import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, add_verbose
 from lab.errors import LabError
 from lab.exercises import DrillOptions, grid
 from lab.exercises.script import matrix as script_matrix
 from lab.exercises.script import script_run, spec
-from lab.options import TORCH_DEFAULTS, Option, add_all, run_dir_from_args
+from lab.options import RECOVERY, TORCH_DEFAULTS, Option, add_all, run_dir_from_args
 from lab.topology import Topology
 
 FAULTS = Option("--faults", "comma-separated drills to run on the script, e.g. kill-worker,preempt", metavar="LIST")
@@ -77,7 +77,8 @@ def options_for(args: argparse.Namespace, fault: ModuleType | None) -> DrillOpti
     at_step = spec.DEFAULT_AT_STEP if args.at_step is None else args.at_step
     if at_step < 1:
         raise LabError(f"--at-step must be 1 or more; got {at_step}")
-    return DrillOptions(target, at_step, args.target_rank is not None, args.torch_defaults, own_flags(args, fault))
+    chosen = args.target_rank is not None
+    return DrillOptions(target, at_step, chosen, args.torch_defaults, own_flags(args, fault), recovery=args.recovery)
 
 
 def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, reference: bool) -> script_matrix.Matrix:
@@ -94,8 +95,10 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
             f"--workdir runs your script in a folder of this machine; the {args.runtime} runtime's nodes see only "
             "the script's folder and the run dir: use --runtime local, or drop --workdir"
         )
-    for fault in faults:
-        options_for(args, fault)  # every row's flags checked before the first run starts
+    host = runtimes.runtime_class(args.runtime).rendezvous()
+    for fault in faults:  # every row's flags checked before the first run starts
+        options_for(args, fault)
+        recovery.choose(topology_for(args, fault), args.recovery, host, drill_needs=exercises.recovery_needs(fault))
     run_dir = run_dir_from_args(args)
     run_dir.claim_for_report(out_dir)
     rows = len(faults) + (1 if reference else 0)
@@ -140,7 +143,7 @@ def register_matrix(verbs: argparse._SubParsersAction) -> None:
     parser = verbs.add_parser(
         "matrix", help="your script under several faults: one verdict each, matrix.json/.md/.html"
     )
-    add_all(parser, (FAULTS, TARGET_RANK, AT_STEP, TORCH_DEFAULTS, REPORT_DIR))
+    add_all(parser, (FAULTS, TARGET_RANK, AT_STEP, TORCH_DEFAULTS, RECOVERY, REPORT_DIR))
     add_script_options(parser)
     runtimes.add_options(parser, drills_only=True, default="local")
     add_verbose(parser)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from lab import runtimes
+from lab import recovery, runtimes
 from lab.options import run_dir_from_args, topology_from_args
 from lab.runtimes.base import Log, Node, Runtime
 from lab.topology import Topology
@@ -15,12 +15,16 @@ def start(
     args: argparse.Namespace, script: str, script_args: list[str], log: Log = print
 ) -> tuple[Runtime, Topology, Sequence[Node]] | None:
     """Start the job; returns (runtime, topology, nodes), or None after a dry run."""
-    topology = topology_from_args(args)
     runtime = runtimes.from_args(args, run_dir_from_args(args), log=log)
+    topology, how = recovery.choose(
+        topology_from_args(args), args.recovery, runtime.rendezvous(), rdzv_asked=args.rdzv_backend
+    )
     script = runtime.locate_script(script)
     if args.dry_run:
+        print(f"# {how.line()}")
         print(runtime.plan(topology, script, script_args).text(), end="")  # the plan `up` would run
         return None
+    log(how.line())
     runtimes.begin_job(runtime, log)
     try:
         topology, nodes = runtime.up(topology, script, script_args)

@@ -17,6 +17,8 @@ A drill is one module of this package, named in CATALOG, with:
 - optionally break_script(drill, target, ckpt_dir) and SCRIPT_RECOVERY: the same fault on
   a user's own script (see lab.exercises.script); without them, NO_SCRIPT: why not (one line);
 - optionally MIN_NODES: the fewest nodes its fault needs (--nodes below it is refused);
+- optionally RECOVERY_NEEDS = (style, why): the recovery style (lab.recovery) its fault is
+  about, where --recovery auto would otherwise pick another; a contrary --recovery is refused;
 - INJECTS: the Node faults it uses (and injects(options) where a flag adds one): a runtime
   whose nodes cannot suffer one refuses the drill before it starts (lab.exercises.grid).
 
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from lab import recovery
 from lab.errors import LabError
 from lab.options import Option
 from lab.topology import Topology
@@ -67,6 +70,7 @@ class DrillOptions:
     nodes: int | None = None
     nproc_per_node: int | None = None
     max_restarts: int | None = None
+    recovery: str = "auto"  # --recovery (lab.recovery): settled against the runtime in the engine
 
 
 def drills() -> dict[str, ModuleType]:
@@ -102,6 +106,11 @@ def own_options(drill: ModuleType) -> tuple[Option, ...]:
     return tuple(getattr(drill, "OPTIONS", ()))
 
 
+def recovery_needs(drill: ModuleType | None) -> tuple[str, str] | None:
+    """The recovery style a drill's fault needs, and why (None: any the job can survive)."""
+    return getattr(drill, "RECOVERY_NEEDS", None) if drill is not None else None
+
+
 def drill_job(options: DrillOptions, **shape: Any) -> Topology:
     """The job a drill breaks: 2 nodes x 2 workers unless the drill says otherwise, torch's
     defaults when asked (--torch-defaults); exercises.topology then sizes it as the user chose."""
@@ -121,6 +130,13 @@ def topology(drill: ModuleType, options: DrillOptions) -> Topology:
     return shaped
 
 
+def job(exercise: ModuleType, options: DrillOptions, host: recovery.Host) -> tuple[Topology, recovery.Recovery]:
+    """The drill's job at the size the user chose, recovering as --recovery asks (lab.recovery)
+    within what the fault needs and the runtime (host) runs."""
+    fault = getattr(exercise, "fault", exercise)  # a run on a user's script names its fault
+    return recovery.choose(topology(exercise, options), options.recovery, host, drill_needs=recovery_needs(fault))
+
+
 def options_from_args(drill: ModuleType, args: argparse.Namespace) -> DrillOptions:
     """The drill's options from its command line, checked against its run: one-line errors."""
     chosen = args.target_rank is not None
@@ -133,6 +149,7 @@ def options_from_args(drill: ModuleType, args: argparse.Namespace) -> DrillOptio
         nodes=getattr(args, "nodes", None),
         nproc_per_node=getattr(args, "nproc_per_node", None),
         max_restarts=getattr(args, "max_restarts", None),
+        recovery=getattr(args, "recovery", "auto"),
     )
     world = topology(drill, options).world_size
     if chosen is False and options.target_rank >= world:  # the drill's default rank, in a smaller job: the last

@@ -27,6 +27,7 @@ from lab.exercises.node_agent import NodeAgent
 from lab.exercises.ray_logs import ray_notices_to
 from lab.exercises.seen import Seen
 from lab.health.events import Event, read_events
+from lab.recovery import Recovery
 from lab.report import Report
 from lab.rundir import MARKER
 from lab.runtimes.base import MonitoredRuntime, Runtime
@@ -204,9 +205,13 @@ def start_ray(ray_address: str | None, ray_tmp: str) -> None:
     )
 
 
-def refuse_early(exercise: ModuleType, options: DrillOptions, runtime: Runtime, ray_address: str | None) -> None:
+def refuse_early(
+    exercise: ModuleType, options: DrillOptions, runtime: Runtime, ray_address: str | None
+) -> tuple[Topology, Recovery]:
     """What can be refused before anything starts, in one line: nothing is made on bad input.
-    The grid's cell first (lab.exercises.grid: can this runtime run this drill on this target?)."""
+    The grid's cell first (lab.exercises.grid: can this runtime run this drill on this target?),
+    then the flags (--recovery among them), then whether the runtime can run here now.
+    Returns the drill's job and how it recovers."""
     drill = getattr(exercise, "fault", exercise)  # a run on a user's script names its fault (None: the reference)
     target = "script" if hasattr(exercise, "SCRIPT") else "trainer"
     why = grid.refusal(drill, type(runtime), target, options) if drill is not None else ""
@@ -215,9 +220,11 @@ def refuse_early(exercise: ModuleType, options: DrillOptions, runtime: Runtime, 
     watched = isinstance(runtime, MonitoredRuntime) and runtime.monitoring != "off"
     if getattr(exercise, "NEEDS_PROMETHEUS", False) and not watched:
         raise LabError(f"{exercise.NAME} reads its verdict from Prometheus: drop --prometheus off")
+    job = exercises.job(exercise, options, runtime.rendezvous())
     runtime.check()  # before Ray starts: a runtime that cannot run here says so first
     if ray_address:
         check_reachable(ray_address)  # a cluster nobody answers for is bad input
+    return job
 
 
 def bring_up(exercise: ModuleType, options: DrillOptions, runtime: Runtime, topology: Topology, out: TextIO) -> Drill:
@@ -258,8 +265,7 @@ def run_drill(
     Ray's own notices go to the run dir's logs (and to stderr as well when verbose)."""
     import ray
 
-    refuse_early(exercise, options, runtime, ray_address)
-    topology = exercises.topology(exercise, options)  # at the size the user chose
+    topology, how = refuse_early(exercise, options, runtime, ray_address)
     run_dir = runtime.run_dir
     runtimes.begin_job(runtime, runtime.log)  # this run dir's lab; other labs are left alone
     lab_id = run_dir.lab_id
@@ -278,7 +284,9 @@ def run_drill(
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         drill = bring_up(exercise, options, runtime, topology, out)
+        drill.progress(how.line())
         report = exercise.run(drill, options)
+        report.facts["recovery_style"] = {"style": how.style, "why": how.why}
         if on_report:
             on_report(report, drill)
         return report

@@ -37,6 +37,11 @@ STEPS, CKPT_EVERY = 60, 10
 OPTIONS = (Option("--elastic", "an elastic job (--nnodes=1:N): the survivors carry on without the node", switch=True),)
 
 
+# A node's loss changes the rendezvous' membership, which torch's c10d rendezvous is built for
+# (and an elastic job needs); the lab's tuned restart assumes every node comes back as it was.
+RECOVERY_NEEDS = ("torchrun", "kill-node drills a node's loss through torch's c10d rendezvous")
+
+
 def topology(options) -> Topology:
     elastic = options.own.get("elastic", False)
     return drill_job(options, max_restarts=2, min_nodes=1 if elastic else None, last_call_timeout_s=5)

@@ -45,6 +45,7 @@ STEPS, CKPT_EVERY = 60, 10
 STORE_ERROR = re.compile(r"(RendezvousConnectionError[^\n]*|The connection to the C10d store has failed[^\n]*)")
 # How long the drill leaves node0 dead under etcd-v2: past the moment c10d's survivor failed.
 DOWN_S = 10
+RECOVERY_NEEDS = ("torchrun", "kill-rendezvous-host drills the loss of torch's rendezvous host (c10d or etcd-v2)")
 OPTIONS = (
     RDZV_BACKEND.but(
         choices=("c10d", "etcd-v2"),

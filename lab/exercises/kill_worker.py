@@ -1,13 +1,14 @@
 """kill-worker: SIGKILL one worker mid-run; the group restarts and resumes from its checkpoint.
 
 Hypothesis: with `--max-restarts` above 0, torchrun's agent sees the dead worker, stops
-the others, runs a new rendezvous round and starts a fresh worker group. The trainer
+the others, runs a new rendezvous round and starts a fresh worker group (by default through
+the lab's rendezvous, the tuned restart: lab/recovery.py). The trainer
 resumes from its newest checkpoint, so at most one checkpoint interval of steps is
 redone, and the job ends with weights bit-identical to an uninterrupted run.
 
     lab exercise run kill-worker [--target-rank 1] [--at-step 25]
     lab exercise run kill-worker --torch-defaults    # the upstream restart failure
-    lab exercise run kill-worker --rdzv-backend lab  # the tuned restart (lab.node.fast_rendezvous)
+    lab exercise run kill-worker --recovery torchrun  # torch's c10d rendezvous instead of the lab's
 
 Look for: in the node logs, "failed (exitcode: -9)" and "will restart worker group";
 in the events, restart 1's checkpoint_loaded; in Prometheus, `lab_agent_restarts_used`
@@ -32,7 +33,6 @@ from lab.exercises import drill_job, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event
-from lab.options import RDZV_BACKEND
 from lab.report import Report
 from lab.topology import Topology
 
@@ -44,22 +44,12 @@ STEPS, CKPT_EVERY = 60, 10
 LATE_START_S = 4.0
 
 
-OPTIONS = (
-    RDZV_BACKEND.but(
-        help="c10d (torch's) or lab (the lab's fixed-size rendezvous: the tuned restart, docs/exercises.md); "
-        "default %(default)s",
-        choices=("c10d", "lab"),
-    ),
-)
-
-
 def topology(options) -> Topology:
     # --torch-defaults: a failing round waits the process-group timeout in gloo's connect retry;
     # one restart shows the failure (the late start makes it certain), a second only repeats it.
     return drill_job(
         options,
         max_restarts=1 if options.torch_defaults else 2,
-        rdzv_backend=options.own.get("rdzv_backend") or "c10d",
         pg_timeout_s=10 if options.torch_defaults else Topology.pg_timeout_s,
     )
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from lab import recovery
 from lab.errors import LabError
 from lab.health import prometheus
 from lab.nodeenv import NodeEnv
@@ -110,6 +111,10 @@ class Runtime(ABC):
     # Its nodes run this machine's own lab and torch (not an image's or another machine's copy):
     # a job's result depends only on what this machine has (lab.exercises.reference_cache).
     HOST_CODE: ClassVar[bool] = False
+    # The rendezvous backends its nodes run (--rdzv-backend, and --recovery through lab.recovery),
+    # and why not the lab's own where it is missing: a runtime that takes no more refuses the rest.
+    RDZV_BACKENDS: ClassVar[tuple[str, ...]] = ("c10d",)
+    NO_LAB_RDZV: ClassVar[str] = ""
     registered: ClassVar[dict[str, type[Runtime]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -127,6 +132,20 @@ class Runtime(ABC):
         """The runtime as the command line asks for it (each of OPTIONS by its name)."""
         return cls(run_dir, log=log, **{o.name: getattr(args, o.name) for o in cls.OPTIONS})
 
+    @classmethod
+    def rendezvous(cls) -> recovery.Host:
+        """What lab.recovery needs to know of this runtime to choose a job's recovery style."""
+        return recovery.Host(cls.name, cls.RDZV_BACKENDS, cls.NO_LAB_RDZV)
+
+    def check_rendezvous(self, topology: Topology) -> None:
+        """Refuse a rendezvous this runtime's nodes cannot run (lab.recovery.choose refuses it in the
+        user's words first; this holds for every caller of `up`)."""
+        if topology.rdzv_backend not in self.RDZV_BACKENDS:
+            raise LabError(
+                f"the {self.name} runtime runs the {' or '.join(self.RDZV_BACKENDS)} rendezvous, not "
+                f"{topology.rdzv_backend}"
+            )
+
     def check(self) -> None:
         """Fail in one line, before anything starts, when this runtime cannot run here now
         (by default there is nothing to check before `up`)."""
@@ -141,6 +160,7 @@ class Runtime(ABC):
         """Start one agent per node; returns the topology as it runs (its rendezvous host) and the
         nodes. The one lifecycle: prepare (every refusal, then the plan), record the plan once
         (from then on `lab down` knows what to remove), provision, start the nodes."""
+        self.check_rendezvous(topology)
         plan = self.prepare(topology, script, script_args)
         runstate.save(self.run_dir, plan.state())
         self.provision(plan)

@@ -42,6 +42,7 @@ class DockerRuntime(MonitoredRuntime):
     NODE = DockerNode
     OPTIONS = (IMAGE, *MonitoredRuntime.OPTIONS)
     DRILLS = True
+    RDZV_BACKENDS = ("c10d", "lab")  # node0's agent hosts either store on the lab's network
 
     def __init__(
         self,
@@ -132,8 +133,6 @@ class DockerRuntime(MonitoredRuntime):
         )
 
     def prepare(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
-        if topology.rdzv_backend != "c10d":
-            raise LabError("the docker runtime runs the c10d rendezvous on node0; use --rdzv-backend c10d")
         if daemon_is_local():
             memory.check_fits(topology, "this Docker host")
         docker = self.docker

@@ -109,6 +109,10 @@ class KubernetesRuntime(Runtime):
     NODE = PodNode
     OPTIONS = (CONTEXT, NAMESPACE, OVERLAY, IMAGE, PULL_SECRET, POD_CPU, POD_MEMORY)
     DRILLS = True  # the faults act through the API (lab.runtimes.k8s_node)
+    NO_LAB_RDZV = (
+        "the k8s runtime's pods take their rendezvous from the overlay (c10d on pod 0 behind the "
+        "headless Service); the lab's is not wired into the pod template yet"
+    )
     NO_SCRIPT_DRILLS = (
         "a pod sees neither your script's folder nor the run dir's working dirs: run drills on your "
         "script with --runtime local, docker or ray (to train on it in pods: lab image build, then "

@@ -30,7 +30,7 @@ from lab.runtimes.local_faults import LocalFaults
 from lab.runtimes.plan import LaunchPlan
 from lab.runtimes.ports import ensure_port_free, exporter_ports
 from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
-from lab.topology import Topology
+from lab.topology import RDZV_BACKENDS, Topology
 
 HOST_MODES = ("auto", "netns", "userns", "loopback")
 HOSTS = Option(
@@ -113,6 +113,7 @@ class LocalRuntime(MonitoredRuntime):
     DRILLS = True
     HOST_CODE = True
     AUTO = True
+    RDZV_BACKENDS = RDZV_BACKENDS  # every one: etcd-v2's server runs beside the nodes
 
     def __init__(
         self,

@@ -122,6 +122,7 @@ class RayRuntime(MonitoredRuntime):
     NODE = RayNode
     OPTIONS = (RAY_ADDRESS, *MonitoredRuntime.OPTIONS)
     DRILLS = True
+    RDZV_BACKENDS = ("c10d", "lab")  # node0's agent hosts either store on its machine
 
     def __init__(
         self,
@@ -160,6 +161,7 @@ class RayRuntime(MonitoredRuntime):
         raise LabError("the ray runtime places nodes when it starts them: --dry-run needs another runtime")
 
     def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[RayNode]]:
+        self.check_rendezvous(topology)
         connect(self.ray_address)
         found = machines()
         if len(found) < topology.nodes:

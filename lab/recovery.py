@@ -1,0 +1,126 @@
+"""How a job comes back from a lost worker: one choice (--recovery), made once, said once.
+
+    restart    the lab's tuned restart: torchrun's agent restarts the worker group through the
+               lab's rendezvous (lab.node.fast_rendezvous: agents wake on the store instead
+               of torch's 1 s poll) with preloaded workers. Fixed-size jobs. About 0.7 s
+               from a kill to the first step on 2 x 2 (docs/benchmarks.md).
+    torchrun   torchrun's own rendezvous (c10d, or the --rdzv-backend given): what an
+               elastic job, a lost node or a lost rendezvous host needs. About 3 s.
+    in-process the survivors stay and a warm spare takes the lost rank's state from a peer
+               (lab.inprocess). Measured by `lab bench recovery`; not behind `lab up` or a
+               drill yet, so it is refused there in one line.
+    auto       (the default) the fastest style the job can survive: restart, unless the job
+               is elastic, a drill needs torchrun's rendezvous, the runtime cannot host the
+               lab's, or --rdzv-backend / --torch-defaults chose torchrun's path.
+
+`choose` turns the choice into the topology's rendezvous and says why; every refusal is
+one line naming what to use instead. It knows nothing of runtimes beyond what they declare
+(their RDZV_BACKENDS and why they take no more).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lab.errors import LabError
+from lab.topology import Topology
+
+AUTO, RESTART, TORCHRUN, IN_PROCESS = "auto", "restart", "torchrun", "in-process"
+CHOICES = (AUTO, RESTART, TORCHRUN, IN_PROCESS)
+LAB_RDZV = "lab"  # lab.node.fast_rendezvous.NAME (lab.node sits above this module)
+DEFAULT_TORCHRUN_RDZV = "c10d"
+IN_PROCESS_REFUSAL = (
+    "--recovery in-process: not behind lab up or the drills yet (lab bench recovery --styles in-process "
+    "measures it); use --recovery restart, the fastest style they run"
+)
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """The style a job runs and why it was chosen."""
+
+    style: str
+    why: str
+
+    def line(self) -> str:
+        return f"recovery: {self.style} ({self.why})"
+
+
+@dataclass(frozen=True)
+class Host:
+    """What a runtime declares about rendezvous: the backends its nodes can run, and why not more."""
+
+    runtime: str
+    rdzv_backends: tuple[str, ...]
+    no_lab_rdzv: str = ""  # why the lab's rendezvous does not run there ("" where it does)
+
+
+def style_of(topology: Topology) -> str:
+    """The style a topology runs (a run's state, a recorded drill)."""
+    return RESTART if topology.rdzv_backend == LAB_RDZV else TORCHRUN
+
+
+def choose(
+    topology: Topology,
+    asked: str,
+    host: Host,
+    *,
+    rdzv_asked: str | None = None,
+    drill_needs: tuple[str, str] | None = None,
+) -> tuple[Topology, Recovery]:
+    """The topology with its rendezvous set for the asked style, and the style with its reason.
+
+    rdzv_asked: --rdzv-backend as given (None: not given). drill_needs: (style, why) when a
+    drill's fault needs one style. Refuses, in one line, what cannot run."""
+    if asked not in CHOICES:
+        raise LabError(f"--recovery must be one of {', '.join(CHOICES)}; got {asked!r}")
+    if asked == IN_PROCESS:
+        raise LabError(IN_PROCESS_REFUSAL)
+    rdzv_asked = rdzv_asked or (None if topology.rdzv_backend == DEFAULT_TORCHRUN_RDZV else topology.rdzv_backend)
+    style, why = _pick(topology, asked, host, rdzv_asked, drill_needs)
+    rdzv = LAB_RDZV if style == RESTART else (rdzv_asked or DEFAULT_TORCHRUN_RDZV)
+    if rdzv not in host.rdzv_backends:
+        raise LabError(
+            f"--rdzv-backend {rdzv}: the {host.runtime} runtime runs {' or '.join(host.rdzv_backends)}; "
+            f"drop --rdzv-backend (or use --runtime local, which runs every backend)"
+        )
+    return topology.replace(rdzv_backend=rdzv), Recovery(style, why)
+
+
+def _pick(
+    topology: Topology, asked: str, host: Host, rdzv_asked: str | None, drill_needs: tuple[str, str] | None
+) -> tuple[str, str]:
+    """(style, why), or a one-line refusal of a style the job cannot run."""
+    if rdzv_asked == LAB_RDZV:  # the expert's spelling of the tuned restart
+        if asked == TORCHRUN:
+            raise LabError("--recovery torchrun runs torch's rendezvous, not --rdzv-backend lab: drop one of them")
+        asked, flag = RESTART, "--rdzv-backend lab"
+    else:
+        flag = "--recovery restart"
+    needs_torchrun = _needs_torchrun(topology, host, rdzv_asked, drill_needs)
+    if asked == RESTART:
+        if needs_torchrun:
+            raise LabError(f"{flag}: {needs_torchrun}; drop it, or use --recovery torchrun")
+        return RESTART, f"asked ({flag}): the lab's rendezvous"
+    if asked == TORCHRUN:
+        if drill_needs and drill_needs[0] == RESTART:
+            raise LabError(f"--recovery torchrun: {drill_needs[1]}; drop --recovery")
+        return TORCHRUN, f"asked: torch's {rdzv_asked or DEFAULT_TORCHRUN_RDZV} rendezvous"
+    if needs_torchrun:
+        return TORCHRUN, needs_torchrun
+    return RESTART, "a fixed-size job: the lab's rendezvous restarts the group without torch's 1 s poll"
+
+
+def _needs_torchrun(topology: Topology, host: Host, rdzv_asked: str | None, drill_needs: tuple[str, str] | None) -> str:
+    """Why this job must take torchrun's own rendezvous ("" when the tuned restart can run)."""
+    if drill_needs and drill_needs[0] == TORCHRUN:
+        return drill_needs[1]
+    if topology.min_nodes:
+        return "an elastic job (--min-nodes) needs torch's c10d rendezvous; the lab's has a fixed node count"
+    if rdzv_asked and rdzv_asked != LAB_RDZV:
+        return f"--rdzv-backend {rdzv_asked} is one of torch's rendezvous"
+    if topology.torch_defaults:
+        return "--torch-defaults runs torch's own c10d path"
+    if LAB_RDZV not in host.rdzv_backends:
+        return host.no_lab_rdzv or f"the {host.runtime} runtime does not run the lab's rendezvous"
+    return ""

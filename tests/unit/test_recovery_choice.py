@@ -1,0 +1,100 @@
+"""--recovery as lab.recovery.choose settles it: every style x job x runtime x drill either runs
+(with the rendezvous it needs and a reason) or is refused in one line naming what to use."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from lab import exercises, recovery, runtimes
+from lab.errors import LabError
+from lab.exercises import DrillOptions
+from lab.topology import Topology
+
+FIXED = Topology(nodes=2, nproc_per_node=2)
+ELASTIC = Topology(nodes=2, nproc_per_node=2, min_nodes=1)
+EVERY = recovery.Host("anywhere", ("c10d", "static", "etcd-v2", "lab"))
+NO_LAB = recovery.Host("pods", ("c10d",), "pods take the overlay's rendezvous")
+
+
+def test_auto_takes_the_tuned_restart_for_a_fixed_size_job():
+    topology, how = recovery.choose(FIXED, "auto", EVERY)
+    assert (topology.rdzv_backend, how.style) == ("lab", "restart")
+    assert "--rdzv-backend=lab" in topology.torchrun_args(0)
+
+
+@pytest.mark.parametrize(
+    ("job", "host", "rdzv", "needs", "reason"),
+    [
+        (ELASTIC, EVERY, None, None, "elastic"),
+        (FIXED.replace(torch_defaults=True), EVERY, None, None, "--torch-defaults"),
+        (FIXED, NO_LAB, None, None, "overlay"),
+        (FIXED, EVERY, "etcd-v2", None, "--rdzv-backend etcd-v2"),
+        (FIXED, EVERY, None, ("torchrun", "this drill loses the store's host"), "store's host"),
+    ],
+)
+def test_auto_falls_back_to_torchrun_and_says_why(job, host, rdzv, needs, reason):
+    topology, how = recovery.choose(job, "auto", host, rdzv_asked=rdzv, drill_needs=needs)
+    assert how.style == "torchrun" and reason in how.why
+    assert topology.rdzv_backend == (rdzv or "c10d")
+
+
+@pytest.mark.parametrize(
+    ("job", "host", "rdzv", "needs"),
+    [
+        (ELASTIC, EVERY, None, None),
+        (FIXED.replace(torch_defaults=True), EVERY, None, None),
+        (FIXED, NO_LAB, None, None),
+        (FIXED, EVERY, "c10d", None),
+        (FIXED, EVERY, None, ("torchrun", "a drill of torch's rendezvous")),
+    ],
+)
+def test_restart_asked_where_it_cannot_run_is_refused_naming_the_way_out(job, host, rdzv, needs):
+    with pytest.raises(LabError, match=r"^--recovery restart: .*use --recovery torchrun$"):
+        recovery.choose(job, "restart", host, rdzv_asked=rdzv, drill_needs=needs)
+
+
+def test_rdzv_backend_lab_is_the_restart_and_contradicts_torchrun():
+    assert recovery.choose(FIXED, "auto", EVERY, rdzv_asked="lab")[1].style == "restart"
+    with pytest.raises(LabError, match="drop one of them"):
+        recovery.choose(FIXED, "torchrun", EVERY, rdzv_asked="lab")
+    with pytest.raises(LabError, match=r"^--rdzv-backend lab: an elastic job"):
+        recovery.choose(ELASTIC, "auto", EVERY, rdzv_asked="lab")
+
+
+def test_a_backend_the_runtime_does_not_run_is_refused():
+    with pytest.raises(LabError, match=r"the pods runtime runs c10d; drop --rdzv-backend"):
+        recovery.choose(FIXED, "torchrun", NO_LAB, rdzv_asked="etcd-v2")
+
+
+def test_in_process_is_refused_in_one_line_until_lab_up_runs_it():
+    with pytest.raises(LabError, match="lab bench recovery") as refused:
+        recovery.choose(FIXED, "in-process", EVERY)
+    assert "\n" not in str(refused.value)
+
+
+def test_every_style_on_every_runtime_and_drill_runs_or_refuses_in_one_line():
+    """The grid: no combination crashes or runs a rendezvous its runtime lacks."""
+    drills = exercises.drills()
+    for (name, cls), drill, asked in itertools.product(runtimes.registry().items(), drills.values(), recovery.CHOICES):
+        options = DrillOptions(drill.DEFAULT_TARGET_RANK, drill.DEFAULT_AT_STEP, recovery=asked)
+        try:
+            topology, how = exercises.job(drill, options, cls.rendezvous())
+        except LabError as e:
+            assert "\n" not in str(e) and ("use" in str(e) or "drop" in str(e)), (name, drill.NAME, asked, e)
+            continue
+        assert topology.rdzv_backend in cls.RDZV_BACKENDS, (name, drill.NAME, asked)
+        assert how.style == recovery.style_of(topology), (name, drill.NAME, asked)
+        if asked != "auto":
+            assert how.style == asked
+
+
+def test_drills_that_need_torchruns_rendezvous_get_it_by_default_and_the_rest_the_restart():
+    local = runtimes.runtime_class("local").rendezvous()
+    styles = {
+        name: exercises.job(d, DrillOptions(d.DEFAULT_TARGET_RANK, d.DEFAULT_AT_STEP), local)[1].style
+        for name, d in exercises.drills().items()
+    }
+    assert styles["kill-node"] == styles["kill-rendezvous-host"] == "torchrun"
+    assert styles["kill-worker"] == styles["rank-exception"] == styles["preempt"] == "restart"
