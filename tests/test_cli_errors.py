@@ -38,6 +38,20 @@ def assert_one_line_error(out, *words):
             ["exercise", "run", "kill-worker", "--nodes", "3", "--nproc-per-node", "1", "--target-rank", "3"],
             ["--target-rank", "[0, 3)", "3"],
         ),
+        # --recovery on each entry point: a style the job, the drill or the runtime cannot run
+        (["up", "--recovery", "in-process"], ["--recovery in-process", "lab bench recovery"]),
+        (["run", "--recovery", "torchrun", "--rdzv-backend", "lab", script_path("ddp_train")], ["drop one"]),
+        (["up", "--runtime", "k8s", "--recovery", "restart", "--dry-run"], ["k8s", "use --recovery torchrun"]),
+        (["up", "--runtime", "k8s", "--rdzv-backend", "lab", "--dry-run"], ["--rdzv-backend lab", "k8s"]),
+        (["up", "--runtime", "docker", "--rdzv-backend", "etcd-v2", "--dry-run"], ["docker runtime runs c10d or lab"]),
+        (["exercise", "run", "kill-node", "--recovery", "restart"], ["kill-node", "use --recovery torchrun"]),
+        (["exercise", "run", "kill-worker", "--torch-defaults", "--recovery", "restart"], ["--torch-defaults"]),
+        (["exercise", "run", "kill-worker", "--runtime", "k8s", "--recovery", "restart"], ["k8s runtime's pods"]),
+        (
+            ["exercise", "matrix", "--script", str(REPO / "tests/user_scripts/snapshot_every_epoch.py"),
+             "--faults", "kill-worker,kill-node", "--recovery", "restart"],
+            ["kill-node drills a node's loss"],
+        ),  # fmt: skip
     ],
 )
 def test_bad_input_is_one_line(lab, args, words):

@@ -121,6 +121,8 @@ def test_fault_drill_passes_in_containers(docker_lab, name):
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     report = report_of(out)
     assert report["runtime"] == "docker" and report["verdict"] == "pass", report
+    # --recovery auto: the lab's rendezvous across containers for a worker, torch's for a node
+    assert report["recovery_style"]["style"] == {"kill-worker": "restart", "kill-node": "torchrun"}[name]
 
 
 def test_a_drill_on_a_users_script_in_containers(docker_lab):

@@ -153,6 +153,8 @@ def test_fault_drill_passes_on_the_ray_cluster(ray_cluster, run_dir, name):
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     report = report_of(out)
     assert report["runtime"] == "ray" and report["verdict"] == "pass", report
+    # --recovery auto: the lab's rendezvous across machines for a worker, torch's for a node
+    assert report["recovery_style"]["style"] == {"kill-worker": "restart", "kill-node": "torchrun"}[name]
 
 
 def test_a_drill_on_a_users_script_on_the_ray_cluster(ray_cluster, run_dir):

@@ -60,13 +60,15 @@ def test_in_process_recovery_keeps_the_survivors_and_loses_no_step(tmp_path, kil
 
 
 @needs_netns
-def test_the_tuned_restart_recovers_bit_identical_in_the_drill(lab):
-    # Rank 2 lives on node 1, whose agent is a client of node 0's store.
-    out = lab("exercise", "run", "kill-worker", "--rdzv-backend", "lab", "--target-rank", "2", timeout=400)
+def test_the_tuned_restart_is_the_drills_default_and_recovers_bit_identical(lab):
+    # Rank 2 lives on node 1, whose agent is a client of node 0's store. No recovery flag.
+    out = lab("exercise", "run", "kill-worker", "--target-rank", "2", timeout=400)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "verdict: PASS" in out.stdout and "bit-identical" in out.stdout
+    assert "recovery style: restart (a fixed-size job" in out.stdout
     report = json.loads(Path(out.stdout.split("report: ")[1].split(",")[0]).read_text())
     assert report["restarts"] == 1 and report["final_weights_match_reference"]
+    assert report["recovery_style"]["style"] == "restart"
     stages = report["recovery"]
     assert all(stages[k] is not None for k in ("detect", "rendezvous", "worker_init", "first_step", "total"))
 

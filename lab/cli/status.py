@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab import runtimes
+from lab import recovery, runtimes
 from lab.cli.flags import add_run_dir_option
 from lab.health import prom_health, prometheus
 from lab.options import run_dir_from_args
@@ -33,7 +33,7 @@ def handle(args: argparse.Namespace) -> int:
     print(
         f"runtime {state.runtime} ({state.hosts} hosts), {topo.nodes} nodes x "
         f"{topo.nproc_per_node} workers, {topo.backend}, rendezvous "
-        f"{topo.rdzv_backend} at {topo.rdzv_host}:{topo.rdzv_port}"
+        f"{topo.rdzv_backend} at {topo.rdzv_host}:{topo.rdzv_port} (recovery: {recovery.style_of(topo)})"
     )
     print(f"script {state.script} {' '.join(state.script_args)}".rstrip())
     for node in runtimes.create(state.runtime, run_dir).attach():

@@ -1,4 +1,5 @@
-"""The grid every change keeps whole: fault x target x runtime, each cell runs or refuses.
+"""The grid every change keeps whole: fault x target x runtime, each cell runs (with the recovery
+style --recovery auto picks there) or refuses.
 
 A cell is refused, in one line saying why, when the drill has no script side (NO_SCRIPT), the
 runtime takes no drills on a user's script (Runtime.NO_SCRIPT_DRILLS), the runtime's nodes
@@ -61,8 +62,16 @@ def cells() -> list[tuple[str, str, dict[str, str]]]:
     ]
 
 
+def recovery_style(drill: ModuleType, runtime: type[Runtime]) -> str:
+    """The recovery style `--recovery auto` gives the drill's job on that runtime (lab.recovery)."""
+    options = exercises.DrillOptions(drill.DEFAULT_TARGET_RANK, drill.DEFAULT_AT_STEP)
+    return exercises.job(drill, options, runtime.rendezvous())[1].style
+
+
 def markdown() -> str:
-    """The grid as docs/exercises.md shows it: "runs", or a numbered reason below the table."""
+    """The grid as docs/exercises.md shows it: "runs" and the recovery style --recovery auto
+    picks there, or a numbered reason below the table."""
+    drills = exercises.drills()
     reasons: list[str] = []
     lines = ["| drill | target | " + " | ".join(RUNTIMES) + " |", "|---|---|" + "---|" * len(RUNTIMES)]
     for name, target, row in cells():
@@ -71,7 +80,8 @@ def markdown() -> str:
             why = row[runtime]
             if why and why not in reasons:
                 reasons.append(why)
-            shown.append(f"no ({reasons.index(why) + 1})" if why else "runs")
+            style = "" if why else recovery_style(drills[name], runtime_class(runtime))
+            shown.append(f"no ({reasons.index(why) + 1})" if why else f"runs: {style}")
         lines.append(f"| {name} | {target} | " + " | ".join(shown) + " |")
     lines.append("")
     lines += [f"{i}. {why}" for i, why in enumerate(reasons, 1)]
