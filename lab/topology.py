@@ -20,6 +20,7 @@ from lab.nodeenv import NodeEnv
 BACKENDS = ("gloo", "nccl")
 RDZV_BACKENDS = ("c10d", "static", "etcd-v2", "lab")
 WORKER_STARTS = ("auto", "preload", "spawn")
+WATCHER = "lab.node.user_script"  # the module that runs a user's script in a drill, watched
 
 
 class TopologyError(LabError, ValueError):
@@ -71,8 +72,9 @@ class Topology:
     # GPUs each node uses (nodes on one machine get disjoint ones, see lab.gpus). None: one per
     # worker with nccl, none with gloo.
     gpus_per_node: int | None = None
-    # Run the script through lab.node.user_script with these arguments (torchrun --module): a
-    # user's own script in a drill, watched without a change to it. Workers are spawned.
+    # Run the script through lab.node.user_script with these arguments: a user's own script in a
+    # drill, watched without a change to it (a preloaded worker runs the module, see
+    # lab.node.preload.run_script_path; a spawned one is torchrun --module).
     script_wrapper: tuple[str, ...] = ()
     # torchelastic's file-timer watchdog (lab.workloads.distributed.StepDeadline): a rank whose
     # training step takes longer than this is SIGKILLed by its agent. 0: off.
@@ -111,8 +113,6 @@ class Topology:
         if not self.monitor_interval_s > 0:
             raise TopologyError(f"monitor_interval_s must be positive, got {self.monitor_interval_s}")
         _one_of("worker_start", self.worker_start, WORKER_STARTS)
-        if self.script_wrapper and self.worker_start == "preload":
-            raise TopologyError("worker_start must be spawn or auto for a watched script (torchrun --module)")
         _one_of("metrics_ports", self.metrics_ports, ("offset", "fixed"))
         if self.distributed_debug is not None:
             _one_of("distributed_debug", self.distributed_debug, ("OFF", "INFO", "DETAIL"))
@@ -162,8 +162,6 @@ class Topology:
 
     @property
     def preloads_workers(self) -> bool:
-        if self.script_wrapper:
-            return False
         if self.worker_start == "auto":
             return not self.torch_defaults
         return self.worker_start == "preload"
@@ -258,10 +256,17 @@ class Topology:
             "lab.node.launch",
             *lab_flags,
             *self.torchrun_args(node_rank, log_dir=log_dir),
-            *(("--module", "lab.node.user_script", *self.script_wrapper) if self.script_wrapper else ()),
+            *self._watcher(),
             script,
             *script_args,
         ]
+
+    def _watcher(self) -> tuple[str, ...]:
+        """What runs a watched script (script_wrapper): lab.node.user_script, as torchrun's --run-path
+        target when workers are preloaded (lab.node.preload runs it as a module), else --module."""
+        if not self.script_wrapper:
+            return ()
+        return ((WATCHER,) if self.preloads_workers else ("--module", WATCHER)) + self.script_wrapper
 
 
 def _at_least(field: str, value: int, low: int) -> None:

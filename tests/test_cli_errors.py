@@ -48,8 +48,16 @@ def assert_one_line_error(out, *words):
         (["exercise", "run", "kill-worker", "--torch-defaults", "--recovery", "restart"], ["--torch-defaults"]),
         (["exercise", "run", "kill-worker", "--runtime", "k8s", "--recovery", "restart"], ["k8s runtime's pods"]),
         (
-            ["exercise", "matrix", "--script", str(REPO / "tests/user_scripts/snapshot_every_epoch.py"),
-             "--faults", "kill-worker,kill-node", "--recovery", "restart"],
+            [
+                "exercise",
+                "matrix",
+                "--script",
+                str(REPO / "tests/user_scripts/snapshot_every_epoch.py"),
+                "--faults",
+                "kill-worker,kill-node",
+                "--recovery",
+                "restart",
+            ],
             ["kill-node drills a node's loss"],
         ),  # fmt: skip
     ],

@@ -53,6 +53,21 @@ def test_workers_are_preloaded_by_default_through_torchruns_own_flags():
     assert "--run-path" not in Topology(worker_start="spawn").torchrun_args(0)
 
 
+def test_a_watched_script_is_preloaded_too_and_spawned_as_a_module_otherwise():
+    wrapper = ("--workdir", "/w", "--")
+    preloaded = Topology(script_wrapper=wrapper).launch_argv(0, "/x/train.py", ["--lr", "1"], python="py")
+    flags, rest = split_lab_flags(preloaded[3:])
+    # torchrun's --run-path target is the watcher, which lab.node.preload runs as a module
+    assert flags.preload_workers and "--run-path" in rest and "--module" not in rest
+    assert rest[-7:] == ["lab.node.user_script", *wrapper, "/x/train.py", "--lr", "1"]
+    for spawned in (
+        Topology(script_wrapper=wrapper, worker_start="spawn"),
+        Topology(script_wrapper=wrapper, torch_defaults=True),
+    ):
+        rest = split_lab_flags(spawned.launch_argv(0, "/x/train.py", python="py")[3:])[1]
+        assert "--run-path" not in rest and rest[-6:] == ["--module", "lab.node.user_script", *wrapper, "/x/train.py"]
+
+
 @pytest.mark.parametrize(
     "field, value",
     [

@@ -77,7 +77,7 @@ def load_recovery(path: Path) -> dict:
         figures = json.loads(path.read_text())["figures"]
         styles = figures["styles"]
     except FileNotFoundError:
-        raise LabError(f"{path} does not exist: run `lab bench recovery` first (or give --recovery-json FILE)") from None
+        raise LabError(f"{path} does not exist: run `lab bench recovery` first (or --recovery-json FILE)") from None
     except (ValueError, KeyError, TypeError):
         raise LabError(f"{path} is not a result of `lab bench recovery` with recovery styles") from None
     missing = [s for s in STYLES if s not in styles]

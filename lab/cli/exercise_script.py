@@ -53,7 +53,8 @@ def own_flags(args: argparse.Namespace, fault: ModuleType | None) -> dict:
 
 def topology_for(args: argparse.Namespace, fault: ModuleType | None) -> Topology:
     """The drill's job shape (restarts, timeouts) at the user's size (exercises.topology, which
-    refuses a size the fault cannot use); workers spawned, as bare torchrun's."""
+    refuses a size the fault cannot use); workers preloaded as the trainer's are (a restarted
+    worker forks from a server with torch imported), spawned with --torch-defaults."""
     sized = DrillOptions(
         target_rank=0,
         at_step=1,
@@ -64,11 +65,9 @@ def topology_for(args: argparse.Namespace, fault: ModuleType | None) -> Topology
         max_restarts=args.max_restarts,
     )
     if fault is not None:
-        return exercises.topology(fault, sized).replace(worker_start="spawn", min_nodes=None)
+        return exercises.topology(fault, sized).replace(min_nodes=None)
     plain = Topology(nodes=args.nodes or 2, nproc_per_node=args.nproc_per_node or 2, torch_defaults=args.torch_defaults)
-    return plain.replace(
-        worker_start="spawn", **({} if args.max_restarts is None else {"max_restarts": args.max_restarts})
-    )
+    return plain if args.max_restarts is None else plain.replace(max_restarts=args.max_restarts)
 
 
 def options_for(args: argparse.Namespace, fault: ModuleType | None) -> DrillOptions:

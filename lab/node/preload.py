@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import sys
 
+from lab.topology import WATCHER
+
 # What the fork server imports once per node, so that its workers start with it loaded:
 # torch itself, and what a DDP trainer imports lazily on its first steps (torch._dynamo
 # alone is about a second, imported by the optimizer's first step).
@@ -60,7 +62,8 @@ def start_server_now(nproc_per_node: int) -> None:
 
 
 def run_script_path(training_script: str, *training_script_args: str) -> None:
-    """Run a worker's script in the forked worker, as `python script args` would.
+    """Run a worker's script in the forked worker, as `python script args` would; the lab's
+    watcher of a user's script (lab.topology.WATCHER) as `python -m` would run it.
 
     torchrun's own run_script_path, plus two things `python script.py` does and it does
     not: the script's directory goes first on sys.path (so it imports its neighbours), and
@@ -71,8 +74,11 @@ def run_script_path(training_script: str, *training_script_args: str) -> None:
     import runpy
 
     sys.argv = [training_script, *training_script_args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(training_script)))
     try:
+        if training_script == WATCHER:  # it puts the user's script's folder on sys.path itself
+            runpy.run_module(WATCHER, run_name="__main__", alter_sys=True)
+            return
+        sys.path.insert(0, os.path.dirname(os.path.abspath(training_script)))
         runpy.run_path(training_script, run_name="__main__")
     except SystemExit as e:
         if e.code not in (None, 0):
