@@ -14,14 +14,14 @@ import json
 import tempfile
 from pathlib import Path
 
-from lab import job
+from lab import job, runtimes
 from lab.bench import bandwidth, ceiling
 from lab.bench.plots import figure
 from lab.bench.result import BenchResult, this_command
 from lab.errors import LabError
 from lab.options import BACKEND, NODES, NPROC_PER_NODE, add_all
 from lab.rundir import RunDir
-from lab.runtimes.local import HOSTS, LocalNode, LocalRuntime
+from lab.runtimes.local import HOSTS, LocalNode
 from lab.topology import Topology
 
 HEADLINE_SIZE = 64 << 20  # the yardstick: all_reduce at 64 MB
@@ -67,7 +67,7 @@ def run(args, out_dir: Path) -> BenchResult:
         worker_args += ["--inject-error", args.inject_error]
 
     with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
-        runtime = LocalRuntime(RunDir(Path(tmp) / "run"), hosts=args.hosts, monitoring="off")
+        runtime = runtimes.create("local", RunDir(Path(tmp) / "run"), hosts=args.hosts, monitoring="off")
         try:
             topology, nodes = runtime.up(topology, str(Path(__file__).with_name("collectives_worker.py")), worker_args)
             codes = job.wait(nodes, job.LogFollower(nodes))

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lab import runtimes
 from lab.bench.result import BenchResult, this_command
 from lab.errors import LabError
 from lab.exercises import DrillOptions, drills, observe
@@ -31,7 +32,8 @@ from lab.health.prometheus import Prometheus
 from lab.options import Option
 from lab.report import Report
 from lab.rundir import RunDir
-from lab.runtimes.local import HOSTS, LocalRuntime
+from lab.runtimes.base import MonitoredRuntime
+from lab.runtimes.local import HOSTS
 from lab.topology import Topology
 from lab.workloads import script_path
 
@@ -94,7 +96,8 @@ def drill_row(label: str, name: str, own: dict, hosts: str, tmp: Path) -> dict[s
 
     module = drills()[name]
     options = DrillOptions(module.DEFAULT_TARGET_RANK, module.DEFAULT_AT_STEP, own=own)
-    runtime = LocalRuntime(RunDir(tmp / label.replace(" ", "_")), hosts=hosts, monitoring="on", log=lambda m: None)
+    run_dir = RunDir(tmp / label.replace(" ", "_"))
+    runtime = watched_runtime(run_dir, hosts)
     seen: dict[str, Any] = {}
 
     def keep(report: Report, drill: Any) -> None:
@@ -117,8 +120,15 @@ def drill_row(label: str, name: str, own: dict, hosts: str, tmp: Path) -> dict[s
     }
 
 
+def watched_runtime(run_dir: RunDir, hosts: str) -> MonitoredRuntime:
+    """The local runtime's hosts with the lab's Prometheus, whose alerts the bench times."""
+    runtime = runtimes.create("local", run_dir, log=lambda m: None, hosts=hosts, monitoring="on")
+    assert isinstance(runtime, MonitoredRuntime)
+    return runtime
+
+
 def healthy_row(hosts: str, seconds: float, tmp: Path) -> dict[str, Any]:
-    runtime = LocalRuntime(RunDir(tmp / "healthy"), hosts=hosts, monitoring="on", log=lambda m: None)
+    runtime = watched_runtime(RunDir(tmp / "healthy"), hosts)
     steps = int(seconds / 0.1)
     try:
         with AlertWatch(runtime.prometheus) as alerts:

@@ -26,11 +26,11 @@ import sys
 import time
 from pathlib import Path
 
+from lab import runtimes
 from lab.bench import free_port
 from lab.exercises import observe
 from lab.health.events import Event, read_events
 from lab.rundir import RunDir
-from lab.runtimes.local import LocalRuntime
 from lab.topology import Topology
 from lab.workloads import script_path
 
@@ -95,7 +95,7 @@ def steps_done_twice(events: list[dict], killed: float, first_after: int) -> int
 
 
 def lab_trial(tmp: Path, hosts: str, style: str) -> tuple[float, dict]:
-    runtime = LocalRuntime(RunDir(tmp / "lab-run"), hosts=hosts, monitoring="off", log=lambda m: None)
+    runtime = runtimes.create("local", RunDir(tmp / "lab-run"), log=lambda m: None, hosts=hosts, monitoring="off")
     try:
         runtime.up(LAB_STYLES[style], script_path("trainer"), TRAINER_ARGS)
         return kill_and_time(runtime.run_dir.path / "events")

@@ -22,7 +22,6 @@ from lab import gpus as machine_gpus
 from lab import job, runtimes
 from lab.report import Report
 from lab.rundir import RunDir
-from lab.runtimes.local import LocalRuntime
 from lab.topology import Topology
 from lab.workloads import script_path
 
@@ -74,7 +73,7 @@ class Lesson:
         topology = topology.replace(agent_metrics_port=0, rank_metrics_port=0)
         self.report.world_size = max(self.report.world_size, topology.world_size)
         self.progress(f"{name}: {topology.nodes} node(s) x {topology.nproc_per_node} process(es)")
-        runtime = LocalRuntime(self.run_dir, hosts=self.hosts, monitoring="off", log=lambda m: None)
+        runtime = runtimes.create("local", self.run_dir, log=lambda m: None, hosts=self.hosts, monitoring="off")
         buffer = io.StringIO()
         try:
             topology, nodes = runtime.up(topology, _path(script), list(args))
@@ -109,7 +108,7 @@ def _path(script: str) -> str:
 def run_lesson(exercise: ModuleType, hosts: str, run_dir: RunDir, out: TextIO = sys.stdout) -> Report:
     """exercise.run(lesson) on the local runtime's hosts, then everything down, whatever happened."""
     lesson = Lesson(exercise, run_dir, hosts, out)
-    runtime = LocalRuntime(run_dir, hosts=hosts, monitoring="off", log=lambda m: None)
+    runtime = runtimes.create("local", run_dir, log=lambda m: None, hosts=hosts, monitoring="off")
     # As every command that starts jobs: a running lab in this run dir is refused, not torn down.
     runtimes.begin_job(runtime, lambda message: print(message, file=out))
     try:

@@ -97,9 +97,10 @@ def refuse_foreign_flags(args: argparse.Namespace, cls: type[Runtime], shared: t
             )
 
 
-def create(name: str, run_dir: RunDir, log: Log = print) -> Runtime:
-    """The runtime called `name` with its default options (enough to attach to and stop a lab)."""
-    return runtime_class(name)(run_dir, log=log)
+def create(name: str, run_dir: RunDir, log: Log = print, **options: object) -> Runtime:
+    """The runtime called `name`, with its own options by name (its defaults for the rest: enough to
+    attach to and stop a lab). Lessons and benchmarks build their runtimes here, as the CLI does."""
+    return runtime_class(name)(run_dir, log=log, **options)
 
 
 def for_run_dir(run_dir: RunDir, log: Log = print) -> Runtime:
