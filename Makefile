@@ -77,7 +77,7 @@ soak: venv host-deps ## 20 kill-worker + 5 kill-node drills on netns hosts, 5 ki
 BENCH_OUT := docs/bench
 bench: venv host-deps ## measure everything (about 15 min) and write docs/benchmarks.md
 	$(BIN)/lab bench collectives --out $(BENCH_OUT)
-	$(BIN)/lab bench recovery --out $(BENCH_OUT)
+	$(BIN)/lab bench recovery --out $(BENCH_OUT) $$(docker info >/dev/null 2>&1 && echo --runtimes local,docker)
 	$(BIN)/lab bench goodput --out $(BENCH_OUT)
 	$(BIN)/lab bench detection --out $(BENCH_OUT)
 	$(BIN)/lab bench startup --out $(BENCH_OUT)

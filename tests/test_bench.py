@@ -11,6 +11,7 @@ import pytest
 
 from lab.bench import bandwidth
 from lab.bench.result import BenchResult
+from lab.errors import LabError
 from lab.workloads.monitoring_ab import MonitoringAB
 
 
@@ -190,3 +191,17 @@ def test_the_bench_buffers_live_on_the_ranks_device():
     for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
         made = [t for t in buffers(op, 1024, rank=1, ranks=4, device="meta") if t is not None]
         assert made and all(t.device == torch.device("meta") for t in made), op
+
+
+def test_the_recovery_table_runs_the_labs_styles_on_every_runtime_and_the_others_once():
+    from lab.bench import recovery
+
+    table = recovery.cells(["bare torchrun", "tuned", "in-process"], ["local", "docker"])
+    assert table == [
+        ("bare torchrun", "bare torchrun", "local"),
+        ("tuned", "tuned", "local"),
+        ("in-process", "in-process", "local"),
+        ("tuned on docker", "tuned", "docker"),
+    ]
+    with pytest.raises(LabError, match="--runtimes: unknown auto, nosuch; choose from .*docker"):
+        recovery.chosen_runtimes("auto,nosuch")

@@ -1,12 +1,14 @@
 """`lab bench recovery`: kill a worker, time until the recovered group's first step, per recovery style.
 
-    lab bench recovery [--trials 5] [--hosts loopback|netns] [--styles a,b,...]
+    lab bench recovery [--trials 5] [--hosts loopback|netns] [--styles a,b,...] [--runtimes local,docker]
 
 Every trial runs each style once, in turn, so that the machine's noise falls on all of
 them alike (lab.bench.recovery_styles): bare torchrun, the lab's restart with spawned
 workers, with preloaded workers, tuned, and in-process recovery. The table gives the
 median kill-to-first-step, its range, the work lost (steps done twice), and each
-style's median stages. Then the gloo abort probe (lab.bench.gloo_abort), the finding
+style's median stages. The lab's own styles run on each of --runtimes (the first one's rows
+carry the style's bare name, the others' "STYLE on RUNTIME"); bare torchrun and in-process
+run once, as plain processes. Then the gloo abort probe (lab.bench.gloo_abort), the finding
 that bounds in-process recovery from a hang.
 """
 
@@ -16,8 +18,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from lab import runtimes
 from lab.bench import TRIALS, gloo_abort
-from lab.bench.recovery_styles import STEP_TIME, STYLES, trial
+from lab.bench.recovery_styles import LAB_STYLES, STEP_TIME, STYLES, trial
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.errors import LabError
 from lab.runtimes.local import HOSTS
@@ -29,6 +32,31 @@ def add_arguments(p) -> None:
     TRIALS.but(default=5).add_to(p)
     HOSTS.but(default="loopback").add_to(p)
     p.add_argument("--styles", default=",".join(STYLES), help="which, comma-separated (default: all)")
+    p.add_argument(
+        "--runtimes",
+        default="local",
+        help="where the lab's styles run, comma-separated, e.g. local,docker (default %(default)s)",
+    )
+
+
+def chosen_runtimes(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = runtimes.names()
+    unknown = [n for n in names if n not in known or n == runtimes.AUTO]
+    if unknown or not names:
+        choices = ", ".join(n for n in known if n != runtimes.AUTO)
+        raise LabError(f"--runtimes: unknown {', '.join(unknown) or '(none given)'}; choose from {choices}")
+    return names
+
+
+def cells(styles: list[str], where: list[str]) -> list[tuple[str, str, str]]:
+    """(row name, style, runtime) for every row of the table: the lab's styles on every runtime."""
+    rows = []
+    for i, runtime in enumerate(where):
+        for style in styles:
+            if style in LAB_STYLES or i == 0:
+                rows.append((style if i == 0 else f"{style} on {runtime}", style, runtime))
+    return rows
 
 
 def chosen_styles(text: str) -> list[str]:
@@ -48,27 +76,28 @@ def median_stages(details: list[dict]) -> dict:
 def run(args, out_dir: Path) -> BenchResult:
     if args.trials < 1:
         raise LabError("--trials must be at least 1")
-    styles = chosen_styles(args.styles)
-    seconds: dict[str, list[float]] = {s: [] for s in styles}
-    details: dict[str, list[dict]] = {s: [] for s in styles}
+    table = cells(chosen_styles(args.styles), chosen_runtimes(args.runtimes))
+    seconds: dict[str, list[float]] = {row: [] for row, _, _ in table}
+    details: dict[str, list[dict]] = {row: [] for row, _, _ in table}
     with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
         for i in range(args.trials):
-            for style in styles:
-                took, detail = trial(style, Path(tmp), args.hosts)
-                seconds[style].append(took)
-                details[style].append(detail)
-            print(f"trial {i + 1}: " + ", ".join(f"{s} {seconds[s][-1]:.2f} s" for s in styles), flush=True)
+            for row, style, runtime in table:
+                took, detail = trial(style, Path(tmp), args.hosts, runtime)
+                seconds[row].append(took)
+                details[row].append({**detail, "runtime": runtime if style in LAB_STYLES else "processes"})
+            print(f"trial {i + 1}: " + ", ".join(f"{s} {seconds[s][-1]:.2f} s" for s in seconds), flush=True)
     print("probing gloo's abort() of a collective that waits for a hung peer ...", flush=True)
     abort = gloo_abort.probe("abort")
     medians = {s: statistics.median(v) for s, v in seconds.items()}
     rows = {
         s: {
+            "runtime": details[s][0]["runtime"],
             "median_s": medians[s],
             "trials_s": seconds[s],
             "work_lost_steps": statistics.median(d["work_lost_steps"] for d in details[s]),
             "stages": median_stages(details[s]),
         }
-        for s in styles
+        for s in seconds
     }
     saves = [d["checkpoint_s"] for ds in details.values() for d in ds if d["checkpoint_s"] is not None]
     checkpoint_s = statistics.median(saves) if saves else None
@@ -86,15 +115,15 @@ def report(args, rows: dict, abort: dict) -> list[str]:
         f"trial ({args.hosts} hosts for the lab's styles; bare torchrun and in-process on loopback), 2 x 2, "
         f"the trainer's model at 0.1 s a step, rank 1 SIGKILLed at step 25, checkpoints every 10 steps:",
         "",
-        "| style | median | range | work lost (steps) | stages, medians (s) |",
-        "|---|---|---|---|---|",
+        "| style | runtime | median | range | work lost (steps) | stages, medians (s) |",
+        "|---|---|---|---|---|---|",
     ]
     for style, row in rows.items():
         stages = ", ".join(f"{k} {v:.2f}" for k, v in row["stages"].items() if k != "total")
         stages = stages or "(none recorded: torch writes no agent events)"
         lines.append(
-            f"| {style} | {row['median_s']:.2f} s | {min(row['trials_s']):.2f}-{max(row['trials_s']):.2f} "
-            f"| {row['work_lost_steps']:g} | {stages} |"
+            f"| {style} | {row['runtime']} | {row['median_s']:.2f} s | "
+            f"{min(row['trials_s']):.2f}-{max(row['trials_s']):.2f} | {row['work_lost_steps']:g} | {stages} |"
         )
     lines.append("")
     if "tuned" in rows:

@@ -8,12 +8,16 @@ event logs. The styles:
 - bare torchrun: torch.distributed.run as shipped (spawned workers, c10d rendezvous) with
   only the restart workaround, without which it never recovers (lab.node.launch);
 - spawn restart: the lab's launch path with torchrun's spawned workers;
-- preloaded: the lab's default, workers forked from a server that has torch imported;
-- tuned: preloaded, plus the lab's rendezvous backend (lab.node.fast_rendezvous);
+- preloaded: workers forked from a server that has torch imported, torch's c10d rendezvous
+  (what `--recovery torchrun` runs);
+- tuned: preloaded, plus the lab's rendezvous backend (lab.node.fast_rendezvous): the lab's
+  default, `--recovery restart`;
 - in-process: no restart at all; the survivors re-form the group with a warm spare and
   take state from a peer (lab.inprocess). Loopback only: its keepers run as plain processes.
 
-The torchrun styles checkpoint every 10 steps and resume from step 20.
+The torchrun styles checkpoint every 10 steps and resume from step 20. The lab's styles run on
+any runtime (the local runtime's hosts, docker's containers): the kill goes through the node's
+own fault (Node.kill_worker), as a drill's does, and is timed from just before it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from lab import runtimes
@@ -34,7 +39,7 @@ from lab.rundir import RunDir
 from lab.topology import Topology
 from lab.workloads import script_path
 
-STEPS, STEP_TIME, KILL_AT = 40, 0.1, 25
+STEPS, STEP_TIME, KILL_AT, KILL_RANK = 40, 0.1, 25, 1
 TRAINER_ARGS = ["--steps", str(STEPS), "--ckpt-every", "10", "--step-time", str(STEP_TIME)]
 BASE = Topology(nodes=2, nproc_per_node=2, max_restarts=2)
 LAB_STYLES = {
@@ -46,9 +51,14 @@ STYLES = ("bare torchrun", *LAB_STYLES, "in-process")
 
 
 def kill_and_time(
-    events_dir: Path, rank: int = 1, at_step: int = KILL_AT, timeout_s: float = 180
+    events_dir: Path,
+    rank: int = KILL_RANK,
+    at_step: int = KILL_AT,
+    timeout_s: float = 180,
+    kill: Callable[[], object] | None = None,
 ) -> tuple[float, dict]:
-    """SIGKILL rank's worker at at_step; (seconds to the recovered group's first step, details)."""
+    """SIGKILL rank's worker at at_step (by kill(), else by the pid its start event names, which
+    this machine can signal); (seconds to the recovered group's first step, details)."""
     deadline = time.monotonic() + timeout_s
     events: list[dict] = []
     while time.monotonic() < deadline:
@@ -58,7 +68,10 @@ def kill_and_time(
         time.sleep(0.02)
     pid = next(e["pid"] for e in reversed(events) if e["event"] == Event.START and e["rank"] == rank)
     killed = time.time()
-    os.kill(pid, signal.SIGKILL)
+    if kill is not None:
+        kill()
+    else:
+        os.kill(pid, signal.SIGKILL)
     while time.monotonic() < deadline:
         events = list(read_events(events_dir))
         after = [e for e in events if e["event"] == Event.STEP and e["restart"] >= 1]
@@ -94,13 +107,21 @@ def steps_done_twice(events: list[dict], killed: float, first_after: int) -> int
     return max(0, reached - (first_after - 1))
 
 
-def lab_trial(tmp: Path, hosts: str, style: str) -> tuple[float, dict]:
-    runtime = runtimes.create("local", RunDir(tmp / "lab-run"), log=lambda m: None, hosts=hosts, monitoring="off")
+def lab_trial(tmp: Path, hosts: str, style: str, runtime_name: str) -> tuple[float, dict]:
+    """One of the lab's styles on a runtime (hosts: the local runtime's kind, where it takes one)."""
+    taken = {o.name for o in runtimes.runtime_class(runtime_name).OPTIONS}
+    options = {k: v for k, v in {"hosts": hosts, "monitoring": "off"}.items() if k in taken}
+    run_dir = RunDir(tmp / f"lab-run-{runtime_name}")
+    runtime = runtimes.create(runtime_name, run_dir, log=lambda m: None, **options)
+    runtimes.begin_job(runtime, lambda m: None)  # as every command that starts a job: the run dir claimed first
     try:
-        runtime.up(LAB_STYLES[style], script_path("trainer"), TRAINER_ARGS)
-        return kill_and_time(runtime.run_dir.path / "events")
+        topology, nodes = runtime.up(LAB_STYLES[style], script_path("trainer"), TRAINER_ARGS)
+        node = next(n for n in nodes if n.index == KILL_RANK // topology.nproc_per_node)
+        local_rank = KILL_RANK % topology.nproc_per_node
+        return kill_and_time(runtime.run_dir.path / "events", kill=lambda: node.kill_worker(local_rank))
     finally:
         runtime.down(grace_s=5)
+        run_dir.release()
 
 
 def in_session(argv: list[str], env: dict | None = None) -> subprocess.Popen:
@@ -162,9 +183,10 @@ def in_process_trial(tmp: Path) -> tuple[float, dict]:
         stop_sessions(keepers)
 
 
-def trial(style: str, tmp: Path, hosts: str) -> tuple[float, dict]:
+def trial(style: str, tmp: Path, hosts: str, runtime_name: str) -> tuple[float, dict]:
+    """One timed recovery; bare torchrun and in-process run as plain processes here, whatever the runtime."""
     if style == "bare torchrun":
         return bare_trial(tmp)
     if style == "in-process":
         return in_process_trial(tmp)
-    return lab_trial(tmp, hosts, style)
+    return lab_trial(tmp, hosts, style, runtime_name)
