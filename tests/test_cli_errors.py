@@ -38,6 +38,16 @@ def assert_one_line_error(out, *words):
             ["exercise", "run", "kill-worker", "--nodes", "3", "--nproc-per-node", "1", "--target-rank", "3"],
             ["--target-rank", "[0, 3)", "3"],
         ),
+        (
+            [
+                "exercise",
+                "run",
+                "corrupt-checkpoint",
+                "--script",
+                str(REPO / "tests/user_scripts/snapshot_every_epoch.py"),
+            ],
+            ["corrupt-checkpoint on your script needs --ckpt-dir"],
+        ),
         # --recovery on each entry point: a style the job, the drill or the runtime cannot run
         (["up", "--recovery", "in-process"], ["--recovery in-process", "lab bench recovery"]),
         (["run", "--recovery", "torchrun", "--rdzv-backend", "lab", script_path("ddp_train")], ["drop one"]),

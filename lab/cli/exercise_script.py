@@ -96,6 +96,8 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
         )
     host = runtimes.runtime_class(args.runtime).rendezvous()
     for fault in faults:  # every row's flags checked before the first run starts
+        if getattr(fault, "SCRIPT_NEEDS_CKPT_DIR", "") and not the_spec.ckpt_dir:
+            raise LabError(fault.SCRIPT_NEEDS_CKPT_DIR)
         options_for(args, fault)
         recovery.choose(topology_for(args, fault), args.recovery, host, drill_needs=exercises.recovery_needs(fault))
     run_dir = run_dir_from_args(args)

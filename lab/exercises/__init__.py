@@ -16,6 +16,7 @@ A drill is one module of this package, named in CATALOG, with:
   name), WORKLOAD (a lab.workloads script other than "trainer") and NEEDS_PROMETHEUS;
 - optionally break_script(drill, target, ckpt_dir) and SCRIPT_RECOVERY: the same fault on
   a user's own script (see lab.exercises.script); without them, NO_SCRIPT: why not (one line);
+  SCRIPT_NEEDS_CKPT_DIR: the refusal when its script side needs --ckpt-dir and has none;
 - optionally MIN_NODES: the fewest nodes its fault needs (--nodes below it is refused);
 - optionally RECOVERY_NEEDS = (style, why): the recovery style (lab.recovery) its fault is
   about, where --recovery auto would otherwise pick another; a contrary --recovery is refused;

@@ -72,13 +72,14 @@ def judge(seen: Seen, options) -> Report:
 
 
 SCRIPT_RECOVERY = "restart"
+SCRIPT_NEEDS_CKPT_DIR = "corrupt-checkpoint on your script needs --ckpt-dir (where it writes checkpoints)"
 
 
 def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
     """On a user's script (needs --ckpt-dir): truncate its newest checkpoint file, then
     SIGKILL the target rank's worker."""
     if ckpt_dir is None:
-        raise LabError("corrupt-checkpoint on your script needs --ckpt-dir (where it writes checkpoints)")
+        raise LabError(SCRIPT_NEEDS_CKPT_DIR)
     node, local_rank = drill.locate(target)
     return damage_then_kill(drill, node, local_rank, ckpt_dir, target)
 

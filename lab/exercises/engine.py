@@ -209,9 +209,8 @@ def refuse_early(
     exercise: ModuleType, options: DrillOptions, runtime: Runtime, ray_address: str | None
 ) -> tuple[Topology, Recovery]:
     """What can be refused before anything starts, in one line: nothing is made on bad input.
-    The grid's cell first (lab.exercises.grid: can this runtime run this drill on this target?),
-    then the flags (--recovery among them), then whether the runtime can run here now.
-    Returns the drill's job and how it recovers."""
+    The grid's cell (lab.exercises.grid), then the flags (--recovery among them), then whether
+    the runtime can run here now. Returns the drill's job and how it recovers."""
     drill = getattr(exercise, "fault", exercise)  # a run on a user's script names its fault (None: the reference)
     target = "script" if hasattr(exercise, "SCRIPT") else "trainer"
     why = grid.refusal(drill, type(runtime), target, options) if drill is not None else ""
