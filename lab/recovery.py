@@ -54,6 +54,15 @@ class Host:
     rdzv_backends: tuple[str, ...]
     no_lab_rdzv: str = ""  # why the lab's rendezvous does not run there ("" where it does)
 
+    def refusal(self, rdzv: str) -> str:
+        """Why this runtime cannot run that rendezvous backend, in one line ("" when it can)."""
+        if rdzv in self.rdzv_backends:
+            return ""
+        return (
+            f"--rdzv-backend {rdzv}: the {self.runtime} runtime runs {' or '.join(self.rdzv_backends)}; "
+            f"drop --rdzv-backend (or use --runtime local, which runs every backend)"
+        )
+
 
 def style_of(topology: Topology) -> str:
     """The style a topology runs (a run's state, a recorded drill)."""
@@ -79,11 +88,8 @@ def choose(
     rdzv_asked = rdzv_asked or (None if topology.rdzv_backend == DEFAULT_TORCHRUN_RDZV else topology.rdzv_backend)
     style, why = _pick(topology, asked, host, rdzv_asked, drill_needs)
     rdzv = LAB_RDZV if style == RESTART else (rdzv_asked or DEFAULT_TORCHRUN_RDZV)
-    if rdzv not in host.rdzv_backends:
-        raise LabError(
-            f"--rdzv-backend {rdzv}: the {host.runtime} runtime runs {' or '.join(host.rdzv_backends)}; "
-            f"drop --rdzv-backend (or use --runtime local, which runs every backend)"
-        )
+    if host.refusal(rdzv):
+        raise LabError(host.refusal(rdzv))
     return topology.replace(rdzv_backend=rdzv), Recovery(style, why)
 
 

@@ -96,8 +96,7 @@ def drill_row(label: str, name: str, own: dict, hosts: str, tmp: Path) -> dict[s
 
     module = drills()[name]
     options = DrillOptions(module.DEFAULT_TARGET_RANK, module.DEFAULT_AT_STEP, own=own)
-    run_dir = RunDir(tmp / label.replace(" ", "_"))
-    runtime = watched_runtime(run_dir, hosts)
+    runtime = watched_runtime(RunDir(tmp / label.replace(" ", "_")), hosts)
     seen: dict[str, Any] = {}
 
     def keep(report: Report, drill: Any) -> None:

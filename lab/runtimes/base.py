@@ -141,10 +141,7 @@ class Runtime(ABC):
         """Refuse a rendezvous this runtime's nodes cannot run (lab.recovery.choose refuses it in the
         user's words first; this holds for every caller of `up`)."""
         if topology.rdzv_backend not in self.RDZV_BACKENDS:
-            raise LabError(
-                f"the {self.name} runtime runs the {' or '.join(self.RDZV_BACKENDS)} rendezvous, not "
-                f"{topology.rdzv_backend}"
-            )
+            raise LabError(self.rendezvous().refusal(topology.rdzv_backend))
 
     def check(self) -> None:
         """Fail in one line, before anything starts, when this runtime cannot run here now
