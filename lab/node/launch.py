@@ -107,6 +107,10 @@ def main(argv: list[str] | None = None) -> None:
             "(pytorch/pytorch#135712); expect a restarted group to fail in connectFullMesh"
         )
 
+    if flags.preload_workers:
+        from lab.node.preload import before_torch
+
+        before_torch(torchrun_argv)
     # Imported late: torch takes seconds to import and the flags above need none of it.
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
@@ -139,6 +143,20 @@ def main(argv: list[str] | None = None) -> None:
     except ChildFailedError as e:
         restart_budget.exit_if_crash_loop(budget, e)
         raise
+    exit_at_once()
+
+
+def exit_at_once() -> None:
+    """Exit 0 without the interpreter's teardown: once torch._dynamo is loaded, torch's
+    op-library finalizers alone take about a second at exit, after the job is done, and
+    every job waits for its agents. Output and logs are flushed first; the fork server and
+    the resource tracker see their pipes close and exit as before."""
+    import logging
+
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    logging.shutdown()
+    os._exit(0)
 
 
 # What the agent imports in the background once its workers run (see the module docstring).
@@ -153,8 +171,11 @@ def preimport_for_agent(log) -> None:
     import threading
 
     def load() -> None:
-        for name in AGENT_PREIMPORTS:
-            importlib.import_module(name)
+        try:
+            for name in AGENT_PREIMPORTS:
+                importlib.import_module(name)
+        except BaseException:  # noqa: BLE001 - a head start only: the agent exiting mid-import must not print a traceback
+            return
 
     threading.Thread(target=load, name="lab-agent-preimport", daemon=True).start()
     log(

@@ -1,18 +1,21 @@
 """Preloaded workers: torchrun's forked workers, started with torch already imported.
 
 torchrun runs a --run-path script in a process forked from a multiprocessing fork server
-when --start-method=forkserver. `lab.node.launch --preload-workers` has that server import
-torch (and what a DDP trainer pulls in lazily) once per node, before it forks any worker;
-the server outlives restarts, so a restarted worker starts in a fifth of a second instead
-of seconds. The server starts with the agent, so its imports overlap the rendezvous (about
-1 s sooner to the first step of a 2 x 2 drill). Measured in docs/exercises.md (Measured).
+when --start-method=forkserver. `lab.node.launch --preload-workers` has the agent import
+torch (and what a DDP trainer pulls in lazily) and fork that server from itself before it
+starts torchrun (lab/node/fork_server.py): torch is imported once per node, and every
+worker, first or restarted, is forked with it loaded. The server outlives restarts, so a
+restarted worker starts in a fifth of a second instead of seconds. Measured in
+docs/benchmarks.md (startup) and docs/exercises.md (Measured).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
+from lab.node.fork_server import fork_server_here
 from lab.topology import WATCHER
 
 # What the fork server imports once per node, so that its workers start with it loaded:
@@ -29,9 +32,22 @@ PRELOAD_MODULES = [
 ]
 
 
+def before_torch(torchrun_argv: list[str]) -> None:
+    """What must be set before the agent imports torch, which its forked server and workers
+    inherit: OpenMP reads OMP_NUM_THREADS once, when torch loads. Set it as torchrun would
+    a moment later (1 for more than one worker per node, unless the user chose)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--nproc-per-node", "--nproc_per_node", default="1")
+    nproc, _ = parser.parse_known_args(torchrun_argv)
+    if nproc.nproc_per_node.isdigit() and int(nproc.nproc_per_node) > 1:  # "auto", "gpu": torchrun decides
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
 def preload_workers(torchrun_argv: list[str], log) -> None:
-    """Set the fork server's preload list and the lab's script runner, before torchrun starts."""
-    import multiprocessing
+    """Import the preload list here, in the agent, and fork the node's fork server from it
+    (lab/node/fork_server.py), before torchrun starts: its workers start with torch loaded,
+    and torch is imported once per node, not twice."""
+    import importlib
 
     import torch.distributed.run as torch_run
 
@@ -40,25 +56,12 @@ def preload_workers(torchrun_argv: list[str], log) -> None:
         raise SystemExit(
             "lab.node.launch: error: --preload-workers needs torchrun's --run-path and --start-method=forkserver"
         )
-    multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD_MODULES)
+    for name in PRELOAD_MODULES:
+        importlib.import_module(name)
     # torchrun's config_from_args reads this module attribute when it builds the entrypoint.
     torch_run.run_script_path = run_script_path
-    log(f"[lab.node.launch] workers fork from a server that preloads {', '.join(PRELOAD_MODULES)}")
-    start_server_now(torch_run.determine_local_world_size(args.nproc_per_node))
-
-
-def start_server_now(nproc_per_node: int) -> None:
-    """Start the fork server before the rendezvous rather than at the first worker's spawn, so
-    its imports (seconds) overlap the agent's rendezvous instead of following it.
-
-    The server's environment is what its workers inherit, and OpenMP reads OMP_NUM_THREADS
-    once, when torch loads in the server: so set it first, as torchrun would a moment later
-    (1 for more than one worker per node, unless the user chose)."""
-    import multiprocessing.forkserver
-
-    if nproc_per_node > 1:
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-    multiprocessing.forkserver.ensure_running()
+    fork_server_here()
+    log(f"[lab.node.launch] workers fork from a server forked from the agent with {', '.join(PRELOAD_MODULES)} loaded")
 
 
 def run_script_path(training_script: str, *training_script_args: str) -> None:
