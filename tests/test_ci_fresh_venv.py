@@ -68,7 +68,9 @@ def install(top: Path) -> Unprivileged:
     made = user(PYTHON, "-m", "venv", str(home / "v"), timeout=120)
     assert made.returncode == 0, made.stderr[-2000:]
     wheel = next(wheels.glob("torchrun_lab-*.whl"))
-    installed = user(str(home / "v/bin/pip"), "install", "--quiet", str(wheel), "pytest", timeout=900)
+    # --no-compile, as many CI setups do: compiling torch's whole tree was most of the install
+    # (about 130 s of it here); the modules a run imports are compiled on first import instead.
+    installed = user(str(home / "v/bin/pip"), "install", "--quiet", "--no-compile", str(wheel), "pytest", timeout=900)
     assert installed.returncode == 0, installed.stderr[-3000:]
     print(f"fresh virtualenv and install: {time.monotonic() - started:.0f} s")
     return user
