@@ -69,6 +69,16 @@ def style_of(topology: Topology) -> str:
     return RESTART if topology.rdzv_backend == LAB_RDZV else TORCHRUN
 
 
+# Seconds an agent gives a worker between SIGTERM and SIGKILL before a restart: torch's
+# default, and the tuned restart's (lab/node/stop_grace.py says why).
+TORCH_STOP_GRACE_S, RESTART_STOP_GRACE_S = 30, 5
+
+
+def stop_grace_s(topology: Topology) -> int:
+    """How long a topology's agents wait for a worker that ignores SIGTERM, before a restart."""
+    return RESTART_STOP_GRACE_S if style_of(topology) == RESTART else TORCH_STOP_GRACE_S
+
+
 def choose(
     topology: Topology,
     asked: str,

@@ -3,8 +3,9 @@
 Hypothesis: a hung rank fails nobody by itself: its peers wait inside the gradient
 all-reduce. gloo's default timeout would make them wait 30 minutes; the lab's
 process-group timeout (10 s in this drill, `--pg-timeout`) turns the hang into an
-error, the agent restarts the group (after torchrun's 30 s SIGTERM-to-SIGKILL wait
-for the frozen process), and the job resumes from its checkpoint. Before any of
+error, the agent restarts the group (after a SIGTERM-to-SIGKILL wait for the frozen
+process: 5 s under the lab's tuned restart, torchrun's 30 s under `--recovery torchrun`),
+and the job resumes from its checkpoint. Before any of
 that, Prometheus already shows the frozen rank: its exporter stops answering.
 
     lab exercise run hang-rank [--target-rank 1] [--at-step 25] [--watchdog 3]
@@ -14,7 +15,7 @@ While it hangs, the drill asks every rank for its Flight Recorder entries and st
 collective they wait in and the line. With `--watchdog SECONDS` each trainer step
 registers a deadline with torchelastic's file-timer server in its agent
 (TORCHELASTIC_ENABLE_FILE_TIMER=1), which SIGKILLs the frozen rank once the deadline
-passes: no timeout, no 30 s wait.
+passes: no timeout, no SIGTERM-to-SIGKILL wait.
 
 Look for: the frozen rank's target going down in Prometheus (`up{rank="1"} == 0`),
 then the peers' "Timed out" / gloo errors in the node logs, "will restart worker
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import time
 
+from lab import recovery
 from lab.exercises import drill_job, forensics, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
@@ -136,10 +138,12 @@ def judge(seen: Seen, options) -> Report:
     )
     report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
     observe.judge_reference(report, seen)
+    grace = recovery.stop_grace_s(seen.topology)
+    waits = "torchrun waits" if grace == recovery.TORCH_STOP_GRACE_S else "the lab's tuned restart waits"
     report.explanation = (
         f"the peers' all-reduce timed out after the {PG_TIMEOUT_S} s process-group timeout; the frozen "
-        "worker cannot handle SIGTERM, so its agent waits torchrun's 30 s before SIGKILL, and the other "
-        "agents wait that long in the next rendezvous round (--watchdog SECONDS ends it sooner)"
+        f"worker cannot handle SIGTERM, so its agent waits {grace} s before SIGKILL ({waits} that long), and the "
+        "other agents wait that long in the next rendezvous round (--watchdog SECONDS ends it sooner)"
     )
     return report
 

@@ -23,7 +23,9 @@ Two more things make a restart faster, both printed when they apply:
   torchelastic logs every worker failure with its exception: without this the agent spends
   0.7 s of every first restart importing it between seeing the failure and acting on it.
 - `--rdzv-backend=lab` selects the lab's own rendezvous for fixed-size jobs, registered
-  here through torch's registry for out-of-tree backends (lab/node/fast_rendezvous.py).
+  here through torch's registry for out-of-tree backends (lab/node/fast_rendezvous.py),
+  and a 5 s SIGTERM-to-SIGKILL wait before a restart instead of torch's 30 s
+  (lab/node/stop_grace.py).
 """
 
 from __future__ import annotations
@@ -116,13 +118,16 @@ def main(argv: list[str] | None = None) -> None:
     from torch.distributed.run import main as torchrun_main
     from torch.distributed.run import parse_args
 
-    from lab.node import fast_rendezvous, restart_budget
+    from lab.node import fast_rendezvous, restart_budget, stop_grace
 
     fast_rendezvous.register()
     if parse_args(torchrun_argv).rdzv_backend == fast_rendezvous.NAME:
+        stop_grace.install()
         log(
             "[lab.node.launch] rendezvous: the lab's backend for fixed-size jobs (lab/node/fast_rendezvous.py): "
-            "agents wake on the store instead of torch's 1 s poll; node 0 hosts each round's worker store"
+            "agents wake on the store instead of torch's 1 s poll; node 0 hosts each round's worker store; "
+            f"before a restart, a worker alive {stop_grace.STOP_GRACE_S} s after SIGTERM is SIGKILLed "
+            "(torch waits 30 s; lab/node/stop_grace.py)"
         )
     if flags.preload_workers:
         from lab.node.preload import preload_workers
