@@ -53,6 +53,7 @@ class Host:
     runtime: str
     rdzv_backends: tuple[str, ...]
     no_lab_rdzv: str = ""  # why the lab's rendezvous does not run there ("" where it does)
+    torchrun_rdzv: str = DEFAULT_TORCHRUN_RDZV  # the rendezvous `torchrun` style takes there
 
     def refusal(self, rdzv: str) -> str:
         """Why this runtime cannot run that rendezvous backend, in one line ("" when it can)."""
@@ -97,7 +98,7 @@ def choose(
         raise LabError(IN_PROCESS_REFUSAL)
     rdzv_asked = rdzv_asked or (None if topology.rdzv_backend == DEFAULT_TORCHRUN_RDZV else topology.rdzv_backend)
     style, why = _pick(topology, asked, host, rdzv_asked, drill_needs)
-    rdzv = LAB_RDZV if style == RESTART else (rdzv_asked or DEFAULT_TORCHRUN_RDZV)
+    rdzv = LAB_RDZV if style == RESTART else (rdzv_asked or host.torchrun_rdzv)
     if host.refusal(rdzv):
         raise LabError(host.refusal(rdzv))
     return topology.replace(rdzv_backend=rdzv), Recovery(style, why)
@@ -121,7 +122,7 @@ def _pick(
     if asked == TORCHRUN:
         if drill_needs and drill_needs[0] == RESTART:
             raise LabError(f"--recovery torchrun: {drill_needs[1]}; drop --recovery")
-        return TORCHRUN, f"asked: torch's {rdzv_asked or DEFAULT_TORCHRUN_RDZV} rendezvous"
+        return TORCHRUN, f"asked: torch's {rdzv_asked or host.torchrun_rdzv} rendezvous"
     if needs_torchrun:
         return TORCHRUN, needs_torchrun
     return RESTART, "a fixed-size job: the lab's rendezvous restarts the group without torch's 1 s poll"

@@ -51,12 +51,22 @@ def assert_one_line_error(out, *words):
         # --recovery on each entry point: a style the job, the drill or the runtime cannot run
         (["up", "--recovery", "in-process"], ["--recovery in-process", "lab bench recovery"]),
         (["run", "--recovery", "torchrun", "--rdzv-backend", "lab", script_path("ddp_train")], ["drop one"]),
-        (["up", "--runtime", "k8s", "--recovery", "restart", "--dry-run"], ["k8s", "use --recovery torchrun"]),
-        (["up", "--runtime", "k8s", "--rdzv-backend", "lab", "--dry-run"], ["--rdzv-backend lab", "k8s"]),
+        (
+            ["up", "--runtime", "k8s", "--overlay", "elastic", "--recovery", "restart", "--dry-run"],
+            ["elastic overlay's pods rendezvous on etcd-v2", "use --recovery torchrun"],
+        ),
+        (
+            ["up", "--runtime", "k8s", "--overlay", "elastic", "--rdzv-backend", "lab", "--dry-run"],
+            ["--rdzv-backend lab", "etcd-v2"],
+        ),
+        (["up", "--runtime", "k8s", "--overlay", "elastic", "--rdzv-backend", "c10d", "--dry-run"], ["runs etcd-v2"]),
         (["up", "--runtime", "docker", "--rdzv-backend", "etcd-v2", "--dry-run"], ["docker runtime runs c10d or lab"]),
         (["exercise", "run", "kill-node", "--recovery", "restart"], ["kill-node", "use --recovery torchrun"]),
         (["exercise", "run", "kill-worker", "--torch-defaults", "--recovery", "restart"], ["--torch-defaults"]),
-        (["exercise", "run", "kill-worker", "--runtime", "k8s", "--recovery", "restart"], ["k8s runtime's pods"]),
+        (
+            ["exercise", "run", "kill-worker", "--runtime", "k8s", "--overlay", "elastic", "--recovery", "restart"],
+            ["elastic overlay's pods"],
+        ),
         (
             [
                 "exercise",

@@ -211,6 +211,44 @@ def test_k8s_dry_run_prints_the_manifests_with_the_chosen_topology(lab):
     assert json.loads(config["LAB_TOPOLOGY"])["max_restarts"] == 1 and config["LAB_WORKLOAD"] == "ddp_train"
 
 
+def rendered_topology(out: subprocess.CompletedProcess) -> dict:
+    objs = [o for o in yaml.safe_load_all(out.stdout) if o]
+    return json.loads(next(o for o in objs if o["kind"] == "ConfigMap")["data"]["LAB_TOPOLOGY"])
+
+
+@needs_kubectl
+@pytest.mark.parametrize(
+    ("args", "style", "rendezvous", "min_nodes"),
+    [
+        ([], "restart", "lab", None),  # the default: the lab's store in pod 0's agent
+        (["--recovery", "torchrun"], "torchrun", "c10d", None),
+        (["--overlay", "chaos"], "restart", "lab", None),  # an overlay on cpu-gloo: pod 0 hosts it too
+        (["--overlay", "elastic"], "torchrun", "etcd-v2", 1),  # the overlay's own rendezvous and range
+        (["--overlay", "elastic", "--nodes", "3"], "torchrun", "etcd-v2", 1),
+    ],
+)
+def test_the_pods_rendezvous_is_the_chosen_recovery_style_unless_the_overlay_has_its_own(
+    lab, args, style, rendezvous, min_nodes
+):
+    out = lab("up", "--runtime", "k8s", "--dry-run", *args)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"# recovery: {style} ("), out.stdout[:300]
+    fields = rendered_topology(out)
+    assert fields["rdzv_backend"] == rendezvous and fields.get("min_nodes") == min_nodes
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_runtime_knows_which_overlays_bring_their_own_rendezvous(overlay):
+    """lab.runtimes.k8s.OVERLAY_RDZV against what each overlay's ConfigMap renders: any other
+    overlay's pods rendezvous on pod 0 (c10d, or the lab's when the recovery style says so)."""
+    from lab.runtimes.k8s import OVERLAY_RDZV
+
+    config = next(o for o in yaml.safe_load_all(kustomize(overlay)) if o and o["kind"] == "ConfigMap")
+    backend = json.loads(config["data"]["LAB_TOPOLOGY"])["rdzv_backend"]
+    assert backend == OVERLAY_RDZV.get(overlay, "c10d")
+
+
 @needs_kubectl
 def test_your_own_image_script_and_requests_are_what_the_pods_run(lab, capsys):
     """--image and the script's path in it, --pod-cpu and --pod-memory: in the manifests `up`

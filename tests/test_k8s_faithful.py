@@ -1,7 +1,8 @@
 """Drills on the rendered pod template: the Job's pods run on netns hosts (tests/k8s_faithful.py),
 each with emptyDirs of its own, and break as they would on a cluster.
 
-A worker killed in a pod: torchrun restarts the group inside the pods. A pod lost and
+A worker killed in a pod: torchrun restarts the group inside the pods, through the lab's
+rendezvous (the default recovery style, as `lab up --runtime k8s` renders it). A pod lost and
 replaced by the Job controller: the new pod starts with empty dirs, the survivor's group
 restarts, both meet in the next rendezvous round, and the newest checkpoint comes back
 to the new pod from a peer. Each ends bit-identical to the uninterrupted run of the same
@@ -19,8 +20,9 @@ import yaml
 from conftest import needs_netns
 from k8s_faithful import FaithfulJob, pod_failure_action
 
+from lab import recovery
 from lab.node.restart_budget import CRASH_LOOP_EXIT
-from lab.runtimes.k8s import render
+from lab.runtimes.k8s import KubernetesRuntime, render
 from lab.topology import Topology
 
 pytestmark = [
@@ -34,8 +36,11 @@ PACED = {"LAB_WORKLOAD_ARGS": f"--steps {STEPS} --ckpt-every {EVERY} --step-time
 
 
 def objects(overlay: str = "cpu-gloo") -> list[dict]:
-    """The overlay as `lab up --runtime k8s` renders it for the trainer."""
-    rendered = render(overlay, Topology(max_restarts=3), "trainer", [])
+    """The overlay as `lab up --runtime k8s` renders it for the trainer: the default recovery
+    style, the lab's tuned restart (pod 0's agent hosts the lab's rendezvous store)."""
+    topology, how = recovery.choose(Topology(max_restarts=3), "auto", KubernetesRuntime.rendezvous())
+    assert how.style == "restart" and topology.rdzv_backend == "lab"
+    rendered = render(overlay, topology, "trainer", [])
     return [o for o in yaml.safe_load_all(yaml.safe_dump_all(rendered)) if o]
 
 
@@ -70,8 +75,9 @@ def test_a_worker_killed_in_a_pod_restarts_the_group_and_ends_bit_identical(tmp_
 
 
 def test_a_replaced_pod_starts_empty_gets_the_checkpoint_from_a_peer_and_ends_bit_identical(tmp_path, reference):
-    """Pod 1: pod 0 hosts the c10d store, and losing it ends a c10d job (kill-rendezvous-host;
-    the elastic overlay's etcd rendezvous is the answer to that)."""
+    """Pod 1: pod 0 hosts the rendezvous store (the lab's, as c10d's would be), and losing it ends
+    the job (kill-rendezvous-host; the elastic overlay's etcd rendezvous is the answer to that).
+    The new pod's agent joins the round after the last complete one."""
     index = 1
     with FaithfulJob(objects(), tmp_path, "ee0c3", PACED) as job:
         job.start_all()

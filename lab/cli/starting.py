@@ -17,7 +17,7 @@ def start(
     """Start the job; returns (runtime, topology, nodes), or None after a dry run."""
     runtime = runtimes.from_args(args, run_dir_from_args(args), log=log)
     topology, how = recovery.choose(
-        topology_from_args(args), args.recovery, runtime.rendezvous(), rdzv_asked=args.rdzv_backend
+        topology_from_args(args), args.recovery, runtime.job_rendezvous(), rdzv_asked=args.rdzv_backend
     )
     script = runtime.locate_script(script)
     if args.dry_run:

@@ -219,7 +219,7 @@ def refuse_early(
     watched = isinstance(runtime, MonitoredRuntime) and runtime.monitoring != "off"
     if getattr(exercise, "NEEDS_PROMETHEUS", False) and not watched:
         raise LabError(f"{exercise.NAME} reads its verdict from Prometheus: drop --prometheus off")
-    job = exercises.job(exercise, options, runtime.rendezvous())
+    job = exercises.job(exercise, options, runtime.job_rendezvous())
     runtime.check()  # before Ray starts: a runtime that cannot run here says so first
     if ray_address:
         check_reachable(ray_address)  # a cluster nobody answers for is bad input

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from lab import procs, user_image
+from lab import procs, recovery, user_image
 from lab.errors import LabError
 from lab.options import Option
 from lab.rundir import MARKER, RunDir
@@ -32,6 +32,8 @@ from lab.topology import Topology
 
 K8S_DIR = Path(__file__).resolve().parents[2] / "k8s"
 OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos", "shared-checkpoints")
+# Overlays whose pods rendezvous on a service of their own, not on pod 0 (k8s/overlays/*/).
+OVERLAY_RDZV = {"elastic": "etcd-v2"}
 GPU = "nvidia.com/gpu"
 WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
 POD_CKPT_DIR = "/data/checkpoints"  # LAB_CKPT_DIR in k8s/base/job.yaml
@@ -96,8 +98,12 @@ def set_gpus(job: dict, gpus: int | None) -> None:
 
 
 def pod_fields(topology: Topology, rendered: dict) -> dict:
-    """The user's topology choices, keeping what the overlay decides (endpoint, backend, ports)."""
-    keep = {"rdzv_host", "rdzv_port", "rdzv_backend", "metrics_ports", "backend"}
+    """The user's topology choices, keeping what the overlay decides (endpoint, ports, the
+    collective backend, a rendezvous service of its own and the elastic range it serves).
+    Pod 0's store is either the lab's rendezvous or c10d: the chosen recovery style picks."""
+    keep = {"rdzv_host", "rdzv_port", "metrics_ports", "backend"}
+    if rendered.get("rdzv_backend") in OVERLAY_RDZV.values():
+        keep |= {"rdzv_backend"} | ({"min_nodes"} if topology.min_nodes is None else set())
     chosen = {k: v for k, v in topology.__dict__.items() if k not in keep}
     if rendered.get("nproc_per_node") == "gpu":
         chosen.pop("nproc_per_node")
@@ -109,10 +115,10 @@ class KubernetesRuntime(Runtime):
     NODE = PodNode
     OPTIONS = (CONTEXT, NAMESPACE, OVERLAY, IMAGE, PULL_SECRET, POD_CPU, POD_MEMORY)
     DRILLS = True  # the faults act through the API (lab.runtimes.k8s_node)
-    NO_LAB_RDZV = (
-        "the k8s runtime's pods take their rendezvous from the overlay (c10d on pod 0 behind the "
-        "headless Service); the lab's is not wired into the pod template yet"
-    )
+    # Pod 0's agent hosts the rendezvous store behind the headless Service, for the lab's
+    # rendezvous as for c10d; losing pod 0 ends the job either way (the elastic overlay's
+    # etcd is the answer to that). An overlay with a rendezvous of its own keeps it.
+    RDZV_BACKENDS = ("lab", "c10d")
     NO_SCRIPT_DRILLS = (
         "a pod sees neither your script's folder nor the run dir's working dirs: run drills on your "
         "script with --runtime local, docker or ray (to train on it in pods: lab image build, then "
@@ -139,6 +145,14 @@ class KubernetesRuntime(Runtime):
             if value is not None:
                 amount(value)  # a bad quantity is refused here, before anything renders
         self.pods = PodSpec(image, pod_cpu, pod_memory, image_pull_secret)
+
+    def job_rendezvous(self) -> recovery.Host:
+        """The overlay's: one with a rendezvous service of its own (elastic: etcd-v2) runs only that."""
+        backend = OVERLAY_RDZV.get(self.overlay)
+        if backend is None:
+            return self.rendezvous()
+        why = f"the {self.overlay} overlay's pods rendezvous on {backend}, outside every pod, so nodes can come and go"
+        return recovery.Host(self.name, (backend,), why, torchrun_rdzv=backend)
 
     def locate_script(self, script: str) -> str:
         """The lab's own workloads are in every node image; any other script must be in the
