@@ -1,7 +1,8 @@
 """The CI kit as a pytest option: `pytest --lab-script train.py` adds one test case per drill.
 
     pytest --lab-script train.py [--lab-faults kill-worker,hang-rank,rank-exception]
-           [--lab-script-args "--epochs 4"] [--lab-nproc-per-node 2] [--lab-report-dir DIR]
+           [--lab-script-args "--epochs 4"] [--lab-nproc-per-node 2] [--lab-recovery STYLE]
+           [--lab-report-dir DIR]
 
 Installed with the lab (the `pytest11` entry point in pyproject.toml); without --lab-script
 it adds nothing. The cases are `lab-drills::reference` (the fault-free run) and one per
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from lab import recovery
 from lab.cli.ci import DEFAULT_FAULTS
 from lab.exercises.script.junit import checks_text
 from lab.exercises.script.script_run import REFERENCE
@@ -34,6 +36,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--lab-faults", default=DEFAULT_FAULTS, help="the drills (default %(default)s)")
     group.addoption("--lab-script-args", default="", metavar="ARGS", help="your script's arguments, one string")
     group.addoption("--lab-nproc-per-node", type=int, default=2, metavar="N", help="processes (default 2)")
+    group.addoption(
+        "--lab-recovery", default=recovery.AUTO, choices=recovery.CHOICES, help="lab ci's --recovery (default auto)"
+    )
     group.addoption("--lab-report-dir", default="lab-ci-report", metavar="DIR", help="where lab ci leaves its reports")
 
 
@@ -96,6 +101,7 @@ def matrix_rows(session: pytest.Session) -> dict[str, dict[str, Any]]:
     argv = [sys.executable, "-m", "lab", "ci", "--script", config.getoption("lab_script")]
     argv += ["--faults", ",".join(faults) or "kill-worker", "--report-dir", str(report_dir)]
     argv += ["--nproc-per-node", str(config.getoption("lab_nproc_per_node"))]
+    argv += ["--recovery", config.getoption("lab_recovery")]
     argv += ["--", *shlex.split(config.getoption("lab_script_args"))]
     done = subprocess.run(argv, stderr=subprocess.PIPE, text=True)  # its progress: the first case's output
     config.stash[RUN_ERROR] = (done.stderr.strip().splitlines() or [f"lab ci exited {done.returncode}"])[-1]

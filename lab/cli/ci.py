@@ -1,4 +1,4 @@
-"""`lab ci --script PATH [--faults a,b] [--junit FILE] [--summary FILE] [--report-dir DIR] -- ARGS`
+"""`lab ci --script PATH [--faults a,b] [--recovery STYLE] [--junit FILE] [--summary FILE] [--report-dir DIR] -- ARGS`
 
 Your unmodified training script under the drills a project's own CI can afford: on loopback
 (one node of --nproc-per-node processes, gloo; no root, no Docker, no network namespaces), the
@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 
 from lab import files
-from lab.cli.exercise_script import FAULTS, register_matrix, script_faults
+from lab.cli.exercise_script import FAULTS, refuse_early, register_matrix, script_faults
 from lab.cli.flags import REPORT_DIR, add_run_dir_option
 from lab.errors import LabError
 from lab.exercises.script import junit, matrix, spec
-from lab.options import NPROC_PER_NODE, Option, add_all
+from lab.options import NPROC_PER_NODE, RECOVERY, Option, add_all
 
 DEFAULT_FAULTS = "kill-worker,hang-rank,rank-exception"  # also lab.pytest_plugin's default
 
@@ -44,6 +44,7 @@ def register(sub) -> None:
             spec.SCRIPT.but(help="your training script, unmodified"),
             FAULTS.but(default=DEFAULT_FAULTS, help="the drills to run (default %(default)s)"),
             NPROC_PER_NODE.but(default=2, help="processes on the one loopback node (default %(default)s)"),
+            RECOVERY,
             JUNIT,
             SUMMARY.but(default=os.environ.get("GITHUB_STEP_SUMMARY")),
             REPORT_DIR.but(default="lab-ci-report", help="the matrix and every run's report (default %(default)s)"),
@@ -71,6 +72,7 @@ def writable_dir(path: Path, what: str) -> None:
 def matrix_argv(args: argparse.Namespace) -> list[str]:
     argv = ["exercise", "matrix", "--script", args.script, "--faults", args.faults, "--hosts", "loopback"]
     argv += ["--nodes", "1", "--nproc-per-node", str(args.nproc_per_node), "--report-dir", args.report_dir]
+    argv += ["--recovery", args.recovery]
     if args.run_dir:
         argv += ["--run-dir", args.run_dir]
     return [*argv, "--", *args.script_args]
@@ -81,16 +83,16 @@ def handle(args: argparse.Namespace) -> int:
         raise LabError("lab ci needs --script PATH (your training script)")
     if not Path(args.script).is_file():
         raise LabError(f"script not found: {args.script}")
-    script_faults(args.faults)  # refused here, before any folder is made
+    verbs = argparse.ArgumentParser(prog="lab ci").add_subparsers()
+    register_matrix(verbs)  # `lab exercise matrix`, as its own parser reads this argv
+    drills = verbs.choices["matrix"].parse_args(matrix_argv(args)[2:])
+    refuse_early(drills, script_faults(args.faults))  # every refusal here, before any folder is made
     for option, value in (("--junit", args.junit), ("--summary", args.summary)):
         if value:
             writable_dir(Path(value).parent, f"{option} folder")
             if os.path.lexists(value) and not (os.path.isfile(value) and os.access(value, os.W_OK)):
                 raise LabError(f"cannot write {option} {value}: not a file this user may write")
     writable_dir(Path(args.report_dir), "report dir")  # made last: a refusal above leaves nothing
-    verbs = argparse.ArgumentParser(prog="lab ci").add_subparsers()
-    register_matrix(verbs)  # `lab exercise matrix`, as its own parser reads this argv
-    drills = verbs.choices["matrix"].parse_args(matrix_argv(args)[2:])
     code = drills.handler(drills)
     record = json.loads((Path(args.report_dir) / "matrix.json").read_text())
     if args.junit:

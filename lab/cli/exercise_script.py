@@ -80,11 +80,9 @@ def options_for(args: argparse.Namespace, fault: ModuleType | None) -> DrillOpti
     return DrillOptions(target, at_step, chosen, args.torch_defaults, own_flags(args, fault), recovery=args.recovery)
 
 
-def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, reference: bool) -> script_matrix.Matrix:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from lab.exercises.engine import run_drill
-
+def refuse_early(args: argparse.Namespace, faults: list[ModuleType]) -> spec.ScriptSpec:
+    """Every row's refusal, in one line, before anything starts (the run dir untouched): the
+    runtime, --workdir, each fault's flags and its recovery style. Returns the script's spec."""
     refusal = runtimes.runtime_class(args.runtime).NO_SCRIPT_DRILLS
     if refusal:
         raise LabError(f"--script on --runtime {args.runtime}: {refusal}")
@@ -100,6 +98,15 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
             raise LabError(fault.SCRIPT_NEEDS_CKPT_DIR)
         options_for(args, fault)
         recovery.choose(topology_for(args, fault), args.recovery, host, drill_needs=exercises.recovery_needs(fault))
+    return the_spec
+
+
+def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, reference: bool) -> script_matrix.Matrix:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from lab.exercises.engine import run_drill
+
+    the_spec = refuse_early(args, faults)
     run_dir = run_dir_from_args(args)
     run_dir.claim_for_report(out_dir)
     rows = len(faults) + (1 if reference else 0)

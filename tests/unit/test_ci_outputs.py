@@ -63,6 +63,12 @@ def test_a_finding_with_markup_stays_well_formed():
         (["--script", str(SCRIPT), "--report-dir", "/dev/null/report"], ["cannot write in the report dir"]),
         (["--script", str(SCRIPT), "--summary", "."], ["cannot write --summary .", "not a file"]),
         (["--script", str(SCRIPT), "--faults", "kill-worker,nosuch"], ["--faults", "nosuch"]),
+        (["--script", str(SCRIPT), "--recovery", "in-process"], ["--recovery in-process", "use --recovery restart"]),
+        (
+            ["--script", str(SCRIPT), "--faults", "kill-node"],  # lab ci runs one node
+            ["kill-node needs at least 2 nodes"],
+        ),
+        (["--script", str(SCRIPT), "--recovery", "fast"], ["--recovery", "invalid choice"]),
     ],
 )
 def test_bad_input_is_one_line_and_nothing_runs(tmp_path, capsys, monkeypatch, args, words):
