@@ -65,7 +65,7 @@ def test_hang_rank_is_seen_in_prometheus_and_ended_by_the_short_timeout(lab):
     assert report["seconds_until_prometheus_saw_it"] < report["seconds_until_the_timeout_fired"] < 25
     # The default style, the tuned restart, SIGKILLs the frozen worker 5 s after SIGTERM: the first
     # step comes well before the 10 s timeout plus torch's own 30 s wait (about 40 s under torchrun).
-    assert report["recovery_style"] == "restart" and report["recovery"]["total"] < 10 + 30, report["recovery"]
+    assert report["recovery_style"]["style"] == "restart" and report["recovery"]["total"] < 10 + 30, report["recovery"]
     # Forensics while it hung: rank 1 silent (SIGSTOPped), the other three waiting in one collective.
     assert report["forensics"]["silent"] == [1] and report["forensics"]["answered"] == [0, 2, 3]
     assert report["forensics"]["collective"].startswith("all_reduce #")
