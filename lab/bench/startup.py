@@ -128,7 +128,7 @@ def run(args, out_dir: Path) -> BenchResult:
         f"Seconds from the launch command to the first step, median of {args.trials} interleaved trials, "
         "the lesson's script on 2 nodes x 2 processes:",
         "",
-        "| how | median | range | against bare torchrun |",
+        "| how | median | range | x bare torchrun |",
         "|---|---|---|---|",
     ]
     figures = {}
@@ -136,15 +136,19 @@ def run(args, out_dir: Path) -> BenchResult:
         median = statistics.median(values)
         figures[name] = {"median_s": median, "trials": values}
         lines.append(
-            f"| {name} | {median:.2f} s | {min(values):.2f}-{max(values):.2f} | {100 * (median / base - 1):+.1f}% |"
+            f"| {name} | {median:.2f} s | {min(values):.2f}-{max(values):.2f} | {median / base:.2f}x |"
         )
-    worst = max(statistics.median(v) for n, v in times.items() if n != bare)
-    lines += [
-        "",
-        goal_line(
-            "start-up within 20% of bare torchrun",
-            worst <= 1.2 * base,
-            f"slowest lab variant {100 * (worst / base - 1):+.1f}%",
-        ),
-    ]
+    lines.append("")
+    for where, share, matches in GOALS:
+        ratios = [statistics.median(v) / base for n, v in times.items() if n != bare and matches(n)]
+        if ratios:
+            worst = max(ratios)
+            lines.append(goal_line(f"start-up {where} within {share}x bare torchrun", worst <= share, f"{worst:.2f}x"))
     return BenchResult("startup", this_command(), lines, figures)
+
+
+# Issue 31's goals: (where, the most start-up may be as a share of bare torchrun's, which rows).
+GOALS = (
+    ("on this machine's hosts", 0.5, lambda name: "docker" not in name),
+    ("in containers", 0.6, lambda name: "docker" in name),
+)
