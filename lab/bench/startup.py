@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab.bench import TRIALS, free_port
+from lab.bench import TRIALS, free_port, startup_stages
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.errors import LabError
 from lab.workloads import script_path
@@ -131,14 +131,16 @@ def run(args, out_dir: Path) -> BenchResult:
         "| how | median | range | x bare torchrun |",
         "|---|---|---|---|",
     ]
-    figures = {}
+    figures: dict[str, object] = {}
     for name, values in times.items():
         median = statistics.median(values)
         figures[name] = {"median_s": median, "trials": values}
-        lines.append(
-            f"| {name} | {median:.2f} s | {min(values):.2f}-{max(values):.2f} | {median / base:.2f}x |"
-        )
-    lines.append("")
+        lines.append(f"| {name} | {median:.2f} s | {min(values):.2f}-{max(values):.2f} | {median / base:.2f}x |")
+    stage_runs = [startup_stages.one_start("netns" if os.geteuid() == 0 else "loopback") for _ in range(args.trials)]
+    figures["stages"] = stage_runs
+    lines += ["", f"Where it goes: the lab's trainer started as `lab up` starts it, median of {args.trials} "]
+    lines[-1] += "(lab/bench/startup_stages.py names the stages):"
+    lines += ["", *startup_stages.table(stage_runs), ""]
     for where, share, matches in GOALS:
         ratios = [statistics.median(v) / base for n, v in times.items() if n != bare and matches(n)]
         if ratios:

@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import TextIO
 
 from lab import gpus as machine_gpus
-from lab import job, runtimes
+from lab import job, recovery, runtimes
 from lab.report import Report
 from lab.rundir import RunDir
 from lab.topology import Topology
@@ -74,6 +74,8 @@ class Lesson:
         self.report.world_size = max(self.report.world_size, topology.world_size)
         self.progress(f"{name}: {topology.nodes} node(s) x {topology.nproc_per_node} process(es)")
         runtime = runtimes.create("local", self.run_dir, log=lambda m: None, hosts=self.hosts, monitoring="off")
+        # The rendezvous `lab up` would choose for this job (the lab's, for these fixed-size jobs).
+        topology, _ = recovery.choose(topology, recovery.AUTO, runtime.job_rendezvous())
         buffer = io.StringIO()
         try:
             topology, nodes = runtime.up(topology, _path(script), list(args))
