@@ -3,9 +3,10 @@
 multiprocessing's forkserver execs a new interpreter that imports its preload list: on a
 node that is torch a second time, after the agent (torchrun) has imported it once. On two
 cores with two nodes starting together that second import was most of the start-up (about
-2.5 s of the 4.3-5.0 s from launch to the first step, lab/bench/startup.py). Here the agent
-imports the preload list itself, then forks the server, which has it all already: the
-server is the same program at the same point, serving multiprocessing's own protocol
+2.5 s of the 4.3-5.0 s from launch to the first step, lab/bench/startup.py). Here the agent,
+torch loaded, forks the server, which has it already and imports the rest of its preload
+list (multiprocessing's own `preload`) while the agent goes on: the server is the same
+program at the same point, serving multiprocessing's own protocol
 (`multiprocessing.forkserver.main`), so torchrun's workers are forked exactly as before.
 
 The fork happens before the agent starts any thread (its exporter, its rendezvous store,
@@ -28,8 +29,9 @@ _connection: Any = connection  # arbitrary_address is not in its stubs
 _SERVER_STATE = ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid")
 
 
-def fork_server_here() -> int:
-    """Fork multiprocessing's fork server from this process; returns its pid.
+def fork_server_here(preload: list[str] | None = None) -> int:
+    """Fork multiprocessing's fork server from this process; returns its pid. The server
+    imports `preload` (modules) before it serves, as an exec'd one would.
 
     Call it from the main thread, with no other thread running: a forked process keeps
     only the forking thread, and a lock another thread held stays held in the child."""
@@ -50,19 +52,19 @@ def fork_server_here() -> int:
         stream.flush()
     pid = os.fork()
     if pid == 0:
-        _serve(listener, alive_r, alive_w)
+        _serve(listener, alive_r, alive_w, preload or [])
     listener.close()
     os.close(alive_r)
     server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
     return pid
 
 
-def _serve(listener: socket.socket, alive_r: int, alive_w: int) -> None:
+def _serve(listener: socket.socket, alive_r: int, alive_w: int, preload: list[str]) -> None:
     """The child: multiprocessing's server loop, until the agent's end of the pipe closes."""
     code = 0
     try:
         os.close(alive_w)
-        forkserver.main(listener.fileno(), alive_r, preload=[])
+        forkserver.main(listener.fileno(), alive_r, preload=preload)
     except SystemExit as e:  # main's way out: every client gone
         code = e.code if isinstance(e.code, int) else 0
     except BaseException:

@@ -1,10 +1,11 @@
 """Preloaded workers: torchrun's forked workers, started with torch already imported.
 
 torchrun runs a --run-path script in a process forked from a multiprocessing fork server
-when --start-method=forkserver. `lab.node.launch --preload-workers` has the agent import
-torch (and what a DDP trainer pulls in lazily) and fork that server from itself before it
-starts torchrun (lab/node/fork_server.py): torch is imported once per node, and every
-worker, first or restarted, is forked with it loaded. The server outlives restarts, so a
+when --start-method=forkserver. `lab.node.launch --preload-workers` has the agent fork
+that server from itself once torch is loaded, before it starts torchrun
+(lab/node/fork_server.py); the server then imports what a DDP trainer pulls in lazily,
+while the agent joins the rendezvous. torch is imported once per node, and every worker,
+first or restarted, is forked with all of it loaded. The server outlives restarts, so a
 restarted worker starts in a fifth of a second instead of seconds. Measured in
 docs/benchmarks.md (startup) and docs/exercises.md (Measured).
 """
@@ -44,11 +45,10 @@ def before_torch(torchrun_argv: list[str]) -> None:
 
 
 def preload_workers(torchrun_argv: list[str], log) -> None:
-    """Import the preload list here, in the agent, and fork the node's fork server from it
-    (lab/node/fork_server.py), before torchrun starts: its workers start with torch loaded,
-    and torch is imported once per node, not twice."""
-    import importlib
-
+    """Fork the node's fork server from the agent (lab/node/fork_server.py), before torchrun
+    starts: torch is imported once per node, not twice. The server imports the rest of the
+    preload list itself (torch._dynamo alone is about a second) while the agent goes on to
+    the rendezvous; a worker asked for meanwhile waits in the server's queue."""
     import torch.distributed.run as torch_run
 
     args = torch_run.parse_args(torchrun_argv)
@@ -56,12 +56,13 @@ def preload_workers(torchrun_argv: list[str], log) -> None:
         raise SystemExit(
             "lab.node.launch: error: --preload-workers needs torchrun's --run-path and --start-method=forkserver"
         )
-    for name in PRELOAD_MODULES:
-        importlib.import_module(name)
     # torchrun's config_from_args reads this module attribute when it builds the entrypoint.
     torch_run.run_script_path = run_script_path
-    fork_server_here()
-    log(f"[lab.node.launch] workers fork from a server forked from the agent with {', '.join(PRELOAD_MODULES)} loaded")
+    fork_server_here(PRELOAD_MODULES)
+    log(
+        "[lab.node.launch] workers fork from a server forked from the agent with torch loaded; it imports "
+        f"{', '.join(PRELOAD_MODULES[1:])} while the agent joins the rendezvous"
+    )
 
 
 def run_script_path(training_script: str, *training_script_args: str) -> None:

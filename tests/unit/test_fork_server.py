@@ -1,5 +1,6 @@
 """The node's fork server (lab/node/fork_server.py), forked from the agent: its workers
-start with what the agent imported before the fork, and it leaves when the agent does.
+start with what the agent imported before the fork and what the server preloaded after it,
+and it leaves when the agent does.
 
 Real processes and multiprocessing's own forkserver protocol; no torch (a stdlib module
 stands in for the preload list), so this runs in the fast tier."""
@@ -23,9 +24,10 @@ from lab.node.fork_server import fork_server_here
 
 def worker(queue):
     import decimal, threading
-    queue.put((getattr(decimal, "LOADED_AT", None), os.getppid(), threading.active_count()))
+    queue.put((getattr(decimal, "LOADED_AT", None), os.getppid(), threading.active_count(), "colorsys" in sys.modules))
 
-server = fork_server_here()
+server = fork_server_here(["colorsys"])  # the server's own preload, imported after the fork
+assert "colorsys" not in sys.modules
 print(server, decimal.LOADED_AT, flush=True)
 context = multiprocessing.get_context("forkserver")
 queue = context.Queue()
@@ -37,7 +39,7 @@ print(process.exitcode, flush=True)
 """
 
 
-def run_agent() -> tuple[int, int, list[str], int]:
+def run_agent() -> tuple[int, int, list[str], int]:  # server pid, load time, the worker's answers, its exit
     out = subprocess.run(
         [sys.executable, "-c", AGENT], cwd=REPO, capture_output=True, text=True, timeout=60,
         env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -49,11 +51,11 @@ def run_agent() -> tuple[int, int, list[str], int]:
 
 
 def test_a_worker_has_what_the_agent_loaded_and_its_server_leaves_with_the_agent():
-    server, loaded_at, (worker_saw, worker_parent, threads), exitcode = run_agent()
+    server, loaded_at, (worker_saw, worker_parent, threads, preloaded), exitcode = run_agent()
     # The module object is the agent's own, loaded once: not imported again in the server.
     assert int(worker_saw) == loaded_at
     assert int(worker_parent) == server and exitcode == 0
-    assert int(threads) == 1
+    assert int(threads) == 1 and preloaded == "True"  # and the server's preload list, which the agent skipped
     deadline = time.monotonic() + 10
     while os.path.exists(f"/proc/{server}") and time.monotonic() < deadline:
         time.sleep(0.05)
