@@ -7,7 +7,8 @@ read back afterwards. The earliest node counts at each stage:
     agent      launch until an agent asks to join the rendezvous: the node's python,
                torch and the preload list imported, the fork server forked
     rendezvous until that agent has joined the round
-    worker     until a worker has started (forked from the server, the trainer running)
+    worker     until a worker has started (forked from the server once its preload list is
+               imported, the trainer running)
     group      until a worker has its process group (init_process_group)
     first_step until the first completed step (the optimizer's first step included)
 """
