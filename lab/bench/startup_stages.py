@@ -4,8 +4,8 @@ The lab's trainer on 2 nodes x 2 workers, started as `lab up` starts a job (the 
 runtime, the recovery style `--recovery auto` picks), its events and its agents' records
 read back afterwards. The earliest node counts at each stage:
 
-    agent      launch until an agent asks to join the rendezvous: the node's python,
-               torch and the preload list imported, the fork server forked
+    agent      launch until an agent asks to join the rendezvous: the node's python and
+               torch imported, the fork server forked
     rendezvous until that agent has joined the round
     worker     until a worker has started (forked from the server once its preload list is
                imported, the trainer running)
