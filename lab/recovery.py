@@ -133,7 +133,7 @@ def _needs_torchrun(topology: Topology, host: Host, rdzv_asked: str | None, dril
     if drill_needs and drill_needs[0] == TORCHRUN:
         return drill_needs[1]
     if topology.min_nodes:
-        return "an elastic job (--min-nodes) needs torch's c10d rendezvous; the lab's has a fixed node count"
+        return "an elastic job (torchrun's --nnodes=MIN:MAX) needs torch's rendezvous; the lab's has a fixed node count"
     if rdzv_asked and rdzv_asked != LAB_RDZV:
         return f"--rdzv-backend {rdzv_asked} is one of torch's rendezvous"
     if topology.torch_defaults:
