@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from torch.distributed.elastic.rendezvous import RendezvousParameters, RendezvousTimeoutError
+from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousParameters, RendezvousTimeoutError
 
 from lab.bench import free_port
 from lab.node import fast_rendezvous
@@ -90,6 +90,32 @@ def test_a_node_brought_back_joins_the_round_after_the_last_complete_one(agents)
     replacement = agents(1)  # node 1's agent restarted from scratch
     infos = join_all([node0, replacement])
     assert [i.rank for i in infos] == [0, 1]
+
+
+def test_a_node_that_ends_for_good_wakes_a_node_waiting_for_the_next_round(agents):
+    """Node 0's agent runs out of restarts (or finishes) and shuts its rendezvous down while node 1
+    waits for the next round: node 1 is told the rendezvous closed at once, not at its join timeout."""
+    node0, node1 = agents(0, join_timeout=60), agents(1, join_timeout=60)
+    join_all([node0, node1])
+    outcome: list = []
+
+    def rejoin():
+        try:
+            node1.next_rendezvous()
+        except RendezvousClosedError as e:
+            outcome.append(e)
+
+    waiting = threading.Thread(target=rejoin)
+    waiting.start()
+    for _ in range(200):
+        if node0.num_nodes_waiting() == 1:
+            break
+        time.sleep(0.01)
+    assert node0.shutdown() is True
+    waiting.join(10)
+    assert not waiting.is_alive() and len(outcome) == 1, "node 1 still waits for a round nobody will join"
+    with pytest.raises(RendezvousClosedError):
+        node1.next_rendezvous()
 
 
 def test_a_round_that_does_not_fill_times_out_with_a_clear_error(agents):

@@ -76,6 +76,8 @@ class FastRendezvous(RendezvousHandler):
                 f"round {round_} of rendezvous {self._run_id!r} did not fill with {self._nodes} nodes "
                 f"in {self._join_timeout.total_seconds():g}s: {e}"
             ) from None
+        if self.is_closed():  # woken by a node that ended for good (set_closed), not by a full round
+            raise RendezvousClosedError()
         self._round = round_ + 1
         self._record(f"The node {self._node_rank} has joined round {round_} of the rendezvous {self._run_id!r}.")
         store = PrefixStore(self._key("", round_), self._store)
@@ -111,7 +113,11 @@ class FastRendezvous(RendezvousHandler):
         return self._store.check([self._key("closed")])
 
     def set_closed(self) -> None:
+        """Close the rendezvous, and wake the nodes waiting for the round this one will not join:
+        they learn it now, not at their join timeout (600 s by default)."""
         self._store.set(self._key("closed"), b"1")
+        if self._round is not None:
+            self._store.set(self._key("complete", self._round), b"1")
 
     def get_backend(self) -> str:
         return NAME
@@ -120,6 +126,12 @@ class FastRendezvous(RendezvousHandler):
         return self._run_id
 
     def shutdown(self) -> bool:
+        """torchrun's agent calls this when it ends (done, or out of restarts; not when it is
+        signalled): close the rendezvous, as c10d's does, so that no node waits on for it."""
+        try:
+            self.set_closed()
+        except RuntimeError:  # the store went with node 0's agent: nobody is left to wake
+            return False
         return True
 
 
