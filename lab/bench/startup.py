@@ -138,9 +138,14 @@ def run(args, out_dir: Path) -> BenchResult:
         lines.append(f"| {name} | {median:.2f} s | {min(values):.2f}-{max(values):.2f} | {median / base:.2f}x |")
     stage_runs = [startup_stages.one_start("netns" if os.geteuid() == 0 else "loopback") for _ in range(args.trials)]
     figures["stages"] = stage_runs
-    lines += ["", f"Where it goes: the lab's trainer started as `lab up` starts it, median of {args.trials} "]
-    lines[-1] += "(lab/bench/startup_stages.py names the stages):"
-    lines += ["", *startup_stages.table(stage_runs), ""]
+    lines += [
+        "",
+        f"Where it goes: the lab's trainer started as `lab up` starts it, median of {args.trials} "
+        "(lab/bench/startup_stages.py names the stages):",
+        "",
+        *startup_stages.table(stage_runs),
+        "",
+    ]
     for where, share, matches in GOALS:
         ratios = [statistics.median(v) / base for n, v in times.items() if n != bare and matches(n)]
         if ratios:

@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     from torch.distributed.run import main as torchrun_main
     from torch.distributed.run import parse_args
 
+    from lab import recovery
     from lab.node import fast_rendezvous, restart_budget, stop_grace
 
     fast_rendezvous.register()
@@ -126,8 +127,8 @@ def main(argv: list[str] | None = None) -> None:
         log(
             "[lab.node.launch] rendezvous: the lab's backend for fixed-size jobs (lab/node/fast_rendezvous.py): "
             "agents wake on the store instead of torch's 1 s poll; node 0 hosts each round's worker store; "
-            f"before a restart, a worker alive {stop_grace.STOP_GRACE_S} s after SIGTERM is SIGKILLed "
-            "(torch waits 30 s; lab/node/stop_grace.py)"
+            f"before a restart, a worker alive {recovery.RESTART_STOP_GRACE_S} s after SIGTERM is SIGKILLed "
+            f"(torch waits {recovery.TORCH_STOP_GRACE_S} s; lab/node/stop_grace.py)"
         )
     if flags.preload_workers:
         from lab.node.preload import preload_workers

@@ -8,7 +8,7 @@ of a failed worker; `_join_procs_with_timeout(30)`), and the agent's stop
 SIGSTOP, stuck in C code holding the GIL, hung in a collective that ignores signals)
 costs every restart those 30 s, and every other node's agent waits that long in the next
 rendezvous round. Under the lab's tuned restart (`--rdzv-backend=lab`, lab.recovery's
-`restart` style) the agent waits STOP_GRACE_S instead: enough for a healthy worker's
+`restart` style) the agent waits recovery.RESTART_STOP_GRACE_S instead: enough for a healthy worker's
 SIGTERM handler, not for a hung one. torchrun's own style keeps torch's 30 s. An agent
 that is itself told to stop (preemption, `lab down`) still gives its workers torch's 30 s.
 """
@@ -17,10 +17,8 @@ from __future__ import annotations
 
 from lab.recovery import RESTART_STOP_GRACE_S
 
-STOP_GRACE_S = RESTART_STOP_GRACE_S
 
-
-def install(grace_s: int = STOP_GRACE_S) -> None:
+def install(grace_s: int = RESTART_STOP_GRACE_S) -> None:
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
     from torch.multiprocessing.spawn import ProcessContext
 

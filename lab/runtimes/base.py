@@ -135,8 +135,7 @@ class Runtime(ABC):
     @classmethod
     def rendezvous(cls) -> recovery.Host:
         """What lab.recovery needs to know of this runtime to choose a job's recovery style."""
-        name = getattr(cls, "name", cls.__name__)  # a runtime outside the registry (a test's) has none
-        return recovery.Host(name, cls.RDZV_BACKENDS, cls.NO_LAB_RDZV)
+        return recovery.Host(cls.name, cls.RDZV_BACKENDS, cls.NO_LAB_RDZV)
 
     def job_rendezvous(self) -> recovery.Host:
         """The same, for this runtime as its options set it up (the k8s overlay decides there)."""
