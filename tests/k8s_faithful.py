@@ -12,6 +12,7 @@ the Service's DNS server, the API) is not here.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -30,6 +31,7 @@ class FaithfulJob:
         self.config = {**next(o for o in objects if o["kind"] == "ConfigMap")["data"], **(env or {})}
         pod = job["spec"]["template"]["spec"]
         self.container = pod["containers"][0]
+        self.pod_volumes = {v["name"]: v for v in pod.get("volumes", [])}
         self.name, self.subdomain = job["metadata"]["name"], pod["subdomain"]
         self.count = job["spec"]["completions"]
         self.tmp = tmp_path  # the pods' logs
@@ -65,8 +67,14 @@ class FaithfulJob:
         return self.volumes / f"pod{index}.{self.incarnation[index]}"
 
     def mounts(self, index: int) -> dict[str, Path]:
-        """The container's mount paths, each an emptyDir: a folder of this pod's own."""
-        return {m["mountPath"]: self.pod_dir(index) / m["name"] for m in self.container["volumeMounts"]}
+        """The container's mount paths: an emptyDir is a folder of this pod's own; a claim's
+        volume (ReadWriteMany, overlays/shared-checkpoints) one folder every pod shares."""
+        found = {}
+        for mount in self.container["volumeMounts"]:
+            claim = self.pod_volumes.get(mount["name"], {}).get("persistentVolumeClaim")
+            shared = self.volumes / f"claim-{claim['claimName']}" if claim else None
+            found[mount["mountPath"]] = shared or self.pod_dir(index) / mount["name"]
+        return found
 
     def log(self, index: int, incarnation: int | None = None) -> Path:
         return self.tmp / f"pod{index}.{self.incarnation[index] if incarnation is None else incarnation}.log"
@@ -74,12 +82,13 @@ class FaithfulJob:
     def start(self, index: int) -> None:
         mounts = self.mounts(index)
         for folder in mounts.values():
-            folder.mkdir(parents=True)
+            folder.mkdir(parents=True, exist_ok=True)  # a shared claim's may exist already
         env = {**self.config, **{e["name"]: e["value"] for e in self.container["env"]}}
+        # A mount's path as a value, or inside JSON (LAB_TOPOLOGY's working dir), in one pass:
+        # a folder put in place of one mount is never taken for another.
+        mounted = re.compile(r'(^|")(' + "|".join(re.escape(m) for m in mounts) + r")(?=/|$|\")")
         for key, value in env.items():
-            for mount, folder in mounts.items():
-                if value.startswith(mount):
-                    env[key] = str(folder) + value[len(mount) :]
+            env[key] = mounted.sub(lambda m: m[1] + str(mounts[m[2]]), value)
         env.update(JOB_COMPLETION_INDEX=str(index), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
         # A pod's /tmp is its own emptyDir; here it must be said, or torch's agent leaves its
         # torchelastic_* log dir (which it never removes) in this machine's /tmp.

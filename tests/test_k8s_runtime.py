@@ -73,7 +73,8 @@ def test_your_own_image_script_and_requests_are_what_the_pods_run(lab, capsys):
     would apply. A request above the overlay's limit raises the limit with it."""
     out = lab_in_process(
         capsys, "run", "--runtime", "k8s", "--dry-run", "--image", "registry.example/team/train:1",
-        "--pod-cpu", "3", "--pod-memory", "512Mi", "--run-dir", str(lab.run_dir), "/app/train.py", "--epochs", "2",
+        "--pod-cpu", "3", "--pod-memory", "512Mi", "--run-dir", str(lab.run_dir),
+        "/app/train.py", "--epochs", "2", "--note", "a b",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     objs = [o for o in yaml.safe_load_all(out.stdout) if o]
@@ -82,8 +83,9 @@ def test_your_own_image_script_and_requests_are_what_the_pods_run(lab, capsys):
     assert container["image"] == "registry.example/team/train:1"
     assert container["resources"]["requests"] == {"cpu": "3", "memory": "512Mi"}
     assert container["resources"]["limits"] == {"cpu": "3", "memory": "4Gi"}  # cpu raised to the request
-    assert config["LAB_WORKLOAD"] == "/app/train.py" and config["LAB_WORKLOAD_ARGS"] == "--epochs 2"
-    assert k8s_pod.argv_from_env({**config, "JOB_COMPLETION_INDEX": "0"})[-3:] == ["/app/train.py", "--epochs", "2"]
+    assert config["LAB_WORKLOAD"] == "/app/train.py" and config["LAB_WORKLOAD_ARGS"] == "--epochs 2 --note 'a b'"
+    argv = k8s_pod.argv_from_env({**config, "JOB_COMPLETION_INDEX": "0"})
+    assert argv[-5:] == ["/app/train.py", "--epochs", "2", "--note", "a b"]  # quoted in the ConfigMap, whole in the pod
     assert not lab.run_dir.exists()
 
 

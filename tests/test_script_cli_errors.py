@@ -19,7 +19,10 @@ SNAPSHOT = str(REPO / "tests" / "user_scripts" / "snapshot_every_epoch.py")
         (["run", "kill-worker", "--script", SNAPSHOT, "--target-rank", "4"], ["--target-rank", "[0, 4)", "4"]),
         (["run", "kill-worker", "--script", SNAPSHOT, "--at-step", "0"], ["--at-step", "0"]),
         (["run", "kill-node", "--script", SNAPSHOT, "--nodes", "1"], ["kill-node", "2 nodes", "--nodes 1"]),
-        (["run", "kill-worker", "--script", SNAPSHOT, "--runtime", "k8s"], ["--runtime k8s", "docker or ray"]),
+        (
+            ["run", "kill-worker", "--script", SNAPSHOT, "--runtime", "k8s"],
+            ["--runtime k8s", "lab image build", "--image REF"],
+        ),
         (["run", "kill-worker", "--ckpt-dir", "ckpt"], ["--ckpt-dir", "only with --script"]),
         (["run", "kill-worker", "--workdir", "."], ["--workdir", "only with --script"]),
         (["run", "kill-worker", "--script", SNAPSHOT, "--workdir", "no/such/dir"], ["--workdir", "no such folder"]),

@@ -83,16 +83,15 @@ def options_for(args: argparse.Namespace, fault: ModuleType | None) -> DrillOpti
 def refuse_early(args: argparse.Namespace, faults: list[ModuleType]) -> spec.ScriptSpec:
     """Every row's refusal, in one line, before anything starts (the run dir untouched): the
     runtime, --workdir, each fault's flags and its recovery style. Returns the script's spec."""
-    refusal = runtimes.runtime_class(args.runtime).NO_SCRIPT_DRILLS
-    if refusal:
-        raise LabError(f"--script on --runtime {args.runtime}: {refusal}")
-    the_spec = spec.spec_from_args(args)
-    if the_spec.workdir and not runtimes.runtime_class(args.runtime).HOST_CODE:
+    runtime = runtimes.runtime_class(args.runtime)
+    runtime.refuse_script_drill(args)
+    the_spec = spec.spec_from_args(args, on_this_machine=runtime.HOST_FILES)
+    if the_spec.workdir and not runtime.HOST_CODE:
         raise LabError(
-            f"--workdir runs your script in a folder of this machine; the {args.runtime} runtime's nodes see only "
-            "the script's folder and the run dir: use --runtime local, or drop --workdir"
+            f"--workdir runs your script in a folder of this machine, where the {args.runtime} runtime's nodes do "
+            "not run: use --runtime local, or drop --workdir"
         )
-    host = runtimes.runtime_class(args.runtime).rendezvous()
+    host = runtime.rendezvous()
     for fault in faults:  # every row's flags checked before the first run starts
         if getattr(fault, "SCRIPT_NEEDS_CKPT_DIR", "") and not the_spec.ckpt_dir:
             raise LabError(fault.SCRIPT_NEEDS_CKPT_DIR)
@@ -108,6 +107,8 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
 
     the_spec = refuse_early(args, faults)
     run_dir = run_dir_from_args(args)
+    # A runtime that cannot run here now (no cluster answers, no netns) says so before a report dir exists.
+    runtimes.from_args(args, run_dir, shared=runtimes.DRILL_FLAGS).check()
     run_dir.claim_for_report(out_dir)
     rows = len(faults) + (1 if reference else 0)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -2,8 +2,7 @@
 style --recovery auto picks there) or refuses.
 
 A cell is refused, in one line saying why, when the drill has no script side (NO_SCRIPT), the
-runtime takes no drills on a user's script (Runtime.NO_SCRIPT_DRILLS), the runtime's nodes
-cannot suffer a fault the drill injects (its INJECTS, read against Node.refusal), or the
+runtime's nodes cannot suffer a fault the drill injects (its INJECTS, read against Node.refusal), or the
 drill reads its verdict from Prometheus on a runtime that runs none for drills. The drills
 ask `refusal` before anything starts; `lab exercise grid` prints the table docs/exercises.md
 holds (tests/test_docs_path.py checks they agree).
@@ -41,8 +40,6 @@ def refusal(drill: ModuleType, runtime: type[Runtime], target: str, options: Any
         return f"the {runtime.name} runtime takes no drills"
     if target == "script" and no_script(drill):
         return no_script(drill)
-    if target == "script" and runtime.NO_SCRIPT_DRILLS:
-        return f"--script on --runtime {runtime.name}: {runtime.NO_SCRIPT_DRILLS}"
     if getattr(drill, "NEEDS_PROMETHEUS", False) and not issubclass(runtime, MonitoredRuntime):
         return f"{drill.NAME} reads its verdict from Prometheus, which the {runtime.name} runtime does not run"
     node = runtime.NODE
@@ -85,4 +82,6 @@ def markdown() -> str:
         lines.append(f"| {name} | {target} | " + " | ".join(shown) + " |")
     lines.append("")
     lines += [f"{i}. {why}" for i, why in enumerate(reasons, 1)]
+    needs = [runtime_class(r) for r in RUNTIMES if runtime_class(r).SCRIPT_DRILLS_NEED]
+    lines += ["", *(f"On {r.name}, a drill on your script needs {r.SCRIPT_DRILLS_NEED}." for r in needs)]
     return "\n".join(lines) + "\n"

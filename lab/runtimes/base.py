@@ -103,9 +103,11 @@ class Runtime(ABC):
     name: ClassVar[str]
     OPTIONS: ClassVar[tuple[Option, ...]] = ()
     DRILLS: ClassVar[bool] = False  # the exercise engine can drive its nodes (lab exercise run --runtime)
-    # Why a drill on a user's own script (--script) cannot run here; "" where it can: the
-    # script's folder and the run dir's working dirs must be visible to the nodes.
-    NO_SCRIPT_DRILLS: ClassVar[str] = ""
+    # Its nodes' files are this machine's, at the same paths (the run dir, shared or mounted):
+    # a drill reads a script's working dir, checkpoints and result file here. Not so in pods.
+    HOST_FILES: ClassVar[bool] = True
+    # What a drill on a user's script needs here beyond the script ("" where nothing): the grid says it.
+    SCRIPT_DRILLS_NEED: ClassVar[str] = ""
     NODE: ClassVar[type[Node] | None] = None  # its Node class: which faults it can inject (Faults.refusal)
     AUTO: ClassVar[bool] = False  # what --runtime auto means
     # Its nodes run this machine's own lab and torch (not an image's or another machine's copy):
@@ -211,6 +213,22 @@ class Runtime(ABC):
         if not path.is_file():
             raise LabError(f"script not found: {script}")
         return str(path.resolve())
+
+    @classmethod
+    def refuse_script_drill(cls, args: argparse.Namespace) -> None:
+        """Refuse, in one line before anything starts, a drill on a user's script that this
+        runtime cannot run with these flags (SCRIPT_DRILLS_NEED says what it takes)."""
+        return None
+
+    def script_workdir(self, label: str) -> Path:
+        """Where one drill run of a user's script works, as its nodes see the path: a fresh
+        folder per run, so no run sees another's checkpoints (`lab down` removes it)."""
+        return self.run_dir.path / "work" / label
+
+    def script_workdir_note(self) -> str:
+        """Whether a drill run's nodes share that working dir, where they do not ("" where they do:
+        one folder of this machine, mounted into every node)."""
+        return ""
 
     def describe(self, node: Node) -> str:
         """Where the node runs, in a few words (for `lab up` and the dry run)."""

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +38,9 @@ OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos", "shared-c
 OVERLAY_RDZV = {"elastic": "etcd-v2"}
 GPU = "nvidia.com/gpu"
 WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
+POD_DATA_DIR = "/data"  # each pod's own emptyDir (k8s/base/job.yaml)
 POD_CKPT_DIR = "/data/checkpoints"  # LAB_CKPT_DIR in k8s/base/job.yaml
+SHARED_DIR = "/shared"  # the ReadWriteMany volume of overlays/shared-checkpoints
 CONTEXT = Option("--context", "the kubectl context (default: the current one)")
 NAMESPACE = Option("--namespace", "the namespace (default %(default)s)", "default")
 OVERLAY = Option("--overlay", "which k8s/overlays/ to apply (default %(default)s)", "cpu-gloo", choices=OVERLAYS)
@@ -72,7 +76,7 @@ def render(
             rendered = json.loads(obj["data"]["LAB_TOPOLOGY"])
             fields = {**rendered, **pod_fields(topology, rendered)}
             obj["data"].update(
-                LAB_TOPOLOGY=json.dumps(fields), LAB_WORKLOAD=script, LAB_WORKLOAD_ARGS=" ".join(script_args)
+                LAB_TOPOLOGY=json.dumps(fields), LAB_WORKLOAD=script, LAB_WORKLOAD_ARGS=shlex.join(script_args)
             )
         if obj["kind"] == "Job":
             obj["spec"]["completions"] = obj["spec"]["parallelism"] = topology.nodes
@@ -119,11 +123,8 @@ class KubernetesRuntime(Runtime):
     # rendezvous as for c10d; losing pod 0 ends the job either way (the elastic overlay's
     # etcd is the answer to that). An overlay with a rendezvous of its own keeps it.
     RDZV_BACKENDS = ("lab", "c10d")
-    NO_SCRIPT_DRILLS = (
-        "a pod sees neither your script's folder nor the run dir's working dirs: run drills on your "
-        "script with --runtime local, docker or ray (to train on it in pods: lab image build, then "
-        "lab run --runtime k8s --image REF)"
-    )
+    HOST_FILES = False  # a pod's files are its volumes': a drill on a script reads them from its events
+    SCRIPT_DRILLS_NEED = "--image REF, the script baked in (lab image build), and --script its path in the image"
 
     def __init__(
         self,
@@ -168,6 +169,41 @@ class KubernetesRuntime(Runtime):
         if not path.is_absolute():
             raise LabError(f"--runtime k8s --image: give the script's absolute path inside the image, not {script!r}")
         return script
+
+    @classmethod
+    def refuse_script_drill(cls, args) -> None:
+        """A drill on a user's script runs the script baked into --image (lab image build), at
+        its path there; its result file (--compare) ends with the pods' volumes."""
+        if not getattr(args, "image", None):
+            raise LabError(
+                f"--script on --runtime k8s: a pod cannot see {args.script} on this machine: bake it into an "
+                "image (lab image build DIR --script DIR/train.py --tag REF --push), then give --image REF and "
+                "--script with the script's path inside the image"
+            )
+        if not os.path.isabs(args.script):
+            raise LabError(
+                f"--runtime k8s --image: --script is the script's absolute path inside the image, not {args.script!r}"
+            )
+        if getattr(args, "compare", None):
+            raise LabError(
+                "--compare on --runtime k8s: the result file stays in the pods and ends with their volumes; "
+                "compare results with --runtime local, docker or ray"
+            )
+
+    def script_workdir(self, label: str) -> Path:
+        """On the pods' shared volume (overlays/shared-checkpoints: every pod sees rank 0's
+        checkpoint), a folder no other run has used; else in each pod's own emptyDir, fresh with it."""
+        if self.overlay == "shared-checkpoints":
+            return Path(SHARED_DIR) / "work" / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}"
+        return Path(POD_DATA_DIR) / "work" / label
+
+    def script_workdir_note(self) -> str:
+        if self.overlay == "shared-checkpoints":
+            return ""
+        return (
+            "each pod runs your script in a working dir of its own, on its emptyDir: a checkpoint one pod "
+            "writes, the others do not see; --overlay shared-checkpoints gives every pod one volume"
+        )
 
     def plan(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
         """The manifests `up` applies, rendered offline, and the pods they make."""

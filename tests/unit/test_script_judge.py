@@ -5,6 +5,7 @@ fired, the rerun after a preemption and the straggler. No process runs."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -166,15 +167,17 @@ def test_a_script_that_exited_before_the_fault_fired_says_its_own_error_not_to_l
     )
 
 
-def resumed_from_the_start(evidence: Seen) -> float:
-    """The same run, but rank 0 counts from 0 again after the restart (a sparse snapshot's
-    resume): returns when rank 0 first stepped before the fault."""
+def resumed_from_the_start(evidence: Seen, ranks: set[int] | None = None) -> float:
+    """The same run, but the ranks (all: DDP keeps them together) count from 0 again after the
+    restart (a sparse snapshot's resume): returns when rank 0 first stepped before the fault."""
     fault_time = evidence.extra["fault"]["time"]
     restarted = min(e["time"] for e in evidence.events if e["event"] == "start" and e["time"] > fault_time)
-    again = [e for e in evidence.events if e["event"] == "step" and e["rank"] == 0 and e["time"] > restarted]
-    offset = again[0]["step"]
-    for e in again:
-        e["step"] -= offset
+    after = [e for e in evidence.events if e["event"] == "step" and e["time"] > restarted]
+    for rank in {e["rank"] for e in after} if ranks is None else ranks:
+        again = [e for e in after if e["rank"] == rank]
+        offset = again[0]["step"]
+        for e in again:
+            e["step"] -= offset
     return min(e["time"] for e in evidence.events if e["event"] == "step" and e["rank"] == 0)
 
 
@@ -284,3 +287,17 @@ def test_the_wall_clock_fire_point_counts_from_the_process_group_not_the_import(
     assert 5 <= signals.seconds_running([started, joined], at_time_s=15) < 6
     long_ago = {**started, "time": now - 46}  # no process group seen in 3 x 15 s: timed from the start
     assert signals.seconds_running([long_ago], at_time_s=15) >= 46
+
+
+def test_ranks_that_resume_apart_are_named_first_with_where_each_started_again():
+    """Pods with a working dir each: node1's ranks find no snapshot and start over while rank 0
+    resumes; DDP then pairs collectives of different epochs. The verdict says that before the
+    hang or failure it leads to, with the runtime's note on why."""
+    evidence = seen("kill-worker")
+    resumed_from_the_start(evidence, ranks={2, 3})
+    evidence.extra["workdir_note"] = "each pod runs your script in a working dir of its own"
+    report = judge.judge(evidence)
+    assert failed(report)[0] == "every rank resumed at the same step"
+    finding = report.facts["finding"]
+    assert re.search(r"resumed apart: ranks 2, 3 at epoch 0; ranks 0, 1 at epoch [1-9]", finding), finding
+    assert finding.endswith("(each pod runs your script in a working dir of its own)")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from lab.exercises import observe
-from lab.exercises.script import signals
+from lab.exercises.script import resume, signals
 from lab.exercises.seen import Seen
-from lab.health.events import Event, ExitReason, faulted_run_end
+from lab.health.events import Event, ExitReason
 from lab.report import Report
 from lab.why import CONSEQUENCE
 
@@ -169,6 +168,8 @@ def judge_fault(report: Report, seen: Seen) -> None:
         detail = f"the script failed before the fault: {explained(early, seen.extra)}"
         report.check("the script ran until the fault", False, detail)
         return
+    if unit is not None:  # first: ranks apart is why such a job then hangs or fails
+        resume.check_together(report, signals.resumed_by_rank(events, fault["time"], source, unit), unit, seen.extra)
     check_finished(report, codes)
     if recovery == "none":
         report.check("no restart was needed", facts["restarts"] == 0, f"restarts {facts['restarts']}")
@@ -190,8 +191,8 @@ def judge_fault(report: Report, seen: Seen) -> None:
             "(or call lab.progress.step(n)) and say where it checkpoints (--ckpt-dir) to make both visible",
         )
         return
-    saved = newest_save(events, fault["time"], source, unit)
-    check_resumed(report, signals.segments(events, fault["time"], source, unit), unit, loaded, saved)
+    saved = resume.newest_save(events, fault["time"], source, unit)
+    resume.check_resumed(report, signals.segments(events, fault["time"], source, unit), unit, loaded, saved)
 
 
 def check_finished(report: Report, codes: dict[str, int | None]) -> None:
@@ -206,58 +207,6 @@ def check_finished(report: Report, codes: dict[str, int | None]) -> None:
         if stuck
         else f"node exit codes {codes}" + (f"; {errors_seen[0]}" if errors_seen and not finished else ""),
     )
-
-
-def newest_save(events: list[dict], fault_time: float, source: str, unit: str) -> dict | None:
-    """When the script last saved (torch.save, dcp.save) before the fault, and rank 0's progress
-    then: where a resume from its newest checkpoint should pick up. None: it saved nothing seen.
-    A save after the injection and before the restart counts (events.restarted_at)."""
-    until = faulted_run_end(events, fault_time)
-    times = [e["time"] for e in events if e["event"] == Event.SAVED and e["time"] < until]
-    if not times:
-        return None
-    steps = [e["step"] for e in signals.progress(events, source, unit) if e["time"] <= max(times)]
-    return {"unit": unit, "at": max(steps, default=None)}
-
-
-def check_resumed(report: Report, seg: dict[str, Any], unit: str, loaded: list[str], saved: dict | None) -> None:
-    """Resumed: it went on past where it started, or it loaded a checkpoint and picked up where
-    its newest one (saved before the fault) left off, however sparse its snapshots."""
-    report.facts["progress"].update(seg)
-    report.facts["newest_checkpoint_before_fault"] = saved
-    first, reached, resumed = seg["first"], seg["reached"], seg["resumed_at"]
-    redone = max(0, reached - resumed + 1) if reached is not None and resumed is not None else None
-    report.facts["work_redone"] = (
-        {"unit": unit, "count": redone, "from": resumed, "to": reached} if redone is not None else None
-    )
-    at_save = saved["at"] if saved else None
-    from_newest = bool(loaded) and saved is not None and resumed is not None and (at_save is None or resumed >= at_save)
-    resumed_ok = resumed is not None and first is not None and (resumed > first or from_newest)
-    if resumed is None:
-        detail = f"no {unit} after the workers started again"
-    elif resumed_ok:
-        detail = f"{unit} {reached} reached before the fault, resumed at {unit} {resumed}: {redone} {unit}(s) redone"
-        detail += f"; loaded {loaded[0]}" if loaded else ""
-        if not resumed > first:  # a sparse snapshot: right to start over from it
-            where = f"at {unit} {at_save}" if at_save is not None else f"before its first {unit}"
-            detail += f", its newest checkpoint before the fault (saved {where})"
-    elif loaded and at_save is not None:
-        detail = f"loaded {loaded[0]} but resumed at {unit} {resumed}, before {unit} {at_save} where it last saved"
-    elif loaded:
-        detail = (
-            f"restarted from {unit} {resumed} although it loaded {loaded[0]}: no torch.save or dcp.save was seen "
-            "before the fault, so nothing says that file held any progress"
-        )
-    elif saved is None:  # nothing seen saved, nothing loaded: too early to tell, or no checkpointing
-        detail = (
-            f"restarted from {unit} {resumed} and loaded no file; no torch.save or dcp.save was seen before the "
-            "fault either: it came before the first checkpoint (fire later: --at-step, --at-time), or your "
-            "script does not checkpoint"
-        )
-    else:
-        detail = f"restarted from {unit} {resumed}: your script does not load its checkpoint"
-        detail += " (it loaded no file after the fault)"
-    report.check("it resumed where it left off, not from the start", resumed_ok, detail)
 
 
 def finding(report: Report) -> str:

@@ -124,9 +124,11 @@ def run_matrix(
             spec=spec,
             fault=fault,
             base_topology=topology_for(fault),
-            workdir=Path(spec.workdir) if spec.workdir else runtime.run_dir.path / "work" / label,
+            workdir=Path(spec.workdir) if spec.workdir else runtime.script_workdir(label),
             keep_dir=out_dir / label,
             reference_result=reference_result,
+            host_files=runtime.HOST_FILES,
+            workdir_note="" if spec.workdir else runtime.script_workdir_note(),
         )
         row = Row(label, directory=out_dir / label)
         try:

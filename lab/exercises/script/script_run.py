@@ -41,6 +41,8 @@ class ScriptRun:
     workdir: Path  # as the nodes see it
     keep_dir: Path  # where its report, timeline and result file are kept
     reference_result: Path | None = None
+    host_files: bool = True  # the nodes' files are this machine's (Runtime.HOST_FILES); not in pods
+    workdir_note: str = ""  # where the nodes do not share the working dir (Runtime.script_workdir_note)
     NEEDS_PROMETHEUS = False
 
     def __post_init__(self) -> None:
@@ -49,8 +51,8 @@ class ScriptRun:
         self.SCRIPT = self.spec.path
         ckpt = self.spec.ckpt_path(self.workdir)
         # Looked at before the lab starts: only an absolute --ckpt-dir, or the user's --workdir, can
-        # hold anything yet.
-        self.found_at_start = signals.listing(ckpt)
+        # hold anything yet. A pod's volumes start empty.
+        self.found_at_start = signals.listing(ckpt) if self.host_files else []
 
     @property
     def kept_result(self) -> Path | None:
@@ -73,6 +75,7 @@ class ScriptRun:
             "ckpt_dir": self.spec.ckpt_dir,
             "found_at_start": self.found_at_start,
             "own_workdir": bool(self.spec.workdir),
+            "workdir_note": self.workdir_note,
         }
         if self.fault is None:
             codes = wait_end(drill, self.spec.deadline_s + signals.FIRE_POINT_TIMEOUT_S)
@@ -88,7 +91,9 @@ class ScriptRun:
         ckpt = self.spec.ckpt_path(self.workdir)
         target = options.target_rank
         recovery = self.fault.SCRIPT_RECOVERY
-        fire = signals.wait_fire_point(drill, target, options.at_step, self.spec.at_time_s, ckpt)
+        # With no step signal the fire point waits for a checkpoint file, where this machine sees them.
+        seen_ckpt = ckpt if self.host_files else None
+        fire = signals.wait_fire_point(drill, target, options.at_step, self.spec.at_time_s, seen_ckpt)
         if fire is None:
             unfired = {"fire": None, "target": target, "at_step": options.at_step, "recovery": recovery}
             return drill.snapshot(self.NAME, drill.exit_codes(), **unfired, **setup)

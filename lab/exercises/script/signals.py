@@ -67,6 +67,22 @@ def segments(events: list[dict], fault_time: float, source: str, unit: str) -> d
     }
 
 
+def resumed_by_rank(events: list[dict], fault_time: float, source: str, unit: str) -> dict[int, int]:
+    """Each rank's first progress value once the workers started again after the fault (ranks that
+    print none are left out). Ranks of one DDP job resume together; ones that do not started
+    from different checkpoints, or from none."""
+    restarted = restarted_at(events, fault_time)
+    if restarted is None:
+        return {}
+    ranks = sorted({e["rank"] for e in events if e["event"] == Event.STEP and e.get("source") == source})
+    found = {}
+    for rank in ranks:
+        after = [e["step"] for e in series(events, rank, source, unit) if e["time"] > restarted]
+        if after:
+            found[rank] = after[0]
+    return found
+
+
 def rates(events: list[dict], faults: list[dict], source: str, unit: str) -> dict[str, float | None]:
     """Rank 0's progress per second before the fault (from its first step, at most as long
     as the fault) and while the fault lasted (until the next fault record: its release)."""

@@ -88,10 +88,11 @@ class ScriptSpec:
         return workdir / self.compare if self.compare else None
 
 
-def spec_from_args(args: argparse.Namespace) -> ScriptSpec:
-    """The spec from `--script ... -- ARGS`, checked: one-line errors."""
+def spec_from_args(args: argparse.Namespace, on_this_machine: bool = True) -> ScriptSpec:
+    """The spec from `--script ... -- ARGS`, checked: one-line errors. on_this_machine: the
+    nodes run the script from this machine's files (else from their image, at the path given)."""
     path = Path(args.script)
-    if not path.is_file():
+    if on_this_machine and not path.is_file():
         raise LabError(f"--script: no such file: {args.script}")
     regex = args.progress_regex or DEFAULT_REGEX
     try:
@@ -112,7 +113,7 @@ def spec_from_args(args: argparse.Namespace) -> ScriptSpec:
         raise LabError(f"--workdir: no such folder: {workdir}")
     script_args = list(args.script_args)
     return ScriptSpec(
-        path=str(path.resolve()),
+        path=str(path.resolve()) if on_this_machine else args.script,
         args=tuple(script_args[1:] if script_args[:1] == ["--"] else script_args),
         ckpt_dir=args.ckpt_dir,
         progress_regex=regex,
