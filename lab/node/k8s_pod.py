@@ -41,7 +41,7 @@ def topology_from_env(env) -> Topology:
         fields["nproc_per_node"] = torch.cuda.device_count()
         if not fields["nproc_per_node"]:
             fail('"nproc_per_node": "gpu" but this pod sees no GPU')
-    # JSON has no tuples: the topology's tuple fields (script_wrapper, metrics_ports) come back as lists.
+    # JSON has no tuples: the topology's tuple fields (script_wrapper, torchrun_extra) come back as lists.
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
     try:
         return Topology(**fields)
