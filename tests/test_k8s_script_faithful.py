@@ -101,11 +101,11 @@ def test_on_a_shared_volume_the_script_resumes_from_rank_0s_snapshot(tmp_path):
 def test_with_a_volume_per_pod_the_drill_says_the_ranks_resumed_apart_and_why(tmp_path):
     """Pod 0's ranks resume from rank 0's snapshot, pod 1's find none and start from epoch 0; the
     job then waits on collectives that never pair up (the drill would call it stuck at its
-    deadline: 30 s here, as --deadline 30)."""
+    deadline: 12 s here, as --deadline 12)."""
     objects, run = drill_job(tmp_path, "cpu-gloo")
     assert str(run.workdir) == "/data/work/kill-worker"
     with FaithfulJob(objects, tmp_path, "ee0c6") as job:
-        seen = kill_at_epoch(job, run, deadline_s=30)
+        seen = kill_at_epoch(job, run, deadline_s=12)
         in_pod1 = {p.name for p in (job.mounts(1)["/data"] / "work" / "kill-worker").iterdir()}
     report = judge.judge(seen)
     assert "snapshot.pt" not in in_pod1, "pod 1 has a working dir of its own, without rank 0's snapshot"
