@@ -57,12 +57,40 @@ replaced_by_us() {
     docker image inspect -f '{{.Id}} {{index .Config.Labels "torchrun-lab.source"}}' "$1" 2>/dev/null \
         | awk 'NF == 2 && $2 != "<no" {print $1}'
 }
+# Everything an image is made from: the target and its base, the Dockerfile and what it copies
+# (lab/, the requirements, the install script, which wheels). An image labelled with the same
+# hash is up to date and is not built again: sending the 300 MB context only to find every layer
+# cached took about 30 s a call, and the suite's Docker tests and `make lab-up` call it often.
+inputs_of() {  # $1: the target, or "prometheus"
+    {
+        echo "$1 ${base:-$cpu_base} offline=$offline"
+        docker image inspect -f '{{.Id}}' "${base:-$cpu_base}" 2>/dev/null || true
+        if [ "$1" = prometheus ]; then
+            find docker/prometheus docker/prometheus.Dockerfile -type f -print0 | sort -z | xargs -0 sha256sum
+        else
+            sha256sum docker/Dockerfile docker/requirements-node.txt docker/requirements-ray.txt docker/install-deps.sh
+            ls docker/wheels
+            if [ "$1" = cuda ]; then ls docker/wheels-cuda 2>/dev/null || true; fi
+            find lab -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum
+        fi
+    } | sha256sum | cut -c1-16
+}
+up_to_date() {  # $1: the image, $2: its inputs' hash
+    [ "$(docker image inspect -f '{{index .Config.Labels "torchrun-lab.inputs"}}' "$1" 2>/dev/null)" = "$2" ]
+}
 for target in $targets; do
+    inputs="$(inputs_of "$target")"
+    if up_to_date "torchrun-lab:$target" "$inputs"; then
+        echo "torchrun-lab:$target is up to date (built from these sources, wheels and base)"
+        built+=("torchrun-lab:$target")
+        continue
+    fi
     echo "building torchrun-lab:$target${base:+ on $base}${offline/#1/ (offline)}"
     old="$(replaced_by_us "torchrun-lab:$target")"
     if docker build -q -f docker/Dockerfile --target "$target" -t "torchrun-lab:$target" \
         ${base:+--build-arg BASE_IMAGE="$base"} --build-arg OFFLINE="$offline" \
-        --label "torchrun-lab.source=$source_hash" "$(context_for "$target")" >"$logs/$target.log" 2>&1; then
+        --label "torchrun-lab.source=$source_hash" --label "torchrun-lab.inputs=$inputs" \
+        "$(context_for "$target")" >"$logs/$target.log" 2>&1; then
         built+=("torchrun-lab:$target")
         if [ -n "$old" ] && [ "$old" != "$(docker image inspect -f '{{.Id}}' "torchrun-lab:$target")" ]; then
             docker rmi "$old" >/dev/null 2>&1 || true
@@ -71,10 +99,16 @@ for target in $targets; do
         skipped+=("$target ($(grep -v DEPRECATED "$logs/$target.log" | grep -iE 'error|denied|not found' | tail -1 | cut -c1-120))")
     fi
 done
-echo "building torchrun-lab-prometheus:2.42"
-docker build -q -f docker/prometheus.Dockerfile ${base:+--build-arg BASE_IMAGE="$base"} \
-    -t torchrun-lab-prometheus:2.42 docker/prometheus >"$logs/prometheus.log" 2>&1 \
-    || { tail -3 "$logs/prometheus.log" >&2; echo "error: the Prometheus image did not build" >&2; exit 1; }
+inputs="$(inputs_of prometheus)"
+if up_to_date torchrun-lab-prometheus:2.42 "$inputs"; then
+    echo "torchrun-lab-prometheus:2.42 is up to date"
+else
+    echo "building torchrun-lab-prometheus:2.42"
+    docker build -q -f docker/prometheus.Dockerfile ${base:+--build-arg BASE_IMAGE="$base"} \
+        --label "torchrun-lab.inputs=$inputs" -t torchrun-lab-prometheus:2.42 docker/prometheus \
+        >"$logs/prometheus.log" 2>&1 \
+        || { tail -3 "$logs/prometheus.log" >&2; echo "error: the Prometheus image did not build" >&2; exit 1; }
+fi
 built+=(torchrun-lab-prometheus:2.42)
 echo "built: ${built[*]}"
 if [ -n "${REGISTRY:-}" ]; then

@@ -23,6 +23,16 @@ from lab.runtimes.docker_engine import PROMETHEUS_IMAGE
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
+def test_images_built_from_unchanged_inputs_are_not_built_again(images):
+    """The session built them already (the images fixture): the same call finds every input
+    unchanged (scripts/build-images.sh's inputs label) and builds nothing."""
+    again = build_images("cpu")
+    assert "torchrun-lab:cpu is up to date" in again and "torchrun-lab-prometheus:2.42 is up to date" in again
+    assert "building torchrun-lab" not in again, again
+    label = docker("image", "inspect", "-f", '{{index .Config.Labels "torchrun-lab.inputs"}}', "torchrun-lab:cpu")
+    assert re.fullmatch(r"[0-9a-f]{16}", label.stdout.strip()), label.stdout
+
+
 def test_the_prometheus_image_is_debians_server(images):
     version = docker("run", "--rm", PROMETHEUS_IMAGE, "--version")
     assert version.returncode == 0 and "prometheus, version 2.42" in version.stdout + version.stderr
