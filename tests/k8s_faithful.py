@@ -84,11 +84,14 @@ class FaithfulJob:
         for folder in mounts.values():
             folder.mkdir(parents=True, exist_ok=True)  # a shared claim's may exist already
         env = {**self.config, **{e["name"]: e["value"] for e in self.container["env"]}}
-        # A mount's path as a value, or inside JSON (LAB_TOPOLOGY's working dir), in one pass:
-        # a folder put in place of one mount is never taken for another.
+        # The pod's own paths: the container's env values that name a mount, and the working dir
+        # inside LAB_TOPOLOGY's JSON, each in one pass (a folder put in place of one mount is never
+        # taken for another). The workload's path is the image's, never a mount's (the repository
+        # may well lie under /tmp, as a CI clone does).
         mounted = re.compile(r'(^|")(' + "|".join(re.escape(m) for m in mounts) + r")(?=/|$|\")")
-        for key, value in env.items():
-            env[key] = mounted.sub(lambda m: m[1] + str(mounts[m[2]]), value)
+        own = {e["name"] for e in self.container["env"]} | {"LAB_TOPOLOGY"}
+        for key in own & set(env):
+            env[key] = mounted.sub(lambda m: m[1] + str(mounts[m[2]]), env[key])
         env.update(JOB_COMPLETION_INDEX=str(index), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
         # A pod's /tmp is its own emptyDir; here it must be said, or torch's agent leaves its
         # torchelastic_* log dir (which it never removes) in this machine's /tmp.

@@ -21,7 +21,8 @@ from lab.bench.result import BenchResult, this_command
 from lab.errors import LabError
 from lab.options import BACKEND, NODES, NPROC_PER_NODE, add_all
 from lab.rundir import RunDir
-from lab.runtimes.local import HOSTS, LocalNode
+from lab.runtimes.local import HOSTS
+from lab.runtimes.local_node import LocalNode
 from lab.topology import Topology
 
 HEADLINE_SIZE = 64 << 20  # the yardstick: all_reduce at 64 MB

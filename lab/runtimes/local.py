@@ -11,24 +11,19 @@ fault can be injected.
 from __future__ import annotations
 
 import os
-import signal
-import sys
-import time
-from dataclasses import dataclass
-from pathlib import Path
 
 from lab import gpus, procs
 from lab.errors import LabError
 from lab.health import prometheus
 from lab.nodeenv import NodeEnv
 from lab.options import Option
-from lab.rundir import MARKER, NODE_MARKER, RunDir
+from lab.rundir import RunDir
 from lab.runtimes import etcd, memory, netns, userns
 from lab.runtimes.base import Log, MonitoredRuntime, Node
 from lab.runtimes.dry_run import plan_text
-from lab.runtimes.local_faults import LocalFaults
+from lab.runtimes.local_node import LocalNode
 from lab.runtimes.plan import LaunchPlan
-from lab.runtimes.ports import ensure_port_free, exporter_ports
+from lab.runtimes.ports import ensure_port_free, exporter_ports, free_etcd_port, holder
 from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
 from lab.topology import RDZV_BACKENDS, Topology
 
@@ -39,71 +34,6 @@ HOSTS = Option(
     "auto",
     choices=HOST_MODES,
 )
-
-
-@dataclass
-class LocalNode(LocalFaults):
-    runtime_name = "local"
-    name: str
-    index: int
-    address: str
-    netns: str | None
-    dir: Path
-    run_dir: str
-    userns_pid: int | None = None  # userns hosts: the holder of the nodes' namespace
-
-    @property
-    def pid(self) -> int | None:
-        try:
-            return int((self.dir / "pid").read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-
-    def record(self) -> dict:
-        return {"name": self.name, "index": self.index, "address": self.address, "netns": self.netns}
-
-    def wrapper(self) -> list[str]:
-        """What runs around the node's command: its host namespaces and the nodeproc shim."""
-        shim = [sys.executable, "-m", "lab.node.nodeproc", f"--exit-file={self.exit_file}"]
-        if self.userns_pid is not None:
-            return [*userns.exec_prefix(self.userns_pid), *shim]
-        if self.netns is None and os.geteuid() == 0:  # a /dev/shm of its own, as netns nodes have
-            return ["unshare", "--mount", "--propagation", "private", "--", *shim, "--private-shm"]
-        if self.netns is None:
-            return shim
-        host = netns.Host(self.name, self.netns, self.address)
-        return [*netns.exec_prefix(host), *shim, f"--hostname={self.name}", "--private-shm"]
-
-    def start(self, argv: list[str]) -> None:
-        self.remember_argv(argv)
-        self.exit_file.unlink(missing_ok=True)
-        self.workers_file.unlink(missing_ok=True)  # the last run's workers
-        env = {**os.environ, MARKER: self.run_dir, NODE_MARKER: self.name}
-        proc = procs.spawn([*self.wrapper(), "--", *argv], log_path=self.log_path, env=env)
-        (self.dir / "pid").write_text(str(proc.pid))
-
-    def exit_code(self) -> int | None:
-        code = self._recorded_exit()
-        if code is not None:
-            return code
-        pid = self.pid
-        if pid is not None and procs.alive(pid):
-            return None
-        time.sleep(0.05)  # the shim may have been writing the file as it exited
-        code = self._recorded_exit()
-        # No record: the shim itself was killed (or never started). Report it as SIGKILL.
-        return code if code is not None else 128 + signal.SIGKILL
-
-    def _recorded_exit(self) -> int | None:
-        try:
-            return int(self.exit_file.read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-
-    def stop(self, grace_s: float = 10.0) -> None:
-        if self.pid is not None and procs.send(self.pid, signal.SIGTERM, self.run_dir):  # the shim passes it on
-            procs.wait_gone([self.pid], grace_s)
-        procs.terminate(procs.marked_pids(self.run_dir, self.name), grace_s=1.0, run_dir=self.run_dir)
 
 
 class LocalRuntime(MonitoredRuntime):
@@ -223,13 +153,15 @@ class LocalRuntime(MonitoredRuntime):
         if self.host_mode() == "userns":  # the plan's nodes live in the namespace it holds
             self.run_dir.claim()
             self._userns_pid = userns.start_holder(str(self.run_dir.path), self.run_dir.path / "userns.log")
+        if topology.rdzv_backend == "etcd-v2":
+            etcd.check_installed()
+            topology = self._etcd_port(topology)
         plan = self.plan(topology, script, script_args)
         mode, topology = plan.hosts, plan.topology
         watch = self.use_prometheus(mode)
-        if topology.rdzv_backend == "etcd-v2":
-            etcd.check_installed()
-            ensure_port_free("127.0.0.1", topology.rdzv_port + 1, "etcd peer port", "--rdzv-port")
-        if watch:
+        if watch and self.prometheus.chosen_port:  # another lab may have taken it since this one chose it
+            self.prometheus.port = prometheus.first_free_port(self.prometheus.port)
+        elif watch:
             ensure_port_free("127.0.0.1", self.prometheus.port, "Prometheus port", "--prometheus-port")
         if mode == "loopback":  # (a userns lab's namespace is its own: nothing else listens there)
             ensure_port_free("127.0.0.1", topology.rdzv_port, "rendezvous port", "--rdzv-port")
@@ -239,6 +171,14 @@ class LocalRuntime(MonitoredRuntime):
         subnet, holder = self.net.subnet if mode == "netns" else None, self._userns_pid if mode == "userns" else None
         plan.own = {"lab_pid": os.getpid(), "lab_id": self.run_dir.lab_id, "subnet": subnet, "userns_pid": holder}
         return plan
+
+    def _etcd_port(self, topology: Topology) -> Topology:
+        """etcd serves on this machine's side of the lab's network, beside every other lab's
+        loopback listeners: a rendezvous port taken there gives way to the next free one, said."""
+        port = free_etcd_port(topology.rdzv_port)
+        if port != topology.rdzv_port:
+            self.log(f"port {topology.rdzv_port} is taken{holder(topology.rdzv_port)}: etcd serves on {port}")
+        return topology.replace(rdzv_port=port)
 
     def provision(self, plan: LaunchPlan) -> None:
         topology = plan.topology

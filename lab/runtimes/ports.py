@@ -16,16 +16,31 @@ def exporter_ports(topology: Topology) -> list[int]:
     return [*(agents if topology.agent_metrics_port else []), *(ranks if topology.rank_metrics_port else [])]
 
 
-def ensure_port_free(host: str, port: int, what: str, option: str) -> None:
+def port_free(host: str, port: int) -> bool:
+    """Nothing listens on host:port (on 0.0.0.0: on no address at all)."""
     with socket.socket() as s:
         # As servers do: a port whose old connections linger in TIME_WAIT is still free.
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
-            raise LabError(
-                f"{what} {host}:{port} is already in use{holder(port)}; pick another with {option}"
-            ) from None
+            return False
+    return True
+
+
+def ensure_port_free(host: str, port: int, what: str, option: str) -> None:
+    if not port_free(host, port):
+        raise LabError(f"{what} {host}:{port} is already in use{holder(port)}; pick another with {option}")
+
+
+def free_etcd_port(port: int, tries: int = 50) -> int:
+    """The first port from `port` on where the lab's etcd can serve clients (on any address: it
+    listens on the host's side of the lab's network, where other labs' loopback listeners are)
+    with its peer port above it free on 127.0.0.1."""
+    for candidate in range(port, min(port + 2 * tries, 65535), 2):
+        if port_free("0.0.0.0", candidate) and port_free("127.0.0.1", candidate + 1):
+            return candidate
+    raise LabError(f"no free pair of ports for etcd from {port} on{holder(port)}; pick one with --rdzv-port")
 
 
 def holder(port: int) -> str:

@@ -36,7 +36,7 @@ class MachineAgent:
     def __init__(self, run_dir: str, name: str, index: int):
         import ray
 
-        from lab.runtimes.local import LocalNode
+        from lab.runtimes.local_node import LocalNode
 
         self.address = ray.util.get_node_ip_address()
         self.node = LocalNode(
