@@ -32,8 +32,8 @@ from lab.health.prometheus import Prometheus
 from lab.options import Option
 from lab.report import Report
 from lab.rundir import RunDir
-from lab.runtimes.base import MonitoredRuntime
 from lab.runtimes.local import HOSTS
+from lab.runtimes.monitored import MonitoredRuntime
 from lab.topology import Topology
 from lab.workloads import script_path
 

@@ -30,7 +30,8 @@ from lab.health.events import Event, read_events
 from lab.recovery import Recovery
 from lab.report import Report
 from lab.rundir import MARKER
-from lab.runtimes.base import MonitoredRuntime, Runtime
+from lab.runtimes.base import Runtime
+from lab.runtimes.monitored import MonitoredRuntime
 from lab.runtimes.ray_runtime import check_reachable, connect, ray_get
 from lab.runtimes.tempdirs import ray_session_prefix
 from lab.topology import Topology

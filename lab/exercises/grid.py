@@ -15,7 +15,8 @@ from typing import Any
 
 from lab import exercises
 from lab.runtimes import runtime_class
-from lab.runtimes.base import MonitoredRuntime, Runtime
+from lab.runtimes.base import Runtime
+from lab.runtimes.monitored import MonitoredRuntime
 
 TARGETS = ("trainer", "script")
 RUNTIMES = ("local", "docker", "ray", "k8s")

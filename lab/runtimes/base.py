@@ -17,9 +17,8 @@ from typing import Any, ClassVar
 
 from lab import recovery
 from lab.errors import LabError
-from lab.health import prometheus
 from lab.nodeenv import NodeEnv
-from lab.options import Option, port
+from lab.options import Option
 from lab.rundir import RunDir
 from lab.runtimes import state as runstate
 from lab.runtimes.faults import Faults, FaultUnsupported
@@ -257,43 +256,3 @@ class Runtime(ABC):
         return topology.launch_argv(
             node.index, script, script_args, log_dir=str(node.dir / "torchelastic"), extra_env=self.node_env(node)
         )
-
-
-MONITORING_MODES = ("auto", "on", "off")
-MONITORING = Option(
-    "--prometheus",
-    "start a Prometheus server scraping every rank (auto: when installed; default %(default)s)",
-    "auto",
-    choices=MONITORING_MODES,
-    dest="monitoring",
-)
-PROMETHEUS_PORT = Option(
-    "--prometheus-port",
-    "where the lab's Prometheus serves (default: 9090, or the next free port)",
-    type=port,
-    metavar="PORT",
-)
-
-
-class MonitoredRuntime(Runtime):
-    """A runtime whose lab runs its own Prometheus beside the nodes (local, docker, ray)."""
-
-    OPTIONS: ClassVar[tuple[Option, ...]] = (MONITORING, PROMETHEUS_PORT)
-
-    def __init__(
-        self, run_dir: RunDir, *, log: Log = print, monitoring: str = "auto", prometheus_port: int | None = None
-    ) -> None:
-        super().__init__(run_dir, log=log)
-        if monitoring not in MONITORING_MODES:
-            raise LabError(f"--prometheus must be one of {', '.join(MONITORING_MODES)}; got {monitoring!r}")
-        self.monitoring = monitoring
-        # The port asked for, else the first free one from 9090 on.
-        self.prometheus = prometheus.Prometheus(run_dir.path / "prometheus", port=prometheus_port)
-
-    def start_recorded_prometheus(self, state: runstate.RunState) -> None:
-        """Start the lab's Prometheus and record its address in the run state: another port
-        than planned when a lab starting beside this one took the first (Prometheus.start)."""
-        self.prometheus.start(str(self.run_dir.path))
-        if state.prometheus != self.prometheus.url:
-            state.prometheus = self.prometheus.url
-            runstate.save(self.run_dir, state)

@@ -26,9 +26,10 @@ from lab.health import prometheus
 from lab.rundir import RunDir
 from lab.runtimes import docker_engine as engine
 from lab.runtimes import memory, subnets
-from lab.runtimes.base import IMAGE, Log, MonitoredRuntime, Node
+from lab.runtimes.base import IMAGE, Log, Node
 from lab.runtimes.docker_node import DockerNode, stop_all
 from lab.runtimes.dry_run import plan_text
+from lab.runtimes.monitored import MonitoredRuntime
 from lab.runtimes.plan import LaunchPlan
 from lab.topology import Topology
 
@@ -142,6 +143,8 @@ class DockerRuntime(MonitoredRuntime):
         if note:
             self.log(note)
         watch = self.use_prometheus()
+        if watch:
+            self.claim_prometheus_port()
         # The folders the containers write, made and given to the image's user first.
         user = engine.own_for_containers(
             *(self.run_dir.path / d for d in NODE_WRITES),

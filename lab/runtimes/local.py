@@ -19,9 +19,10 @@ from lab.nodeenv import NodeEnv
 from lab.options import Option
 from lab.rundir import RunDir
 from lab.runtimes import etcd, memory, netns, userns
-from lab.runtimes.base import Log, MonitoredRuntime, Node
+from lab.runtimes.base import Log, Node
 from lab.runtimes.dry_run import plan_text
 from lab.runtimes.local_node import LocalNode
+from lab.runtimes.monitored import MonitoredRuntime
 from lab.runtimes.plan import LaunchPlan
 from lab.runtimes.ports import ensure_port_free, exporter_ports, free_etcd_port, holder
 from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
@@ -159,10 +160,8 @@ class LocalRuntime(MonitoredRuntime):
         plan = self.plan(topology, script, script_args)
         mode, topology = plan.hosts, plan.topology
         watch = self.use_prometheus(mode)
-        if watch and self.prometheus.chosen_port:  # another lab may have taken it since this one chose it
-            self.prometheus.port = prometheus.first_free_port(self.prometheus.port)
-        elif watch:
-            ensure_port_free("127.0.0.1", self.prometheus.port, "Prometheus port", "--prometheus-port")
+        if watch:
+            self.claim_prometheus_port()
         if mode == "loopback":  # (a userns lab's namespace is its own: nothing else listens there)
             ensure_port_free("127.0.0.1", topology.rdzv_port, "rendezvous port", "--rdzv-port")
             for port in exporter_ports(topology):

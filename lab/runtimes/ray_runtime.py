@@ -28,7 +28,8 @@ from lab.health import prometheus
 from lab.options import Option
 from lab.rundir import RunDir
 from lab.runtimes import state as runstate
-from lab.runtimes.base import Log, MonitoredRuntime, Node
+from lab.runtimes.base import Log, Node
+from lab.runtimes.monitored import MonitoredRuntime
 from lab.runtimes.plan import LaunchPlan
 from lab.runtimes.ray_node import ACTOR_NAMESPACE, MachineAgent, RayNode, actor_name
 from lab.runtimes.state import RunState
@@ -170,6 +171,8 @@ class RayRuntime(MonitoredRuntime):
                 f"{topology.nodes} needs {topology.nodes} (one lab node per machine)"
             )
         watch = self.use_prometheus()
+        if watch:
+            self.claim_prometheus_port()
         recorded = RunState(
             self.name,
             "machines",
