@@ -225,8 +225,8 @@ class Runtime(ABC):
         return self.run_dir.path / "work" / label
 
     def script_workdir_note(self) -> str:
-        """Whether a drill run's nodes share that working dir, where they do not ("" where they do:
-        one folder of this machine, mounted into every node)."""
+        """Why the nodes of one drill run do not share its working dir, for the verdict to say when
+        ranks resume apart; "" where they share it (one folder of this machine, mounted in every node)."""
         return ""
 
     def describe(self, node: Node) -> str:

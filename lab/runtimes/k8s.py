@@ -11,6 +11,7 @@ until `up`, so `--dry-run` prints the manifests offline.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -171,7 +172,7 @@ class KubernetesRuntime(Runtime):
         return script
 
     @classmethod
-    def refuse_script_drill(cls, args) -> None:
+    def refuse_script_drill(cls, args: argparse.Namespace) -> None:
         """A drill on a user's script runs the script baked into --image (lab image build), at
         its path there; its result file (--compare) ends with the pods' volumes."""
         if not getattr(args, "image", None):
