@@ -1,10 +1,9 @@
 """The exercise engine: Ray drives the drill, one node-agent actor per lab node.
 
-The driver brings the lab up, creates a `NodeAgent` actor per node (it owns that
-node through the runtime's Node handle and injects faults there), runs the
-exercise's timeline, and always tears everything down: Ray, every process, every
-namespace, also on failure or Ctrl-C.
-"""
+The driver brings the lab up, creates a `NodeAgent` actor per node (it owns that node
+through the runtime's Node handle and injects faults there), runs the exercise's
+timeline, and always tears everything down: Ray, every process, every namespace, also
+on failure or Ctrl-C."""
 
 from __future__ import annotations
 
