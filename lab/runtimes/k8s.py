@@ -162,29 +162,18 @@ class KubernetesRuntime(Runtime):
         path = Path(script)
         if path.is_file() and path.resolve().parent == WORKLOADS:
             return str(path.resolve())
-        if self.pods.image is None:
-            raise LabError(
-                f"--runtime k8s: a pod cannot see {script} on this machine: build an image FROM torchrun-lab:cpu "
-                "with your script in it, push it, and pass --image REF with the script's absolute path in it"
-            )
-        if not path.is_absolute():
-            raise LabError(f"--runtime k8s --image: give the script's absolute path inside the image, not {script!r}")
+        refused = not_in_image(script, self.pods.image)
+        if refused:
+            raise LabError(refused)
         return script
 
     @classmethod
     def refuse_script_drill(cls, args: argparse.Namespace) -> None:
         """A drill on a user's script runs the script baked into --image (lab image build), at
         its path there; its result file (--compare) ends with the pods' volumes."""
-        if not getattr(args, "image", None):
-            raise LabError(
-                f"--script on --runtime k8s: a pod cannot see {args.script} on this machine: bake it into an "
-                "image (lab image build DIR --script DIR/train.py --tag REF --push), then give --image REF and "
-                "--script with the script's path inside the image"
-            )
-        if not os.path.isabs(args.script):
-            raise LabError(
-                f"--runtime k8s --image: --script is the script's absolute path inside the image, not {args.script!r}"
-            )
+        refused = not_in_image(args.script, getattr(args, "image", None))
+        if refused:
+            raise LabError(refused)
         if getattr(args, "compare", None):
             raise LabError(
                 "--compare on --runtime k8s: the result file stays in the pods and ends with their volumes; "
@@ -277,6 +266,20 @@ class KubernetesRuntime(Runtime):
         followers = procs.marked_pids(str(self.run_dir.path))  # the log followers
         procs.terminate(followers, grace_s=2.0, run_dir=str(self.run_dir.path))
         return removed + self.run_dir.take_down()
+
+
+def not_in_image(script: str, image: str | None) -> str:
+    """Why pods cannot run this script of the user's, in one line ("" when they can): a pod sees
+    nothing of this machine, only the image --image names, at the script's path there."""
+    if not image:
+        return (
+            f"--runtime k8s: a pod cannot see {script} on this machine: bake it into an image (lab image build "
+            "DIR --script DIR/train.py --tag REF --push), then give --image REF and the script's absolute path "
+            "inside the image"
+        )
+    if not os.path.isabs(script):
+        return f"--runtime k8s --image: give the script's absolute path inside the image, not {script!r}"
+    return ""
 
 
 def _in_image(script: str) -> str:
