@@ -43,6 +43,12 @@ class NodeEnv:
     step_watchdog_s: float | None = wire("LAB_STEP_WATCHDOG_S", float, "a step's file-timer deadline (unset: off)")
     exporter_addr: str | None = wire("LAB_EXPORTER_ADDR", str, "where the exporters listen (unset: 0.0.0.0)")
     events_echo: bool = wire("LAB_EVENTS_ECHO", bool, "also print each event on stderr (pods' logs)")
+    inprocess_store: str | None = wire(
+        "LAB_INPROCESS_STORE", str, "in-process recovery: the keepers' store, HOST:PORT (unset: a torchrun job)"
+    )
+    inprocess_generation: int | None = wire(
+        "LAB_INPROCESS_GENERATION", int, "in-process recovery: the generation a replacement rank joins (unset: 0)"
+    )
 
     def render(self) -> dict[str, str]:
         """The variables that are set, as a node's environment holds them."""

@@ -94,7 +94,8 @@ RDZV_BACKEND = Option(
 RECOVERY = Option(
     "--recovery",
     "how the job comes back from a lost worker: restart (the lab's tuned restart), torchrun (torch's "
-    "c10d rendezvous), in-process (lab bench recovery only, for now), or auto: the fastest the job "
+    "c10d rendezvous), in-process (a warm spare takes the lost rank's state from a peer: local runtime, "
+    "a script that uses lab.inprocess; not in drills yet), or auto: the fastest the job "
     "can survive (lab/recovery.py; default %(default)s)",
     recovery.AUTO,
     choices=recovery.CHOICES,

@@ -7,8 +7,9 @@
     torchrun   torchrun's own rendezvous (c10d, or the --rdzv-backend given): what an
                elastic job, a lost node or a lost rendezvous host needs. About 3 s.
     in-process the survivors stay and a warm spare takes the lost rank's state from a peer
-               (lab.inprocess). Measured by `lab bench recovery`; not behind `lab up` or a
-               drill yet, so it is refused there in one line.
+               (lab.inprocess): no restart, no step redone. Asked for by name, for a script that
+               trains in lab.inprocess's attempts() (the lab's trainer does), on a runtime that
+               runs a keeper per node; not behind the drills yet.
     auto       (the default) the fastest style the job can survive: restart, unless the job
                is elastic, a drill needs torchrun's rendezvous, the runtime cannot host the
                lab's, or --rdzv-backend / --torch-defaults chose torchrun's path.
@@ -29,10 +30,11 @@ AUTO, RESTART, TORCHRUN, IN_PROCESS = "auto", "restart", "torchrun", "in-process
 CHOICES = (AUTO, RESTART, TORCHRUN, IN_PROCESS)
 LAB_RDZV = "lab"  # lab.node.fast_rendezvous.NAME (lab.node sits above this module)
 DEFAULT_TORCHRUN_RDZV = "c10d"
-IN_PROCESS_REFUSAL = (
-    "--recovery in-process: not behind lab up or the drills yet (lab bench recovery --styles in-process "
-    "measures it); use --recovery restart, the fastest style they run"
+IN_PROCESS_DRILLS = (
+    "not behind the drills yet (lab run --recovery in-process SCRIPT runs a script that uses lab.inprocess; "
+    "lab bench recovery measures it)"
 )
+IN_PROCESS_API = "lab.inprocess"  # what a script that opted in imports
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class Host:
     rdzv_backends: tuple[str, ...]
     no_lab_rdzv: str = ""  # why the lab's rendezvous does not run there ("" where it does)
     torchrun_rdzv: str = DEFAULT_TORCHRUN_RDZV  # the rendezvous `torchrun` style takes there
+    no_in_process: str = "its nodes run no keeper"  # why in-process recovery does not run there ("": it does)
 
     def refusal(self, rdzv: str) -> str:
         """Why this runtime cannot run that rendezvous backend, in one line ("" when it can)."""
@@ -67,7 +70,20 @@ class Host:
 
 def style_of(topology: Topology) -> str:
     """The style a topology runs (a run's state, a recorded drill)."""
+    if topology.in_process:
+        return IN_PROCESS
     return RESTART if topology.rdzv_backend == LAB_RDZV else TORCHRUN
+
+
+def script_refuses_in_process(script: str) -> str:
+    """Why a script cannot recover in-process ("" when it trains in lab.inprocess's attempts())."""
+    try:
+        text = open(script, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return f"{script} cannot be read here to see whether it uses {IN_PROCESS_API}"
+    if IN_PROCESS_API in text:
+        return ""
+    return f"{script} does not train in {IN_PROCESS_API}'s attempts() (docs/recovery.md shows how)"
 
 
 # Seconds an agent gives a worker between SIGTERM and SIGKILL before a restart: torch's
@@ -87,21 +103,45 @@ def choose(
     *,
     rdzv_asked: str | None = None,
     drill_needs: tuple[str, str] | None = None,
+    in_process_refusal: str = IN_PROCESS_DRILLS,
 ) -> tuple[Topology, Recovery]:
     """The topology with its rendezvous set for the asked style, and the style with its reason.
 
     rdzv_asked: --rdzv-backend as given (None: not given). drill_needs: (style, why) when a
-    drill's fault needs one style. Refuses, in one line, what cannot run."""
+    drill's fault needs one style. in_process_refusal: why the job's workload cannot recover
+    in-process ("": it can; script_refuses_in_process). Refuses, in one line, what cannot run."""
     if asked not in CHOICES:
         raise LabError(f"--recovery must be one of {', '.join(CHOICES)}; got {asked!r}")
     if asked == IN_PROCESS:
-        raise LabError(IN_PROCESS_REFUSAL)
+        why_not = _in_process_refusal(topology, host, rdzv_asked, drill_needs) or in_process_refusal
+        if why_not:
+            raise LabError(f"--recovery in-process: {why_not}; use --recovery restart")
+        return topology.replace(in_process=True), Recovery(
+            IN_PROCESS, "asked: the survivors stay, a warm spare takes the lost rank's state from a peer"
+        )
     rdzv_asked = rdzv_asked or (None if topology.rdzv_backend == DEFAULT_TORCHRUN_RDZV else topology.rdzv_backend)
     style, why = _pick(topology, asked, host, rdzv_asked, drill_needs)
     rdzv = LAB_RDZV if style == RESTART else (rdzv_asked or host.torchrun_rdzv)
     if host.refusal(rdzv):
         raise LabError(host.refusal(rdzv))
     return topology.replace(rdzv_backend=rdzv), Recovery(style, why)
+
+
+def _in_process_refusal(
+    topology: Topology, host: Host, rdzv_asked: str | None, drill_needs: tuple[str, str] | None
+) -> str:
+    """Why this job cannot recover in-process ("" when it can)."""
+    if drill_needs:
+        return drill_needs[1]
+    if host.no_in_process:
+        return f"the {host.runtime} runtime cannot run it ({host.no_in_process})"
+    if topology.min_nodes:
+        return "an elastic job (torchrun's --nnodes=MIN:MAX) needs torch's rendezvous; the keepers hold a fixed size"
+    if topology.torch_defaults:
+        return "--torch-defaults runs torch's own c10d path"
+    if rdzv_asked:
+        return f"--rdzv-backend {rdzv_asked}: the keepers run no rendezvous backend"
+    return ""
 
 
 def _pick(

@@ -79,6 +79,10 @@ class Topology:
     # torchelastic's file-timer watchdog (lab.workloads.distributed.StepDeadline): a rank whose
     # training step takes longer than this is SIGKILLed by its agent. 0: off.
     step_watchdog_s: int = 0
+    # In-process recovery (lab.recovery): each node runs a keeper (lab.inprocess.keeper) instead of
+    # torchrun's agent; node 0's hosts the job's store on rdzv_host:rdzv_port; max_restarts is
+    # each node's budget of replacements.
+    in_process: bool = False
 
     @classmethod
     def from_json(cls, fields: dict) -> Topology:
@@ -97,6 +101,8 @@ class Topology:
                 raise TopologyError(f"min_nodes must not exceed nodes ({self.min_nodes} > {self.nodes})")
         _one_of("backend", self.backend, BACKENDS)
         _one_of("rdzv_backend", self.rdzv_backend, RDZV_BACKENDS)
+        if self.in_process and (self.min_nodes or self.torch_defaults or self.script_wrapper):
+            raise TopologyError("in_process runs fixed-size jobs of the script itself, on the lab's path")
         if self.rdzv_backend == "lab" and self.min_nodes:
             raise TopologyError(
                 "rdzv_backend lab is for fixed-size jobs; an elastic job (min_nodes) needs c10d or etcd-v2"
@@ -246,6 +252,9 @@ class Topology:
         """
         env = {**self.env(node_rank), **(extra_env or {})}
         lab_flags = [f"--env={k}={v}" for k, v in sorted(env.items())]
+        if self.in_process:
+            lab_flags.append("--in-process")
+            return [python, "-m", "lab.node.launch", *lab_flags, *self.keeper_args(node_rank), script, *script_args]
         if self.torch_defaults:
             lab_flags.append("--torch-defaults")
         if self.preloads_workers:
@@ -260,6 +269,12 @@ class Topology:
             script,
             *script_args,
         ]
+
+    def keeper_args(self, node_rank: int) -> list[str]:
+        """The keeper's flags for one node (lab.inprocess.keeper), up to the script."""
+        store = f"--store={self.rdzv_host}:{self.rdzv_port}"
+        shape = [f"--node-rank={node_rank}", f"--nodes={self.nodes}", f"--nproc-per-node={self.nproc_per_node}"]
+        return [store, *shape, f"--max-replacements={self.max_restarts}", "--"]
 
     def _watcher(self) -> tuple[str, ...]:
         """What runs a watched script (script_wrapper): lab.node.user_script, as torchrun's --run-path

@@ -43,7 +43,7 @@ def test_in_process_recovery_keeps_the_survivors_and_loses_no_step(tmp_path, kil
     # The survivors started once and were never replaced; the lost rank's place went to a spare.
     for rank in {0, 1, 2, 3} - {kill_rank}:
         assert len([s for s in starts if s["rank"] == rank]) == 1, starts
-    replacement = [s for s in starts if s["rank"] == kill_rank and s["spare"]]
+    replacement = [s for s in starts if s["rank"] == kill_rank and s["restart"] > 0]
     assert len(replacement) == 1 and replacement[0]["restart"] == 1
     failed = {e["rank"] for e in events if e["event"] == "collective_failed"}
     assert failed == {0, 1, 2, 3} - {kill_rank}

@@ -13,7 +13,9 @@ event logs. The styles:
 - tuned: preloaded, plus the lab's rendezvous backend (lab.node.fast_rendezvous): the lab's
   default, `--recovery restart`;
 - in-process: no restart at all; the survivors re-form the group with a warm spare and
-  take state from a peer (lab.inprocess). Loopback only: its keepers run as plain processes.
+  take state from a peer (lab.inprocess: lab/workloads/inprocess_train.py, the trainer's model
+  and data in a loop of attempts, under the keepers `lab run --recovery in-process` starts).
+  Loopback only here: its keepers run as plain processes.
 
 The torchrun styles checkpoint every 10 steps and resume from step 20. The lab's styles run on
 any runtime (the local runtime's hosts, docker's containers): the kill goes through the node's
@@ -168,7 +170,7 @@ def start_keepers(events: Path, steps: int = STEPS, step_time: float = STEP_TIME
             [
                 *(sys.executable, "-m", "lab.inprocess.keeper", f"--store=127.0.0.1:{port}", f"--node-rank={i}"),
                 *("--nodes=2", "--nproc-per-node=2", f"--events-dir={events}"),
-                *("--", f"--steps={steps}", f"--step-time={step_time}"),
+                *("--", script_path("inprocess_train"), f"--steps={steps}", f"--step-time={step_time}"),
             ]
         )
         for i in range(2)

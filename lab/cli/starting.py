@@ -16,8 +16,15 @@ def start(
 ) -> tuple[Runtime, Topology, Sequence[Node]] | None:
     """Start the job; returns (runtime, topology, nodes), or None after a dry run."""
     runtime = runtimes.from_args(args, run_dir_from_args(args), log=log)
+    # A script recovers in-process only when it trains in lab.inprocess's attempts(): read it when asked.
+    in_process = args.recovery == recovery.IN_PROCESS
+    refusal = recovery.script_refuses_in_process(runtime.locate_script(script)) if in_process else ""
     topology, how = recovery.choose(
-        topology_from_args(args), args.recovery, runtime.job_rendezvous(), rdzv_asked=args.rdzv_backend
+        topology_from_args(args),
+        args.recovery,
+        runtime.job_rendezvous(),
+        rdzv_asked=args.rdzv_backend,
+        in_process_refusal=refusal,
     )
     script = runtime.locate_script(script)
     if args.dry_run:

@@ -124,6 +124,11 @@ class EventLog:
         except (FileNotFoundError, OSError):
             pass
 
+    def restart(self, number: int) -> None:
+        """From now on, records belong to restart (or in-process generation) number."""
+        self.common["restart"] = number
+        self._common_json = json.dumps(self.common)[1:-1]
+
     def write(self, event: Event, **fields) -> None:
         if self._file is None:
             return

@@ -1,29 +1,37 @@
 """One node of an in-process-recovery job: it starts the node's ranks and replaces a lost one.
 
     python -m lab.inprocess.keeper --store HOST:PORT --node-rank N --nodes M --nproc-per-node P
-        [--events-dir DIR] [-- WORKER ARGS]
+        [--max-replacements K] [--events-dir DIR] -- SCRIPT [ARGS...]
 
-Node 0's keeper hosts the job's TCPStore. Each keeper starts its P ranks
-(lab.inprocess.worker) and one warm spare, a worker with torch imported that waits for an
-assignment. It waits on its children, so a rank's death is seen the moment it happens:
-the keeper then bumps the job's generation in the store, gives the dead rank's place to
-the spare, opens the new generation (`genG/open`, which the surviving ranks wait on) and
-starts the next spare; a spare that dies while it waits is replaced too. The survivors
-are never stopped. The keeper ends with 0 once every rank it holds finished, and stops
-its children when it is stopped (or dies: they get SIGKILL from the kernel,
-PR_SET_PDEATHSIG).
+What torchrun's agent is to a restart, the keeper is to in-process recovery (`lab up
+--recovery in-process` runs one per node, lab.node.launch). Node 0's keeper hosts the job's
+TCPStore. Each keeper starts its P ranks and one warm spare (lab.inprocess.rank: the script's
+process, with torch imported, waiting for an assignment). It waits on its children, so a
+rank's death is seen the moment it happens: the keeper bumps the job's generation in the
+store, gives the dead rank's place to the spare, opens the new generation (`genG/open`, which
+the surviving ranks wait on: lab.inprocess.api) and starts the next spare; a spare that dies
+while it waits is replaced too. The survivors are never stopped. After K replacements on
+this node (the job's restart budget) a further death ends the job: the keeper stops its
+children and exits 1. It ends with 0 once every rank it holds finished, and stops its
+children when it is stopped (or dies: they get SIGKILL from the kernel, PR_SET_PDEATHSIG).
+It records its ranks' pids where the lab's faults look for them (LAB_WORKERS_FILE), with the
+generation as the restart.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import signal
 import subprocess
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
+from lab.node import worker_record
+from lab.nodeenv import NodeEnv
 from lab.procs import Stopped, stop_on
 
 PR_SET_PDEATHSIG = 1
@@ -43,35 +51,50 @@ class Keeper:
         self.world_size = args.nodes * args.nproc_per_node
         self.ranks: dict[int, subprocess.Popen] = {}  # rank -> its process
         self.spare: tuple[str, subprocess.Popen] | None = None
-        self.spares_started = 0
+        self.spares_started = self.replacements = self.generation = 0
+        self.workers_file = NodeEnv.parse().workers_file
 
-    def _start(self, extra: list[str]) -> subprocess.Popen:
-        argv = [sys.executable, "-m", "lab.inprocess.worker", f"--store={self.args.store}"]
-        argv += [f"--world-size={self.world_size}", *extra, *self.args.worker_args]
+    def _start(self, extra: list[str], env: dict[str, str]) -> subprocess.Popen:
+        env = {**os.environ, **env, "WORLD_SIZE": str(self.world_size), "LAB_INPROCESS_STORE": self.args.store}
+        env.update(LOCAL_WORLD_SIZE=str(self.args.nproc_per_node), GROUP_RANK=str(self.args.node_rank))
         if self.args.events_dir:
-            argv.append(f"--events-dir={self.args.events_dir}")
-        return subprocess.Popen(argv, preexec_fn=die_with_parent)
+            env["LAB_EVENTS_DIR"] = self.args.events_dir
+        argv = [sys.executable, "-m", "lab.inprocess.rank", *extra, *self.args.script]
+        return subprocess.Popen(argv, env=env, preexec_fn=die_with_parent)
 
     def start(self) -> None:
         for local_rank in range(self.args.nproc_per_node):
             rank = self.args.node_rank * self.args.nproc_per_node + local_rank
-            self.ranks[rank] = self._start([f"--rank={rank}", f"--local-rank={local_rank}"])
+            self.ranks[rank] = self._start([], {"RANK": str(rank), "LOCAL_RANK": str(local_rank)})
         self._start_spare()
+        self._record()
 
     def _start_spare(self) -> None:
         key = f"spare/node{self.args.node_rank}/{self.spares_started}"
         self.spares_started += 1
-        self.spare = (key, self._start([f"--spare={key}"]))
+        self.spare = (key, self._start(["--spare", key], {}))
 
-    def replace(self, rank: int) -> None:
+    def _record(self) -> None:
+        """The ranks' pids, where the lab's faults find them (lab.node.worker_record)."""
+        if self.workers_file:
+            by_local = {rank % self.args.nproc_per_node: proc.pid for rank, proc in self.ranks.items()}
+            worker_record.write(Path(self.workers_file), self.generation, by_local)
+
+    def replace(self, rank: int, code: int) -> None:
         """Give rank's place to the warm spare and open the next generation."""
         assert self.spare is not None
         key, proc = self.spare
-        generation = self.store.add("generation", 1)
-        self.store.set(key, f"{rank},{generation}")
-        self.store.set(f"gen{generation}/open", b"1")
+        self.replacements += 1
+        self.generation = self.store.add("generation", 1)
+        self.store.set(key, f"{rank},{rank % self.args.nproc_per_node},{self.generation}")
+        self.store.set(f"gen{self.generation}/open", b"1")
         self.ranks[rank] = proc
-        print(f"[keeper node{self.args.node_rank}] rank {rank} lost; its spare takes over in generation {generation}")
+        self._record()
+        print(
+            f"[keeper node{self.args.node_rank}] rank {rank} exited ({code}); its spare takes over in "
+            f"generation {self.generation} (replacement {self.replacements} of {self.args.max_replacements})",
+            flush=True,
+        )
         self._start_spare()
 
     def run(self) -> int:
@@ -83,8 +106,16 @@ class Keeper:
                     continue
                 if proc.returncode == 0:
                     done.add(rank)
+                elif self.replacements >= self.args.max_replacements:
+                    print(
+                        f"[keeper node{self.args.node_rank}] rank {rank} exited ({proc.returncode}) and "
+                        f"this node's {self.args.max_replacements} replacement(s) are spent: the job ends",
+                        flush=True,
+                    )
+                    self.stop()
+                    return 1
                 else:
-                    self.replace(rank)
+                    self.replace(rank, proc.returncode)
             if self.spare and self.spare[1].poll() is not None:  # a spare that died waiting: a new one
                 print(f"[keeper node{self.args.node_rank}] spare {self.spare[0]} exited ({self.spare[1].returncode})")
                 self._start_spare()
@@ -123,17 +154,24 @@ def run_until_stopped(keeper: Keeper) -> int:
         return 128 + stopped.signum
 
 
-def main(argv=None) -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="lab.inprocess.keeper")
     p.add_argument("--store", required=True, help="HOST:PORT; node 0 hosts it")
     p.add_argument("--node-rank", type=int, required=True)
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--nproc-per-node", type=int, default=2)
+    p.add_argument("--max-replacements", type=int, default=3, help="ranks this node may replace (the job's budget)")
     p.add_argument("--events-dir")
-    p.add_argument("worker_args", nargs=argparse.REMAINDER, help="-- then the workers' own flags")
+    p.add_argument("script", nargs=argparse.REMAINDER, help="-- then the script and its arguments")
     args = p.parse_args(argv)
-    args.worker_args = args.worker_args[1:] if args.worker_args[:1] == ["--"] else args.worker_args
+    args.script = args.script[1:] if args.script[:1] == ["--"] else args.script
+    if not args.script:
+        p.error("no script given (-- SCRIPT [ARGS...])")
+    return args
 
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
     import torch.distributed as dist
 
     host, _, port = args.store.rpartition(":")

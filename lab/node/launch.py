@@ -15,6 +15,8 @@ store and fail in `connectFullMesh`, so `--max-restarts` never recovers.
 restart works. `--torch-defaults` leaves it unset, to show the failure.
 
 `--preload-workers` makes restarts (and start-up) faster: see lab/node/preload.py.
+`--in-process` runs the node's keeper (lab.inprocess.keeper) instead of torchrun: the rest of
+the command line is the keeper's.
 
 Two more things make a restart faster, both printed when they apply:
 
@@ -48,6 +50,7 @@ class LabFlags:
     env: dict[str, str] = field(default_factory=dict)
     torch_defaults: bool = False
     preload_workers: bool = False
+    in_process: bool = False  # run lab.inprocess.keeper, not torchrun: the rest is the keeper's argv
 
 
 def split_lab_flags(argv: list[str]) -> tuple[LabFlags, list[str]]:
@@ -61,6 +64,8 @@ def split_lab_flags(argv: list[str]) -> tuple[LabFlags, list[str]]:
             flags.torch_defaults = True
         elif flag == "--preload-workers":
             flags.preload_workers = True
+        elif flag == "--in-process":
+            flags.in_process = True
         elif flag.startswith("--env="):
             name, sep, value = flag[len("--env=") :].partition("=")
             if not name or not sep:
@@ -108,6 +113,14 @@ def main(argv: list[str] | None = None) -> None:
             "[lab.node.launch] --torch-defaults: restarts reuse the shared rendezvous store "
             "(pytorch/pytorch#135712); expect a restarted group to fail in connectFullMesh"
         )
+    if flags.in_process:
+        from lab.inprocess import keeper
+
+        log(
+            "[lab.node.launch] recovery: in-process (lab/inprocess/keeper.py): a lost rank's place goes to a warm "
+            "spare that takes its state from a peer; the other ranks stay"
+        )
+        keeper.main(torchrun_argv)
 
     if flags.preload_workers:
         from lab.node.preload import before_torch

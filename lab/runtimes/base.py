@@ -116,6 +116,8 @@ class Runtime(ABC):
     # and why not the lab's own where it is missing: a runtime that takes no more refuses the rest.
     RDZV_BACKENDS: ClassVar[tuple[str, ...]] = ("c10d",)
     NO_LAB_RDZV: ClassVar[str] = ""
+    # Why its nodes cannot run in-process recovery's keepers ("" where they can: lab.recovery).
+    NO_IN_PROCESS: ClassVar[str] = "its nodes run torchrun's agent, not the lab's keeper"
     registered: ClassVar[dict[str, type[Runtime]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -136,7 +138,7 @@ class Runtime(ABC):
     @classmethod
     def rendezvous(cls) -> recovery.Host:
         """What lab.recovery needs to know of this runtime to choose a job's recovery style."""
-        return recovery.Host(cls.name, cls.RDZV_BACKENDS, cls.NO_LAB_RDZV)
+        return recovery.Host(cls.name, cls.RDZV_BACKENDS, cls.NO_LAB_RDZV, no_in_process=cls.NO_IN_PROCESS)
 
     def job_rendezvous(self) -> recovery.Host:
         """The same, for this runtime as its options set it up (the k8s overlay decides there)."""

@@ -45,6 +45,7 @@ class LocalRuntime(MonitoredRuntime):
     HOST_CODE = True
     AUTO = True
     RDZV_BACKENDS = RDZV_BACKENDS  # every one: etcd-v2's server runs beside the nodes
+    NO_IN_PROCESS = ""  # node 0's keeper hosts the store on the lab's network, as its agent would
 
     def __init__(
         self,

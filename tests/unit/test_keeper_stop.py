@@ -20,10 +20,11 @@ KEEPER = textwrap.dedent(
     import argparse, os, signal, subprocess, sys
     from lab.inprocess import keeper as k
 
-    args = argparse.Namespace(store="-", node_rank=0, nodes=1, nproc_per_node=2, events_dir=None, worker_args=[])
+    args = argparse.Namespace(store="-", node_rank=0, nodes=1, nproc_per_node=2, events_dir=None, script=["-"])
+    args.max_replacements = 3
     keeper = k.Keeper(args, store=None)
     argvs = iter([["true"], ["sleep", "600"], ["sleep", "600"]])  # rank 0 finishes at once
-    keeper._start = lambda extra: subprocess.Popen(next(argvs), preexec_fn=k.die_with_parent)
+    keeper._start = lambda extra, env: subprocess.Popen(next(argvs), preexec_fn=k.die_with_parent)
 
     reap = subprocess.Popen._handle_exitstatus
     def reap_under_sigterm(self, *a, **kw):  # the signal arrives while the wait lock is held

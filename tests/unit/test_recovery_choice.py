@@ -68,10 +68,52 @@ def test_a_backend_the_runtime_does_not_run_is_refused():
         recovery.choose(FIXED, "torchrun", NO_LAB, rdzv_asked="etcd-v2")
 
 
-def test_in_process_is_refused_in_one_line_until_lab_up_runs_it():
-    with pytest.raises(LabError, match="lab bench recovery") as refused:
-        recovery.choose(FIXED, "in-process", EVERY)
-    assert "\n" not in str(refused.value)
+KEEPERS = recovery.Host("anywhere", ("c10d", "lab"), no_in_process="")
+OPTED_IN = "lab/workloads/inprocess_train.py"
+
+
+def test_in_process_renders_a_keeper_per_node_for_a_script_that_opted_in():
+    refusal = recovery.script_refuses_in_process(OPTED_IN)
+    topology, how = recovery.choose(FIXED.replace(max_restarts=2), "in-process", KEEPERS, in_process_refusal=refusal)
+    assert (refusal, how.style, recovery.style_of(topology)) == ("", "in-process", "in-process")
+    argv = topology.launch_argv(1, OPTED_IN, ["--steps", "9"])
+    keeper = argv[argv.index("--in-process") + 1 :]
+    assert keeper == [
+        "--store=127.0.0.1:29400",
+        "--node-rank=1",
+        "--nodes=2",
+        "--nproc-per-node=2",
+        "--max-replacements=2",
+        "--",
+        OPTED_IN,
+        "--steps",
+        "9",
+    ]
+    assert not any(a.startswith("--rdzv") for a in argv)
+
+
+@pytest.mark.parametrize(
+    ("job", "host", "rdzv", "needs", "script", "reason"),
+    [
+        (FIXED, KEEPERS, None, None, "lab/workloads/trainer.py", "trainer.py does not train in lab.inprocess"),
+        (FIXED, KEEPERS, None, None, "/no/such/script.py", "cannot be read"),
+        (FIXED, EVERY, None, None, OPTED_IN, "the anywhere runtime cannot run it"),
+        (ELASTIC, KEEPERS, None, None, OPTED_IN, "elastic"),
+        (FIXED.replace(torch_defaults=True), KEEPERS, None, None, OPTED_IN, "--torch-defaults"),
+        (FIXED, KEEPERS, "c10d", None, OPTED_IN, "--rdzv-backend c10d: the keepers run no rendezvous"),
+        (FIXED, KEEPERS, None, ("torchrun", "this drill loses the store's host"), OPTED_IN, "store's host"),
+    ],
+)
+def test_in_process_is_refused_in_one_line_where_it_cannot_run(job, host, rdzv, needs, script, reason):
+    refusal = recovery.script_refuses_in_process(script)
+    with pytest.raises(LabError, match=r"^--recovery in-process: .*; use --recovery restart$") as refused:
+        recovery.choose(job, "in-process", host, rdzv_asked=rdzv, drill_needs=needs, in_process_refusal=refusal)
+    assert reason in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_in_process_is_refused_by_the_drills_until_they_judge_it():
+    with pytest.raises(LabError, match="not behind the drills yet"):
+        recovery.choose(FIXED, "in-process", KEEPERS)
 
 
 def test_every_style_on_every_runtime_and_drill_runs_or_refuses_in_one_line():

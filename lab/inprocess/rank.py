@@ -1,0 +1,98 @@
+"""One rank of an in-process-recovery job, or a warm spare waiting to become one.
+
+    python -m lab.inprocess.rank [--spare KEY] SCRIPT [ARGS...]
+
+The keeper (lab.inprocess.keeper) starts one per rank, with RANK, LOCAL_RANK, WORLD_SIZE and
+LAB_INPROCESS_STORE set, and one spare per node. A spare imports torch and what the script
+imports at its top level (import_what_the_script_imports), connects to the store, and waits
+for 'RANK,LOCAL_RANK,GENERATION' under KEY: the seconds a fresh process would spend are spent
+before anyone needs them. Either way the script then runs as `__main__`, as
+`python SCRIPT ARGS` would run it, in this process (runpy): its exit status is this process's.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import runpy
+import sys
+import time
+from datetime import timedelta
+
+import torch  # noqa: F401  -- the reason a spare exists: imported before it is needed
+import torch.distributed as dist
+import torch.nn  # noqa: F401
+import torch.optim  # noqa: F401
+
+from lab.nodeenv import NodeEnv
+
+
+def import_what_the_script_imports(script: str) -> None:
+    """A spare's head start: the modules the script imports at its top level, and torch._dynamo
+    (an optimizer's constructor imports it: 0.8 s here). One that fails to import is left for
+    the script to fail on, in its own words."""
+    try:
+        tree = ast.parse(open(script, encoding="utf-8").read())
+    except (OSError, SyntaxError, ValueError):
+        return
+    names = ["torch._dynamo"]
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 -- the script reports its own import errors
+            pass
+
+
+def wait_for_assignment(key: str) -> tuple[str, str, str] | None:
+    """A spare's wait for 'RANK,LOCAL_RANK,GENERATION' under key; None once the store is gone."""
+    wire = NodeEnv.parse()
+    host, _, port = (wire.inprocess_store or "").rpartition(":")
+    try:
+        store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=60))
+        while not store.check([key]):
+            time.sleep(0.005)  # a spare may wait longer than any store timeout
+        rank, local_rank, generation = store.get(key).decode().split(",")
+    except (dist.DistNetworkError, RuntimeError):
+        return None
+    return rank, local_rank, generation
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--spare"]:
+        if len(argv) > 2:
+            import_what_the_script_imports(argv[2])
+        assignment = wait_for_assignment(argv[1])
+        if assignment is None:
+            return 0  # the job ended (its store with it) before this spare was needed
+        rank, local_rank, generation = assignment
+        os.environ.update(RANK=rank, LOCAL_RANK=local_rank, LAB_INPROCESS_GENERATION=generation)
+        os.environ["TORCHELASTIC_RESTART_COUNT"] = generation
+        argv = argv[2:]
+    if not argv:
+        print("lab.inprocess.rank: error: no script given", file=sys.stderr)
+        return 2
+    sys.argv = list(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+    try:
+        runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as e:
+        if isinstance(e.code, int) or e.code is None:
+            return e.code or 0
+        print(e.code, file=sys.stderr)  # what the interpreter prints for SystemExit("...")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Without the interpreter's teardown: torch's op-library finalizers take about a second at
+    # exit here (lab.node.launch.exit_at_once says more), and the keeper waits on us.
+    os._exit(code)
