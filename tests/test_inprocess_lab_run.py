@@ -1,5 +1,6 @@
 """`lab run --recovery in-process` on netns hosts: a keeper per node, a rank SIGKILLed mid-run,
-its place taken by the warm spare, no step redone, and the weights of a run that lost no rank."""
+its place taken by the warm spare, no step redone, and the weights of a run that lost no rank;
+for the example script and for the lab's DDP trainer."""
 
 import json
 import os
@@ -14,7 +15,6 @@ from lab.node import worker_record
 from lab.workloads import script_path
 
 pytestmark = [pytest.mark.slow, needs_netns]
-SCRIPT = script_path("inprocess_train")
 JOB = (
     "run",
     "--recovery",
@@ -50,10 +50,14 @@ def kill_rank_at(lab, events, rank: int, step: int, timeout_s: float = 120) -> f
     raise AssertionError(f"rank {rank} never reached step {step}")
 
 
-@pytest.mark.parametrize("rank", [1, 2])  # node 0's second rank; node 1's first
-def test_a_killed_rank_is_replaced_in_process_and_the_job_ends_bit_identical(lab, rank, tmp_path):
+@pytest.mark.parametrize(
+    ("workload", "rank"),
+    [("inprocess_train", 1), ("trainer", 2)],  # the example (plain all_reduce) and the lab's DDP trainer
+)
+def test_a_killed_rank_is_replaced_in_process_and_the_job_ends_bit_identical(lab, workload, rank, tmp_path):
+    script = script_path(workload)
     # The script's own --events-dir: `lab run` removes its run dir, events and all, when the job ends.
-    proc = lab.popen(*JOB, SCRIPT, *STEPS, "--events-dir", str(tmp_path / "events"))
+    proc = lab.popen(*JOB, script, *STEPS, "--events-dir", str(tmp_path / "events"))
     try:
         killed = kill_rank_at(lab, tmp_path / "events", rank, step=10)
         lab_id = lab.lab_id  # read while the run dir is there: `lab run` removes it at the end
@@ -73,7 +77,7 @@ def test_a_killed_rank_is_replaced_in_process_and_the_job_ends_bit_identical(lab
     reached = max(e["step"] for e in run if e["event"] == "step" and e["time"] < killed)
     assert handed[0]["step"] >= reached - 1, json.dumps(handed[0])  # at most the step in flight is lost
 
-    reference = lab(*JOB, SCRIPT, *STEPS)  # the same job, no rank lost
+    reference = lab(*JOB, script, *STEPS)  # the same job, no rank lost
     assert reference.returncode == 0, reference.stdout[-3000:]
     assert len(checksums(reference.stdout)) == 1 and checksums(output) == checksums(reference.stdout)
     assert left_behind(lab.run_dir, lab_id) == []

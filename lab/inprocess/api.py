@@ -8,9 +8,9 @@ A script opts in by training inside a loop of attempts:
     for attempt in attempts():                        # one per generation of the process group
         with attempt:                                 # joins it
             step = attempt.adopt(model, optimizer, step)  # the newest state any rank holds
+            ddp_model = DDP(model)                    # a fresh DDP over each fresh group
             while step < steps:
-                ...                                   # forward, backward, then all_reduce
-                                                      # the gradients (not DDP: see below)
+                ...                                   # train as usual
                 step += 1
 
 Under `lab up --recovery in-process` each node runs a keeper (lab.inprocess.keeper) instead of
@@ -27,11 +27,10 @@ group from torchrun's environment, `adopt` agrees on the step (a no-op after a c
 and errors propagate as they always did. A script without torchrun at all (no RANK) gets one
 attempt with no group: `attempt.distributed` is False.
 
-Average gradients with plain collectives, not DDP, under in-process recovery: measured on
-torch 2.13 with gloo, a DDP whose all-reduce failed mid-backward (and any Python comm hook,
-torch's allreduce_hook included) keeps the broken group's connections open after
-destroy_process_group, so a rank waiting on this one, not on the dead one, sits out the
-whole process-group timeout instead of failing at once (lab/workloads/inprocess_train.py).
+When an attempt ends on a lost peer, the rank shuts down the connections it opened to join
+that group (_shut_down says why: on torch 2.13 a DDP or a comm hook whose all-reduce failed
+keeps the group alive, and a rank waiting on this one would sit out the whole process-group
+timeout).
 
 A hang is not a death: a rank stuck in a collective keeps its connections open, so its peers
 wait out the process-group timeout and then fail with a timeout, which an attempt does not
@@ -43,6 +42,7 @@ from __future__ import annotations
 
 import gc
 import os
+import socket
 import time
 import traceback
 from collections.abc import Iterator
@@ -101,6 +101,7 @@ class Attempt:
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         timeout = timedelta(seconds=self.wire.pg_timeout_s or 60)
         started = time.monotonic()
+        before = _sockets()
         if self.store is not None:  # in-process
             # Each generation's group lives under its own prefix, so nothing the dead group left
             # in the store (its ranks' addresses) is read by the new one.
@@ -111,6 +112,7 @@ class Attempt:
         else:
             dist.init_process_group(backend, timeout=timeout)
         self.join_seconds = time.monotonic() - started
+        self._group_sockets = {fd: inode for fd, inode in _sockets().items() if before.get(fd) != inode}
         return self
 
     def __exit__(self, kind, error, tb) -> bool:
@@ -121,6 +123,7 @@ class Attempt:
             # one) fails at once instead of at the process-group timeout. (gloo's abort() does not
             # close them: measured.)
             traceback.clear_frames(tb)
+            _shut_down(self._group_sockets)
         gc.collect()  # free what holds the group (a DDP model) before the group goes
         if dist.is_initialized():
             if error is None:
@@ -169,6 +172,42 @@ class Attempt:
         return newest
 
     adopted_from: int | None = None  # the rank whose state this attempt took, when it took one
+    _group_sockets: dict[int, str] = {}  # the connections this rank opened to join the group: fd -> inode
+
+
+def _sockets() -> dict[int, str]:
+    """This process's open sockets: fd -> the kernel's inode ("socket:[1234]")."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # closed while we looked
+        if target.startswith("socket:"):
+            found[int(name)] = target
+    return found
+
+
+def _shut_down(group_sockets: dict[int, str]) -> None:
+    """End this rank's side of a broken group's connections, now.
+
+    Measured on torch 2.13 with gloo: a DDP whose all-reduce failed mid-backward (or a Python comm
+    hook's failed future) keeps the group alive after destroy_process_group, its connections open,
+    and a peer waiting on this rank (not on the dead one) then sits out the whole process-group
+    timeout. gloo's abort() does not close them either. So the rank shuts down the connections it
+    opened while joining the group (told apart by their inodes: an fd number since reused for
+    something else is left alone), not the listening socket (gloo's listener thread aborts the
+    process when its accept() fails); the peers' next read fails at once."""
+    live = _sockets()
+    for fd, inode in group_sockets.items():
+        if live.get(fd) != inode:
+            continue
+        try:
+            with socket.socket(fileno=os.dup(fd)) as sock:
+                if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):  # gloo's listener aborts
+                    sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed by the other side, or not a connected stream
 
 
 def _a_peer_died(error: BaseException) -> bool:

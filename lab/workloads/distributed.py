@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import socket
 import sys
 import time
@@ -47,6 +48,29 @@ def default_backend() -> str:
     return NodeEnv.parse().backend or ("nccl" if torch.cuda.is_available() else "gloo")
 
 
+def single() -> Ctx:
+    """A plain process, no torchrun: one rank, no group, no DDP."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    host = socket.gethostname()
+    return Ctx(rank=0, local_rank=0, world_size=1, backend="none", device=device, host=host, distributed=False)
+
+
+def joined(rendezvous_seconds: float, backend: str | None = None) -> Ctx:
+    """This rank in the group it has joined (by process_group, or by an in-process attempt)."""
+    backend, local_rank = backend or dist.get_backend(), int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+    hang_dump.install(NodeEnv.parse().events_dir, dist.get_rank())  # hang forensics on request
+    return Ctx(
+        rank=dist.get_rank(),
+        local_rank=local_rank,
+        world_size=dist.get_world_size(),
+        backend=backend,
+        device=device,
+        host=socket.gethostname(),
+        rendezvous_seconds=rendezvous_seconds,
+    )
+
+
 @contextmanager
 def process_group(backend: str | None = None, allow_single: bool = False):
     """Join the job's process group for the duration of the block; always leave it.
@@ -55,45 +79,22 @@ def process_group(backend: str | None = None, allow_single: bool = False):
     """
     if "RANK" not in os.environ:
         if allow_single:
-            cuda = torch.cuda.is_available()
-            yield Ctx(
-                rank=0,
-                local_rank=0,
-                world_size=1,
-                backend="none",
-                device=torch.device("cuda" if cuda else "cpu"),
-                host=socket.gethostname(),
-                distributed=False,
-            )
+            yield single()
             return
         raise RuntimeError(
             "RANK is not set: this script is meant to be started by torchrun, e.g. "
             "`torchrun --nproc-per-node=2 SCRIPT` (or `lab run SCRIPT`)"
         )
     backend = backend or default_backend()
-    local_rank = int(os.environ["LOCAL_RANK"])
     if backend == "nccl":
         # Before any CUDA tensor exists: otherwise it lands on GPU 0 for every rank.
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     timeout = timedelta(seconds=NodeEnv.parse().pg_timeout_s or 60)
     started = time.monotonic()
     dist.init_process_group(backend=backend, timeout=timeout)
-    rendezvous_seconds = time.monotonic() - started
-    hang_dump.install(NodeEnv.parse().events_dir, dist.get_rank())  # hang forensics on request
     finished = False
     try:
-        yield Ctx(
-            rank=dist.get_rank(),
-            local_rank=local_rank,
-            world_size=dist.get_world_size(),
-            backend=backend,
-            device=device,
-            host=socket.gethostname(),
-            rendezvous_seconds=rendezvous_seconds,
-        )
+        yield joined(time.monotonic() - started, backend)
         finished = True
     finally:
         # Free whatever still holds the group (a DDP model in a reference cycle, say). One
@@ -155,3 +156,25 @@ class StepDeadline:
     def stop(self) -> None:
         if self.client:
             self.client.release(self.SCOPE)
+
+
+class Preemption:
+    """SIGTERM (torchrun passes on its own, a preempted VM's, `kubectl delete pod`'s) asks the
+    job to stop at the next step boundary. The ranks agree with one tiny all-reduce per
+    step, so every rank checkpoints the same step and stops, even those whose node was
+    not the one told to go."""
+
+    def __init__(self, ctx: Ctx):
+        self.ctx = ctx
+        self.requested = False
+        signal.signal(signal.SIGTERM, self._request)
+
+    def _request(self, _signum, _frame) -> None:
+        self.requested = True
+
+    def agreed(self) -> bool:
+        if not self.ctx.distributed:
+            return self.requested
+        flag = torch.tensor([1 if self.requested else 0], device=self.ctx.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())

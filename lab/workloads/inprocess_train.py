@@ -5,7 +5,8 @@
 
 It trains the trainer's model on the trainer's data (lab.workloads.trainer: make_model,
 make_dataset), each rank's batch a pure function of (step, rank), with SGD and momentum, the
-gradients averaged by all_reduce (average_gradients says why not DDP). The
+gradients averaged by all_reduce (average_gradients says why not DDP; the lab's trainer is
+the same pattern with DDP). The
 model, the optimizer and the step live outside the loop of attempts (lab.inprocess.api): when
 a peer dies, this rank keeps them, joins the group the keepers re-form, and hands them to the
 dead rank's replacement (`attempt.adopt`). No checkpoint is read; the step in flight is the
@@ -84,10 +85,11 @@ def main(argv=None) -> None:
 def average_gradients(model: nn.Module, distributed: bool) -> None:
     """What DDP does, spelled out: every rank ends the backward with the mean gradient.
 
-    Not DDP itself: measured on torch 2.13 with gloo, a DDP whose all-reduce failed (a peer
-    died mid-backward) keeps the broken group's connections open after the group is
-    destroyed, so a rank still waiting on this one sits out the whole process-group timeout
-    instead of failing at once. Plain collectives let the group go."""
+    Spelled out so a recovered run ends bit-identical to one that lost no rank: a DDP made
+    afresh after a regroup starts in its initial bucket layout, and with more than two ranks
+    the all-reduce's summation order then differs in the last bits from the uninterrupted
+    run's rebuilt layout. The lab's trainer keeps DDP and settles the layout with one
+    throw-away backward in every attempt (lab.workloads.trainer.settle_buckets)."""
     if not distributed:
         return
     for p in model.parameters():

@@ -31,21 +31,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import time
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DistributedSampler, TensorDataset
 
 from lab.health import injected_error
 from lab.health.events import Event, EventLog, ExitReason, error_text
 from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_target
+from lab.inprocess.api import attempts
 from lab.nodeenv import NodeEnv
 from lab.workloads.comm_hooks import timed_allreduce_hook
-from lab.workloads.distributed import Ctx, StepDeadline, ddp, process_group, say
+from lab.workloads.distributed import Ctx, Preemption, StepDeadline, ddp, joined, say, single
 from lab.workloads.monitoring_ab import MonitoringAB
 from lab.workloads.trainer_state import resume, save_checkpoint, set_rng_state
 
@@ -132,12 +131,20 @@ def main(argv=None) -> None:
         if args.targets_dir:
             register_target(args.targets_dir, f"rank{rank}", port, metrics.where)
     progress = {"step": 0, "preempted": False}
+    held = Held()
     injected_error.install()  # the rank-exception drill's fault
     try:
-        with process_group(allow_single=True) as ctx:
-            # Everything that holds the process group (the DDP model above all) lives in
-            # train()'s frame, so it is freed before the group is destroyed.
-            train(args, ctx, events, metrics, progress)
+        # One attempt, unless a peer dies under in-process recovery (lab.inprocess): then this
+        # rank keeps its model and optimizer (held) and trains on in the group the keepers re-form.
+        for attempt in attempts():
+            with attempt:
+                events.restart(attempt.generation)
+                ctx = joined(attempt.join_seconds) if attempt.distributed else single()
+                # Everything that holds the process group (the DDP model above all) lives in
+                # train()'s frame, so it is freed before the group is destroyed.
+                train(args, ctx, attempt, events, metrics, progress, held)
+            if attempt.peer_lost:
+                events.write(Event.COLLECTIVE_FAILED, step=progress["step"], error=attempt.peer_lost)
     except BaseException as e:
         events.write(Event.EXIT, reason=ExitReason.ERROR, step=progress["step"], error=error_text(e))
         raise
@@ -152,11 +159,29 @@ def main(argv=None) -> None:
         os._exit(0)
 
 
-def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progress: dict) -> None:
+class Held:
+    """What outlives an attempt: the model, its optimizer, and the step they hold (None: nothing
+    yet, a replacement rank that takes them from a peer)."""
+
+    model: nn.Module | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    step: int | None = None
+
+
+def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None, progress: dict, held: Held) -> None:
     events.write(Event.RENDEZVOUS_DONE, seconds=ctx.rendezvous_seconds, world_size=ctx.world_size)
     if metrics:
         metrics.rendezvous.set(ctx.rendezvous_seconds)
-    model = make_model(args.width).to(ctx.device)
+    if held.model is None:  # this process's first attempt
+        held.model = make_model(args.width).to(ctx.device)
+        held.optimizer = torch.optim.SGD(held.model.parameters(), lr=0.01, momentum=0.9)
+        # From a checkpoint in the job's first generation; a replacement takes a peer's state.
+        held.step = restore(args, ctx, events, metrics, held.model, held.optimizer) if not attempt.generation else None
+    model, optimizer = held.model, held.optimizer
+    assert optimizer is not None
+    step = held.step = attempt.adopt(model, optimizer, held.step)  # the newest state any rank holds
+    if attempt.adopted_from is not None:
+        events.write(Event.STATE_FROM_PEER, step=step, source=attempt.adopted_from)
     ddp_model = ddp(model, ctx, bucket_cap_mb=args.bucket_cap_mb)
     ab = MonitoringAB(args.ab_monitoring) if args.ab_monitoring else None
     if ctx.distributed:
@@ -164,13 +189,11 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
         observe = metrics.allreduce_duration.observe if metrics else None
         hook = timed_allreduce_hook(ab.gate(observe) if ab and observe else observe)
         ddp_model.register_comm_hook(None, hook)  # type: ignore[operator]  # DDP's, through a Module type
-    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01, momentum=0.9)
     dataset = make_dataset(args.samples)
     sampler: DistributedSampler = DistributedSampler(
         dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed, drop_last=True
     )
     steps_per_epoch = len(sampler) // args.batch_size
-    step = restore(args, ctx, events, metrics, model, optimizer)
     loss_fn = nn.MSELoss()
     if ctx.distributed:
         settle_buckets(ddp_model, dataset, args.batch_size, loss_fn, optimizer, ctx)
@@ -190,7 +213,7 @@ def train(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, progres
         loss.backward()
         optimizer.step()
         step += 1
-        progress["step"] = step
+        progress["step"] = held.step = step
         value = loss.item()
         if args.step_time:
             time.sleep(max(0.0, args.step_time - (time.perf_counter() - started)))
@@ -252,28 +275,6 @@ def record_step(
     events.step(step, loss, seconds)
     if metrics:
         metrics.step_done(step, seconds, samples, loss)
-
-
-class Preemption:
-    """SIGTERM (torchrun passes on its own, a preempted VM's, `kubectl delete pod`'s) asks the
-    job to stop at the next step boundary. The ranks agree with one tiny all-reduce per
-    step, so every rank checkpoints the same step and stops, even those whose node was
-    not the one told to go."""
-
-    def __init__(self, ctx: Ctx):
-        self.ctx = ctx
-        self.requested = False
-        signal.signal(signal.SIGTERM, self._request)
-
-    def _request(self, _signum, _frame) -> None:
-        self.requested = True
-
-    def agreed(self) -> bool:
-        if not self.ctx.distributed:
-            return self.requested
-        flag = torch.tensor([1 if self.requested else 0], device=self.ctx.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
 
 
 def settle_buckets(ddp_model, dataset, batch_size, loss_fn, optimizer, ctx: Ctx) -> None:

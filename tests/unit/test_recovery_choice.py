@@ -95,7 +95,7 @@ def test_in_process_renders_a_keeper_per_node_for_a_script_that_opted_in():
 @pytest.mark.parametrize(
     ("job", "host", "rdzv", "needs", "script", "reason"),
     [
-        (FIXED, KEEPERS, None, None, "lab/workloads/trainer.py", "trainer.py does not train in lab.inprocess"),
+        (FIXED, KEEPERS, None, None, "lab/workloads/ddp_train.py", "ddp_train.py does not train in lab.inprocess"),
         (FIXED, KEEPERS, None, None, "/no/such/script.py", "cannot be read"),
         (FIXED, EVERY, None, None, OPTED_IN, "the anywhere runtime cannot run it"),
         (ELASTIC, KEEPERS, None, None, OPTED_IN, "elastic"),
