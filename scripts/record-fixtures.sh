@@ -17,6 +17,7 @@ trap '$LAB down --run-dir "$RUN_DIR" >/dev/null 2>&1 || true; rm -rf "$WORK"' EX
 declare -A CASES=(
   [kill-worker]="kill-worker"
   [kill-worker-torch-defaults]="kill-worker --torch-defaults"
+  [kill-worker-in-process]="kill-worker --recovery in-process"
   [rank-exception]="rank-exception"
   [kill-node]="kill-node"
   [kill-node-elastic]="kill-node --elastic"

@@ -18,6 +18,8 @@ A drill is one module of this package, named in CATALOG, with:
   a user's own script (see lab.exercises.script); without them, NO_SCRIPT: why not (one line);
   SCRIPT_NEEDS_CKPT_DIR: the refusal when its script side needs --ckpt-dir and has none;
 - optionally MIN_NODES: the fewest nodes its fault needs (--nodes below it is refused);
+- optionally IN_PROCESS_JUDGED = True: its judge knows --recovery in-process (the lost rank
+  replaced by a spare, state from a peer: lab.exercises.inprocess_verdict); others refuse it;
 - optionally RECOVERY_NEEDS = (style, why): the recovery style (lab.recovery) its fault is
   about, where --recovery auto would otherwise pick another; a contrary --recovery is refused;
 - INJECTS: the Node faults it uses (and injects(options) where a flag adds one): a runtime
@@ -135,7 +137,25 @@ def job(exercise: ModuleType, options: DrillOptions, host: recovery.Host) -> tup
     """The drill's job at the size the user chose, recovering as --recovery asks (lab.recovery)
     within what the fault needs and the runtime (host) runs."""
     fault = getattr(exercise, "fault", exercise)  # a run on a user's script names its fault
-    return recovery.choose(topology(exercise, options), options.recovery, host, drill_needs=recovery_needs(fault))
+    shaped = topology(exercise, options)
+    return recovery.choose(
+        shaped,
+        options.recovery,
+        host,
+        drill_needs=recovery_needs(fault),
+        in_process_refusal=in_process_refusal(exercise),
+    )
+
+
+def in_process_refusal(exercise: ModuleType) -> str:
+    """Why a drill does not run under --recovery in-process ("" where its judge knows it:
+    IN_PROCESS_JUDGED, on the lab's trainer)."""
+    if hasattr(exercise, "fault"):
+        return "not behind drills on your script yet (lab run --recovery in-process SCRIPT runs it)"
+    if not getattr(exercise, "IN_PROCESS_JUDGED", False):
+        judged = [d.NAME for d in drills().values() if getattr(d, "IN_PROCESS_JUDGED", False)]
+        return f"{exercise.NAME} does not judge in-process recovery yet ({', '.join(judged)} does)"
+    return ""
 
 
 def options_from_args(drill: ModuleType, args: argparse.Namespace) -> DrillOptions:

@@ -9,6 +9,7 @@ redone, and the job ends with weights bit-identical to an uninterrupted run.
     lab exercise run kill-worker [--target-rank 1] [--at-step 25]
     lab exercise run kill-worker --torch-defaults    # the upstream restart failure
     lab exercise run kill-worker --recovery torchrun  # torch's c10d rendezvous instead of the lab's
+    lab exercise run kill-worker --recovery in-process  # no restart: a warm spare takes the rank's place
 
 Look for: in the node logs, "failed (exitcode: -9)" and "will restart worker group";
 in the events, restart 1's checkpoint_loaded; in Prometheus, `lab_agent_restarts_used`
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import signal
 
-from lab.exercises import drill_job, observe
+from lab.exercises import drill_job, inprocess_verdict, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event
@@ -38,6 +39,7 @@ from lab.topology import Topology
 
 NAME = "kill-worker"
 SUMMARY = "SIGKILL one worker; the group restarts and resumes bit-identical"
+IN_PROCESS_JUDGED = True  # --recovery in-process: judged by lab.exercises.inprocess_verdict
 INJECTS = ("kill_worker",)  # Node faults it uses (lab.exercises.grid); --torch-defaults adds one
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 25
 STEPS, CKPT_EVERY = 60, 10
@@ -77,6 +79,9 @@ def judge(seen: Seen, options) -> Report:
     report = seen.new_report()
     if options.torch_defaults:
         return judge_torch_defaults(seen, report)
+    if seen.topology.in_process:
+        inprocess_verdict.judge(report, seen, seen.injected("kill_worker")["time"], options.target_rank)
+        return report
     observe.judge_restart_resume(report, seen, seen.injected("kill_worker")["time"], CKPT_EVERY)
     return report
 

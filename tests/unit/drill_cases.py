@@ -25,6 +25,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "drills"
 CASES = {
     "kill-worker": (kill_worker, {}),
     "kill-worker-torch-defaults": (kill_worker, {"torch_defaults": True}),
+    "kill-worker-in-process": (kill_worker, {"recovery": "in-process"}),
     "rank-exception": (rank_exception, {}),
     "kill-node": (kill_node, {}),
     "kill-node-elastic": (kill_node, {}),

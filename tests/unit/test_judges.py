@@ -17,6 +17,7 @@ from lab.exercises.seen import Seen
 FACTS = {
     "kill-worker": lambda f: f["restarts"] == 1 and 0 <= f["lost_steps"] <= 10 and f["recovery"]["total"] > 0,
     "kill-worker-torch-defaults": lambda f: f["final_weights_match_reference"] is False,
+    "kill-worker-in-process": lambda f: f["replacements"] == 1 and f["lost_steps"] <= 1 and f["recovery"]["total"] > 0,
     "rank-exception": lambda f: "RuntimeError" in f["error"] and f["restarts"] == 1 and 0 <= f["lost_steps"] <= 10,
     "kill-node": lambda f: f["world_size_after"] == [4] and f["final_weights_match_reference"],
     "kill-node-elastic": lambda f: f["world_size_after"] == [2],

@@ -1,0 +1,58 @@
+"""The verdict on a fault survived in-process (lab.inprocess): the lost rank replaced by a spare,
+the others never stopped, state from a peer, at most the step in flight redone, the weights of
+an uninterrupted run. What a drill whose fault in-process recovery survives judges with, in
+place of observe.judge_restart_resume."""
+
+from __future__ import annotations
+
+from lab.exercises import observe
+from lab.health.events import Event
+
+
+def breakdown(events: list[dict], fault_time: float) -> dict:
+    """Seconds from the fault: detect (a survivor's collective failed), regroup (the new
+    generation's group formed), state_from_peer (the handover), first_step, total."""
+    failed = observe.first_time(events, fault_time, lambda e: e["event"] == Event.COLLECTIVE_FAILED)
+    regrouped = observe.first_time(events, failed or fault_time, lambda e: e["event"] == Event.RENDEZVOUS_DONE)
+    adopted = observe.first_time(events, regrouped or fault_time, lambda e: e["event"] == Event.STATE_FROM_PEER)
+    first = observe.first_time(events, adopted or fault_time, lambda e: e["event"] == Event.STEP)
+    spans = [("detect", fault_time, failed), ("regroup", failed, regrouped), ("state_from_peer", regrouped, adopted)]
+    spans += [("first_step", adopted, first), ("total", fault_time, first)]
+    return {name: (end - start if start is not None and end is not None else None) for name, start, end in spans}
+
+
+def steps_redone(events: list[dict], fault_time: float) -> int | None:
+    """Steps some rank had completed before the fault that the regrouped job did again (None:
+    it never took state from a peer)."""
+    handed = [e["step"] for e in events if e["event"] == Event.STATE_FROM_PEER and e["time"] > fault_time]
+    if not handed:
+        return None
+    reached = max((e["step"] for e in events if e["event"] == Event.STEP and e["time"] < fault_time), default=0)
+    return max(0, reached - min(handed))
+
+
+def judge(report, seen, fault_time: float, target_rank: int) -> None:
+    """kill-worker (or any fault that ends one rank's process) under --recovery in-process."""
+    events, codes = seen.events, seen.codes
+    after = [e for e in events if e["time"] > fault_time]
+    started = {e["rank"] for e in after if e["event"] == Event.START}
+    report.facts["replacements"] = observe.restarts(events)  # the generation: one per replaced rank
+    report.facts["lost_steps"] = steps_redone(events, fault_time)
+    report.facts["recovery"] = breakdown(events, fault_time)
+    report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
+    report.check(
+        f"rank {target_rank}'s place went to a warm spare, the other ranks stayed",
+        started == {target_rank},
+        f"ranks started after the fault: {sorted(started)}",
+    )
+    sources = {e["source"] for e in after if e["event"] == Event.STATE_FROM_PEER}
+    report.check(
+        "every rank took its state from a surviving peer, no checkpoint read",
+        len(sources) == 1
+        and target_rank not in sources
+        and not any(e["event"] == Event.CHECKPOINT_LOADED for e in after),
+        f"sources {sorted(sources)}",
+    )
+    lost = report.facts["lost_steps"]
+    report.check("lost at most the step in flight", lost is not None and lost <= 1, f"redid {lost} steps")
+    observe.judge_reference(report, seen)
