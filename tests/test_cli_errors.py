@@ -51,8 +51,8 @@ def assert_one_line_error(out, *words):
         # --recovery on each entry point: a style the job, the drill or the runtime cannot run
         (["up", "--recovery", "in-process"], ["--recovery in-process", "ddp_train.py does not train in lab.inprocess"]),
         (
-            ["up", "--runtime", "docker", "--recovery", "in-process", "--dry-run"],
-            ["--recovery in-process: the docker runtime cannot run it", "use --recovery restart"],
+            ["up", "--runtime", "k8s", "--recovery", "in-process", "--dry-run"],
+            ["--recovery in-process: the k8s runtime cannot run it", "use --recovery restart"],
         ),
         (["run", "--recovery", "torchrun", "--rdzv-backend", "lab", script_path("ddp_train")], ["drop one"]),
         (

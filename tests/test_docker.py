@@ -115,14 +115,22 @@ def test_the_node_image_says_in_one_line_what_cuda_it_has(images):
     assert "a CPU build, no CUDA" in out.stdout
 
 
-@pytest.mark.parametrize("name", ["kill-worker", "kill-node"])
-def test_fault_drill_passes_in_containers(docker_lab, name):
-    out = docker_lab("exercise", "run", name, "--runtime", "docker", timeout=600)
+@pytest.mark.parametrize(
+    ("name", "recovery", "style"),
+    [
+        # --recovery auto: the lab's rendezvous across containers for a worker, torch's for a node
+        ("kill-worker", "auto", "restart"),
+        ("kill-node", "auto", "torchrun"),
+        # a keeper per container: the spare takes the rank's place, state from a peer
+        ("kill-worker", "in-process", "in-process"),
+    ],
+)
+def test_fault_drill_passes_in_containers(docker_lab, name, recovery, style):
+    out = docker_lab("exercise", "run", name, "--runtime", "docker", "--recovery", recovery, timeout=600)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     report = report_of(out)
     assert report["runtime"] == "docker" and report["verdict"] == "pass", report
-    # --recovery auto: the lab's rendezvous across containers for a worker, torch's for a node
-    assert report["recovery_style"]["style"] == {"kill-worker": "restart", "kill-node": "torchrun"}[name]
+    assert report["recovery_style"]["style"] == style
 
 
 def test_a_drill_on_a_users_script_in_containers(docker_lab):
