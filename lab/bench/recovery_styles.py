@@ -35,7 +35,7 @@ from pathlib import Path
 
 from lab import runtimes
 from lab.bench import free_port
-from lab.exercises import observe
+from lab.exercises import inprocess_verdict, observe
 from lab.health.events import Event, read_events
 from lab.rundir import RunDir
 from lab.topology import Topology
@@ -94,13 +94,7 @@ def stages(events: list[dict], agents: list[dict], killed: float) -> dict:
     """torchrun's restart stages (observe.recovery_breakdown), or in-process's own."""
     if agents:
         return observe.recovery_breakdown(events, agents, killed)
-    failed = observe.first_time(events, killed, lambda e: e["event"] == Event.COLLECTIVE_FAILED)
-    regrouped = observe.first_time(events, failed or killed, lambda e: e["event"] == Event.RENDEZVOUS_DONE)
-    adopted = observe.first_time(events, regrouped or killed, lambda e: e["event"] == Event.STATE_FROM_PEER)
-    first = observe.first_time(events, adopted or killed, lambda e: e["event"] == Event.STEP)
-    spans = [("detect", killed, failed), ("regroup", failed, regrouped), ("state_from_peer", regrouped, adopted)]
-    spans += [("first_step", adopted, first), ("total", killed, first)]
-    return {name: (end - start if start is not None and end is not None else None) for name, start, end in spans}
+    return inprocess_verdict.breakdown(events, killed)
 
 
 def steps_done_twice(events: list[dict], killed: float, first_after: int) -> int:

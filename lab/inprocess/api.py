@@ -84,6 +84,8 @@ class Attempt:
         self.store, self.wire, self.generation = store, wire, generation
         self.peer_lost: str | None = None  # the error that ended this attempt, when a peer died
         self.join_seconds = 0.0
+        self.adopted_from: int | None = None  # the rank whose state this attempt took, when it took one
+        self._group_sockets: dict[int, str] = {}  # the connections it opened to join the group: fd -> inode
 
     @property
     def in_process(self) -> bool:
@@ -170,9 +172,6 @@ class Attempt:
             optimizer.load_state_dict(payload[0])
         self.adopted_from = source
         return newest
-
-    adopted_from: int | None = None  # the rank whose state this attempt took, when it took one
-    _group_sockets: dict[int, str] = {}  # the connections this rank opened to join the group: fd -> inode
 
 
 def _sockets() -> dict[int, str]:
