@@ -58,7 +58,8 @@ def main(argv=None) -> None:
     step: int | None = None if NodeEnv.parse().inprocess_generation else 0
     for attempt in attempts():
         with attempt:
-            events.restart(attempt.generation)
+            if attempt.in_process:  # under torchrun, the restart count torchrun gave
+                events.restart(attempt.generation)
             events.write(Event.RENDEZVOUS_DONE, seconds=attempt.join_seconds, world_size=world)
             step = attempt.adopt(model, optimizer, step)
             if attempt.adopted_from is not None:

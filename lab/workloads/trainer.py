@@ -138,7 +138,8 @@ def main(argv=None) -> None:
         # rank keeps its model and optimizer (held) and trains on in the group the keepers re-form.
         for attempt in attempts():
             with attempt:
-                events.restart(attempt.generation)
+                if attempt.in_process:  # under torchrun, the restart count torchrun gave (TORCHELASTIC_RESTART_COUNT)
+                    events.restart(attempt.generation)
                 ctx = joined(attempt.join_seconds) if attempt.distributed else single()
                 # Everything that holds the process group (the DDP model above all) lives in
                 # train()'s frame, so it is freed before the group is destroyed.
