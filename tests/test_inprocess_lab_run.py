@@ -1,6 +1,6 @@
 """`lab run --recovery in-process` on netns hosts: a keeper per node, a rank SIGKILLed mid-run,
 its place taken by the warm spare, no step redone, and the weights of a run that lost no rank;
-for the example script and for the lab's DDP trainer."""
+and the kill-worker drill judging the same."""
 
 import json
 import os
@@ -50,12 +50,10 @@ def kill_rank_at(lab, events, rank: int, step: int, timeout_s: float = 120) -> f
     raise AssertionError(f"rank {rank} never reached step {step}")
 
 
-@pytest.mark.parametrize(
-    ("workload", "rank"),
-    [("inprocess_train", 1), ("trainer", 2)],  # the example (plain all_reduce) and the lab's DDP trainer
-)
-def test_a_killed_rank_is_replaced_in_process_and_the_job_ends_bit_identical(lab, workload, rank, tmp_path):
-    script = script_path(workload)
+def test_a_killed_rank_is_replaced_in_process_and_the_job_ends_bit_identical(lab, tmp_path):
+    """The lab's DDP trainer; the example script (plain all_reduce) runs under the same keepers in
+    tests/test_recovery_styles.py, killed at node 0's first rank and node 1's last."""
+    script, rank = script_path("trainer"), 2  # node 1's first rank
     # The script's own --events-dir: `lab run` removes its run dir, events and all, when the job ends.
     proc = lab.popen(*JOB, script, *STEPS, "--events-dir", str(tmp_path / "events"))
     try:
