@@ -30,7 +30,7 @@ The averaged gradient is a floating-point sum whose order the collective fixes: 
 same world size and algorithm, gloo adds the same numbers in the same order whatever
 the host layout, so 1x4 and 2x2 agree to the last bit. A different world size changes
 the sampler's partition, the sum's terms and its order. Resuming bit-identically also
-needs DDP's rebuilt bucket order (see the trainer's settle_buckets).""",
+needs DDP's rebuilt bucket order (see lab.workloads.distributed.settle_buckets).""",
 }
 
 

@@ -90,7 +90,7 @@ def average_gradients(model: nn.Module, distributed: bool) -> None:
     afresh after a regroup starts in its initial bucket layout, and with more than two ranks
     the all-reduce's summation order then differs in the last bits from the uninterrupted
     run's rebuilt layout. The lab's trainer keeps DDP and settles the layout with one
-    throw-away backward in every attempt (lab.workloads.trainer.settle_buckets)."""
+    throw-away backward in every attempt (lab.workloads.distributed.settle_buckets)."""
     if not distributed:
         return
     for p in model.parameters():

@@ -44,7 +44,7 @@ from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_ta
 from lab.inprocess.api import attempts
 from lab.nodeenv import NodeEnv
 from lab.workloads.comm_hooks import timed_allreduce_hook
-from lab.workloads.distributed import Ctx, Preemption, StepDeadline, ddp, joined, say, single
+from lab.workloads.distributed import Ctx, Preemption, StepDeadline, ddp, joined, say, settle_buckets, single
 from lab.workloads.monitoring_ab import MonitoringAB
 from lab.workloads.trainer_state import resume, save_checkpoint, set_rng_state
 
@@ -173,23 +173,9 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
     events.write(Event.RENDEZVOUS_DONE, seconds=ctx.rendezvous_seconds, world_size=ctx.world_size)
     if metrics:
         metrics.rendezvous.set(ctx.rendezvous_seconds)
-    if held.model is None:  # this process's first attempt
-        held.model = make_model(args.width).to(ctx.device)
-        held.optimizer = torch.optim.SGD(held.model.parameters(), lr=0.01, momentum=0.9)
-        # From a checkpoint in the job's first generation; a replacement takes a peer's state.
-        held.step = restore(args, ctx, events, metrics, held.model, held.optimizer) if not attempt.generation else None
-    model, optimizer = held.model, held.optimizer
-    assert optimizer is not None
-    step = held.step = attempt.adopt(model, optimizer, held.step)  # the newest state any rank holds
-    if attempt.adopted_from is not None:
-        events.write(Event.STATE_FROM_PEER, step=step, source=attempt.adopted_from)
-    ddp_model = ddp(model, ctx, bucket_cap_mb=args.bucket_cap_mb)
+    model, optimizer, step = held_state(args, ctx, attempt, events, metrics, held)
     ab = MonitoringAB(args.ab_monitoring) if args.ab_monitoring else None
-    if ctx.distributed:
-        # Installed with or without metrics, so monitoring never changes how the job communicates.
-        observe = metrics.allreduce_duration.observe if metrics else None
-        hook = timed_allreduce_hook(ab.gate(observe) if ab and observe else observe)
-        ddp_model.register_comm_hook(None, hook)  # type: ignore[operator]  # DDP's, through a Module type
+    ddp_model = wrapped(model, ctx, args, metrics, ab)
     dataset = make_dataset(args.samples)
     sampler: DistributedSampler = DistributedSampler(
         dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed, drop_last=True
@@ -237,6 +223,33 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
     finish(ctx, model, ab, step - first_step, time.perf_counter() - loop_started, events, step)
 
 
+def held_state(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None, held: Held):
+    """The model, optimizer and step this attempt trains from: the newest any rank holds.
+
+    A process's first attempt builds them, from a checkpoint in the job's first generation; a
+    replacement holds nothing and takes a peer's state (lab.inprocess.api: Attempt.adopt)."""
+    if held.model is None:
+        held.model = make_model(args.width).to(ctx.device)
+        held.optimizer = torch.optim.SGD(held.model.parameters(), lr=0.01, momentum=0.9)
+        held.step = restore(args, ctx, events, metrics, held.model, held.optimizer) if not attempt.generation else None
+    assert held.optimizer is not None
+    step = held.step = attempt.adopt(held.model, held.optimizer, held.step)
+    if attempt.adopted_from is not None:
+        events.write(Event.STATE_FROM_PEER, step=step, source=attempt.adopted_from)
+    return held.model, held.optimizer, step
+
+
+def wrapped(model: nn.Module, ctx: Ctx, args, metrics: RankMetrics | None, ab: MonitoringAB | None) -> nn.Module:
+    """The model in DDP over this attempt's group, with the timed all-reduce hook: installed with
+    or without metrics, so monitoring never changes how the job communicates."""
+    ddp_model = ddp(model, ctx, bucket_cap_mb=args.bucket_cap_mb)
+    if ctx.distributed:
+        observe = metrics.allreduce_duration.observe if metrics else None
+        hook = timed_allreduce_hook(ab.gate(observe) if ab and observe else observe)
+        ddp_model.register_comm_hook(None, hook)  # type: ignore[operator]  # DDP's, through a Module type
+    return ddp_model
+
+
 def restore(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, model, optimizer) -> int:
     """Load the newest valid checkpoint, if any (lab.workloads.checkpoint); the step to go on from."""
     state = resume(args, ctx, events)
@@ -276,21 +289,6 @@ def record_step(
     events.step(step, loss, seconds)
     if metrics:
         metrics.step_done(step, seconds, samples, loss)
-
-
-def settle_buckets(ddp_model, dataset, batch_size, loss_fn, optimizer, ctx: Ctx) -> None:
-    """One throw-away backward, so every run trains in DDP's rebuilt bucket layout.
-
-    DDP regroups its gradient buckets after the first backward. With more than two ranks
-    the all-reduce's summation order depends on where a gradient sits in its bucket, so
-    a resumed run whose first step used the initial layout would drift from the
-    uninterrupted run in the last bits (measured: 4 ranks, resumed at step 20, checksum
-    -2.855061 against -2.855063). Running this in every run, fresh or resumed, makes
-    the first real step of both use the same layout.
-    """
-    x, y = (t.to(ctx.device) for t in dataset[list(range(batch_size))])
-    loss_fn(ddp_model(x), y).backward()
-    optimizer.zero_grad(set_to_none=True)
 
 
 if __name__ == "__main__":
