@@ -16,9 +16,10 @@ def start(
 ) -> tuple[Runtime, Topology, Sequence[Node]] | None:
     """Start the job; returns (runtime, topology, nodes), or None after a dry run."""
     runtime = runtimes.from_args(args, run_dir_from_args(args), log=log)
-    # A script recovers in-process only when it trains in lab.inprocess's attempts(): read it when asked.
-    in_process = args.recovery == recovery.IN_PROCESS
-    refusal = recovery.script_refuses_in_process(runtime.locate_script(script)) if in_process else ""
+    # A script recovers in-process only when it trains in lab.inprocess's attempts(): located and read
+    # only when that is asked, so for every other style the style's refusals still come first.
+    located = runtime.locate_script(script) if args.recovery == recovery.IN_PROCESS else None
+    refusal = recovery.script_refuses_in_process(located) if located else ""
     topology, how = recovery.choose(
         topology_from_args(args),
         args.recovery,
@@ -26,7 +27,7 @@ def start(
         rdzv_asked=args.rdzv_backend,
         in_process_refusal=refusal,
     )
-    script = runtime.locate_script(script)
+    script = located or runtime.locate_script(script)
     if args.dry_run:
         print(f"# {how.line()}")
         print(runtime.plan(topology, script, script_args).text(), end="")  # the plan `up` would run

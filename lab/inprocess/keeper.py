@@ -55,10 +55,9 @@ class Keeper:
         self.workers_file = NodeEnv.parse().workers_file
 
     def _start(self, extra: list[str], env: dict[str, str]) -> subprocess.Popen:
-        env = {**os.environ, **env, "WORLD_SIZE": str(self.world_size), "LAB_INPROCESS_STORE": self.args.store}
+        wire = NodeEnv(inprocess_store=self.args.store, events_dir=self.args.events_dir).render()
+        env = {**os.environ, **env, **wire, "WORLD_SIZE": str(self.world_size)}
         env.update(LOCAL_WORLD_SIZE=str(self.args.nproc_per_node), GROUP_RANK=str(self.args.node_rank))
-        if self.args.events_dir:
-            env["LAB_EVENTS_DIR"] = self.args.events_dir
         argv = [sys.executable, "-m", "lab.inprocess.rank", *extra, *self.args.script]
         return subprocess.Popen(argv, env=env, preexec_fn=die_with_parent)
 

@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
         if assignment is None:
             return 0  # the job ended (its store with it) before this spare was needed
         rank, local_rank, generation = assignment
-        os.environ.update(RANK=rank, LOCAL_RANK=local_rank, LAB_INPROCESS_GENERATION=generation)
+        os.environ.update(RANK=rank, LOCAL_RANK=local_rank, **NodeEnv(inprocess_generation=int(generation)).render())
         os.environ["TORCHELASTIC_RESTART_COUNT"] = generation
         argv = argv[2:]
     if not argv:
