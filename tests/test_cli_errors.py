@@ -92,9 +92,12 @@ def test_bad_input_is_one_line(lab, args, words):
     assert not lab.run_dir.exists(), "nothing may be started on bad input"
 
 
-def test_a_rendezvous_port_in_use_is_named(lab):
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.2"])
+def test_a_rendezvous_port_in_use_is_named(lab, address):
+    """Node 0's store binds every address: a listener on any one of them (another lab's etcd on
+    its gateway) takes the port, and is refused before a node starts, not by torchrun after."""
     with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
+        busy.bind((address, 0))
         busy.listen()
         port = busy.getsockname()[1]
         out = lab("run", "--hosts", "loopback", "--rdzv-port", str(port), script_path("ddp_train"))

@@ -10,7 +10,7 @@ import signal
 import time
 
 import pytest
-from conftest import left_behind, needs_netns, report_of, wait_for_output
+from conftest import left_behind, loopback_labs, needs_netns, report_of, wait_for_output
 
 from lab import procs
 
@@ -108,6 +108,7 @@ def test_killing_the_rendezvous_host_fails_the_whole_job(lab):
     assert report["verdict"] == "pass" and "node0" in report["explanation"]
 
 
+@loopback_labs  # its etcd serves on the host from torchrun's port, where loopback labs' stores listen
 def test_with_etcd_v2_the_survivor_waits_for_the_rendezvous_host_to_return(lab):
     out = lab("exercise", "run", "kill-rendezvous-host", "--rdzv-backend", "etcd-v2", timeout=400)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]

@@ -17,6 +17,7 @@ import pytest
 from conftest import needs_netns
 
 from lab.runtimes import fence
+from lab.runtimes.ports import free_etcd_port
 
 # The foreign namespace's host address is fixed: its tests run in one worker, one at a time.
 pytestmark = [pytest.mark.slow, needs_netns, pytest.mark.xdist_group("fence")]
@@ -80,7 +81,8 @@ def test_the_c10d_store_is_fenced_from_other_users_and_other_networks(lab, forei
 
 @pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd-server is not installed (make host-deps)")
 def test_the_labs_etcd_is_fenced_from_other_users(lab):
-    state = start_detached(lab, "--rdzv-backend", "etcd-v2")
+    # Off torchrun's default port, which the system tier's loopback labs (another xdist group) bind.
+    state = start_detached(lab, "--rdzv-backend", "etcd-v2", "--rdzv-port", str(free_etcd_port(24400)))
     gateway = state["nodes"][0]["address"].rsplit(".", 1)[0] + ".1"
     port = state["topology"]["rdzv_port"]
     wait_open(gateway, port)

@@ -164,7 +164,9 @@ class LocalRuntime(MonitoredRuntime):
         if watch:
             self.claim_prometheus_port()
         if mode == "loopback":  # (a userns lab's namespace is its own: nothing else listens there)
-            ensure_port_free("127.0.0.1", topology.rdzv_port, "rendezvous port", "--rdzv-port")
+            # Node 0's store listens on every address, so a listener on any one (another lab's etcd
+            # on its network's gateway) takes the port from it: checked where the store binds.
+            ensure_port_free("0.0.0.0", topology.rdzv_port, "rendezvous port", "--rdzv-port")
             for port in exporter_ports(topology):
                 ensure_port_free("0.0.0.0", port, "exporter port", "--metrics-port")
         plan.prometheus = self.prometheus.url if watch else None
