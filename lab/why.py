@@ -11,7 +11,6 @@ are consequences and are listed after it.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 from collections import Counter
@@ -20,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab.health.events import Event, ExitReason, agent_failures, read_agent_events, read_events
+from lab.kernel_log import kernel_log, oom_kill
 from lab.node import worker_record
 
 # What a rank says when a *peer* failed: these are consequences, never the first cause.
@@ -30,7 +30,12 @@ CONSEQUENCE = re.compile(
 TRACE_LINE = re.compile(r"^\[rank(\d+)\]:(.*)$")
 FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 EXCEPTION = re.compile(r"^\s*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))(?::\s*(.*))?$")
-SIGTERM_SENT = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
+# torchrun's agent stopping a group: its subprocess workers, its function workers, and
+# torch.multiprocessing's own join stopping the rest once one of them failed.
+SIGTERM_SENT = re.compile(
+    r"(?:Sending process|Closing process|Terminating process) (\d+) (?:closing signal|via signal) (SIG\w+)"
+)
+NOT_OWN = re.compile(r"site-packages|<frozen|/lab/node/|/lab/health/")  # frames of torch, the lab's wrappers
 
 
 @dataclass
@@ -54,6 +59,7 @@ class Card:
     then: list[RankFailure] = field(default_factory=list)
     rounds: int = 0  # how many times an agent saw its group fail
     notes: list[str] = field(default_factory=list)
+    certain: bool = True  # False: `first` is only the earliest noticed of several like it
 
     def to_json(self) -> dict:
         return {
@@ -61,6 +67,7 @@ class Card:
             "then": [asdict(f) for f in self.then],
             "rounds": self.rounds,
             "notes": self.notes,
+            "certain": self.certain,
         }
 
     def text(self) -> str:
@@ -68,7 +75,7 @@ class Card:
             return "no rank failed: the agents recorded no failure\n" + "".join(f"note: {n}\n" for n in self.notes)
         f = self.first
         lines = [
-            f"first failure: rank {f.rank} on {f.node}"
+            f"{'first to stop' if f.exit_code == 0 else 'first failure'}: rank {f.rank} on {f.node}"
             + (f" (local rank {f.local_rank}, pid {f.pid})" if f.local_rank is not None else "")
             + f": {f.how}",
         ]
@@ -97,12 +104,18 @@ def tracebacks(log: str) -> dict[int, tuple[str, str]]:
             continue
         rank, text = int(match[1]), match[2]
         frame = FRAME.search(text)
-        if frame and not re.search(r"site-packages|<frozen|/lab/node/", frame[1]):
+        if frame and not NOT_OWN.search(frame[1]):
             where[rank] = f"{frame[1]}:{frame[2]}"
         exception = EXCEPTION.match(text)
         if exception:  # gloo's "[/path/to/pair.cc:553] " says nothing to a user
             found[rank] = (re.sub(r"\[/[^\]]+\] ", "", text.strip()), where.get(rank, ""))
     return found
+
+
+def own_frame(traceback: str) -> str:
+    """file:line of a traceback's deepest frame outside torch and the lab's wrappers, or ''."""
+    frames = [f"{path}:{line}" for path, line in FRAME.findall(traceback) if not NOT_OWN.search(path)]
+    return frames[-1] if frames else ""
 
 
 def describe(code: int | None, pid: int | None, terminated_by_agent: set[int]) -> str:
@@ -128,6 +141,7 @@ class Evidence:
     raised: dict[int, dict]  # rank -> its exit event, for ranks that died of an exception
     steps: dict[int, int]  # rank -> its last step
     skipped: list[str] = field(default_factory=list)  # "rank1.jsonl: 2 lines" not read as records
+    preempted: dict[int, dict] = field(default_factory=dict)  # rank -> its exit event, stopped on SIGTERM
 
 
 def read_evidence(run_dir: Path) -> Evidence:
@@ -143,7 +157,9 @@ def read_evidence(run_dir: Path) -> Evidence:
         text = log.read_text(errors="replace")
         found.traces.update(tracebacks(text))
         found.terminated |= {int(pid) for pid, _ in SIGTERM_SENT.findall(text)}
-    found.raised = {e["rank"]: e for e in ranks if e["event"] == Event.EXIT and e.get("reason") == ExitReason.EXCEPTION}
+    exits = [e for e in ranks if e["event"] == Event.EXIT]
+    found.raised = {e["rank"]: e for e in exits if e.get("reason") == ExitReason.EXCEPTION}
+    found.preempted = {e["rank"]: e for e in exits if e.get("reason") == ExitReason.PREEMPTED}
     for e in ranks:
         if e["event"] == Event.STEP:
             found.steps[e["rank"]] = max(found.steps.get(e["rank"], e["step"]), e["step"])
@@ -165,6 +181,8 @@ def reported_failures(found: Evidence) -> list[RankFailure]:
             if event and (failure.pid is None or event.get("pid") == failure.pid):
                 failure.error, failure.where = str(event.get("error", "")), str(event.get("where", ""))
                 failure.time = event["time"]
+            elif info.get("error"):  # torchelastic's error file, as the agent read it
+                failure.error, failure.where = info["error"], own_frame(info.get("traceback", ""))
             elif rank in found.traces:
                 failure.error, failure.where = found.traces[rank]
             failure.how = (
@@ -192,12 +210,22 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
             f"lab's shape): {', '.join(found.skipped)}"
         )
     if not failures:
+        result.first = preempted_first(found, result.notes)
         return result
     failures.sort(key=lambda f: f.time)
     causes = [f for f in failures if not f.consequence]
+    # A signal or an exception of its own says what happened; a bare exit status does not, and
+    # agents notice their ranks' exits in their own time: such a rank is first only if it is alone.
+    said = [f for f in causes if f.error or (f.exit_code or 0) < 0]
     # A rank with nothing to say of its own that torchrun had to stop, while its peers failed waiting.
     silent = [f for f in failures if not f.error and f.pid in found.terminated]
-    result.first = causes[0] if causes else silent[0] if silent else failures[0]
+    result.first = said[0] if said else causes[0] if causes else silent[0] if silent else failures[0]
+    if not said and len(causes) > 1:
+        result.certain = False
+        result.notes.append(
+            f"ranks {', '.join(str(f.rank) for f in causes)} exited without saying why, and agents notice exits "
+            "in their own time: which one failed first is unknown (the earliest noticed is shown)"
+        )
     result.then = [f for f in failures if f is not result.first][:8]
     if not causes and silent:
         result.notes.append(
@@ -205,6 +233,7 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
             "connection), and torchrun had to stop it: the likely hung rank"
         )
     elif not causes:
+        result.certain = False
         result.notes.append(
             "every failed rank reports a peer's failure (a timeout or a lost connection): a rank hung or a node "
             "was cut off; the earliest report is shown first"
@@ -222,37 +251,22 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     return result
 
 
-def kernel_log() -> str:
-    """The kernel's ring buffer as /dev/kmsg gives it (root, or kernel.dmesg_restrict=0); '' if unreadable."""
-    try:
-        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return ""
-    records = []
-    try:
-        while True:
-            try:
-                records.append(os.read(fd, 8192).decode(errors="replace"))
-            except BlockingIOError:
-                break
-            except OSError:  # EPIPE: a record was overwritten while we read; go on with the next
-                continue
-    finally:
-        os.close(fd)
-    return "".join(records)
-
-
-def oom_kill(pid: int | None, log: str) -> str:
-    """The kernel's line saying it OOM-killed pid, or ''. Pids match for nodes that share the
-    host's pid namespace (netns and loopback nodes); a container's are its own."""
-    if pid is None:
-        return ""
-    found = re.search(
-        rf"^[^;]*;((?:Memory cgroup out of memory|Out of memory)[^\n]*Killed process {pid} \([^\n]*)",
-        log,
-        re.M,
+def preempted_first(found: Evidence, notes: list[str]) -> RankFailure | None:
+    """A job that stopped on a SIGTERM, every rank at one agreed step (the trainer's preemption):
+    the rank the signal reached first, or the lowest of those it reached, is named."""
+    told = sorted(rank for rank, e in found.preempted.items() if e.get("signalled"))
+    if not told:
+        return None
+    event = found.preempted[told[0]]
+    step = event.get("step")
+    notes.append(
+        f"no rank failed: SIGTERM reached rank{'s' if len(told) > 1 else ''} {', '.join(map(str, told))}, and "
+        f"ranks {', '.join(map(str, sorted(found.preempted)))} checkpointed step {step} together and stopped"
     )
-    return found[1][:200] if found else ""
+    stopped = RankFailure(told[0], str(event.get("node", "")), event.get("local_rank"), event["time"], 0)
+    stopped.pid, stopped.last_step = event.get("pid"), step if isinstance(step, int) else None
+    stopped.how = "stopped on SIGTERM (a preemption), after a checkpoint"
+    return stopped
 
 
 def stopped_by_the_agent(

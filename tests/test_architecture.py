@@ -19,7 +19,7 @@ LAYERS = [
     ("lab.cli",),
     ("lab.bench",),
     ("lab.exercises", "lab.lessons"),
-    ("lab.report", "lab.job", "lab.results", "lab.why", "lab.evidence"),
+    ("lab.report", "lab.job", "lab.results", "lab.why", "lab.diagnosis", "lab.evidence"),
     ("lab.runtimes", "lab.user_image"),
     ("lab.node", "lab.inprocess", "lab.progress"),
     ("lab.workloads", "lab.inprocess.api"),
@@ -27,7 +27,7 @@ LAYERS = [
     ("lab.options",),
     ("lab.recovery",),
     ("lab.topology", "lab.gpus"),
-    ("lab.rundir", "lab.ownership", "lab.procs", "lab.files", "lab.nodeenv", "lab.errors"),
+    ("lab.rundir", "lab.ownership", "lab.procs", "lab.files", "lab.nodeenv", "lab.errors", "lab.kernel_log"),
 ]
 
 

@@ -1,6 +1,6 @@
 """`lab bench NAME`: the lab's benchmarks, each measured side by side with its reference.
 
-    lab bench collectives | recovery | goodput | detection | startup | overhead [--out DIR]
+    lab bench collectives | recovery | goodput | detection | diagnosis | startup | overhead [--out DIR]
     lab bench docs [--out DIR] [--output docs/benchmarks.md]
 
 Each benchmark prints its progress and table, and saves NAME.json (its command, figures
@@ -13,7 +13,7 @@ import argparse
 import time
 from pathlib import Path
 
-from lab.bench import collectives, detection, goodput, overhead, recovery, startup
+from lab.bench import collectives, detection, diagnosis, goodput, overhead, recovery, startup
 from lab.bench.docs import machine, write_page
 from lab.options import Option
 
@@ -22,6 +22,7 @@ BENCHES = {
     "recovery": recovery,
     "goodput": goodput,
     "detection": detection,
+    "diagnosis": diagnosis,
     "startup": startup,
     "overhead": overhead,
 }

@@ -20,6 +20,7 @@ from torch.distributed.elastic.agent.server.api import WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.events import handlers as event_handlers
 from torch.distributed.elastic.metrics.api import MetricData, MetricHandler
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from lab.health.events import echo
 from lab.health.labelled import exposed
@@ -28,6 +29,7 @@ from lab.nodeenv import NodeEnv
 
 STATES = [s.name for s in WorkerState]
 EVENT_HANDLER = "lab"  # the name torchrun's --event-log-handler selects
+ERROR_CHARS, TRACEBACK_CHARS = 500, 4000  # of a failed rank's exception, kept in its agent's record
 
 
 class AgentMetrics(MetricHandler):
@@ -144,11 +146,8 @@ def install(metrics: AgentMetrics | None, events_path: Path | None, node: str, o
                                 "name": "lab.failure_detected",
                                 "state": result.state.name,
                                 "exit_codes": {str(r): f.exitcode for r, f in result.failures.items()},
-                                # Where each failed rank ran, for `lab why` (lab.why).
-                                "failures": {
-                                    str(r): {"local_rank": f.local_rank, "pid": f.pid, "exitcode": f.exitcode}
-                                    for r, f in result.failures.items()
-                                },
+                                # Where each failed rank ran, and what it raised, for `lab why` (lab.why).
+                                "failures": every_failure(agent, worker_group, result),
                             }
                         )
                     }
@@ -157,6 +156,47 @@ def install(metrics: AgentMetrics | None, events_path: Path | None, node: str, o
         return result
 
     setattr(LocalElasticAgent, "_monitor_workers", monitor_and_observe)  # noqa: B010 -- a patch, on purpose
+
+
+def every_failure(agent, worker_group, result) -> dict[str, dict]:
+    """Every rank of the group that exited non-zero, by global rank. torch reports one failure
+    per node (for function workers, the lowest local rank among those already dead when it
+    looked), often a peer that died of the first one's loss; the others' exits are read from
+    the agent's process context after it stopped the group."""
+    failures = {str(rank): failure_record(f) for rank, f in result.failures.items()}
+    context = getattr(agent, "_pcontext", None)
+    codes, error_files = exit_codes(context), getattr(context, "error_files", None) or {}
+    for worker in worker_group.workers:
+        code = codes.get(worker.local_rank)
+        if code and str(worker.global_rank) not in failures:
+            error_file = error_files.get(worker.local_rank, "")
+            failure = ProcessFailure(worker.local_rank, worker.id or -1, code, error_file)
+            failures[str(worker.global_rank)] = failure_record(failure)
+    return failures
+
+
+def exit_codes(context) -> dict[int, int]:
+    """local rank -> exit status of each worker that has exited, for either kind of process context."""
+    handlers = getattr(context, "subprocess_handlers", None)  # a binary or `python -m` per worker
+    if handlers:
+        return {rank: h.proc.poll() for rank, h in handlers.items() if h.proc.poll() is not None}
+    processes = getattr(getattr(context, "_pc", None), "processes", None) or []  # function workers
+    return {rank: p.exitcode for rank, p in enumerate(processes) if p.exitcode is not None}
+
+
+def failure_record(failure) -> dict:
+    """A failed rank as `lab why` reads it: where it ran, its exit, and the exception its
+    torchelastic error file holds (a worker started through torchrun's --run-path, as the
+    lab's preloaded ones are, records one; its output then carries no `[rankN]:` traceback)."""
+    record: dict = {"local_rank": failure.local_rank, "pid": failure.pid, "exitcode": failure.exitcode}
+    data = failure.error_file_data if isinstance(failure.error_file_data, dict) else {}
+    message = data.get("message")
+    if isinstance(message, dict) and message.get("message"):
+        extra = message.get("extraInfo")
+        extra = extra if isinstance(extra, dict) else {}
+        record["error"] = str(message["message"])[:ERROR_CHARS]
+        record["traceback"] = str(extra.get("py_callstack", ""))[-TRACEBACK_CHARS:]
+    return record
 
 
 def serve(metrics: AgentMetrics, port: int) -> None:

@@ -236,8 +236,8 @@ def read_agent_events(events_dir: Path, skipped: list[str] | None = None) -> lis
 
 
 def agent_failures(event: dict) -> list[tuple[int, dict]]:
-    """(rank, {exitcode, pid, local_rank}) for each failed rank an agent's record names; what
-    does not have that shape (an older lab's record, say) is passed over."""
+    """(rank, {exitcode, pid, local_rank[, error, traceback]}) for each failed rank an agent's
+    record names; what does not have that shape (an older lab's record, say) is passed over."""
     codes = event.get("exit_codes")
     codes = codes if isinstance(codes, dict) else {}
     details = event.get("failures") or {r: {"exitcode": c} for r, c in codes.items()}
@@ -248,7 +248,9 @@ def agent_failures(event: dict) -> list[tuple[int, dict]]:
         except (TypeError, ValueError):
             continue
         if isinstance(info, dict):
-            found.append((rank, {k: _whole(info.get(k)) for k in ("exitcode", "pid", "local_rank")}))
+            known: dict = {k: _whole(info.get(k)) for k in ("exitcode", "pid", "local_rank")}
+            known.update({k: info[k] for k in ("error", "traceback") if isinstance(info.get(k), str)})
+            found.append((rank, known))
     return found
 
 

@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -47,6 +48,8 @@ from lab.workloads.comm_hooks import timed_allreduce_hook
 from lab.workloads.distributed import Ctx, Preemption, StepDeadline, ddp, joined, say, settle_buckets, single
 from lab.workloads.monitoring_ab import MonitoringAB
 from lab.workloads.trainer_state import resume, save_checkpoint, set_rng_state
+
+UNCOLLECTED_EXIT_S = 1.0  # how long a preempted worker waits for its agent to collect it
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -150,14 +153,16 @@ def main(argv=None) -> None:
         events.write(Event.EXIT, reason=ExitReason.ERROR, step=progress["step"], error=error_text(e))
         raise
     if progress["preempted"]:
-        # Leave the process now, with everything saved and flushed. A worker that torchrun
-        # runs as a function (--run-path, the lab's preloaded workers) and that returns waits
-        # for its agent to collect the return value; an agent shutting down on SIGTERM never
-        # does, so the worker would sit out the grace period until SIGKILLed. SystemExit(0)
-        # does not help: torch's @record turns it into a return.
+        # A worker torchrun runs as a function (--run-path, the lab's preloaded workers) that
+        # returns waits for its agent to collect the return value. An agent shutting down on
+        # SIGTERM never does (the worker would sit out the grace period until SIGKILLed): leave
+        # on our own after a moment. One that is not (the SIGTERM was this rank's alone) collects
+        # it, and the group ends as done; without it, it would wait for the value forever.
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        leave = threading.Timer(UNCOLLECTED_EXIT_S, os._exit, (0,))
+        leave.daemon = True
+        leave.start()
 
 
 class Held:
@@ -212,7 +217,7 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
         if preemption.agreed():
             if args.ckpt_dir:
                 save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
-            events.write(Event.EXIT, reason=ExitReason.PREEMPTED, step=step)
+            events.write(Event.EXIT, reason=ExitReason.PREEMPTED, step=step, signalled=preemption.requested)
             say(f"rank {ctx.rank} preempted: checkpointed step {step} and stopped")
             progress["preempted"] = True
             deadline.stop()

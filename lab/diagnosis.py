@@ -1,0 +1,120 @@
+"""`lab why`'s card graded against what was injected: the rank it names, the class of fault, the step.
+
+A diagnosis names a rank only when the card stands behind it: a rank that failed of its own
+(killed, crashed, raised something that is not a peer's disconnect) or the silent rank torchrun
+had to stop while its peers timed out waiting. A card whose first entry is only the earliest of
+many consequences names no rank: that is "unknown", which is allowed, where a wrong rank named
+with confidence is the one error that counts against the lab most.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import asdict, dataclass
+
+from lab.why import Card
+
+CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
+HUNG_NOTE = "the likely hung rank"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A class of fault the bench injects: the signal sent to one rank's worker, and the class
+    a right diagnosis names."""
+
+    name: str
+    signal: int
+    expect: str
+    what: str
+
+
+FAULTS = (
+    Fault("kill", signal.SIGKILL, "killed", "SIGKILL from outside the job (a scheduler, a person)"),
+    Fault("exception", signal.SIGUSR2, "exception", "a Python exception raised in the rank's script"),
+    Fault("sigstop", signal.SIGSTOP, "hung", "the rank frozen (SIGSTOP): its peers time out waiting"),
+    Fault("segfault", signal.SIGSEGV, "crashed", "a native crash (SIGSEGV, as from a bad C extension)"),
+    Fault("abort", signal.SIGABRT, "crashed", "a native abort (SIGABRT, as from std::terminate)"),
+    Fault("sigterm", signal.SIGTERM, "terminated", "SIGTERM to one rank alone (a preemption notice)"),
+)
+FAULT_NAMES = tuple(f.name for f in FAULTS)
+
+
+@dataclass(frozen=True)
+class Named:
+    """What a card names: the rank (None: it names none with confidence), the class, the step."""
+
+    rank: int | None
+    kind: str
+    step: int | None
+
+
+def named(card: Card) -> Named:
+    first = card.first
+    if first is None:
+        return Named(None, "unknown", None)
+    hung = any(HUNG_NOTE in note for note in card.notes)
+    if (first.consequence and not hung) or not card.certain:
+        return Named(None, "unknown", first.last_step)
+    return Named(first.rank, "hung" if hung else kind_of(first.how), first.last_step)
+
+
+def kind_of(how: str) -> str:
+    """The class of fault a card's "how" says: killed, oom, crashed, terminated, exception, exited."""
+    if "OOM killer" in how:
+        return "oom"
+    killed = re.match(r"killed by (SIG\w+)", how)
+    if killed:
+        name = killed[1]
+        return {"SIGKILL": "killed", "SIGTERM": "terminated"}.get(name, "crashed" if name in CRASH_SIGNALS else name)
+    if how.startswith("stopped on SIGTERM"):
+        return "terminated"
+    if how.startswith("raised "):
+        return "exception"
+    if how.startswith("exited with status"):
+        return "exited"
+    return "unknown"
+
+
+@dataclass(frozen=True)
+class Grade:
+    target: str
+    fault: str
+    rank: int
+    step: int  # the target rank's last completed step when the fault was injected
+    named_rank: int | None
+    named_kind: str
+    named_step: int | None
+    expect: str
+
+    @property
+    def rank_ok(self) -> bool:
+        return self.named_rank == self.rank
+
+    @property
+    def wrong_rank(self) -> bool:
+        """A rank named with confidence, and not the one that failed first."""
+        return self.named_rank is not None and self.named_rank != self.rank
+
+    @property
+    def kind_ok(self) -> bool:
+        return self.named_kind == self.expect
+
+    @property
+    def step_ok(self) -> bool:
+        """The step in flight when the fault landed, or the one before it (a signal between steps)."""
+        return self.named_step is not None and self.step <= self.named_step <= self.step + 1
+
+    @property
+    def right(self) -> bool:
+        return self.rank_ok and self.kind_ok
+
+    def to_json(self) -> dict:
+        keys = ("rank_ok", "kind_ok", "step_ok", "wrong_rank", "right")
+        return {**asdict(self), **{k: getattr(self, k) for k in keys}}
+
+
+def grade(target: str, fault: Fault, rank: int, step: int, card: Card) -> Grade:
+    said = named(card)
+    return Grade(target, fault.name, rank, step, said.rank, said.kind, said.step, fault.expect)

@@ -1,0 +1,48 @@
+"""An ordinary DDP training script with no lab import: what `lab bench diagnosis` breaks as a
+user's script (the lab watches it through lab.node.user_script, unchanged).
+
+    torchrun --nproc-per-node=2 lab/workloads/plain_train.py --steps 50 --step-time 0.05
+
+Every rank prints `step N loss X` after each step, the line a drill reads its progress from.
+--timeout-s is the process-group timeout: torch's default (30 minutes on gloo) would let a
+hung peer hold the others for that long.
+"""
+
+import argparse
+import os
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--step-time", type=float, default=0.0, help="pace each step to at least this many seconds")
+    p.add_argument("--timeout-s", type=float, default=1800.0, help="the process group's timeout")
+    args = p.parse_args()
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout_s))
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.Generator().manual_seed(rank)
+    for step in range(1, args.steps + 1):
+        started = time.monotonic()
+        x = torch.randn(8, 16, generator=data)
+        loss = nn.functional.mse_loss(model(x), x.sum(dim=1, keepdim=True))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print(f"step {step} loss {loss.item():.4f}", flush=True)
+        time.sleep(max(0.0, args.step_time - (time.monotonic() - started)))
+    print(f"rank {rank} done on {os.uname().nodename}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
