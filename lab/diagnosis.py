@@ -13,6 +13,7 @@ import re
 import signal
 from dataclasses import asdict, dataclass
 
+from lab.health import injected_error as injected
 from lab.why import Card
 
 CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
@@ -28,6 +29,7 @@ class Fault:
     signal: int
     expect: str
     what: str
+    caged: bool = False  # the rank is moved into a small memory cgroup first (lab.bench.memory_cage)
 
 
 FAULTS = (
@@ -37,6 +39,8 @@ FAULTS = (
     Fault("segfault", signal.SIGSEGV, "crashed", "a native crash (SIGSEGV, as from a bad C extension)"),
     Fault("abort", signal.SIGABRT, "crashed", "a native abort (SIGABRT, as from std::terminate)"),
     Fault("sigterm", signal.SIGTERM, "terminated", "SIGTERM to one rank alone (a preemption notice)"),
+    Fault("oom", injected.HOG_SIGNAL, "oom", "memory allocated past its cgroup's limit: the OOM killer", caged=True),
+    Fault("gil-hang", injected.GIL_SIGNAL, "hung", "stuck in C code holding the GIL: no handler or thread runs"),
 )
 FAULT_NAMES = tuple(f.name for f in FAULTS)
 

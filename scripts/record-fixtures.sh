@@ -4,8 +4,11 @@
 #           tests/fixtures/drills/CASE/ (tests/unit/test_judges.py; script-*: a drill on one of
 #           tests/user_scripts, tests/unit/test_script_judge.py; kind-*: tests/unit/test_script_kinds.py);
 #   why-*:  each runs tests/scripts/fail_one_rank.py under `lab run` and keeps the evidence and
-#           the card `lab run` saved under tests/fixtures/why/ (tests/unit/test_why_card.py).
-# Re-record after a change to what a drill gathers or the card reads; about 35 min in all.
+#           the card `lab run` saved under tests/fixtures/why/ (tests/unit/test_why_card.py);
+#   diagnosis: cells of `lab bench diagnosis` (every fault class on both targets, the middle rank;
+#           kill and exception also on the first and last) keep their evidence and truth under
+#           tests/fixtures/diagnosis/ (tests/unit/test_diagnosis.py).
+# Re-record after a change to what a drill gathers or the card reads; about 40 min in all.
 #   scripts/record-fixtures.sh [CASE...]      (default: every case below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +45,7 @@ declare -A CASES=(
   [why-kill]="kill"
   [why-exit]="exit"
   [why-hang]="hang"
+  [diagnosis]="--positions middle --at-steps 6;--classes kill,exception --positions first,last --at-steps 14"
 )
 # The kinds of script people write (tests/user_scripts/snapshot_every_epoch.py's flags), each
 # through every drill that takes --script: tests/unit/test_script_kinds.py.
@@ -88,6 +92,16 @@ record_why() {  # HOW
   "$LAB" down --run-dir "$RUN_DIR" >/dev/null && rm -rf "$RUN_DIR"
 }
 
+record_diagnosis() {  # "BENCH-ARGS;BENCH-ARGS..."
+  local out=tests/fixtures/diagnosis
+  rm -rf "$out"
+  IFS=';' read -ra runs <<< "$1"
+  for args in "${runs[@]}"; do
+    # shellcheck disable=SC2086
+    "$LAB" bench diagnosis $args --keep "$out" --out "$WORK/bench" | grep '^\['
+  done
+}
+
 MISSED=()
 for case in "${@:-${!CASES[@]}}"; do
   [[ -n "${CASES[$case]:-}" ]] || { echo "record-fixtures: no case $case; cases: ${!CASES[*]}" >&2; exit 2; }
@@ -95,6 +109,7 @@ for case in "${@:-${!CASES[@]}}"; do
   # shellcheck disable=SC2086
   case $case in
     why-*) record_why "${CASES[$case]}" ;;
+    diagnosis) record_diagnosis "${CASES[$case]}" ;;
     *) record_drill "$case" ${CASES[$case]} ;;
   esac
 done

@@ -14,17 +14,21 @@ wrong ranks named with confidence, per fault class and overall.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from lab import evidence, runtimes, why
+from lab import evidence, files, runtimes, why
 from lab.bench.diagnosis_table import table
+from lab.bench.memory_cage import memory_cage
 from lab.bench.result import BenchResult, this_command
 from lab.diagnosis import FAULT_NAMES, FAULTS, Fault, Grade, grade
 from lab.errors import LabError
 from lab.health.events import Event, read_events
+from lab.kernel_log import kernel_log
 from lab.options import Option
 from lab.rundir import RunDir
 from lab.runtimes.local import HOSTS
@@ -35,6 +39,8 @@ NODES, NPROC = 2, 2
 PG_TIMEOUT_S, STEP_TIME, STEPS = 8, 0.05, 400
 POSITIONS = {"first": 0, "middle": NODES * NPROC // 2, "last": NODES * NPROC - 1}
 TARGETS = ("trainer", "script")
+TRUTH = "truth.json"  # in a kept cell's evidence: what was injected, where and when
+KERNEL_LOG = "kernel.log"  # and the kernel's lines on the rank, if it killed it
 START_S = 120.0  # from `up` until the target rank completes the cell's step
 
 
@@ -70,8 +76,17 @@ def add_arguments(p) -> None:
 
 
 def job(target: str, workdir: Path) -> tuple[Topology, str, list[str]]:
-    """The cell's job: no restarts (the first failure ends it), a short process-group timeout."""
-    topology = Topology(nodes=NODES, nproc_per_node=NPROC, max_restarts=0, pg_timeout_s=PG_TIMEOUT_S)
+    """The cell's job: no restarts (the first failure ends it), a short process-group timeout,
+    the lab's default rendezvous (its agents give a worker that ignores SIGTERM 5 s, not 30)."""
+    topology = Topology(
+        nodes=NODES,
+        nproc_per_node=NPROC,
+        rdzv_backend="lab",
+        max_restarts=0,
+        pg_timeout_s=PG_TIMEOUT_S,
+        agent_metrics_port=0,  # no exporters: the card reads files only
+        rank_metrics_port=0,
+    )
     paced = ["--steps", str(STEPS), "--step-time", str(STEP_TIME)]
     if target == "trainer":
         return topology, script_path("trainer"), [*paced, "--ckpt-every", "0"]
@@ -79,15 +94,14 @@ def job(target: str, workdir: Path) -> tuple[Topology, str, list[str]]:
     return watched, script_path("plain_train"), [*paced, "--timeout-s", str(PG_TIMEOUT_S)]
 
 
-def reached(events_dir: Path, rank: int, step: int, deadline: float) -> tuple[int, str, int]:
-    """Once the rank has completed `step`: its last step, and the node and local rank it runs
-    as (the rendezvous, not the node's name, orders the nodes' ranks)."""
+def reached(events_dir: Path, rank: int, step: int, deadline: float) -> tuple[int, dict]:
+    """Once the rank has completed `step`: its last step, and its start record (the node and
+    local rank it runs as: the rendezvous, not the node's name, orders the nodes' ranks)."""
     while time.monotonic() < deadline:
         mine = [e for e in read_events(events_dir) if e["rank"] == rank]
         steps = [e["step"] for e in mine if e["event"] == Event.STEP]
         if steps and max(steps) >= step:
-            start = [e for e in mine if e["event"] == Event.START][-1]
-            return max(steps), start["node"], start["local_rank"]
+            return max(steps), [e for e in mine if e["event"] == Event.START][-1]
         time.sleep(0.05)
     raise LabError(f"rank {rank} never reached step {step} in {START_S:.0f} s: see {events_dir.parent}")
 
@@ -111,12 +125,19 @@ def cell(target: str, fault: Fault, rank: int, step: int, hosts: str, tmp: Path,
         topology, script, args = job(target, run_dir.path / "work")
         topology, nodes = runtime.up(topology, script, args)
         events_dir = run_dir.path / "events"
-        at, node_name, local_rank = reached(events_dir, rank, step, time.monotonic() + START_S)
-        next(n for n in nodes if n.name == node_name).kill_worker(local_rank, fault.signal)
-        finished = ended(nodes, 3 * PG_TIMEOUT_S + 30)
-        card = why.card(run_dir.path)
-        if keep:
-            evidence.keep(run_dir.path, Path(keep) / name)
+        at, start = reached(events_dir, rank, step, time.monotonic() + START_S)
+        with memory_cage(start["pid"], name) if fault.caged else contextlib.nullcontext():
+            next(n for n in nodes if n.name == start["node"]).kill_worker(start["local_rank"], fault.signal)
+            finished = ended(nodes, 3 * PG_TIMEOUT_S + 30)
+        kernel = kernel_log()
+        card = why.card(run_dir.path, kernel=lambda: kernel)
+        if keep:  # the folder says what was done to it: tests grade its card again (tests/unit)
+            kept = evidence.keep(run_dir.path, Path(keep) / name)
+            truth = {"target": target, "fault": fault.name, "rank": rank, "step": at}
+            files.write_text(kept / TRUTH, json.dumps(truth) + "\n")
+            said = [line for line in kernel.splitlines() if f"Killed process {start['pid']} " in line]
+            if said:  # the kernel's own word on the rank, which a test cannot read from its machine
+                files.write_text(kept / KERNEL_LOG, "\n".join(said) + "\n")
     finally:
         runtime.down(grace_s=5)
         run_dir.release()

@@ -1,24 +1,51 @@
-"""An ordinary Python exception in one rank, on request: the rank-exception drill's fault.
+"""Faults one rank runs into on request, from inside: the drills' and `lab bench diagnosis`'s.
 
-A worker that calls install() raises RuntimeError from whatever its main thread is running
-when SIGUSR2 arrives (Python runs signal handlers between bytecodes, so a rank inside a
-gloo collective raises as soon as the collective returns). The trainer and every script the
-lab watches (lab.node.user_script) install it; the script's own code is unchanged, and one
-that installs its own SIGUSR2 handler keeps it.
+A worker that calls install() answers three signals from whatever its main thread is running
+(Python runs signal handlers between bytecodes, so a rank inside a gloo collective answers as
+soon as the collective returns):
+
+- SIGUSR2: raises an ordinary RuntimeError (the rank-exception drill);
+- SIGRTMIN+1: allocates memory until something stops it, as a leak does (the bench first
+  moves the rank into a memory cgroup, whose limit brings the kernel's OOM killer); it stops
+  by itself at HOG_CAP_MIB, so a stray signal cannot take the whole machine;
+- SIGRTMIN+2: hangs holding the GIL, in a regular expression that backtracks for ever (C code
+  that never returns to Python: no signal handler, no other thread of the rank runs again).
+
+The trainer and every script the lab watches (lab.node.user_script) install them; the script's
+own code is unchanged, and one that installs its own handler for one of them keeps it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
+import time
 
 SIGNAL = signal.SIGUSR2
+HOG_SIGNAL = signal.SIGRTMIN + 1
+GIL_SIGNAL = signal.SIGRTMIN + 2
 MARK = "exception injected by the lab's rank-exception drill"
+HOG_CHUNK_MIB, HOG_CAP_MIB = 64, 8192
 
 
 def raise_injected(_signum: int, _frame: object) -> None:
     raise RuntimeError(f"rank {os.environ.get('RANK', '?')}: {MARK}")
 
 
+def hog_memory(_signum: int, _frame: object) -> None:
+    held: list[bytearray] = []
+    while len(held) * HOG_CHUNK_MIB < HOG_CAP_MIB:
+        held.append(bytearray(HOG_CHUNK_MIB << 20))  # zeroed: every page touched, so charged
+    while True:
+        time.sleep(60)
+
+
+def hang_holding_the_gil(_signum: int, _frame: object) -> None:
+    re.match(r"(a+)+$", "a" * 64 + "!")  # 2**64 ways to fail to match, none of them in Python
+
+
 def install() -> None:
     signal.signal(SIGNAL, raise_injected)
+    signal.signal(HOG_SIGNAL, hog_memory)
+    signal.signal(GIL_SIGNAL, hang_holding_the_gil)

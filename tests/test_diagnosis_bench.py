@@ -1,0 +1,37 @@
+"""`lab bench diagnosis` end to end: real jobs broken by real signals, graded from what the
+agents and ranks recorded. A segfault is the case only the agents' full record gets right:
+torch reports one failed rank per node, and on the node of the crashed rank that is often its
+neighbour, which died of the lost connection a moment later."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import loopback_labs
+
+from lab import procs
+from lab.rundir import MARKER
+
+pytestmark = [pytest.mark.slow, loopback_labs]  # loopback hosts: torchrun's port on this machine
+
+
+def test_the_bench_names_each_injected_rank_and_writes_its_table(lab, tmp_path):
+    cells_dirs = lambda: set(Path(tempfile.gettempdir()).glob("lab-bench-diagnosis-*"))  # noqa: E731
+    before = cells_dirs()
+    out = lab(
+        "bench", "diagnosis", "--classes", "segfault,sigterm", "--positions", "last",
+        "--at-steps", "5", "--targets", "trainer,script", "--out", str(tmp_path), timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    result = json.loads((tmp_path / "diagnosis.json").read_text())
+    cells = result["figures"]["cells"]
+    assert len(cells) == 4 and all(c["job_ended"] for c in cells)
+    assert all(c["right"] and c["rank"] == 3 for c in cells), [c["card"] for c in cells]
+    assert "| **all** | 4 | 4 | 4 |" in "\n".join(result["markdown"])
+    assert "- Goal: 0 cells with a wrong rank named: **met** (0)" in result["markdown"]
+    prefix = str(Path(tempfile.gettempdir()) / "lab-bench-diagnosis-")
+    ours = [pid for pid in procs.marked_pids() if procs.environ(pid).get(MARKER, "").startswith(prefix)]
+    assert ours == [] and cells_dirs() <= before

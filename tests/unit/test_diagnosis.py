@@ -1,0 +1,114 @@
+"""`lab why` graded (lab.diagnosis) on cells of `lab bench diagnosis` recorded from real runs
+(tests/fixtures/diagnosis/: each folder is the evidence a cell's card was drawn from, and its
+truth.json what the bench did: which signal, to which rank, after which step; kernel.log the
+kernel's line when it OOM-killed the rank; recorded by scripts/record-fixtures.sh), and the
+grading rules on cards made here. The kernel log is given: the test machine's own never
+decides a grade."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from lab import why
+from lab.bench.diagnosis_table import table
+from lab.diagnosis import FAULTS, Grade, grade, kind_of, named
+from lab.why import Card, RankFailure
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnosis"
+CELLS = sorted(p.parent for p in FIXTURES.glob("*/truth.json"))
+BY_NAME = {f.name: f for f in FAULTS}
+
+
+def test_every_fault_class_is_recorded_on_both_targets():
+    truths = [json.loads((c / "truth.json").read_text()) for c in CELLS]
+    recorded = {(truth["target"], truth["fault"]) for truth in truths}
+    assert recorded >= {(target, f.name) for target in ("trainer", "script") for f in FAULTS}
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=[c.name for c in CELLS])
+def test_the_card_names_the_injected_rank_class_and_step(cell):
+    truth = json.loads((cell / "truth.json").read_text())
+    kernel = cell / "kernel.log"  # the kernel's line on an OOM-killed rank, kept when recorded
+    card = why.card(cell, kernel=lambda: kernel.read_text() if kernel.exists() else "")
+    result = grade(truth["target"], BY_NAME[truth["fault"]], truth["rank"], truth["step"], card)
+    assert result.right and result.step_ok, card.text()
+
+
+def failure(rank: int, how: str, *, consequence: bool = False, step: int | None = 5) -> RankFailure:
+    found = RankFailure(rank, "node0", rank, 0.0, 1, how=how, consequence=consequence)
+    found.last_step = step
+    return found
+
+
+@pytest.mark.parametrize(
+    ("how", "kind"),
+    [
+        ("killed by SIGKILL", "killed"),
+        ("killed by the kernel's OOM killer (SIGKILL)", "oom"),
+        ("killed by SIGSEGV", "crashed"),
+        ("killed by SIGABRT", "crashed"),
+        ("killed by SIGTERM", "terminated"),
+        ("stopped on SIGTERM (a preemption), after a checkpoint", "terminated"),
+        ("raised ValueError", "exception"),
+        ("exited with status 3", "exited"),
+        ("failed", "unknown"),
+    ],
+)
+def test_the_class_a_card_names(how, kind):
+    assert kind_of(how) == kind
+
+
+def test_a_card_names_no_rank_when_it_only_saw_consequences_or_cannot_order_the_exits():
+    peer_lost = Card(first=failure(2, "raised RuntimeError", consequence=True))
+    assert named(peer_lost).rank is None and named(peer_lost).kind == "unknown"
+    unordered = Card(first=failure(1, "exited with status 1"), certain=False)
+    assert named(unordered).rank is None
+    hung = Card(first=failure(3, "killed by SIGKILL", consequence=True), notes=[f"rank 3 ... {'the likely hung rank'}"])
+    assert named(hung) == named(hung).__class__(3, "hung", 5)
+    assert named(Card(first=None)).rank is None
+
+
+def test_unknown_is_not_a_wrong_rank_but_another_named_rank_is():
+    kill = BY_NAME["kill"]
+    unknown = grade("trainer", kill, 1, 5, Card(first=failure(2, "raised X", consequence=True)))
+    assert not unknown.right and not unknown.wrong_rank
+    wrong = grade("trainer", kill, 1, 5, Card(first=failure(2, "killed by SIGKILL")))
+    assert wrong.wrong_rank and not wrong.right
+    right = grade("trainer", kill, 2, 5, Card(first=failure(2, "killed by SIGKILL", step=6)))
+    assert right.right and right.step_ok  # the step in flight when the signal landed
+    late = grade("trainer", kill, 2, 5, Card(first=failure(2, "killed by SIGKILL", step=7)))
+    assert late.right and not late.step_ok
+
+
+def test_two_bare_exits_leave_the_first_unknown(tmp_path):
+    """Agents notice exits in their own time: two ranks that exited 1 without an error of their
+    own cannot be ordered, and the card says so rather than naming the one noticed first."""
+    (tmp_path / "events").mkdir()
+    for node, rank, noticed in (("node0", 0, 10.0), ("node1", 3, 10.4)):
+        record = {"name": "lab.failure_detected", "state": "FAILED", "exit_codes": {str(rank): 1}}
+        record["failures"] = {str(rank): {"local_rank": rank % 2, "pid": 100 + rank, "exitcode": 1}}
+        line = {"time": noticed, "node": node, "torchelastic": record}
+        (tmp_path / "events" / f"agent-{node}.jsonl").write_text(json.dumps(line) + "\n")
+    card = why.card(tmp_path, kernel=lambda: "")
+    assert not card.certain and named(card).rank is None
+    assert "ranks 0, 3 exited without saying why" in card.text()
+
+
+def test_the_table_fails_its_goals_on_a_wrong_rank_and_lists_the_miss():
+    cells = [
+        Grade("trainer", "kill", 1, 5, 1, "killed", 5, "killed"),
+        Grade("script", "kill", 3, 5, 0, "killed", 5, "killed"),
+    ]
+    lines = table(cells, [BY_NAME["kill"]], "loopback", 1.0)
+    assert any(line.startswith("| **all** | 2 | 1 | 2 | 2 | 0 | 1 | 50% |") for line in lines), lines
+    assert "- Goal: 0 cells with a wrong rank named: **missed** (1)" in lines
+    assert "- script, kill at rank 3 after step 5 -> rank 0, killed, step 5" in lines
+
+
+def test_each_fault_is_a_real_signal_with_a_distinct_name():
+    assert len({f.name for f in FAULTS}) == len(FAULTS)
+    assert all(f.signal in signal.valid_signals() for f in FAULTS)
