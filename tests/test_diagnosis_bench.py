@@ -19,11 +19,12 @@ pytestmark = [pytest.mark.slow, loopback_labs]  # loopback hosts: torchrun's por
 
 
 def test_the_bench_names_each_injected_rank_and_writes_its_table(lab, tmp_path):
+    """docs/exercises.md's command (its --out aside): both targets, by default."""
     cells_dirs = lambda: set(Path(tempfile.gettempdir()).glob("lab-bench-diagnosis-*"))  # noqa: E731
     before = cells_dirs()
     out = lab(
         "bench", "diagnosis", "--classes", "segfault,sigterm", "--positions", "last",
-        "--at-steps", "5", "--targets", "trainer,script", "--out", str(tmp_path), timeout=600,
+        "--at-steps", "5", "--out", str(tmp_path), timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     result = json.loads((tmp_path / "diagnosis.json").read_text())

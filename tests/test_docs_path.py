@@ -26,6 +26,9 @@ ORDERS = "tests/test_docs_path.py::test_the_same_commands_in_other_orders"
 # Commands of the docs run by another test (a path to it), or that cannot run here (why).
 ELSEWHERE = {
     "make test": "the suite itself: .ci/run runs it",
+    ".venv/bin/lab bench diagnosis --classes segfault,sigterm --positions last --at-steps 5 --out /tmp/diagnosis": (
+        "tests/test_diagnosis_bench.py::test_the_bench_names_each_injected_rank_and_writes_its_table"
+    ),
     ".venv/bin/lab exercise matrix --script tests/user_scripts/snapshot_every_epoch.py --faults "
     "kill-worker,preempt,corrupt-checkpoint --ckpt-dir . --compare result.pt -- --epochs 8": (
         "tests/test_script_drills.py::test_matrix_on_the_snapshot_tutorial_script"

@@ -1,6 +1,6 @@
 """Faults one rank runs into on request, from inside: the drills' and `lab bench diagnosis`'s.
 
-A worker that calls install() answers three signals from whatever its main thread is running
+A worker that calls install() answers four signals from whatever its main thread is running
 (Python runs signal handlers between bytecodes, so a rank inside a gloo collective answers as
 soon as the collective returns):
 
@@ -9,7 +9,9 @@ soon as the collective returns):
   moves the rank into a memory cgroup, whose limit brings the kernel's OOM killer); it stops
   by itself at HOG_CAP_MIB, so a stray signal cannot take the whole machine;
 - SIGRTMIN+2: hangs holding the GIL, in a regular expression that backtracks for ever (C code
-  that never returns to Python: no signal handler, no other thread of the rank runs again).
+  that never returns to Python: no signal handler, no other thread of the rank runs again);
+- SIGRTMIN+3: exits at once with status 3 and nothing said, as a script's own
+  `os._exit(3)` or a library's `exit()` on a bad input does.
 
 The trainer and every script the lab watches (lab.node.user_script) install them; the script's
 own code is unchanged, and one that installs its own handler for one of them keeps it.
@@ -25,6 +27,7 @@ import time
 SIGNAL = signal.SIGUSR2
 HOG_SIGNAL = signal.SIGRTMIN + 1
 GIL_SIGNAL = signal.SIGRTMIN + 2
+EXIT_SIGNAL, EXIT_STATUS = signal.SIGRTMIN + 3, 3
 MARK = "exception injected by the lab's rank-exception drill"
 HOG_CHUNK_MIB, HOG_CAP_MIB = 64, 8192
 
@@ -45,7 +48,12 @@ def hang_holding_the_gil(_signum: int, _frame: object) -> None:
     re.match(r"(a+)+$", "a" * 64 + "!")  # 2**64 ways to fail to match, none of them in Python
 
 
+def exit_quietly(_signum: int, _frame: object) -> None:
+    os._exit(EXIT_STATUS)
+
+
 def install() -> None:
     signal.signal(SIGNAL, raise_injected)
     signal.signal(HOG_SIGNAL, hog_memory)
     signal.signal(GIL_SIGNAL, hang_holding_the_gil)
+    signal.signal(EXIT_SIGNAL, exit_quietly)

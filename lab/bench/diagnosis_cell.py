@@ -1,0 +1,127 @@
+"""One cell of `lab bench diagnosis`: a 2 x 2 job broken once by a signal, and its card graded.
+
+The job has no restart budget (the first failure ends it) and a short process-group timeout;
+it runs the lab's default rendezvous, whose agents give a worker that ignores SIGTERM 5 s,
+not torch's 30. When the target rank has completed the cell's step, the signal goes to that
+rank's worker through the node's own fault (Node.kill_worker), as a drill sends it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab import evidence, files, runtimes, why
+from lab.bench import free_port
+from lab.bench.memory_cage import memory_cage
+from lab.diagnosis import Fault, Grade, grade
+from lab.errors import LabError
+from lab.health.events import Event, read_events
+from lab.kernel_log import kernel_log
+from lab.rundir import RunDir
+from lab.topology import Topology
+from lab.workloads import script_path
+
+NODES, NPROC = 2, 2
+PG_TIMEOUT_S, STEP_TIME, STEPS = 8, 0.05, 400
+TRUTH = "truth.json"  # in a kept cell's evidence: what was injected, where and when
+KERNEL_LOG = "kernel.log"  # and the kernel's lines on the rank, if it killed it
+START_S = 120.0  # from `up` until the target rank completes the cell's step
+
+
+@dataclass(frozen=True)
+class Cell:
+    target: str  # "trainer" or "script"
+    fault: Fault
+    rank: int
+    step: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.target}-{self.fault.name}-r{self.rank}-s{self.step}"
+
+
+def job(target: str, workdir: Path) -> tuple[Topology, str, list[str]]:
+    """The cell's job, on a rendezvous port of its own: cells run side by side (--parallel)."""
+    topology = Topology(
+        nodes=NODES,
+        nproc_per_node=NPROC,
+        rdzv_backend="lab",
+        rdzv_port=free_port(),
+        max_restarts=0,
+        pg_timeout_s=PG_TIMEOUT_S,
+        agent_metrics_port=0,  # no exporters: the card reads files only
+        rank_metrics_port=0,
+    )
+    paced = ["--steps", str(STEPS), "--step-time", str(STEP_TIME)]
+    if target == "trainer":
+        return topology, script_path("trainer"), [*paced, "--ckpt-every", "0"]
+    watched = topology.replace(script_wrapper=("--workdir", str(workdir)))
+    return watched, script_path("plain_train"), [*paced, "--timeout-s", str(PG_TIMEOUT_S)]
+
+
+def waiting(stop: threading.Event, seconds: float) -> None:
+    if stop.wait(seconds):
+        raise LabError("stopped")
+
+
+def reached(events_dir: Path, rank: int, step: int, stop: threading.Event) -> tuple[int, dict]:
+    """Once the rank has completed `step`: its last step, and its start record (the node and
+    local rank it runs as: the rendezvous, not the node's name, orders the nodes' ranks)."""
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        mine = [e for e in read_events(events_dir) if e["rank"] == rank]
+        steps = [e["step"] for e in mine if e["event"] == Event.STEP]
+        if steps and max(steps) >= step:
+            return max(steps), [e for e in mine if e["event"] == Event.START][-1]
+        waiting(stop, 0.05)
+    raise LabError(f"rank {rank} never reached step {step} in {START_S:.0f} s: see {events_dir.parent}")
+
+
+def ended(nodes, stop: threading.Event) -> bool:
+    """The job ended (every node exited) within three process-group timeouts and half a minute."""
+    deadline = time.monotonic() + 3 * PG_TIMEOUT_S + 30
+    while time.monotonic() < deadline:
+        if all(node.exit_code() is not None for node in nodes):
+            return True
+        waiting(stop, 0.1)
+    return False
+
+
+def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event) -> tuple[Grade, dict]:
+    """The cell's job broken once and graded; keep: a folder for the evidence the card was drawn from."""
+    run_dir = RunDir(tmp / cell.name)
+    runtime = runtimes.create("local", run_dir, log=lambda m: None, hosts=hosts, monitoring="off")
+    runtimes.begin_job(runtime, lambda m: None)
+    try:
+        topology, script, args = job(cell.target, run_dir.path / "work")
+        topology, nodes = runtime.up(topology, script, args)
+        at, start = reached(run_dir.path / "events", cell.rank, cell.step, stop)
+        with memory_cage(start["pid"], cell.name) if cell.fault.caged else contextlib.nullcontext():
+            next(n for n in nodes if n.name == start["node"]).kill_worker(start["local_rank"], cell.fault.signal)
+            finished = ended(nodes, stop)
+        kernel = kernel_log()
+        card = why.card(run_dir.path, kernel=lambda: kernel)
+        if keep:
+            keep_evidence(run_dir.path, Path(keep) / cell.name, {**cell_truth(cell), "step": at}, kernel, start["pid"])
+    finally:
+        runtime.down(grace_s=5)
+        run_dir.release()
+    return grade(cell.target, cell.fault, cell.rank, at, card), {"card": card.text(), "job_ended": finished}
+
+
+def cell_truth(cell: Cell) -> dict:
+    return {"target": cell.target, "fault": cell.fault.name, "rank": cell.rank}
+
+
+def keep_evidence(run_dir: Path, into: Path, truth: dict, kernel: str, pid: int) -> None:
+    """The folder says what was done to it, so tests grade its card again (tests/unit)."""
+    kept = evidence.keep(run_dir, into)
+    files.write_text(kept / TRUTH, json.dumps(truth) + "\n")
+    said = [line for line in kernel.splitlines() if f"Killed process {pid} " in line]
+    if said:  # the kernel's own word on the rank, which a test cannot read from its machine
+        files.write_text(kept / KERNEL_LOG, "\n".join(said) + "\n")
