@@ -3,15 +3,14 @@
 cgroup the test makes. The card must name rank 1 and say how. A rank that raises, exits with
 a status or hangs is judged on recorded runs: tests/unit/test_why_card.py."""
 
-import os
 import subprocess
-import time
-from pathlib import Path
 
 import pytest
 from conftest import REPO, SCRIPTS, needs_netns, wait_for
 
 from lab import why
+from lab.bench.memory_cage import memory_cgroup
+from lab.errors import LabError
 
 pytestmark = [pytest.mark.slow, needs_netns]
 SCRIPT = SCRIPTS / "fail_one_rank.py"
@@ -43,27 +42,11 @@ def test_a_killed_rank_is_named_and_the_card_and_its_evidence_outlive_the_lab(la
 def oom_cgroup():
     """A memory cgroup with a 512 MiB limit that the test makes (v1 or v2) and removes afterwards;
     the failing rank joins it itself (tests/scripts/fail_one_rank.py --how oom)."""
-    v2_controllers = Path("/sys/fs/cgroup/cgroup.subtree_control")
-    if Path("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists():  # cgroup v1
-        path, limit = Path(f"/sys/fs/cgroup/memory/tlab-test-oom-{os.getpid()}"), "memory.limit_in_bytes"
-    elif v2_controllers.exists() and "memory" in v2_controllers.read_text().split():
-        path, limit = Path(f"/sys/fs/cgroup/tlab-test-oom-{os.getpid()}"), "memory.max"
-    else:
-        pytest.skip("no memory cgroup controller to limit a rank with")
     try:
-        path.mkdir()
-        (path / limit).write_text(str(512 * 2**20))
-    except OSError as e:
-        pytest.skip(f"cannot make a memory cgroup here: {e}")
-    try:
-        yield path
-    finally:
-        for _ in range(50):  # the killed rank leaves it as the kernel reaps it
-            try:
-                path.rmdir()
-                break
-            except OSError:
-                time.sleep(0.2)
+        with memory_cgroup("test-oom", limit_mib=512) as path:
+            yield path
+    except LabError as e:
+        pytest.skip(str(e))
 
 
 def test_an_oom_killed_rank_is_named_with_the_kernels_line(lab, oom_cgroup, tmp_path):

@@ -1,7 +1,7 @@
 """`lab bench diagnosis`: `lab why` graded against faults injected at known ranks and steps.
 
     lab bench diagnosis [--classes kill,exception,...] [--positions first,middle,last]
-                        [--at-steps 6,14] [--targets trainer,script] [--hosts loopback|netns]
+                        [--at-steps 6,10,14] [--targets trainer,script] [--hosts loopback|netns]
                         [--parallel 2] [--keep DIR]
 
 Each cell is one 2 x 2 job with no restart budget (lab.bench.diagnosis_cell): the lab's
@@ -54,7 +54,13 @@ def steps_list(text: str) -> list[int]:
 
 CLASSES = Option("--classes", "fault classes to inject, comma-separated (default: all)", ",".join(FAULT_NAMES))
 POSITIONS_OPTION = Option("--positions", "ranks hit: first, middle, last (default: all)", ",".join(POSITIONS))
-AT_STEPS = Option("--at-steps", "steps the fault fires after (default %(default)s)", "6,14")
+AT_STEPS = Option(
+    "--at-steps",
+    "steps the fault fires after, taken in turn by the positions (first at the first step, middle at the "
+    "next, ...): every position and every step in a third of the cells a full cross would take "
+    "(default %(default)s)",
+    "6,10,14",
+)
 TARGETS_OPTION = Option("--targets", "what the ranks run: trainer, script (default: both)", ",".join(TARGETS))
 PARALLEL = Option("--parallel", "cells run side by side, each its own lab (default %(default)s)", 2, int)
 KEEP = Option("--keep", "keep each cell's evidence (lab.evidence: what its card was drawn from) under this folder", "")
@@ -64,6 +70,11 @@ def add_arguments(p) -> None:
     HOSTS.but(default="loopback").add_to(p)
     for option in (CLASSES, POSITIONS_OPTION, AT_STEPS, TARGETS_OPTION, PARALLEL, KEEP):
         option.add_to(p)
+
+
+def paired(positions: list[str], steps: list[int]) -> list[tuple[str, int]]:
+    """Each position with the next step in turn; more steps than positions: the positions again."""
+    return [(positions[i % len(positions)], steps[i % len(steps)]) for i in range(max(len(positions), len(steps)))]
 
 
 def run(args, out_dir: Path) -> BenchResult:
@@ -76,7 +87,7 @@ def run(args, out_dir: Path) -> BenchResult:
         raise LabError(str(e)) from None
     if args.parallel < 1:
         raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
-    cells = [Cell(t, f, POSITIONS[p], s) for t in targets for f in faults for p in positions for s in steps]
+    cells = [Cell(t, f, POSITIONS[p], step) for t in targets for f in faults for p, step in paired(positions, steps)]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="lab-bench-diagnosis-") as tmp:
         graded = run_cells(cells, args, Path(tmp))

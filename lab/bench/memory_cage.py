@@ -33,22 +33,34 @@ def where(name: str) -> tuple[Path, str]:
 
 
 @contextlib.contextmanager
-def memory_cage(pid: int, label: str) -> Iterator[Path]:
-    path, limit = where(f"tlab-diagnosis-{os.getpid()}-{label}")
+def memory_cgroup(label: str, limit_mib: int = LIMIT_MIB) -> Iterator[Path]:
+    """A memory cgroup of this process's own (named after it and its pid) with a limit; removed
+    once what was put in it is gone (a killed process leaves as the kernel reaps it)."""
+    path, limit = where(f"tlab-{label}-{os.getpid()}")
     try:
         path.mkdir()
-        (path / limit).write_text(str(LIMIT_MIB << 20))
-        (path / "cgroup.procs").write_text(str(pid))
+        (path / limit).write_text(str(limit_mib << 20))
     except OSError as e:
         with contextlib.suppress(OSError):
             path.rmdir()
-        raise LabError(f"cannot put rank pid {pid} in a memory cgroup at {path}: {e.strerror or e}") from None
+        raise LabError(f"cannot make a memory cgroup at {path}: {e.strerror or e}") from None
     try:
         yield path
     finally:
-        for _ in range(50):  # the killed rank leaves it as the kernel reaps it
+        for _ in range(50):
             try:
                 path.rmdir()
                 break
             except OSError:
                 time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def memory_cage(pid: int, label: str) -> Iterator[Path]:
+    """pid moved into a memory cgroup of its own: what it allocates from then on counts there."""
+    with memory_cgroup(f"diagnosis-{label}") as path:
+        try:
+            (path / "cgroup.procs").write_text(str(pid))
+        except OSError as e:
+            raise LabError(f"cannot move rank pid {pid} into {path}: {e.strerror or e}") from None
+        yield path

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from lab import why
+from lab.bench.diagnosis import paired
 from lab.bench.diagnosis_table import table
 from lab.diagnosis import FAULTS, Grade, grade, kind_of, named
 from lab.why import Card, RankFailure
@@ -112,3 +113,9 @@ def test_the_table_fails_its_goals_on_a_wrong_rank_and_lists_the_miss():
 def test_each_fault_is_a_real_signal_with_a_distinct_name():
     assert len({f.name for f in FAULTS}) == len(FAULTS)
     assert all(f.signal in signal.valid_signals() for f in FAULTS)
+
+
+def test_positions_take_the_steps_in_turn():
+    assert paired(["first", "middle", "last"], [6, 10, 14]) == [("first", 6), ("middle", 10), ("last", 14)]
+    assert paired(["last"], [5, 9]) == [("last", 5), ("last", 9)]
+    assert paired(["first", "last"], [7]) == [("first", 7), ("last", 7)]
