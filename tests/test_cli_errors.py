@@ -25,8 +25,6 @@ def assert_one_line_error(out, *words):
     [
         (["up", "--nodes", "0"], ["nodes", "0"]),
         (["bench", "diagnosis", "--classes", "kill,nosuch"], ["--classes", "choose from kill", "nosuch"]),
-        (["bench", "diagnosis", "--at-steps", "0"], ["--at-steps", "steps from 1"]),
-        (["bench", "diagnosis", "--positions", ""], ["--positions", "first, middle, last"]),
         (["up", "--nproc-per-node", "-1"], ["nproc_per_node", "-1"]),
         (["up", "--runtime", "nosuch"], ["--runtime", "nosuch"]),
         (["run", "no/such/script.py"], ["script not found", "no/such/script.py"]),

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lab import why
-from lab.bench.diagnosis import paired
+from lab.bench.diagnosis import listed, paired, steps_list
 from lab.bench.diagnosis_table import table
 from lab.diagnosis import FAULTS, Grade, grade, kind_of, named
 from lab.why import Card, RankFailure
@@ -119,3 +119,20 @@ def test_positions_take_the_steps_in_turn():
     assert paired(["first", "middle", "last"], [6, 10, 14]) == [("first", 6), ("middle", 10), ("last", 14)]
     assert paired(["last"], [5, 9]) == [("last", 5), ("last", 9)]
     assert paired(["first", "last"], [7]) == [("first", 7), ("last", 7)]
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "words"),
+    [
+        (steps_list, "0", ["--at-steps", "steps from 1 to 199", "'0'"]),
+        (steps_list, "3,x", ["--at-steps", "'3,x'"]),
+        (steps_list, "200", ["--at-steps", "'200'"]),
+        (listed("--positions", ("first", "middle", "last")), "", ["--positions", "first, middle, last"]),
+        (listed("--targets", ("trainer", "script")), "trainer,gpu", ["--targets", "'trainer,gpu'"]),
+    ],
+)
+def test_a_bad_list_is_refused_naming_its_flag_and_the_choices(parse, text, words):
+    with pytest.raises(ValueError) as refused:
+        parse(text)
+    assert all(word in str(refused.value) for word in words), refused.value
+    assert steps_list(" 6, 10 ") == [6, 10] and listed("--targets", ("trainer", "script"))("script") == ["script"]
