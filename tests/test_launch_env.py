@@ -1,4 +1,5 @@
-"""lab.node.launch sets what the lab needs loudly and never overrides what the user set."""
+"""lab.node.launch sets what the lab needs loudly and never overrides what the user set, but the
+node's temp dir, which is the lab's to remove."""
 
 import pytest
 
@@ -17,6 +18,13 @@ def test_a_user_value_is_kept_with_a_warning_naming_both_values():
     apply_env({"A": "lab"}, environ, log.append)
     assert environ == {"A": "mine"}
     assert "WARNING" in log[0] and "A=mine" in log[0] and "lab" in log[0]
+
+
+def test_the_nodes_temp_dir_is_the_labs_whatever_the_user_set():
+    environ, log = {"TMPDIR": "/home/me/tmp", "A": "mine"}, []
+    applied = apply_env({"TMPDIR": "/tmp/tlab-tmp-abc12", "A": "lab"}, environ, log.append)
+    assert environ == {"TMPDIR": "/tmp/tlab-tmp-abc12", "A": "mine"} and applied == {"TMPDIR": "/tmp/tlab-tmp-abc12"}
+    assert "setting TMPDIR=/tmp/tlab-tmp-abc12 (yours, /home/me/tmp," in log[0]
 
 
 def test_restart_workaround_is_on_by_default_and_off_with_torch_defaults():

@@ -77,18 +77,26 @@ def split_lab_flags(argv: list[str]) -> tuple[LabFlags, list[str]]:
     return flags, rest
 
 
+# The node's temp dir is the lab's, whatever the user's shell says: torchelastic and
+# multiprocessing leave files there (a killed worker's error file, the fork server's socket)
+# that `lab down` removes with it; in the user's TMPDIR they would stay.
+LAB_OWNED = ("TMPDIR",)
+
+
 def apply_env(wanted: Mapping[str, str], environ: MutableMapping[str, str], log=print) -> dict[str, str]:
-    """Set each wanted variable the user left unset; keep the user's value otherwise.
+    """Set each wanted variable the user left unset; keep the user's value otherwise, except
+    for LAB_OWNED ones, which the lab replaces.
 
     Returns the variables actually set. Never silent: every decision is logged.
     """
     applied = {}
     for name, value in wanted.items():
         current = environ.get(name)
-        if current is None:
+        if current is None or (name in LAB_OWNED and current != value):
             environ[name] = value
             applied[name] = value
-            log(f"[lab.node.launch] setting {name}={value}")
+            mine = f" (yours, {current}, is the lab's to choose on a node)" if current is not None else ""
+            log(f"[lab.node.launch] setting {name}={value}{mine}")
         elif current != value:
             log(f"[lab.node.launch] WARNING: keeping your {name}={current} (the lab would set {value})")
     return applied
