@@ -227,6 +227,9 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
             "in their own time: which one failed first is unknown (the earliest noticed is shown)"
         )
     result.then = [f for f in failures if f is not result.first][:8]
+    # A rank its own agent noticed late (a kill, a hang stopped at last) failed no later than the
+    # first of those that failed of it: the others' times are then never before it.
+    result.first.time = failures[0].time
     if not causes and silent:
         result.notes.append(
             f"rank {result.first.rank} raised nothing while its peers failed waiting for it (a timeout or a lost "
