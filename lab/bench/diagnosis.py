@@ -31,6 +31,7 @@ from lab.runtimes.local import HOSTS
 
 POSITIONS = {"first": 0, "middle": NODES * NPROC // 2, "last": NODES * NPROC - 1}
 TARGETS = ("trainer", "script")
+HOST_KINDS = ("loopback", "netns")  # where its cells were measured: the rank's pid is the host's (cgroups, kmsg)
 
 
 def listed(name: str, choices: Sequence[str]):
@@ -85,6 +86,8 @@ def run(args, out_dir: Path) -> BenchResult:
         steps = steps_list(args.at_steps)
     except ValueError as e:
         raise LabError(str(e)) from None
+    if args.hosts not in HOST_KINDS:
+        raise LabError(f"--hosts: the diagnosis bench runs on {' or '.join(HOST_KINDS)} hosts; got {args.hosts}")
     if args.parallel < 1:
         raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
     cells = [Cell(t, f, POSITIONS[p], step) for t in targets for f in faults for p, step in paired(positions, steps)]

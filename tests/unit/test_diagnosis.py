@@ -7,6 +7,7 @@ decides a grade."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 from pathlib import Path
@@ -14,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from lab import why
+from lab.bench import diagnosis
 from lab.bench.diagnosis import listed, paired, steps_list
 from lab.bench.diagnosis_table import table
 from lab.diagnosis import FAULTS, Grade, grade, kind_of, named
+from lab.errors import LabError
 from lab.why import Card, RankFailure
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnosis"
@@ -136,3 +139,20 @@ def test_a_bad_list_is_refused_naming_its_flag_and_the_choices(parse, text, word
         parse(text)
     assert all(word in str(refused.value) for word in words), refused.value
     assert steps_list(" 6, 10 ") == [6, 10] and listed("--targets", ("trainer", "script"))("script") == ["script"]
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"hosts": "userns"}, ["--hosts", "loopback or netns", "userns"]),
+        ({"parallel": 0}, ["--parallel", "at least 1"]),
+        ({"classes": "kill,nan"}, ["--classes", "'kill,nan'"]),
+    ],
+)
+def test_the_bench_refuses_before_it_starts_anything(tmp_path, change, words):
+    args = {"hosts": "loopback", "classes": "kill", "positions": "last", "at_steps": "6", "targets": "script"}
+    args |= {"parallel": 1, "keep": ""} | change
+    with pytest.raises(LabError) as refused:
+        diagnosis.run(argparse.Namespace(**args), tmp_path)
+    assert all(word in str(refused.value) for word in words), refused.value
+    assert list(tmp_path.iterdir()) == []
