@@ -30,6 +30,7 @@ class Fault:
     expect: str
     what: str
     caged: bool = False  # the rank is moved into a small memory cgroup first (lab.bench.memory_cage)
+    no_script: str = ""  # why an unchanged script cannot be given this fault ("": it can)
 
 
 FAULTS = (
@@ -42,6 +43,14 @@ FAULTS = (
     Fault("oom", injected.HOG_SIGNAL, "oom", "memory allocated past its cgroup's limit: the OOM killer", caged=True),
     Fault("gil-hang", injected.GIL_SIGNAL, "hung", "stuck in C code holding the GIL: no handler or thread runs"),
     Fault("exit", injected.EXIT_SIGNAL, "exited", "exits with status 3 and says nothing (os._exit(3))"),
+    Fault(
+        "nan",
+        injected.NAN_SIGNAL,
+        "diverged",
+        "its next loss is NaN (a bad batch): the trainer stops before the all-reduce spreads it",
+        no_script="an unchanged script cannot be made to diverge from outside (the lab's trainer passes its "
+        "loss through lab.health.injected_error.poisoned and checks it)",
+    ),
 )
 FAULT_NAMES = tuple(f.name for f in FAULTS)
 
@@ -75,6 +84,8 @@ def kind_of(how: str) -> str:
         return {"SIGKILL": "killed", "SIGTERM": "terminated"}.get(name, "crashed" if name in CRASH_SIGNALS else name)
     if how.startswith("stopped on SIGTERM"):
         return "terminated"
+    if how.startswith("raised FloatingPointError"):  # what a loss check raises on NaN or inf
+        return "diverged"
     if how.startswith("raised "):
         return "exception"
     if how.startswith("exited with status"):

@@ -78,6 +78,10 @@ def paired(positions: list[str], steps: list[int]) -> list[tuple[str, int]]:
     return [(positions[i % len(positions)], steps[i % len(steps)]) for i in range(max(len(positions), len(steps)))]
 
 
+def refuses(cell: Cell) -> bool:
+    return cell.target == "script" and bool(cell.fault.no_script)
+
+
 def run(args, out_dir: Path) -> BenchResult:
     try:
         faults = [f for f in FAULTS if f.name in listed("--classes", FAULT_NAMES)(args.classes)]
@@ -91,6 +95,10 @@ def run(args, out_dir: Path) -> BenchResult:
     if args.parallel < 1:
         raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
     cells = [Cell(t, f, POSITIONS[p], step) for t in targets for f in faults for p, step in paired(positions, steps)]
+    refused = sorted({(c.target, c.fault.name, c.fault.no_script) for c in cells if refuses(c)})
+    for target, fault, why in refused:
+        print(f"{fault} on the {target}: refused: {why}", flush=True)
+    cells = [c for c in cells if not refuses(c)]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="lab-bench-diagnosis-") as tmp:
         graded = run_cells(cells, args, Path(tmp))
@@ -99,7 +107,7 @@ def run(args, out_dir: Path) -> BenchResult:
     return BenchResult(
         name="diagnosis",
         command=this_command(),
-        markdown=table(grades, faults, args.hosts, minutes, args.parallel),
+        markdown=table(grades, faults, args.hosts, minutes, args.parallel, refused),
         figures={"cells": [{**g.to_json(), **extra} for g, extra in graded], "minutes": round(minutes, 1)},
     )
 

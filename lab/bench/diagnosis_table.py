@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from lab.bench.result import goal_line
 from lab.diagnosis import Fault, Grade
 
@@ -22,7 +24,15 @@ def row(label: str, grades: list[Grade]) -> str:
     )
 
 
-def table(grades: list[Grade], faults: list[Fault], hosts: str, minutes: float, parallel: int = 1) -> list[str]:
+def table(
+    grades: list[Grade],
+    faults: list[Fault],
+    hosts: str,
+    minutes: float,
+    parallel: int = 1,
+    refused: Sequence[tuple[str, str, str]] = (),
+) -> list[str]:
+    """refused: (target, fault, why) for the cells the bench could not inject."""
     lines = [
         f"`lab why` graded on {len(grades)} cells ({hosts} hosts, 2 x 2, no restarts; the lab's trainer and an "
         "ordinary DDP script, lab/workloads/plain_train.py): right = the first-failing rank and the fault's class "
@@ -49,6 +59,9 @@ def table(grades: list[Grade], faults: list[Fault], hosts: str, minutes: float, 
             f"{minutes:.1f} min, {parallel} cell{'s' if parallel > 1 else ''} at a time",
         ),
     ]
+    if refused:
+        lines += ["", "Cells not run:", ""]
+        lines += [f"- {fault} on the {target}: {why}" for target, fault, why in refused]
     misses = [g for g in grades if not (g.right and g.step_ok)]
     if misses:
         lines += ["", "Cells not fully right (injected -> named):", ""]

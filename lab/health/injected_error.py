@@ -1,6 +1,6 @@
 """Faults one rank runs into on request, from inside: the drills' and `lab bench diagnosis`'s.
 
-A worker that calls install() answers four signals from whatever its main thread is running
+A worker that calls install() answers five signals from whatever its main thread is running
 (Python runs signal handlers between bytecodes, so a rank inside a gloo collective answers as
 soon as the collective returns):
 
@@ -11,7 +11,10 @@ soon as the collective returns):
 - SIGRTMIN+2: hangs holding the GIL, in a regular expression that backtracks for ever (C code
   that never returns to Python: no signal handler, no other thread of the rank runs again);
 - SIGRTMIN+3: exits at once with status 3 and nothing said, as a script's own
-  `os._exit(3)` or a library's `exit()` on a bad input does.
+  `os._exit(3)` or a library's `exit()` on a bad input does;
+- SIGRTMIN+4: the rank's next loss is NaN, as after a bad batch, in a script that passes its
+  loss through poisoned() (the lab's trainer does; an unchanged script cannot be made to
+  diverge from outside, so the bench refuses that cell).
 
 The trainer and every script the lab watches (lab.node.user_script) install them; the script's
 own code is unchanged, and one that installs its own handler for one of them keeps it.
@@ -28,6 +31,8 @@ SIGNAL = signal.SIGUSR2
 HOG_SIGNAL = signal.SIGRTMIN + 1
 GIL_SIGNAL = signal.SIGRTMIN + 2
 EXIT_SIGNAL, EXIT_STATUS = signal.SIGRTMIN + 3, 3
+NAN_SIGNAL = signal.SIGRTMIN + 4
+_poison = {"next": False}
 MARK = "exception injected by the lab's rank-exception drill"
 HOG_CHUNK_MIB, HOG_CAP_MIB = 64, 8192
 
@@ -52,8 +57,21 @@ def exit_quietly(_signum: int, _frame: object) -> None:
     os._exit(EXIT_STATUS)
 
 
+def poison_next_loss(_signum: int, _frame: object) -> None:
+    _poison["next"] = True
+
+
+def poisoned(loss):
+    """loss, or NaN in its place once after SIGRTMIN+4 (a tensor's type and graph kept)."""
+    if not _poison["next"]:
+        return loss
+    _poison["next"] = False
+    return loss * float("nan")
+
+
 def install() -> None:
     signal.signal(SIGNAL, raise_injected)
     signal.signal(HOG_SIGNAL, hog_memory)
     signal.signal(GIL_SIGNAL, hang_holding_the_gil)
     signal.signal(EXIT_SIGNAL, exit_quietly)
+    signal.signal(NAN_SIGNAL, poison_next_loss)

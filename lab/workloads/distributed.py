@@ -16,6 +16,7 @@ timeout, so a hung peer becomes an error in a minute, not gloo's 30.
 from __future__ import annotations
 
 import gc
+import math
 import os
 import signal
 import socket
@@ -193,3 +194,12 @@ class Preemption:
         flag = torch.tensor([1 if self.requested else 0], device=self.ctx.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
+
+
+def finite(loss: torch.Tensor, rank: int, step: int) -> torch.Tensor:
+    """The loss, checked before its gradients reach the all-reduce: a NaN or an infinity there
+    would spread to every rank's weights, and no rank could say where it came from."""
+    value = loss.item()
+    if not math.isfinite(value):
+        raise FloatingPointError(f"rank {rank}: the loss is {value} at step {step} (diverged, or a bad batch)")
+    return loss

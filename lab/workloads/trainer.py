@@ -45,7 +45,7 @@ from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_ta
 from lab.inprocess.api import attempts
 from lab.nodeenv import NodeEnv
 from lab.workloads.comm_hooks import timed_allreduce_hook
-from lab.workloads.distributed import Ctx, Preemption, StepDeadline, ddp, joined, say, settle_buckets, single
+from lab.workloads.distributed import Ctx, Preemption, StepDeadline, ddp, finite, joined, say, settle_buckets, single
 from lab.workloads.monitoring_ab import MonitoringAB
 from lab.workloads.trainer_state import resume, save_checkpoint, set_rng_state
 
@@ -201,7 +201,7 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
         indices = list(sampler)[batch * args.batch_size : (batch + 1) * args.batch_size]
         x, y = (t.to(ctx.device) for t in dataset[indices])
         optimizer.zero_grad()
-        loss = loss_fn(ddp_model(x), y)
+        loss = finite(injected_error.poisoned(loss_fn(ddp_model(x), y)), ctx.rank, step + 1)
         loss.backward()
         optimizer.step()
         step += 1

@@ -17,6 +17,7 @@ import pytest
 from lab import why
 from lab.bench import diagnosis
 from lab.bench.diagnosis import listed, paired, steps_list
+from lab.bench.diagnosis_cell import Cell
 from lab.bench.diagnosis_table import table
 from lab.diagnosis import FAULTS, Grade, grade, kind_of, named
 from lab.errors import LabError
@@ -30,7 +31,8 @@ BY_NAME = {f.name: f for f in FAULTS}
 def test_every_fault_class_is_recorded_on_both_targets():
     truths = [json.loads((c / "truth.json").read_text()) for c in CELLS]
     recorded = {(truth["target"], truth["fault"]) for truth in truths}
-    assert recorded >= {(target, f.name) for target in ("trainer", "script") for f in FAULTS}
+    every = {(target, f.name) for target in ("trainer", "script") for f in FAULTS}
+    assert recorded >= {(target, name) for target, name in every if target == "trainer" or not BY_NAME[name].no_script}
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=[c.name for c in CELLS])
@@ -58,6 +60,7 @@ def failure(rank: int, how: str, *, consequence: bool = False, step: int | None 
         ("killed by SIGTERM", "terminated"),
         ("stopped on SIGTERM (a preemption), after a checkpoint", "terminated"),
         ("raised ValueError", "exception"),
+        ("raised FloatingPointError", "diverged"),
         ("exited with status 3", "exited"),
         ("failed", "unknown"),
     ],
@@ -146,7 +149,7 @@ def test_a_bad_list_is_refused_naming_its_flag_and_the_choices(parse, text, word
     [
         ({"hosts": "userns"}, ["--hosts", "loopback or netns", "userns"]),
         ({"parallel": 0}, ["--parallel", "at least 1"]),
-        ({"classes": "kill,nan"}, ["--classes", "'kill,nan'"]),
+        ({"classes": "kill,nosuch"}, ["--classes", "'kill,nosuch'"]),
     ],
 )
 def test_the_bench_refuses_before_it_starts_anything(tmp_path, change, words):
@@ -156,3 +159,25 @@ def test_the_bench_refuses_before_it_starts_anything(tmp_path, change, words):
         diagnosis.run(argparse.Namespace(**args), tmp_path)
     assert all(word in str(refused.value) for word in words), refused.value
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_fault_an_unchanged_script_cannot_take_is_refused_there_only():
+    nan = BY_NAME["nan"]
+    assert diagnosis.refuses(Cell("script", nan, 1, 6)) and not diagnosis.refuses(Cell("trainer", nan, 1, 6))
+    assert not any(diagnosis.refuses(Cell("script", f, 1, 6)) for f in FAULTS if f is not nan)
+    lines = table([], [nan], "loopback", 0.1, refused=[("script", "nan", nan.no_script)])
+    assert f"- nan on the script: {nan.no_script}" in lines
+
+
+def test_a_poisoned_loss_is_nan_once_and_the_trainers_check_names_the_rank_and_step():
+    import torch
+
+    from lab.health import injected_error
+    from lab.workloads.distributed import finite
+
+    one = torch.tensor(1.0)
+    injected_error.poison_next_loss(0, None)
+    assert torch.isnan(injected_error.poisoned(one)) and injected_error.poisoned(one) is one
+    with pytest.raises(FloatingPointError, match="rank 3: the loss is nan at step 12"):
+        finite(torch.tensor(float("nan")), 3, 12)
+    assert finite(one, 3, 12) is one
