@@ -47,9 +47,9 @@ FAULTS = (
         "nan",
         injected.NAN_SIGNAL,
         "diverged",
-        "its next loss is NaN (a bad batch): the trainer stops before the all-reduce spreads it",
+        "its next loss is NaN (a bad batch): the trainer (--check-loss) stops before the all-reduce spreads it",
         no_script="an unchanged script cannot be made to diverge from outside (the lab's trainer passes its "
-        "loss through lab.health.injected_error.poisoned and checks it)",
+        "loss through lab.health.injected_error.poisoned and, with --check-loss, checks it)",
     ),
 )
 FAULT_NAMES = tuple(f.name for f in FAULTS)

@@ -59,7 +59,7 @@ def job(target: str, workdir: Path) -> tuple[Topology, str, list[str]]:
     )
     paced = ["--steps", str(STEPS), "--step-time", str(STEP_TIME)]
     if target == "trainer":
-        return topology, script_path("trainer"), [*paced, "--ckpt-every", "0"]
+        return topology, script_path("trainer"), [*paced, "--ckpt-every", "0", "--check-loss"]
     watched = topology.replace(script_wrapper=("--workdir", str(workdir)))
     return watched, script_path("plain_train"), [*paced, "--timeout-s", str(PG_TIMEOUT_S)]
 

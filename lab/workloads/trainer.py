@@ -79,6 +79,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size (default 25)")
+    p.add_argument("--check-loss", action="store_true", help="stop on a NaN or infinite loss, naming rank and step")
     p.add_argument(
         "--ab-monitoring",
         type=int,
@@ -201,7 +202,8 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
         indices = list(sampler)[batch * args.batch_size : (batch + 1) * args.batch_size]
         x, y = (t.to(ctx.device) for t in dataset[indices])
         optimizer.zero_grad()
-        loss = finite(injected_error.poisoned(loss_fn(ddp_model(x), y)), ctx.rank, step + 1)
+        loss = injected_error.poisoned(loss_fn(ddp_model(x), y))
+        loss = finite(loss, ctx.rank, step + 1) if args.check_loss else loss
         loss.backward()
         optimizer.step()
         step += 1
