@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -187,6 +188,14 @@ class Preemption:
 
     def _request(self, _signum, _frame) -> None:
         self.requested = True
+
+    @staticmethod
+    def leave_if_uncollected(seconds: float = 1.0) -> None:
+        """Exit once `seconds` pass, unless the process ends first: a preempted worker's agent
+        that is itself shutting down never collects its return value (lab/workloads/trainer.py)."""
+        leave = threading.Timer(seconds, os._exit, (0,))
+        leave.daemon = True
+        leave.start()
 
     def agreed(self) -> bool:
         if not self.ctx.distributed:

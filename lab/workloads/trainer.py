@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import sys
-import threading
 import time
 
 import torch
@@ -48,8 +47,6 @@ from lab.workloads.comm_hooks import timed_allreduce_hook
 from lab.workloads.distributed import Ctx, Preemption, StepDeadline, ddp, finite, joined, say, settle_buckets, single
 from lab.workloads.monitoring_ab import MonitoringAB
 from lab.workloads.trainer_state import resume, save_checkpoint, set_rng_state
-
-UNCOLLECTED_EXIT_S = 1.0  # how long a preempted worker waits for its agent to collect it
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -161,9 +158,7 @@ def main(argv=None) -> None:
         # it, and the group ends as done; without it, it would wait for the value forever.
         sys.stdout.flush()
         sys.stderr.flush()
-        leave = threading.Timer(UNCOLLECTED_EXIT_S, os._exit, (0,))
-        leave.daemon = True
-        leave.start()
+        Preemption.leave_if_uncollected()
 
 
 class Held:
