@@ -21,21 +21,14 @@ from pathlib import Path
 from lab.health.events import Event, ExitReason, agent_failures, read_agent_events, read_events
 from lab.kernel_log import kernel_log, oom_kill
 from lab.node import worker_record
+from lab.node_log import SIGTERM_SENT, own_frame, tracebacks
+from lab.stragglers import Straggler, first_named
 
 # What a rank says when a *peer* failed: these are consequences, never the first cause.
 CONSEQUENCE = re.compile(
     r"Connection closed by peer|Connection reset by peer|Timed out|timed out|Broken pipe|"
     r"DistNetworkError|DistStoreError|SIGTERM|Socket Timeout|connectFullMesh|RendezvousClosedError"
 )
-TRACE_LINE = re.compile(r"^\[rank(\d+)\]:(.*)$")
-FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-EXCEPTION = re.compile(r"^\s*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))(?::\s*(.*))?$")
-# torchrun's agent stopping a group: its subprocess workers, its function workers, and
-# torch.multiprocessing's own join stopping the rest once one of them failed.
-SIGTERM_SENT = re.compile(
-    r"(?:Sending process|Closing process|Terminating process) (\d+) (?:closing signal|via signal) (SIG\w+)"
-)
-NOT_OWN = re.compile(r"site-packages|<frozen|/lab/node/|/lab/health/")  # frames of torch, the lab's wrappers
 
 
 @dataclass
@@ -60,6 +53,7 @@ class Card:
     rounds: int = 0  # how many times an agent saw its group fail
     notes: list[str] = field(default_factory=list)
     certain: bool = True  # False: `first` is only the earliest noticed of several like it
+    straggler: Straggler | None = None  # the rank that slowed the others, if one did (lab.stragglers)
 
     def to_json(self) -> dict:
         return {
@@ -68,11 +62,14 @@ class Card:
             "rounds": self.rounds,
             "notes": self.notes,
             "certain": self.certain,
+            "straggler": asdict(self.straggler) if self.straggler else None,
         }
 
     def text(self) -> str:
+        slow = f"{self.straggler.text()}\n" if self.straggler else ""
         if self.first is None:
-            return "no rank failed: the agents recorded no failure\n" + "".join(f"note: {n}\n" for n in self.notes)
+            notes = "".join(f"note: {n}\n" for n in self.notes)
+            return f"no rank failed: the agents recorded no failure\n{slow}{notes}"
         f = self.first
         lines = [
             f"{'first to stop' if f.exit_code == 0 else 'first failure'}: rank {f.rank} on {f.node}"
@@ -91,31 +88,7 @@ class Card:
         if self.rounds > 1:
             lines.append(f"the group failed {self.rounds} times in all (restarts)")
         lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines) + "\n"
-
-
-def tracebacks(log: str) -> dict[int, tuple[str, str]]:
-    """rank -> (its exception line, the deepest frame of its own code) from `[rankN]:` lines."""
-    found: dict[int, tuple[str, str]] = {}
-    where: dict[int, str] = {}
-    for line in log.splitlines():
-        match = TRACE_LINE.match(line)
-        if not match:
-            continue
-        rank, text = int(match[1]), match[2]
-        frame = FRAME.search(text)
-        if frame and not NOT_OWN.search(frame[1]):
-            where[rank] = f"{frame[1]}:{frame[2]}"
-        exception = EXCEPTION.match(text)
-        if exception:  # gloo's "[/path/to/pair.cc:553] " says nothing to a user
-            found[rank] = (re.sub(r"\[/[^\]]+\] ", "", text.strip()), where.get(rank, ""))
-    return found
-
-
-def own_frame(traceback: str) -> str:
-    """file:line of a traceback's deepest frame outside torch and the lab's wrappers, or ''."""
-    frames = [f"{path}:{line}" for path, line in FRAME.findall(traceback) if not NOT_OWN.search(path)]
-    return frames[-1] if frames else ""
+        return "\n".join(lines) + "\n" + slow
 
 
 def describe(code: int | None, pid: int | None, terminated_by_agent: set[int]) -> str:
@@ -142,6 +115,7 @@ class Evidence:
     steps: dict[int, int]  # rank -> its last step
     skipped: list[str] = field(default_factory=list)  # "rank1.jsonl: 2 lines" not read as records
     preempted: dict[int, dict] = field(default_factory=dict)  # rank -> its exit event, stopped on SIGTERM
+    straggler: Straggler | None = None
 
 
 def read_evidence(run_dir: Path) -> Evidence:
@@ -163,6 +137,7 @@ def read_evidence(run_dir: Path) -> Evidence:
     for e in ranks:
         if e["event"] == Event.STEP:
             found.steps[e["rank"]] = max(found.steps.get(e["rank"], e["step"]), e["step"])
+    found.straggler = first_named(ranks)
     return found
 
 
@@ -203,7 +178,7 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     failures = reported_failures(found)
     failures += stopped_by_the_agent(run_dir, failures, found.terminated, found.steps)
     per_node = Counter(a["node"] for a in found.agents)  # every node's agent reports each failed round
-    result = Card(first=None, rounds=max(per_node.values(), default=0))
+    result = Card(first=None, rounds=max(per_node.values(), default=0), straggler=found.straggler)
     if found.skipped:
         result.notes.append(
             f"left out what is not a record of this lab's (a torn last line, another program's output, an older "

@@ -1,6 +1,6 @@
 """Faults one rank runs into on request, from inside: the drills' and `lab bench diagnosis`'s.
 
-A worker that calls install() answers five signals from whatever its main thread is running
+A worker that calls install() answers six signals from whatever its main thread is running
 (Python runs signal handlers between bytecodes, so a rank inside a gloo collective answers as
 soon as the collective returns):
 
@@ -14,7 +14,9 @@ soon as the collective returns):
   `os._exit(3)` or a library's `exit()` on a bad input does;
 - SIGRTMIN+4: the rank's next loss is NaN, as after a bad batch, in a script that passes its
   loss through poisoned() (the lab's trainer does; an unchanged script cannot be made to
-  diverge from outside, so the bench refuses that cell).
+  diverge from outside, so the bench refuses that cell);
+- SIGRTMIN+5: every step from then on takes STALL_S longer on this rank, in a script that
+  calls stall() in its step (the lab's trainer does): a straggler (`lab bench stragglers`).
 
 The trainer and every script the lab watches (lab.node.user_script) install them; the script's
 own code is unchanged, and one that installs its own handler for one of them keeps it.
@@ -32,7 +34,9 @@ HOG_SIGNAL = signal.SIGRTMIN + 1
 GIL_SIGNAL = signal.SIGRTMIN + 2
 EXIT_SIGNAL, EXIT_STATUS = signal.SIGRTMIN + 3, 3
 NAN_SIGNAL = signal.SIGRTMIN + 4
+STALL_SIGNAL, STALL_S = signal.SIGRTMIN + 5, 0.25
 _poison = {"next": False}
+_stall = {"seconds": 0.0}
 MARK = "exception injected by the lab's rank-exception drill"
 HOG_CHUNK_MIB, HOG_CAP_MIB = 64, 8192
 
@@ -69,9 +73,20 @@ def poisoned(loss):
     return loss * float("nan")
 
 
+def slow_down(_signum: int, _frame: object) -> None:
+    _stall["seconds"] = STALL_S
+
+
+def stall() -> None:
+    """Nothing, or STALL_S of extra work once SIGRTMIN+5 has come."""
+    if _stall["seconds"]:
+        time.sleep(_stall["seconds"])
+
+
 def install() -> None:
     signal.signal(SIGNAL, raise_injected)
     signal.signal(HOG_SIGNAL, hog_memory)
     signal.signal(GIL_SIGNAL, hang_holding_the_gil)
     signal.signal(EXIT_SIGNAL, exit_quietly)
     signal.signal(NAN_SIGNAL, poison_next_loss)
+    signal.signal(STALL_SIGNAL, slow_down)

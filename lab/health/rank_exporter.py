@@ -76,8 +76,8 @@ class RankMetrics:
             "lab_rendezvous_duration_seconds", "Time this rank spent joining the process group.", registry=r
         )
 
-    def step_done(self, step: int, seconds: float, samples: int, loss: float) -> None:
-        self.per_step.step_done(step, seconds, samples, loss)
+    def step_done(self, step: int, seconds: float, samples: int, loss: float, busy: float | None = None) -> None:
+        self.per_step.step_done(step, seconds, samples, loss, busy)
 
     def serve(self, port: int) -> None:
         try:

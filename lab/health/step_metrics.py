@@ -17,9 +17,13 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Iterator, Sequence
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from lab.stragglers import WINDOW as BUSY_WINDOW
+from lab.stragglers import typical
 
 
 class StepHistogram:
@@ -55,13 +59,16 @@ class StepMetrics:
         self.last_step_time = 0.0
         self.loss = math.nan
         self.nonfinite_losses = 0
+        self.busy: deque[float] = deque(maxlen=BUSY_WINDOW)
         self.step_duration = StepHistogram("lab_step_duration_seconds", "Wall time of one training step.", step_buckets)
         self.allreduce_duration = StepHistogram(
             "lab_allreduce_duration_seconds", "Gradient all-reduce time per DDP bucket.", allreduce_buckets
         )
 
-    def step_done(self, step: int, seconds: float, samples: int, loss: float) -> None:
+    def step_done(self, step: int, seconds: float, samples: int, loss: float, busy: float | None = None) -> None:
         self.step = step
+        if busy is not None:
+            self.busy.append(busy)
         self.steps += 1
         self.samples += samples
         self.step_duration.observe(seconds)
@@ -79,6 +86,13 @@ class StepMetrics:
             "lab_last_step_timestamp_seconds", "When the last step completed.", value=self.last_step_time
         )
         yield self.step_duration.family()
+        busy = list(self.busy)
+        if busy:  # a rank that does not time its all-reduce has no busy figure (lab.workloads.step_clock)
+            yield GaugeMetricFamily(
+                "lab_step_busy_seconds",
+                f"Seconds a step outside the all-reduce over this rank's last {BUSY_WINDOW} steps (lab.stragglers).",
+                value=typical(busy),
+            )
         yield self.allreduce_duration.family()
         yield GaugeMetricFamily("lab_loss", "Loss of the last step on this rank.", value=self.loss)
         yield CounterMetricFamily(

@@ -46,6 +46,7 @@ from lab.nodeenv import NodeEnv
 from lab.workloads.comm_hooks import timed_allreduce_hook
 from lab.workloads.distributed import Ctx, Preemption, StepDeadline, ddp, finite, joined, say, settle_buckets, single
 from lab.workloads.monitoring_ab import MonitoringAB
+from lab.workloads.step_clock import StepClock, record_step
 from lab.workloads.trainer_state import resume, save_checkpoint, set_rng_state
 
 
@@ -176,7 +177,8 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
         metrics.rendezvous.set(ctx.rendezvous_seconds)
     model, optimizer, step = held_state(args, ctx, attempt, events, metrics, held)
     ab = MonitoringAB(args.ab_monitoring) if args.ab_monitoring else None
-    ddp_model = wrapped(model, ctx, args, metrics, ab)
+    clock = StepClock()
+    ddp_model = wrapped(model, ctx, args, metrics, ab, clock)
     dataset = make_dataset(args.samples)
     sampler: DistributedSampler = DistributedSampler(
         dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed, drop_last=True
@@ -188,7 +190,7 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
     preemption, deadline = Preemption(ctx), StepDeadline()
     first_step, loop_started = step, time.perf_counter()
     while step < args.steps:
-        started = time.perf_counter()
+        started = clock.step_started()
         deadline.start()  # renewed every iteration: it covers the step, the stop vote and a checkpoint
         if ab:
             ab.step_started(step)
@@ -197,20 +199,21 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
         indices = list(sampler)[batch * args.batch_size : (batch + 1) * args.batch_size]
         x, y = (t.to(ctx.device) for t in dataset[indices])
         optimizer.zero_grad()
+        injected_error.stall()  # a slowed rank's extra work (SIGRTMIN+5), a no-op otherwise
         loss = injected_error.poisoned(loss_fn(ddp_model(x), y))
         loss = finite(loss, ctx.rank, step + 1) if args.check_loss else loss
         loss.backward()
         optimizer.step()
         step += 1
         progress["step"] = held.step = step
-        value = loss.item()
+        value, busy = loss.item(), clock.busy()
         if args.step_time:
             time.sleep(max(0.0, args.step_time - (time.perf_counter() - started)))
         seconds = time.perf_counter() - started
         if ab is None:
-            record_step(events, metrics, step, seconds, len(indices), value)
+            record_step(events, metrics, step, seconds, len(indices), value, busy)
         elif ab.on:
-            ab.timed(record_step, events, metrics, step, seconds, len(indices), value)
+            ab.timed(record_step, events, metrics, step, seconds, len(indices), value, busy)
         if preemption.agreed():
             if args.ckpt_dir:
                 save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
@@ -241,13 +244,14 @@ def held_state(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics |
     return held.model, held.optimizer, step
 
 
-def wrapped(model: nn.Module, ctx: Ctx, args, metrics: RankMetrics | None, ab: MonitoringAB | None) -> nn.Module:
+def wrapped(model: nn.Module, ctx: Ctx, args, metrics: RankMetrics | None, ab: MonitoringAB | None, clock) -> nn.Module:
     """The model in DDP over this attempt's group, with the timed all-reduce hook: installed with
-    or without metrics, so monitoring never changes how the job communicates."""
+    or without metrics, so monitoring never changes how the job communicates; it tells the
+    step's clock how long the rank waited there."""
     ddp_model = ddp(model, ctx, bucket_cap_mb=args.bucket_cap_mb)
     if ctx.distributed:
         observe = metrics.allreduce_duration.observe if metrics else None
-        hook = timed_allreduce_hook(ab.gate(observe) if ab and observe else observe)
+        hook = timed_allreduce_hook(ab.gate(observe) if ab and observe else observe, clock)
         ddp_model.register_comm_hook(None, hook)  # type: ignore[operator]  # DDP's, through a Module type
     return ddp_model
 
@@ -282,15 +286,6 @@ def finish(ctx: Ctx, model, ab, steps: int, loop_seconds: float, events: EventLo
         f"checksum {checksum:.6f} ({checksum.hex()}) at step {step}"
     )
     events.write(Event.EXIT, reason=ExitReason.COMPLETED, step=step, checksum=checksum.hex())
-
-
-def record_step(
-    events: EventLog, metrics: RankMetrics | None, step: int, seconds: float, samples: int, loss: float
-) -> None:
-    """A step's monitoring: its event line and its metrics."""
-    events.step(step, loss, seconds)
-    if metrics:
-        metrics.step_done(step, seconds, samples, loss)
 
 
 if __name__ == "__main__":

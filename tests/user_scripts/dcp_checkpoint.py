@@ -30,7 +30,17 @@ args = parser.parse_args()
 dist.init_process_group("gloo", timeout=timedelta(seconds=10))
 rank = dist.get_rank()
 state = {"weights": torch.zeros(4), "step": torch.tensor(0)}
-saved = sorted((int(d[4:]) for d in os.listdir("ckpt") if d.startswith("step")) if os.path.isdir("ckpt") else [])
+
+
+def complete_saves():
+    """Saves whose .metadata was written: a rank killed inside dcp.save leaves a folder without it."""
+    if not os.path.isdir("ckpt"):
+        return []
+    done = (d for d in os.listdir("ckpt") if d.startswith("step") and os.path.exists(f"ckpt/{d}/.metadata"))
+    return sorted(int(d[4:]) for d in done)
+
+
+saved = complete_saves()
 if saved:
     dcp.load(state, checkpoint_id=f"ckpt/step{saved[-1]}")
 start = int(state["step"])

@@ -1,0 +1,106 @@
+"""Stragglers named from the ranks' step records, with a relative score per rank.
+
+In DDP every rank's step lasts as long as the slowest rank's, so a straggler shows only in
+busy time: the seconds of a step a rank spends outside the gradient all-reduce (the trainer
+records it with each step, lab.workloads.step_clock). A rank's busy figure over a window of
+WINDOW steps is their mean less the slowest step (`typical`); its score is that over the
+mean of the other ranks' figures for the same steps: 1 is like the others, 4 is four times as
+busy. A rank is named once its score reaches RATIO and it is busy MARGIN_S a step longer than
+the others (a 3 ms step twice as long as a 1.5 ms one is noise, not a straggler).
+
+Why that figure: one step the machine's scheduler delayed by 0.2 s would move a plain mean
+over ten steps by 0.02 s, and a clean run would name a rank; a median would miss a rank
+that stalls one step in three (a rank stopped 0.75 s of every second: the straggler drill).
+Dropping the slowest step forgives the one and keeps the other.
+
+The same score is a metric (the Prometheus rule `lab:straggler_score` over each rank's
+`lab_step_busy_seconds`, the same figure over its last WINDOW steps), a column of the live
+view and of `lab status --watch`, and a line of `lab why`. `lab bench stragglers` measures how
+soon it names a slowed rank and how often it names one in a clean run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from statistics import mean
+
+from lab.health.events import Event
+
+WINDOW = 10
+RATIO = 2.0
+MARGIN_S = 0.02
+
+
+@dataclass(frozen=True)
+class Straggler:
+    rank: int
+    step: int  # the last step of the first window that named it
+    score: float
+    busy_s: float  # its busy seconds a step in that window (typical())
+    others_s: float  # the other ranks' mean of theirs
+    scores: dict[int, float]  # every rank's score in that window
+
+    def text(self) -> str:
+        per_rank = ", ".join(f"{rank}: {score:.1f}" for rank, score in sorted(self.scores.items()))
+        return (
+            f"straggler: rank {self.rank}, busy {self.busy_s:.3f} s a step outside the all-reduce against "
+            f"{self.others_s:.3f} s for the others (score {self.score:.1f}), named at step {self.step}; "
+            f"scores per rank: {per_rank}"
+        )
+
+
+def busy_by_step(events: Iterable[dict]) -> dict[int, dict[int, float]]:
+    """step -> rank -> busy seconds (the latest record of a step a restart repeated)."""
+    found: dict[int, dict[int, float]] = {}
+    for e in events:
+        busy = e.get("busy")
+        if e["event"] == Event.STEP and isinstance(busy, (int, float)) and not isinstance(busy, bool):
+            found.setdefault(e["step"], {})[e["rank"]] = float(busy)
+    return found
+
+
+def typical(busy: list[float]) -> float:
+    """The mean of a window's busy seconds less its slowest step (all of one step alone)."""
+    return (sum(busy) - max(busy)) / (len(busy) - 1) if len(busy) > 1 else sum(busy)
+
+
+def scores(window: list[dict[int, float]]) -> dict[int, tuple[float, float, float]]:
+    """rank -> (score, its busy figure, the others' mean figure) over the window's steps."""
+    figures = {rank: typical([step[rank] for step in window]) for rank in window[0]}
+    result = {}
+    for rank, busy in figures.items():
+        others = mean(b for r, b in figures.items() if r != rank)
+        result[rank] = (busy / others if others > 0 else float("inf") if busy > 0 else 1.0, busy, others)
+    return result
+
+
+def windows(events: Iterable[dict]) -> list[tuple[int, list[dict[int, float]]]]:
+    """(last step, WINDOW steps' busy times) for every run of WINDOW consecutive steps every rank
+    recorded; the ranks are those of the step the window ends on."""
+    by_step = busy_by_step(events)
+    found = []
+    for last in sorted(by_step):
+        ranks = set(by_step[last])
+        steps = [by_step.get(s, {}) for s in range(last - WINDOW + 1, last + 1)]
+        if len(ranks) > 1 and all(set(s) == ranks for s in steps):
+            found.append((last, steps))
+    return found
+
+
+def first_named(events: Iterable[dict]) -> Straggler | None:
+    """The first window in which one rank is the straggler, or None."""
+    for last, window in windows(events):
+        scored = scores(window)
+        slow = [r for r, (score, busy, others) in scored.items() if score >= RATIO and busy - others >= MARGIN_S]
+        if slow:
+            rank = max(slow, key=lambda r: scored[r][0])
+            score, busy, others = scored[rank]
+            return Straggler(rank, last, score, busy, others, {r: s[0] for r, s in scored.items()})
+    return None
+
+
+def latest_scores(events: Iterable[dict]) -> dict[int, float]:
+    """rank -> its score over the last WINDOW steps every rank recorded ({} before there are any)."""
+    found = windows(events)
+    return {rank: s[0] for rank, s in scores(found[-1][1]).items()} if found else {}

@@ -1,0 +1,53 @@
+"""Where a step's time went: this rank's own work, or waiting in the gradient all-reduce.
+
+DDP steps in lockstep, so every rank's step takes as long as the slowest rank's; step time
+cannot say who is slow. Busy time can: the slow rank arrives at the all-reduce last and
+waits for nobody, the others wait for it there. A step's busy time is its wall time up to
+the trainer's pacing sleep, less the span from its first bucket's all-reduce launch to its
+last one's completion (lab.workloads.comm_hooks writes those two moments here; DDP has
+waited for every bucket by the time backward returns). lab.stragglers compares it across
+ranks; the pacing sleep (--step-time) is nobody's work, so it is left out.
+"""
+
+from __future__ import annotations
+
+import time
+
+from lab.health.events import EventLog
+from lab.health.rank_exporter import RankMetrics
+
+
+class StepClock:
+    """One rank's step: when it began and when its all-reduces began and ended."""
+
+    def __init__(self) -> None:
+        self._started = 0.0
+        self._first_launch: float | None = None
+        self._last_done = 0.0
+
+    def step_started(self) -> float:
+        self._started = time.perf_counter()
+        self._first_launch, self._last_done = None, 0.0
+        return self._started
+
+    def allreduce_launched(self, at: float) -> None:
+        if self._first_launch is None:
+            self._first_launch = at
+
+    def allreduce_done(self, at: float) -> None:
+        self._last_done = max(self._last_done, at)
+
+    def busy(self) -> float:
+        """Seconds of the step so far that this rank spent outside the all-reduce."""
+        worked = time.perf_counter() - self._started
+        waited = self._last_done - self._first_launch if self._first_launch is not None else 0.0
+        return max(0.0, worked - max(0.0, waited))
+
+
+def record_step(
+    events: EventLog, metrics: RankMetrics | None, step: int, seconds: float, samples: int, loss: float, busy: float
+) -> None:
+    """A step's monitoring: its event line and its metrics."""
+    events.step(step, loss, seconds, busy)
+    if metrics:
+        metrics.step_done(step, seconds, samples, loss, busy)
