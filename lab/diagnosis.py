@@ -29,7 +29,7 @@ class Fault:
     signal: int
     expect: str
     what: str
-    caged: bool = False  # the rank is moved into a small memory cgroup first (lab.bench.memory_cage)
+    caged: bool = False  # the rank is moved into a small memory cgroup first (lab.bench.cages)
     no_script: str = ""  # why an unchanged script cannot be given this fault ("": it can)
 
 

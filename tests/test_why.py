@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO, SCRIPTS, needs_netns, wait_for
 
 from lab import why
-from lab.bench.memory_cage import memory_cgroup
+from lab.bench.cages import memory_cgroup
 from lab.errors import LabError
 
 pytestmark = [pytest.mark.slow, needs_netns]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lab import evidence, files, runtimes, why
 from lab.bench import free_port
-from lab.bench.memory_cage import memory_cage
+from lab.bench.cages import memory_cage
 from lab.diagnosis import Fault, Grade, grade
 from lab.errors import LabError
 from lab.health.events import Event, read_events

@@ -1,6 +1,7 @@
 """`lab bench NAME`: the lab's benchmarks, each measured side by side with its reference.
 
-    lab bench collectives | recovery | goodput | detection | diagnosis | startup | overhead [--out DIR]
+    lab bench collectives | recovery | goodput | detection | diagnosis | stragglers | startup | overhead
+              [--out DIR]
     lab bench docs [--out DIR] [--output docs/benchmarks.md]
 
 Each benchmark prints its progress and table, and saves NAME.json (its command, figures
@@ -13,7 +14,7 @@ import argparse
 import time
 from pathlib import Path
 
-from lab.bench import collectives, detection, diagnosis, goodput, overhead, recovery, startup
+from lab.bench import collectives, detection, diagnosis, goodput, overhead, recovery, startup, stragglers
 from lab.bench.docs import machine, write_page
 from lab.options import Option
 
@@ -23,6 +24,7 @@ BENCHES = {
     "goodput": goodput,
     "detection": detection,
     "diagnosis": diagnosis,
+    "stragglers": stragglers,
     "startup": startup,
     "overhead": overhead,
 }

@@ -18,11 +18,12 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from lab import runtimes
+from lab import runtimes, stragglers
 from lab.health import prometheus
 from lab.health.events import Event
 from lab.rundir import RunDir
 from lab.runtimes import state as runstate
+from lab.stragglers import RATIO
 
 TAIL_BYTES = 64 * 1024  # a rank's last records: enough for its last steps and its last restart
 
@@ -36,6 +37,7 @@ class RankNow:
     last_step_time: float = 0.0
     steps_per_s: float | None = None
     steps: list[tuple[float, int]] = field(default_factory=list)
+    score: float | None = None  # as a straggler, over the last steps every rank recorded (lab.stragglers)
 
 
 def tail_records(path: Path) -> list[dict]:
@@ -55,8 +57,11 @@ def tail_records(path: Path) -> list[dict]:
 
 def ranks_now(events_dir: Path) -> list[RankNow]:
     ranks: dict[int, RankNow] = {}
+    everyone: list[dict] = []
     for path in sorted(events_dir.glob("rank*.jsonl")) if events_dir.is_dir() else []:
-        for record in tail_records(path):
+        records = tail_records(path)
+        everyone += records
+        for record in records:
             now = ranks.setdefault(record["rank"], RankNow(record["rank"]))
             now.node = record.get("node", now.node)
             now.restarts = max(now.restarts, record.get("restart", 0))
@@ -67,6 +72,9 @@ def ranks_now(events_dir: Path) -> list[RankNow]:
         recent = [s for s in now.steps if s[0] >= now.last_step_time - 5.0]
         if len(recent) >= 2 and recent[-1][0] > recent[0][0]:
             now.steps_per_s = (len(recent) - 1) / (recent[-1][0] - recent[0][0])
+    for rank, score in stragglers.latest_scores(everyone).items():
+        if rank in ranks:
+            ranks[rank].score = score
     return sorted(ranks.values(), key=lambda r: r.rank)
 
 
@@ -102,7 +110,7 @@ def view(run_dir: RunDir) -> Group:
         code = node.exit_code()
         nodes.add_row(node.name, node.address, "running" if code is None else f"exited {code}")
     ranks = Table(title="ranks", title_justify="left")
-    for column in ("rank", "node", "step", "steps/s", "last step", "restarts"):
+    for column in ("rank", "node", "step", "steps/s", "last step", "restarts", "straggler score"):
         ranks.add_column(column, justify="left" if column == "node" else "right")
     now = time.time()
     for r in ranks_now(run_dir.path / "events"):
@@ -114,6 +122,7 @@ def view(run_dir: RunDir) -> Group:
             "-" if r.steps_per_s is None else f"{r.steps_per_s:.1f}",
             "-" if age is None else Text(f"{age:.1f}s ago", style="bold red" if age > 10 else ""),
             Text(str(r.restarts), style="bold yellow" if r.restarts else ""),
+            "-" if r.score is None else Text(f"{r.score:.1f}", style="bold red" if r.score >= RATIO else ""),
         )
     alerts = firing_alerts(state.prometheus)
     alert_line = (

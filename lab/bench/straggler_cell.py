@@ -1,0 +1,140 @@
+"""One cell of `lab bench stragglers`: a 2 x 2 trainer job with one rank slowed after a given
+step (or none: a clean run), and what lab.stragglers names from the events it recorded.
+
+A slowed rank stays slow to the end of the job, AFTER steps later. The cell is judged on the
+step it was named at: within GOAL_STEPS steps of the slowdown is in time; a rank named before
+the slowdown, or in a clean run, is a false alarm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab import runtimes, stragglers
+from lab.bench import free_port
+from lab.bench.cages import cpu_cage
+from lab.bench.diagnosis_cell import reached, waiting
+from lab.errors import LabError
+from lab.health import injected_error
+from lab.health.events import read_events
+from lab.rundir import RunDir
+from lab.topology import Topology
+from lab.workloads import script_path
+
+NODES, NPROC = 2, 2
+STEP_TIME, AFTER, CLEAN_STEPS = 0.05, 40, 80
+GOAL_STEPS = 20
+CPU_PERCENT = 1  # of one core: the smallest quota cgroups take (1 ms in 100); the paced trainer needs about 6
+END_S = 180.0  # from the slowdown until the job ends by itself
+WAYS = {
+    "sleep": f"a sleep of {injected_error.STALL_S:g} s in every step (SIGRTMIN+5, lab.health.injected_error)",
+    "cpu-quota": f"a CPU quota of {CPU_PERCENT}% of one core, through a cgroup of the rank's own",
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    way: str  # a key of WAYS, or "clean"
+    rank: int | None
+    step: int
+    run: int = 0  # clean runs: which one
+
+    @property
+    def name(self) -> str:
+        return f"clean-{self.run}" if self.rank is None else f"{self.way}-r{self.rank}-s{self.step}"
+
+
+@dataclass
+class Outcome:
+    cell: Cell
+    slowed_at: int | None  # the rank's last step when it was slowed
+    named: stragglers.Straggler | None
+
+    @property
+    def steps_to_name(self) -> int | None:
+        if self.named is None or self.slowed_at is None:
+            return None
+        return self.named.step - self.slowed_at
+
+    @property
+    def verdict(self) -> str:
+        named, late = self.named, self.steps_to_name
+        if self.cell.rank is None:
+            return "clean" if named is None else "false alarm"
+        if named is None:
+            return "missed"
+        if late is not None and late <= 0:
+            return "false alarm"  # named before anything was slowed
+        if named.rank != self.cell.rank:
+            return "wrong rank"
+        return "named" if late is not None and late <= GOAL_STEPS else "late"
+
+    def to_json(self) -> dict:
+        named = self.named
+        return {
+            "way": self.cell.way,
+            "rank": self.cell.rank,
+            "slowed_at": self.slowed_at,
+            "named_rank": named.rank if named else None,
+            "named_at": named.step if named else None,
+            "score": round(named.score, 1) if named else None,
+            "steps_to_name": self.steps_to_name,
+            "verdict": self.verdict,
+        }
+
+
+def job(cell: Cell) -> tuple[Topology, str, list[str]]:
+    """The cell's job, on a rendezvous port of its own: cells run side by side (--parallel)."""
+    topology = Topology(
+        nodes=NODES,
+        nproc_per_node=NPROC,
+        rdzv_backend="lab",
+        rdzv_port=free_port(),
+        max_restarts=0,
+        agent_metrics_port=0,  # no exporters: lab.stragglers reads the event logs
+        rank_metrics_port=0,
+    )
+    steps = CLEAN_STEPS if cell.rank is None else cell.step + AFTER
+    return topology, script_path("trainer"), ["--steps", str(steps), "--step-time", str(STEP_TIME), "--ckpt-every", "0"]
+
+
+def ended(nodes, stop: threading.Event) -> None:
+    deadline = time.monotonic() + END_S
+    while any(node.exit_code() is None for node in nodes):
+        if time.monotonic() > deadline:
+            raise LabError(f"the job did not end within {END_S:.0f} s of the slowdown")
+        waiting(stop, 0.2)
+
+
+def slow_down(cell: Cell, start: dict, nodes, cages: contextlib.ExitStack) -> None:
+    """The cell's rank slowed, its way; a cgroup stays until the stack closes, after teardown."""
+    if cell.way == "sleep":
+        next(n for n in nodes if n.name == start["node"]).kill_worker(start["local_rank"], injected_error.STALL_SIGNAL)
+    elif cell.way == "cpu-quota":
+        cages.enter_context(cpu_cage(start["pid"], cell.name, CPU_PERCENT))
+    else:
+        raise LabError(f"no way to slow a rank called {cell.way!r}: choose from {', '.join(WAYS)}")
+
+
+def run_cell(cell: Cell, hosts: str, tmp: Path, stop: threading.Event) -> Outcome:
+    run_dir = RunDir(tmp / cell.name)
+    runtime = runtimes.create("local", run_dir, log=lambda m: None, hosts=hosts, monitoring="off")
+    runtimes.begin_job(runtime, lambda m: None)
+    cages = contextlib.ExitStack()
+    slowed_at = None
+    try:
+        _topology, nodes = runtime.up(*job(cell))
+        if cell.rank is not None:
+            slowed_at, start = reached(run_dir.path / "events", cell.rank, cell.step, stop)
+            slow_down(cell, start, nodes, cages)
+        ended(nodes, stop)
+        named = stragglers.first_named(read_events(run_dir.path / "events"))
+    finally:
+        runtime.down(grace_s=5)
+        cages.close()  # once its rank is gone: a cgroup with a process in it cannot be removed
+        run_dir.release()
+    return Outcome(cell, slowed_at, named)

@@ -1,0 +1,141 @@
+"""`lab bench stragglers`: how soon lab.stragglers names a slowed rank, and how often a clean run.
+
+    lab bench stragglers [--ways sleep,cpu-quota] [--positions first,middle,last] [--at-step 20]
+                         [--clean-runs 5] [--hosts loopback|netns] [--parallel 2]
+
+Each cell is a 2 x 2 run of the lab's trainer (lab.bench.straggler_cell): one rank slowed one
+way after a given step, or nothing done (a clean run). The table counts, per way, the cells
+whose slowed rank was named within 20 steps, the steps it took, and the false alarms of the
+clean runs, which run beside the slowed ones (--parallel): on a loaded machine, as they would.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from lab.bench.diagnosis import HOST_KINDS, POSITIONS, listed
+from lab.bench.result import BenchResult, goal_line, this_command
+from lab.bench.straggler_cell import AFTER, GOAL_STEPS, STEP_TIME, WAYS, Cell, Outcome, run_cell
+from lab.errors import LabError
+from lab.options import Option
+from lab.runtimes.local import HOSTS
+from lab.stragglers import MARGIN_S, RATIO, WINDOW
+
+WAYS_OPTION = Option("--ways", "how the rank is slowed, comma-separated (default: all)", ",".join(WAYS))
+POSITIONS_OPTION = Option("--positions", "ranks slowed: first, middle, last (default: all)", ",".join(POSITIONS))
+AT_STEP = Option("--at-step", "the step after which the rank is slowed (default %(default)s)", 20, int)
+CLEAN_RUNS = Option("--clean-runs", "runs with nothing slowed, for false alarms (default %(default)s)", 5, int)
+PARALLEL = Option("--parallel", "cells run side by side, each its own lab (default %(default)s)", 2, int)
+
+
+def add_arguments(p) -> None:
+    HOSTS.but(default="loopback").add_to(p)
+    for option in (WAYS_OPTION, POSITIONS_OPTION, AT_STEP, CLEAN_RUNS, PARALLEL):
+        option.add_to(p)
+
+
+def cells_of(args) -> list[Cell]:
+    try:
+        ways = listed("--ways", tuple(WAYS))(args.ways)
+        positions = listed("--positions", tuple(POSITIONS))(args.positions)
+    except ValueError as e:
+        raise LabError(str(e)) from None
+    if not 1 <= args.at_step <= 200:
+        raise LabError(f"--at-step: a step from 1 to 200 (the window is {WINDOW} steps); got {args.at_step}")
+    if args.clean_runs < 0:
+        raise LabError(f"--clean-runs: 0 or more; got {args.clean_runs}")
+    if args.parallel < 1:
+        raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
+    if args.hosts not in HOST_KINDS:
+        raise LabError(f"--hosts: the stragglers bench runs on {' or '.join(HOST_KINDS)} hosts; got {args.hosts}")
+    slowed = [Cell(way, POSITIONS[p], args.at_step) for way in ways for p in positions]
+    clean = [Cell("clean", None, 0, run) for run in range(args.clean_runs)]
+    # A clean run beside each slowed one, not all at the end: the false alarms on a busy machine.
+    mixed = [c for pair in zip(slowed, clean, strict=False) for c in pair]
+    return mixed + slowed[len(clean) :] + clean[len(slowed) :]
+
+
+def run(args, out_dir: Path) -> BenchResult:
+    cells = cells_of(args)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="lab-bench-stragglers-") as tmp:
+        outcomes = run_cells(cells, args, Path(tmp))
+    minutes = (time.monotonic() - started) / 60
+    return BenchResult(
+        name="stragglers",
+        command=this_command(),
+        markdown=table(outcomes, args.hosts, minutes),
+        figures={"cells": [o.to_json() for o in outcomes], "minutes": round(minutes, 1)},
+    )
+
+
+def run_cells(cells: list[Cell], args, tmp: Path) -> list[Outcome]:
+    """Every cell, --parallel at a time, each its own lab; stopped, the cells in flight tear down."""
+    stop = threading.Event()
+    done: dict[int, Outcome] = {}
+    with ThreadPoolExecutor(args.parallel) as pool:
+        futures = {pool.submit(run_cell, c, args.hosts, tmp, stop): n for n, c in enumerate(cells)}
+        try:
+            for future in as_completed(futures):
+                done[futures[future]] = outcome = future.result()
+                print(f"[{len(done)}/{len(cells)}] {outcome.cell.name}: {said(outcome)}", flush=True)
+        except BaseException:
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return [done[n] for n in range(len(cells))]
+
+
+def said(outcome: Outcome) -> str:
+    named = outcome.named
+    if named is None:
+        return outcome.verdict
+    return f"{outcome.verdict}: rank {named.rank} at step {named.step} (score {named.score:.1f})"
+
+
+def table(outcomes: list[Outcome], hosts: str, minutes: float) -> list[str]:
+    slowed = [o for o in outcomes if o.cell.rank is not None]
+    clean = [o for o in outcomes if o.cell.rank is None]
+    lines = [
+        f"One rank of a 2 x 2 run of the lab's trainer ({hosts} hosts, {STEP_TIME:g} s a step) slowed after a "
+        f"step and kept slow for {AFTER} steps; `lab why` names a straggler when its busy time outside the "
+        f"all-reduce, over {WINDOW} steps less the slowest, is {RATIO:g}x the other ranks' and {MARGIN_S:g} s "
+        "longer (lab.stragglers). Clean runs slow nothing and ran beside the others.",
+        "",
+        "| slowed by | cells | named in time | steps to name (max) | late | missed | wrong rank | false alarm |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for way, what in WAYS.items():
+        mine = [o for o in slowed if o.cell.way == way]
+        if not mine:
+            continue
+        steps = [o.steps_to_name for o in mine if o.verdict == "named" and o.steps_to_name is not None]
+        count = {v: sum(1 for o in mine if o.verdict == v) for v in ("named", "late", "missed", "wrong rank")}
+        alarms = sum(1 for o in mine if o.verdict == "false alarm")
+        lines.append(
+            f"| {way} ({what}) | {len(mine)} | {count['named']} | {max(steps, default='-')} | {count['late']} | "
+            f"{count['missed']} | {count['wrong rank']} | {alarms} |"
+        )
+    alarms = sum(1 for o in clean if o.verdict == "false alarm")
+    if clean:
+        lines.append(f"| nothing (clean runs) | {len(clean)} | - | - | - | - | - | {alarms} |")
+    in_time = sum(1 for o in slowed if o.verdict == "named")
+    lines += [
+        "",
+        goal_line(
+            f"named within {GOAL_STEPS} steps in every slowed cell", in_time == len(slowed), f"{in_time}/{len(slowed)}"
+        ),
+        goal_line("0 false alarms on clean runs", alarms == 0, f"{alarms} of {len(clean)}"),
+        "",
+        f"{len(outcomes)} cells in {minutes:.1f} min. Not yet measured: network delay on one host (`tc netem`): "
+        "it slows every rank's all-reduce alike and leaves busy time unchanged, so it needs a latency probe from "
+        "a neutral host, which the lab does not have yet.",
+    ]
+    for o in outcomes:
+        if o.verdict not in ("named", "clean"):
+            lines.append(f"- {o.cell.name}: {said(o)}")
+    return lines
