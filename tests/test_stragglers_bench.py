@@ -1,0 +1,49 @@
+"""`lab bench stragglers` end to end: real ranks of the lab's trainer slowed by a real sleep and a
+real CPU quota (a cgroup), named from what they recorded; a clean run beside them names nobody."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import loopback_labs
+
+from lab import procs
+from lab.rundir import MARKER
+
+pytestmark = [pytest.mark.slow, loopback_labs]  # loopback hosts: torchrun's port on this machine
+
+
+def test_the_bench_names_each_slowed_rank_in_time_and_no_rank_of_a_clean_run(lab, tmp_path):
+    cells_dirs = lambda: set(Path(tempfile.gettempdir()).glob("lab-bench-stragglers-*"))  # noqa: E731
+    before = cells_dirs()
+    out = lab(
+        "bench", "stragglers", "--positions", "middle", "--at-step", "15", "--clean-runs", "1",
+        "--out", str(tmp_path), timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    cells = json.loads((tmp_path / "stragglers.json").read_text())["figures"]["cells"]
+    slowed = [c for c in cells if c["rank"] is not None]
+    assert sorted(c["way"] for c in slowed) == ["cpu-quota", "sleep"]
+    assert all(c["verdict"] == "named" and c["named_rank"] == 2 for c in slowed), cells
+    assert all(15 <= c["slowed_at"] < c["named_at"] <= c["slowed_at"] + 20 for c in slowed), cells
+    assert [c["verdict"] for c in cells if c["rank"] is None] == ["clean"]
+    prefix = str(Path(tempfile.gettempdir()) / "lab-bench-stragglers-")
+    ours = [pid for pid in procs.marked_pids() if procs.environ(pid).get(MARKER, "").startswith(prefix)]
+    assert ours == [] and cells_dirs() <= before
+    cgroups = Path("/sys/fs/cgroup")  # the CPU cage is gone (cgroup v1's cpu hierarchy, or v2's one)
+    assert not list(cgroups.glob("tlab-stragglers-*")) + list(cgroups.glob("cpu/tlab-stragglers-*"))
+
+
+def test_bad_input_is_one_line(lab):
+    for args, words in (
+        (["--ways", "teleport"], "--ways: choose from sleep, cpu-quota"),
+        (["--at-step", "0"], "--at-step: a step from 1 to 200"),
+        (["--hosts", "userns"], "--hosts: the stragglers bench runs on loopback or netns"),
+        (["--clean-runs", "-1"], "--clean-runs: 0 or more"),
+    ):
+        out = lab("bench", "stragglers", *args, "--out", "/tmp/unused-bench-out")
+        assert out.returncode != 0 and words in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
