@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab.health.events import Event, ExitReason, agent_failures, read_agent_events, read_events
+from lab.health.stragglers import Straggler, first_named
 from lab.kernel_log import kernel_log, oom_kill
 from lab.node import worker_record
 from lab.node_log import SIGTERM_SENT, own_frame, tracebacks
-from lab.stragglers import Straggler, first_named
 
 # What a rank says when a *peer* failed: these are consequences, never the first cause.
 CONSEQUENCE = re.compile(
@@ -53,7 +53,7 @@ class Card:
     rounds: int = 0  # how many times an agent saw its group fail
     notes: list[str] = field(default_factory=list)
     certain: bool = True  # False: `first` is only the earliest noticed of several like it
-    straggler: Straggler | None = None  # the rank that slowed the others, if one did (lab.stragglers)
+    straggler: Straggler | None = None  # the rank that slowed the others, if one did (lab.health.stragglers)
 
     def to_json(self) -> dict:
         return {

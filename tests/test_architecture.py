@@ -27,7 +27,16 @@ LAYERS = [
     ("lab.options",),
     ("lab.recovery",),
     ("lab.topology", "lab.gpus"),
-    ("lab.rundir", "lab.ownership", "lab.procs", "lab.files", "lab.nodeenv", "lab.errors", "lab.kernel_log"),
+    (
+        "lab.rundir",
+        "lab.ownership",
+        "lab.procs",
+        "lab.files",
+        "lab.nodeenv",
+        "lab.errors",
+        "lab.kernel_log",
+        "lab.node_log",
+    ),
 ]
 
 

@@ -26,7 +26,7 @@ ORDERS = "tests/test_docs_path.py::test_the_same_commands_in_other_orders"
 # Commands of the docs run by another test (a path to it), or that cannot run here (why).
 ELSEWHERE = {
     "make test": "the suite itself: .ci/run runs it",
-    ".venv/bin/lab bench stragglers --positions middle --at-step 15 --clean-runs 1 --out /tmp/stragglers": (
+    ".venv/bin/lab bench stragglers --positions middle --at-steps 15 --clean-runs 1 --out /tmp/stragglers": (
         "tests/test_stragglers_bench.py::test_the_bench_names_each_slowed_rank_in_time_and_no_rank_of_a_clean_run"
     ),
     ".venv/bin/lab bench diagnosis --classes segfault,sigterm --positions last --at-steps 5 --out /tmp/diagnosis": (

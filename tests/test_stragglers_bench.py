@@ -20,7 +20,7 @@ def test_the_bench_names_each_slowed_rank_in_time_and_no_rank_of_a_clean_run(lab
     cells_dirs = lambda: set(Path(tempfile.gettempdir()).glob("lab-bench-stragglers-*"))  # noqa: E731
     before = cells_dirs()
     out = lab(
-        "bench", "stragglers", "--positions", "middle", "--at-step", "15", "--clean-runs", "1",
+        "bench", "stragglers", "--positions", "middle", "--at-steps", "15", "--clean-runs", "1",
         "--out", str(tmp_path), timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
@@ -40,7 +40,7 @@ def test_the_bench_names_each_slowed_rank_in_time_and_no_rank_of_a_clean_run(lab
 def test_bad_input_is_one_line(lab):
     for args, words in (
         (["--ways", "teleport"], "--ways: choose from sleep, cpu-quota"),
-        (["--at-step", "0"], "--at-step: a step from 1 to 200"),
+        (["--at-steps", "0"], "--at-steps: steps from 1 to 199"),
         (["--hosts", "userns"], "--hosts: the stragglers bench runs on loopback or netns"),
         (["--clean-runs", "-1"], "--clean-runs: 0 or more"),
     ):

@@ -1,5 +1,5 @@
 """One cell of `lab bench stragglers`: a 2 x 2 trainer job with one rank slowed after a given
-step (or none: a clean run), and what lab.stragglers names from the events it recorded.
+step (or none: a clean run), and what lab.health.stragglers names from the events it recorded.
 
 A slowed rank stays slow to the end of the job, AFTER steps later. The cell is judged on the
 step it was named at: within GOAL_STEPS steps of the slowdown is in time; a rank named before
@@ -14,12 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import runtimes, stragglers
+from lab import runtimes
 from lab.bench import free_port
 from lab.bench.cages import cpu_cage
 from lab.bench.diagnosis_cell import reached, waiting
 from lab.errors import LabError
-from lab.health import injected_error
+from lab.health import injected_error, stragglers
 from lab.health.events import read_events
 from lab.rundir import RunDir
 from lab.topology import Topology
@@ -95,7 +95,7 @@ def job(cell: Cell) -> tuple[Topology, str, list[str]]:
         rdzv_backend="lab",
         rdzv_port=free_port(),
         max_restarts=0,
-        agent_metrics_port=0,  # no exporters: lab.stragglers reads the event logs
+        agent_metrics_port=0,  # no exporters: lab.health.stragglers reads the event logs
         rank_metrics_port=0,
     )
     steps = CLEAN_STEPS if cell.rank is None else cell.step + AFTER

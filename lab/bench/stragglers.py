@@ -1,6 +1,6 @@
-"""`lab bench stragglers`: how soon lab.stragglers names a slowed rank, and how often a clean run.
+"""`lab bench stragglers`: how soon lab.health.stragglers names a slowed rank, and how often a clean run.
 
-    lab bench stragglers [--ways sleep,cpu-quota] [--positions first,middle,last] [--at-step 20]
+    lab bench stragglers [--ways sleep,cpu-quota] [--positions first,middle,last] [--at-steps 20]
                          [--clean-runs 5] [--hosts loopback|netns] [--parallel 2]
 
 Each cell is a 2 x 2 run of the lab's trainer (lab.bench.straggler_cell): one rank slowed one
@@ -17,24 +17,25 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from lab.bench.diagnosis import HOST_KINDS, POSITIONS, listed
+from lab.bench.diagnosis import AT_STEPS, HOST_KINDS, PARALLEL, POSITIONS, POSITIONS_OPTION, listed, paired, steps_list
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.bench.straggler_cell import AFTER, GOAL_STEPS, STEP_TIME, WAYS, Cell, Outcome, run_cell
 from lab.errors import LabError
+from lab.health.stragglers import MARGIN_S, RATIO, WINDOW
 from lab.options import Option
 from lab.runtimes.local import HOSTS
-from lab.stragglers import MARGIN_S, RATIO, WINDOW
 
 WAYS_OPTION = Option("--ways", "how the rank is slowed, comma-separated (default: all)", ",".join(WAYS))
-POSITIONS_OPTION = Option("--positions", "ranks slowed: first, middle, last (default: all)", ",".join(POSITIONS))
-AT_STEP = Option("--at-step", "the step after which the rank is slowed (default %(default)s)", 20, int)
 CLEAN_RUNS = Option("--clean-runs", "runs with nothing slowed, for false alarms (default %(default)s)", 5, int)
-PARALLEL = Option("--parallel", "cells run side by side, each its own lab (default %(default)s)", 2, int)
+SLOWED_AT = AT_STEPS.but(
+    default="20",
+    help="steps after which a rank is slowed, taken in turn by the positions (default %(default)s)",
+)
 
 
 def add_arguments(p) -> None:
     HOSTS.but(default="loopback").add_to(p)
-    for option in (WAYS_OPTION, POSITIONS_OPTION, AT_STEP, CLEAN_RUNS, PARALLEL):
+    for option in (WAYS_OPTION, POSITIONS_OPTION, SLOWED_AT, CLEAN_RUNS, PARALLEL):
         option.add_to(p)
 
 
@@ -42,17 +43,16 @@ def cells_of(args) -> list[Cell]:
     try:
         ways = listed("--ways", tuple(WAYS))(args.ways)
         positions = listed("--positions", tuple(POSITIONS))(args.positions)
+        steps = steps_list(args.at_steps)
     except ValueError as e:
         raise LabError(str(e)) from None
-    if not 1 <= args.at_step <= 200:
-        raise LabError(f"--at-step: a step from 1 to 200 (the window is {WINDOW} steps); got {args.at_step}")
     if args.clean_runs < 0:
         raise LabError(f"--clean-runs: 0 or more; got {args.clean_runs}")
     if args.parallel < 1:
         raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
     if args.hosts not in HOST_KINDS:
         raise LabError(f"--hosts: the stragglers bench runs on {' or '.join(HOST_KINDS)} hosts; got {args.hosts}")
-    slowed = [Cell(way, POSITIONS[p], args.at_step) for way in ways for p in positions]
+    slowed = [Cell(way, POSITIONS[p], step) for way in ways for p, step in paired(positions, steps)]
     clean = [Cell("clean", None, 0, run) for run in range(args.clean_runs)]
     # A clean run beside each slowed one, not all at the end: the false alarms on a busy machine.
     mixed = [c for pair in zip(slowed, clean, strict=False) for c in pair]
@@ -104,7 +104,7 @@ def table(outcomes: list[Outcome], hosts: str, minutes: float) -> list[str]:
         f"One rank of a 2 x 2 run of the lab's trainer ({hosts} hosts, {STEP_TIME:g} s a step) slowed after a "
         f"step and kept slow for {AFTER} steps; `lab why` names a straggler when its busy time outside the "
         f"all-reduce, over {WINDOW} steps less the slowest, is {RATIO:g}x the other ranks' and {MARGIN_S:g} s "
-        "longer (lab.stragglers). Clean runs slow nothing and ran beside the others.",
+        "longer (lab.health.stragglers). Clean runs slow nothing and ran beside the others.",
         "",
         "| slowed by | cells | named in time | steps to name (max) | late | missed | wrong rank | false alarm |",
         "|---|---|---|---|---|---|---|---|",

@@ -18,12 +18,12 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from lab import runtimes, stragglers
-from lab.health import prometheus
+from lab import runtimes
+from lab.health import prometheus, stragglers
 from lab.health.events import Event
+from lab.health.stragglers import RATIO
 from lab.rundir import RunDir
 from lab.runtimes import state as runstate
-from lab.stragglers import RATIO
 
 TAIL_BYTES = 64 * 1024  # a rank's last records: enough for its last steps and its last restart
 
@@ -37,7 +37,7 @@ class RankNow:
     last_step_time: float = 0.0
     steps_per_s: float | None = None
     steps: list[tuple[float, int]] = field(default_factory=list)
-    score: float | None = None  # as a straggler, over the last steps every rank recorded (lab.stragglers)
+    score: float | None = None  # as a straggler, over the last steps every rank recorded (lab.health.stragglers)
 
 
 def tail_records(path: Path) -> list[dict]:

@@ -22,8 +22,8 @@ from collections.abc import Iterator, Sequence
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from lab.stragglers import WINDOW as BUSY_WINDOW
-from lab.stragglers import typical
+from lab.health.stragglers import WINDOW as BUSY_WINDOW
+from lab.health.stragglers import typical
 
 
 class StepHistogram:
@@ -90,7 +90,7 @@ class StepMetrics:
         if busy:  # a rank that does not time its all-reduce has no busy figure (lab.workloads.step_clock)
             yield GaugeMetricFamily(
                 "lab_step_busy_seconds",
-                f"Seconds a step outside the all-reduce over this rank's last {BUSY_WINDOW} steps (lab.stragglers).",
+                f"Seconds a step outside the all-reduce, this rank's last {BUSY_WINDOW} steps (lab.health.stragglers).",
                 value=typical(busy),
             )
         yield self.allreduce_duration.family()

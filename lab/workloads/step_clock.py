@@ -5,7 +5,7 @@ cannot say who is slow. Busy time can: the slow rank arrives at the all-reduce l
 waits for nobody, the others wait for it there. A step's busy time is its wall time up to
 the trainer's pacing sleep, less the span from its first bucket's all-reduce launch to its
 last one's completion (lab.workloads.comm_hooks writes those two moments here; DDP has
-waited for every bucket by the time backward returns). lab.stragglers compares it across
+waited for every bucket by the time backward returns). lab.health.stragglers compares it across
 ranks; the pacing sleep (--step-time) is nobody's work, so it is left out.
 """
 

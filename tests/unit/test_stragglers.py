@@ -1,4 +1,4 @@
-"""Stragglers named from step records (lab.stragglers), written by the lab's own event writer and
+"""Stragglers named from step records (lab.health.stragglers), written by the lab's own event writer and
 read back as `lab why` reads them; the card's line, the watch view's column, the exporter's
 gauge and the step clock's split, each on recorded or constructed steps, in milliseconds.
 `lab bench stragglers` (tests/test_stragglers_bench.py) slows real ranks."""
@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from lab import stragglers, why
+from lab import why
 from lab.cli.watch import ranks_now
+from lab.health import stragglers
 from lab.health.events import Event, EventLog, read_events
 from lab.health.step_metrics import StepMetrics
 from lab.workloads import step_clock
