@@ -6,7 +6,9 @@ waits for nobody, the others wait for it there. A step's busy time is its wall t
 the trainer's pacing sleep, less the span from its first bucket's all-reduce launch to its
 last one's completion (lab.workloads.comm_hooks writes those two moments here; DDP has
 waited for every bucket by the time backward returns). lab.health.stragglers compares it across
-ranks; the pacing sleep (--step-time) is nobody's work, so it is left out.
+ranks. The pacing sleep (--step-time) is nobody's work, so it is left out, but not what it
+overran by: a rank stopped or starved while it slept pays for it there, and its peers wait
+for it in the next all-reduce.
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ class StepClock:
 
     def allreduce_done(self, at: float) -> None:
         self._last_done = max(self._last_done, at)
+
+    def pace(self, step_time: float) -> float:
+        """Sleep until step_time after the step began; the seconds the sleep overran by."""
+        target, now = self._started + step_time, time.perf_counter()
+        if now < target:
+            time.sleep(target - now)
+        return max(0.0, time.perf_counter() - max(target, now))
 
     def busy(self) -> float:
         """Seconds of the step so far that this rank spent outside the all-reduce."""

@@ -208,7 +208,7 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
         progress["step"] = held.step = step
         value, busy = loss.item(), clock.busy()
         if args.step_time:
-            time.sleep(max(0.0, args.step_time - (time.perf_counter() - started)))
+            busy += clock.pace(args.step_time)
         seconds = time.perf_counter() - started
         if ab is None:
             record_step(events, metrics, step, seconds, len(indices), value, busy)

@@ -115,3 +115,15 @@ def test_the_step_clock_leaves_out_the_all_reduce_span(monkeypatch):
     clock.allreduce_done(10.35)
     clock.allreduce_done(10.3)  # completions out of order: the span ends at the last
     assert clock.busy() == pytest.approx(0.25)
+
+
+def test_a_pacing_sleep_that_overran_counts_as_busy(monkeypatch):
+    """A rank stopped while it slept to its pace (the straggler drill's SIGSTOP) is late by that much."""
+    now, slept = iter([10.0, 10.01, 10.3, 20.0, 20.01, 20.05]), []
+    monkeypatch.setattr(step_clock.time, "perf_counter", lambda: next(now))
+    monkeypatch.setattr(step_clock.time, "sleep", slept.append)
+    clock = step_clock.StepClock()
+    clock.step_started()
+    assert clock.pace(0.05) == pytest.approx(0.25) and slept == [pytest.approx(0.04)]
+    clock.step_started()
+    assert clock.pace(0.05) == pytest.approx(0.0)  # on time
