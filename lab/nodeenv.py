@@ -42,6 +42,7 @@ class NodeEnv:
     metrics_port_by: str | None = wire("LAB_METRICS_PORT_BY", str, "local_rank: + the local rank (own addresses)")
     step_watchdog_s: float | None = wire("LAB_STEP_WATCHDOG_S", float, "a step's file-timer deadline (unset: off)")
     exporter_addr: str | None = wire("LAB_EXPORTER_ADDR", str, "where the exporters listen (unset: 0.0.0.0)")
+    net_probe: str | None = wire("LAB_NET_PROBE", str, "a host outside the job the agent times round trips to")
     events_echo: bool = wire("LAB_EVENTS_ECHO", bool, "also print each event on stderr (pods' logs)")
     inprocess_store: str | None = wire(
         "LAB_INPROCESS_STORE", str, "in-process recovery: the keepers' store, HOST:PORT (unset: a torchrun job)"

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from lab.health import net_probe
 from lab.health.events import Event, ExitReason, agent_failures, read_agent_events, read_events
-from lab.health.stragglers import Straggler, first_named
+from lab.health.stragglers import SlowNetwork, Straggler, first_named, first_slow_network
 from lab.kernel_log import kernel_log, oom_kill
 from lab.node import worker_record
 from lab.node_log import SIGTERM_SENT, own_frame, tracebacks
@@ -54,6 +55,7 @@ class Card:
     notes: list[str] = field(default_factory=list)
     certain: bool = True  # False: `first` is only the earliest noticed of several like it
     straggler: Straggler | None = None  # the rank that slowed the others, if one did (lab.health.stragglers)
+    slow_network: SlowNetwork | None = None  # the node whose network did
 
     def to_json(self) -> dict:
         return {
@@ -63,10 +65,11 @@ class Card:
             "notes": self.notes,
             "certain": self.certain,
             "straggler": asdict(self.straggler) if self.straggler else None,
+            "slow_network": asdict(self.slow_network) if self.slow_network else None,
         }
 
     def text(self) -> str:
-        slow = f"{self.straggler.text()}\n" if self.straggler else ""
+        slow = "".join(f"{s.text()}\n" for s in (self.straggler, self.slow_network) if s)
         if self.first is None:
             notes = "".join(f"note: {n}\n" for n in self.notes)
             return f"no rank failed: the agents recorded no failure\n{slow}{notes}"
@@ -116,6 +119,7 @@ class Evidence:
     skipped: list[str] = field(default_factory=list)  # "rank1.jsonl: 2 lines" not read as records
     preempted: dict[int, dict] = field(default_factory=dict)  # rank -> its exit event, stopped on SIGTERM
     straggler: Straggler | None = None
+    slow_network: SlowNetwork | None = None
 
 
 def read_evidence(run_dir: Path) -> Evidence:
@@ -138,6 +142,7 @@ def read_evidence(run_dir: Path) -> Evidence:
         if e["event"] == Event.STEP:
             found.steps[e["rank"]] = max(found.steps.get(e["rank"], e["step"]), e["step"])
     found.straggler = first_named(ranks)
+    found.slow_network = first_slow_network(net_probe.read(events_dir), ranks, net_probe.TIMEOUT_S)
     return found
 
 
@@ -179,6 +184,7 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     failures += stopped_by_the_agent(run_dir, failures, found.terminated, found.steps)
     per_node = Counter(a["node"] for a in found.agents)  # every node's agent reports each failed round
     result = Card(first=None, rounds=max(per_node.values(), default=0), straggler=found.straggler)
+    result.slow_network = found.slow_network
     if found.skipped:
         result.notes.append(
             f"left out what is not a record of this lab's (a torn last line, another program's output, an older "

@@ -1,5 +1,6 @@
 """One cell of `lab bench stragglers`: a 2 x 2 trainer job with one rank slowed after a given
-step (or none: a clean run), and what lab.health.stragglers names from the events it recorded.
+step (or none: a clean run), and what lab.health.stragglers names from the events it recorded:
+a straggling rank (busy time), or a node with a slow network (round trips, lab.health.net_probe).
 
 A slowed rank stays slow to the end of the job, AFTER steps later. The cell is judged on the
 step it was named at: within GOAL_STEPS steps of the slowdown is in time; a rank named before
@@ -19,7 +20,7 @@ from lab.bench import free_port
 from lab.bench.cages import cpu_cage
 from lab.bench.diagnosis_cell import reached, waiting
 from lab.errors import LabError
-from lab.health import injected_error, stragglers
+from lab.health import injected_error, net_probe, stragglers
 from lab.health.events import read_events
 from lab.rundir import RunDir
 from lab.topology import Topology
@@ -28,12 +29,15 @@ from lab.workloads import script_path
 NODES, NPROC = 2, 2
 STEP_TIME, AFTER, CLEAN_STEPS = 0.05, 40, 80
 GOAL_STEPS = 20
+NET_DELAY_MS = 50
 CPU_PERCENT = 1  # of one core: the smallest quota cgroups take (1 ms in 100); the paced trainer needs about 6
 END_S = 180.0  # from the slowdown until the job ends by itself
 WAYS = {
     "sleep": f"a sleep of {injected_error.STALL_S:g} s in every step (SIGRTMIN+5, lab.health.injected_error)",
     "cpu-quota": f"a CPU quota of {CPU_PERCENT}% of one core, through a cgroup of the rank's own",
+    "netem": f"a delay of {NET_DELAY_MS} ms on every packet the rank's node sends (tc netem; netns hosts)",
 }
+NETWORK_WAYS = ("netem",)  # named by round trips, on the node: the ranks it holds
 
 
 @dataclass(frozen=True)
@@ -52,11 +56,17 @@ class Cell:
 class Outcome:
     cell: Cell
     slowed_at: int | None  # the rank's last step when it was slowed
-    named: stragglers.Straggler | None
+    named: stragglers.Straggler | stragglers.SlowNetwork | None
+
+    @property
+    def named_ranks(self) -> list[int]:
+        if isinstance(self.named, stragglers.SlowNetwork):
+            return self.named.ranks
+        return [self.named.rank] if self.named else []
 
     @property
     def steps_to_name(self) -> int | None:
-        if self.named is None or self.slowed_at is None:
+        if self.named is None or self.named.step is None or self.slowed_at is None:
             return None
         return self.named.step - self.slowed_at
 
@@ -69,7 +79,7 @@ class Outcome:
             return "missed"
         if late is not None and late <= 0:
             return "false alarm"  # named before anything was slowed
-        if named.rank != self.cell.rank:
+        if self.cell.rank not in self.named_ranks:
             return "wrong rank"
         return "named" if late is not None and late <= GOAL_STEPS else "late"
 
@@ -79,7 +89,8 @@ class Outcome:
             "way": self.cell.way,
             "rank": self.cell.rank,
             "slowed_at": self.slowed_at,
-            "named_rank": named.rank if named else None,
+            "named": None if named is None else "slow network" if self.cell.way in NETWORK_WAYS else "straggler",
+            "named_ranks": self.named_ranks,
             "named_at": named.step if named else None,
             "score": round(named.score, 1) if named else None,
             "steps_to_name": self.steps_to_name,
@@ -116,6 +127,8 @@ def slow_down(cell: Cell, start: dict, nodes, cages: contextlib.ExitStack) -> No
         next(n for n in nodes if n.name == start["node"]).kill_worker(start["local_rank"], injected_error.STALL_SIGNAL)
     elif cell.way == "cpu-quota":
         cages.enter_context(cpu_cage(start["pid"], cell.name, CPU_PERCENT))
+    elif cell.way == "netem":  # the delay goes with the node's namespace at teardown
+        next(n for n in nodes if n.name == start["node"]).delay_network(NET_DELAY_MS)
     else:
         raise LabError(f"no way to slow a rank called {cell.way!r}: choose from {', '.join(WAYS)}")
 
@@ -132,9 +145,18 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, stop: threading.Event) -> Outcom
             slowed_at, start = reached(run_dir.path / "events", cell.rank, cell.step, stop)
             slow_down(cell, start, nodes, cages)
         ended(nodes, stop)
-        named = stragglers.first_named(read_events(run_dir.path / "events"))
+        named = what_was_named(cell, run_dir.path / "events")
     finally:
         runtime.down(grace_s=5)
         cages.close()  # once its rank is gone: a cgroup with a process in it cannot be removed
         run_dir.release()
     return Outcome(cell, slowed_at, named)
+
+
+def what_was_named(cell: Cell, events_dir: Path) -> stragglers.Straggler | stragglers.SlowNetwork | None:
+    """The cell's kind of finding first (a slow network for a network way), else the other kind:
+    a clean run names neither."""
+    events = list(read_events(events_dir))
+    rank = stragglers.first_named(events)
+    network = stragglers.first_slow_network(net_probe.read(events_dir), events, net_probe.TIMEOUT_S)
+    return (network or rank) if cell.way in NETWORK_WAYS else (rank or network)

@@ -1,12 +1,14 @@
 """`lab bench stragglers`: how soon lab.health.stragglers names a slowed rank, and how often a clean run.
 
-    lab bench stragglers [--ways sleep,cpu-quota] [--positions first,middle,last] [--at-steps 20]
+    lab bench stragglers [--ways sleep,cpu-quota,netem] [--positions first,middle,last] [--at-steps 20]
                          [--clean-runs 5] [--hosts loopback|netns] [--parallel 2]
 
 Each cell is a 2 x 2 run of the lab's trainer (lab.bench.straggler_cell): one rank slowed one
 way after a given step, or nothing done (a clean run). The table counts, per way, the cells
 whose slowed rank was named within 20 steps, the steps it took, and the false alarms of the
 clean runs, which run beside the slowed ones (--parallel): on a loaded machine, as they would.
+A network delay (netem) needs netns hosts, whose links are their own: it is one of the
+default ways there, and refused on loopback hosts.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from pathlib import Path
 
 from lab.bench.diagnosis import AT_STEPS, HOST_KINDS, PARALLEL, POSITIONS, POSITIONS_OPTION, listed, paired, steps_list
 from lab.bench.result import BenchResult, goal_line, this_command
-from lab.bench.straggler_cell import AFTER, GOAL_STEPS, STEP_TIME, WAYS, Cell, Outcome, run_cell
+from lab.bench.straggler_cell import AFTER, GOAL_STEPS, NETWORK_WAYS, STEP_TIME, WAYS, Cell, Outcome, run_cell
 from lab.errors import LabError
-from lab.health.stragglers import MARGIN_S, RATIO, WINDOW
+from lab.health.stragglers import MARGIN_S, NET_MARGIN_S, NET_WINDOW, RATIO, WINDOW, SlowNetwork
 from lab.options import Option
 from lab.runtimes.local import HOSTS
 
-WAYS_OPTION = Option("--ways", "how the rank is slowed, comma-separated (default: all)", ",".join(WAYS))
+WAYS_OPTION = Option(
+    "--ways", f"how the rank is slowed, comma-separated: {', '.join(WAYS)} (default: all the hosts can take)", ""
+)
 CLEAN_RUNS = Option("--clean-runs", "runs with nothing slowed, for false alarms (default %(default)s)", 5, int)
 SLOWED_AT = AT_STEPS.but(
     default="20",
@@ -40,8 +44,11 @@ def add_arguments(p) -> None:
 
 
 def cells_of(args) -> list[Cell]:
+    if args.hosts not in HOST_KINDS:
+        raise LabError(f"--hosts: the stragglers bench runs on {' or '.join(HOST_KINDS)} hosts; got {args.hosts}")
+    local = [w for w in WAYS if args.hosts == "netns" or w not in NETWORK_WAYS]
     try:
-        ways = listed("--ways", tuple(WAYS))(args.ways)
+        ways = listed("--ways", tuple(WAYS))(args.ways or ",".join(local))
         positions = listed("--positions", tuple(POSITIONS))(args.positions)
         steps = steps_list(args.at_steps)
     except ValueError as e:
@@ -50,8 +57,12 @@ def cells_of(args) -> list[Cell]:
         raise LabError(f"--clean-runs: 0 or more; got {args.clean_runs}")
     if args.parallel < 1:
         raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
-    if args.hosts not in HOST_KINDS:
-        raise LabError(f"--hosts: the stragglers bench runs on {' or '.join(HOST_KINDS)} hosts; got {args.hosts}")
+    network = [w for w in ways if w not in local]
+    if network:
+        raise LabError(
+            f"--ways {','.join(network)}: a network delay needs netns hosts, whose links are their own "
+            "(loopback hosts share one network stack): add --hosts netns"
+        )
     slowed = [Cell(way, POSITIONS[p], step) for way in ways for p, step in paired(positions, steps)]
     clean = [Cell("clean", None, 0, run) for run in range(args.clean_runs)]
     # A clean run beside each slowed one, not all at the end: the false alarms on a busy machine.
@@ -94,7 +105,9 @@ def said(outcome: Outcome) -> str:
     named = outcome.named
     if named is None:
         return outcome.verdict
-    return f"{outcome.verdict}: rank {named.rank} at step {named.step} (score {named.score:.1f})"
+    where = f"{named.node} (ranks {', '.join(map(str, named.ranks))})" if isinstance(named, SlowNetwork) else ""
+    where = where or f"rank {named.rank}"
+    return f"{outcome.verdict}: {where} at step {named.step} (score {named.score:.1f})"
 
 
 def table(outcomes: list[Outcome], hosts: str, minutes: float) -> list[str]:
@@ -104,7 +117,10 @@ def table(outcomes: list[Outcome], hosts: str, minutes: float) -> list[str]:
         f"One rank of a 2 x 2 run of the lab's trainer ({hosts} hosts, {STEP_TIME:g} s a step) slowed after a "
         f"step and kept slow for {AFTER} steps; `lab why` names a straggler when its busy time outside the "
         f"all-reduce, over {WINDOW} steps less the slowest, is {RATIO:g}x the other ranks' and {MARGIN_S:g} s "
-        "longer (lab.health.stragglers). Clean runs slow nothing and ran beside the others.",
+        f"longer (lab.health.stragglers). A slow network is named on its node: its round trip to the lab's bridge "
+        f"(lab.health.net_probe, twice a second), median of {NET_WINDOW}, {RATIO:g}x the other nodes' and "
+        f"{NET_MARGIN_S * 1000:g} ms longer; right when the node holds the slowed rank. Clean runs slow nothing and "
+        "ran beside the others.",
         "",
         "| slowed by | cells | named in time | steps to name (max) | late | missed | wrong rank | false alarm |",
         "|---|---|---|---|---|---|---|---|",
@@ -131,9 +147,9 @@ def table(outcomes: list[Outcome], hosts: str, minutes: float) -> list[str]:
         ),
         goal_line("0 false alarms on clean runs", alarms == 0, f"{alarms} of {len(clean)}"),
         "",
-        f"{len(outcomes)} cells in {minutes:.1f} min. Not yet measured: network delay on one host (`tc netem`): "
-        "it slows every rank's all-reduce alike and leaves busy time unchanged, so it needs a latency probe from "
-        "a neutral host, which the lab does not have yet.",
+        f"{len(outcomes)} cells in {minutes:.1f} min"
+        + ("" if hosts == "netns" else "; the network delay needs netns hosts (`--hosts netns`), not measured here")
+        + ".",
     ]
     for o in outcomes:
         if o.verdict not in ("named", "clean"):

@@ -58,6 +58,11 @@ class AgentMetrics(MetricHandler):
         self.worker_exits = Counter(
             "lab_agent_worker_exits", "Worker processes that exited, by exit code.", ["exit_code"], registry=r
         )
+        self.net_rtt = Gauge(
+            "lab_node_net_rtt_seconds",
+            "The node's last round trip to the lab's bridge (lab.health.net_probe; netns hosts).",
+            registry=r,
+        )
         self._counted_pids: set[int] = set()
 
     # -- torchelastic's metrics stream -------------------------------------------------

@@ -21,9 +21,10 @@ soon it names a slowed rank and how often it names one in a clean run.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from statistics import mean
+from statistics import mean, median
 
 from lab.health.events import Event
 
@@ -104,3 +105,49 @@ def latest_scores(events: Iterable[dict]) -> dict[int, float]:
     """rank -> its score over the last WINDOW steps every rank recorded ({} before there are any)."""
     found = windows(events)
     return {rank: s[0] for rank, s in scores(found[-1][1]).items()} if found else {}
+
+
+# A slow network: each node's round trip to a host outside the job (lab.health.net_probe).
+NET_WINDOW = 5  # probes (two and a half seconds): an odd count, so the median is a probe's own
+NET_MARGIN_S = 0.005
+
+
+@dataclass(frozen=True)
+class SlowNetwork:
+    node: str
+    ranks: list[int]  # the ranks it holds, as their step records say
+    step: int | None  # the newest step any rank had recorded when it was named
+    score: float
+    rtt_s: float  # its median round trip over the window
+    others_s: float  # the other nodes' mean of theirs
+    per_node: dict[str, float]
+
+    def text(self) -> str:
+        ranks = f" (ranks {', '.join(map(str, self.ranks))})" if self.ranks else ""
+        per_node = ", ".join(f"{node}: {rtt * 1000:.1f} ms" for node, rtt in sorted(self.per_node.items()))
+        return (
+            f"slow network: {self.node}{ranks}, round trip to the lab's bridge {self.rtt_s * 1000:.1f} ms against "
+            f"{self.others_s * 1000:.1f} ms for the other nodes (score {self.score:.1f}), named at step {self.step}; "
+            f"per node: {per_node}"
+        )
+
+
+def first_slow_network(probes: list[dict], events: list[dict], timeout_s: float = 2.0) -> SlowNetwork | None:
+    """The first moment one node's last NET_WINDOW round trips (a probe with no answer counts
+    as its timeout) are RATIO times the other nodes' and NET_MARGIN_S longer, or None."""
+    recent: dict[str, deque[float]] = {}
+    for probe in sorted(probes, key=lambda p: p["time"]):
+        rtt = probe.get("rtt")
+        ok = isinstance(rtt, (int, float)) and not isinstance(rtt, bool)
+        recent.setdefault(str(probe["node"]), deque(maxlen=NET_WINDOW)).append(float(rtt) if ok else timeout_s)
+        if len(recent) < 2 or any(len(r) < NET_WINDOW for r in recent.values()):
+            continue
+        medians = {node: median(r) for node, r in recent.items()}
+        for node, mine in medians.items():
+            others = mean(m for n, m in medians.items() if n != node)
+            if mine >= RATIO * others and mine - others >= NET_MARGIN_S:
+                steps = [e["step"] for e in events if e["event"] == Event.STEP and e["time"] <= probe["time"]]
+                ranks = sorted({e["rank"] for e in events if e.get("node") == node})
+                score = mine / others if others > 0 else float("inf")
+                return SlowNetwork(node, ranks, max(steps, default=None), score, mine, others, medians)
+    return None

@@ -231,6 +231,10 @@ def start_agent_exporter(torchrun_argv: list[str], log, on_running=None) -> None
     )
     events = Path(events_dir) / f"agent-{node}.jsonl" if events_dir else None
     agent_exporter.install(metrics, events, node, on_running)
+    if wire.net_probe and events_dir:
+        from lab.health import net_probe
+
+        net_probe.start(wire.net_probe, Path(events_dir), node, metrics.net_rtt if metrics else None)
     if metrics is None:
         return
     try:

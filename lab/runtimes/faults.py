@@ -83,6 +83,13 @@ class Faults:
     def heal(self) -> None:
         self._unsupported("heal a partition")
 
+    def delay_network(self, delay_ms: float) -> None:
+        """Delay every packet the node sends by delay_ms (a slow link: `tc netem`)."""
+        self._unsupported("delay its network")
+
+    def undelay_network(self) -> None:
+        self._unsupported("stop delaying its network")
+
     def preempt(self, grace_s: float) -> None:
         """SIGTERM the agent, SIGKILL what is left after grace_s, as a preempted VM."""
         self._unsupported("preempt a node")
@@ -106,6 +113,8 @@ UNSUPPORTED = {
     "delay_restarted_workers": "delay its restarted workers",
     "partition": "partition a node",
     "heal": "heal a partition",
+    "delay_network": "delay its network",
+    "undelay_network": "stop delaying its network",
     "preempt": "preempt a node",
     "corrupt_checkpoint": "reach its checkpoints",
 }

@@ -80,6 +80,8 @@ class LocalRuntime(MonitoredRuntime):
         env = super().node_env(node)
         if node.netns is None:  # loopback nodes share the host's network: keep the exporters off the LAN
             env.update(NodeEnv(exporter_addr="127.0.0.1").render())
+        else:  # the bridge, in the host's namespace: the round trip that names a slow network
+            env.update(NodeEnv(net_probe=self.net.gateway).render())
         if node.userns_pid is not None:  # the namespace has loopback only, whatever the hostname says
             env["GLOO_SOCKET_IFNAME"] = "lo"
         # torchelastic and multiprocessing leave files in the temp dir (pytorch-errorfile-*.pickle

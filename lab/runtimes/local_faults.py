@@ -115,21 +115,32 @@ class LocalFaults(NodeFiles, Node):
             raise FaultUnsupported(f"{self.name} is still running; kill it before restarting it")
         self.start(json.loads((self.dir / "argv.json").read_text()))
 
-    def _netns_iptables(self, *args: str) -> subprocess.CompletedProcess:
+    def _in_netns(self, what: str, *command: str) -> subprocess.CompletedProcess:
         if self.netns is None:
             raise FaultUnsupported(
-                "loopback nodes share the host's network: partitions need netns hosts "
+                f"loopback nodes share the host's network: {what} needs netns hosts "
                 "(run as root with iproute2, --hosts netns)"
             )
         try:
             return subprocess.run(
-                ["ip", "netns", "exec", self.netns, "iptables", "-w", "30", *args],
-                capture_output=True,
-                text=True,
-                timeout=60,
+                ["ip", "netns", "exec", self.netns, *command], capture_output=True, text=True, timeout=60
             )
         except subprocess.TimeoutExpired:
-            raise FaultUnsupported(f"iptables in {self.netns} did not answer within 60s") from None
+            raise FaultUnsupported(f"{command[0]} in {self.netns} did not answer within 60s") from None
+
+    def _netns_iptables(self, *args: str) -> subprocess.CompletedProcess:
+        return self._in_netns("a partition", "iptables", "-w", "30", *args)
+
+    def delay_network(self, delay_ms: float) -> None:
+        """netem on the node's own end of its link (eth0 in its namespace): what it sends leaves late."""
+        out = self._in_netns(
+            "a network delay", "tc", "qdisc", "replace", "dev", "eth0", "root", "netem", "delay", f"{delay_ms:g}ms"
+        )
+        if out.returncode != 0:
+            raise FaultUnsupported(f"cannot delay {self.name}'s network: {out.stderr.strip()}")
+
+    def undelay_network(self) -> None:
+        self._in_netns("a network delay", "tc", "qdisc", "del", "dev", "eth0", "root")
 
     def partition(self) -> None:
         for chain, flag in (("INPUT", "-i"), ("OUTPUT", "-o")):

@@ -1,0 +1,79 @@
+"""A slow network named on its node (lab.health.stragglers.first_slow_network) from round trips
+recorded as lab.health.net_probe records them, and the probe itself against a real socket.
+`lab bench stragglers --hosts netns` delays a real netns host with tc netem."""
+
+import json
+import socket
+
+import pytest
+
+from lab import why
+from lab.health import net_probe, stragglers
+from lab.health.events import EventLog
+
+
+def probes(tmp_path, rtt_of, seconds=20.0, nodes=("node0", "node1")):
+    """Each node's probes every half second, rtt_of(node, t) each (None: no answer); read back."""
+    events = tmp_path / "events"
+    events.mkdir(parents=True, exist_ok=True)
+    for node in nodes:
+        with open(events / f"{net_probe.FILE_PREFIX}{node}.jsonl", "a") as f:
+            for i in range(int(seconds / net_probe.INTERVAL_S)):
+                t = 1000.0 + i * net_probe.INTERVAL_S
+                f.write(json.dumps({"time": t, "event": "net_rtt", "node": node, "rtt": rtt_of(node, t)}) + "\n")
+    return net_probe.read(events)
+
+
+def steps(tmp_path, nodes=("node0", "node1")):
+    """Two ranks a node, a step every 0.1 s of the same seconds (their times made to match)."""
+    events = []
+    for n, node in enumerate(nodes):
+        for local in (0, 1):
+            for step in range(1, 200):
+                rank = 2 * n + local
+                events.append({"time": 1000.0 + step * 0.1, "event": "step", "rank": rank, "node": node, "step": step})
+    return events
+
+
+@pytest.mark.parametrize("slow", ["node0", "node1"])
+def test_the_node_whose_round_trips_grow_is_named_with_its_ranks(tmp_path, slow):
+    recorded = probes(tmp_path, lambda node, t: 0.05 if node == slow and t >= 1008 else 0.0001)
+    named = stragglers.first_slow_network(recorded, steps(tmp_path))
+    assert named is not None and named.node == slow
+    assert named.ranks == ([0, 1] if slow == "node0" else [2, 3])
+    assert 80 <= named.step <= 80 + 20  # slowed at 8 s, the 80th step: named within a second or two
+    assert "slow network: " + slow in named.text() and "50.0 ms" in named.text()
+
+
+def test_even_round_trips_and_one_late_answer_name_nobody(tmp_path):
+    calm = probes(tmp_path / "calm", lambda node, t: 0.0001 + (0.0002 if node == "node1" else 0))
+    assert stragglers.first_slow_network(calm, []) is None
+    once = probes(tmp_path / "once", lambda node, t: 0.3 if (node, t) == ("node1", 1005.0) else 0.0001)
+    assert stragglers.first_slow_network(once, []) is None
+
+
+def test_a_node_that_stops_answering_is_named_slow(tmp_path):
+    cut = probes(tmp_path, lambda node, t: None if node == "node1" and t >= 1004 else 0.0001)
+    named = stragglers.first_slow_network(cut, [], timeout_s=2.0)
+    assert named is not None and named.node == "node1" and named.rtt_s == 2.0
+
+
+def test_lab_why_says_which_node_has_the_slow_network(tmp_path):
+    probes(tmp_path, lambda node, t: 0.08 if node == "node1" and t >= 1004 else 0.0002)
+    log = EventLog(tmp_path / "events", rank=2, local_rank=0)
+    log.step(1, 1.0, 0.05)
+    card = why.card(tmp_path)
+    assert "slow network: node1" in card.text() and card.to_json()["slow_network"]["node"] == "node1"
+
+
+def test_the_probe_times_a_refused_connection():
+    with socket.socket() as s:  # a port that was just free: nothing listens there now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rtt = net_probe.round_trip("127.0.0.1", port)
+    assert rtt is not None and 0 <= rtt < 1
+
+
+def test_the_reader_leaves_out_lines_that_are_not_probes(tmp_path):
+    (tmp_path / "net-node0.jsonl").write_text('{"time": 1.0, "node": "node0", "rtt": 0.001}\n{"tor\nnot json\n[]\n')
+    assert [p["rtt"] for p in net_probe.read(tmp_path)] == [0.001]
