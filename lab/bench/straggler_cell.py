@@ -29,15 +29,17 @@ from lab.workloads import script_path
 NODES, NPROC = 2, 2
 STEP_TIME, AFTER, CLEAN_STEPS = 0.05, 40, 80
 GOAL_STEPS = 20
-NET_DELAY_MS = 50
+NET_DELAY_MS, SLOW_LINK_KBIT = 50, 100
 CPU_PERCENT = 1  # of one core: the smallest quota cgroups take (1 ms in 100); the paced trainer needs about 6
 END_S = 180.0  # from the slowdown until the job ends by itself
 WAYS = {
     "sleep": f"a sleep of {injected_error.STALL_S:g} s in every step (SIGRTMIN+5, lab.health.injected_error)",
     "cpu-quota": f"a CPU quota of {CPU_PERCENT}% of one core, through a cgroup of the rank's own",
     "netem": f"a delay of {NET_DELAY_MS} ms on every packet the rank's node sends (tc netem; netns hosts)",
+    "slow-link": f"the rank's node sends at most {SLOW_LINK_KBIT} kbit/s, queued up to 1 s (tc tbf; netns hosts)",
 }
-NETWORK_WAYS = ("netem",)  # named by round trips, on the node: the ranks it holds
+# Named by round trips, on the node (the ranks it holds); the queueing discipline each needs.
+NETWORK_WAYS = {"netem": "netem", "slow-link": "tbf"}
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,8 @@ def slow_down(cell: Cell, start: dict, nodes, cages: contextlib.ExitStack) -> No
         cages.enter_context(cpu_cage(start["pid"], cell.name, CPU_PERCENT))
     elif cell.way == "netem":  # the delay goes with the node's namespace at teardown
         next(n for n in nodes if n.name == start["node"]).delay_network(NET_DELAY_MS)
+    elif cell.way == "slow-link":
+        next(n for n in nodes if n.name == start["node"]).throttle_network(SLOW_LINK_KBIT)
     else:
         raise LabError(f"no way to slow a rank called {cell.way!r}: choose from {', '.join(WAYS)}")
 

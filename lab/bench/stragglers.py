@@ -1,14 +1,16 @@
 """`lab bench stragglers`: how soon lab.health.stragglers names a slowed rank, and how often a clean run.
 
-    lab bench stragglers [--ways sleep,cpu-quota,netem] [--positions first,middle,last] [--at-steps 20]
+    lab bench stragglers [--ways sleep,cpu-quota,netem,slow-link] [--positions first,middle,last]
+                         [--at-steps 20]
                          [--clean-runs 5] [--hosts loopback|netns] [--parallel 2]
 
 Each cell is a 2 x 2 run of the lab's trainer (lab.bench.straggler_cell): one rank slowed one
 way after a given step, or nothing done (a clean run). The table counts, per way, the cells
 whose slowed rank was named within 20 steps, the steps it took, and the false alarms of the
 clean runs, which run beside the slowed ones (--parallel): on a loaded machine, as they would.
-A network delay (netem) needs netns hosts, whose links are their own: it is one of the
-default ways there, and refused on loopback hosts.
+A network delay (netem) and a slow link (a bandwidth cap, tbf) need netns hosts, whose
+links are their own, and a kernel with that queueing discipline: they are default ways
+where both hold, and refused in one line elsewhere.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from lab.errors import LabError
 from lab.health.stragglers import MARGIN_S, NET_MARGIN_S, NET_WINDOW, RATIO, WINDOW, SlowNetwork
 from lab.options import Option
 from lab.runtimes.local import HOSTS
+from lab.runtimes.local_faults import kernel_has
 
 WAYS_OPTION = Option(
     "--ways", f"how the rank is slowed, comma-separated: {', '.join(WAYS)} (default: all the hosts can take)", ""
@@ -46,7 +49,8 @@ def add_arguments(p) -> None:
 def cells_of(args) -> list[Cell]:
     if args.hosts not in HOST_KINDS:
         raise LabError(f"--hosts: the stragglers bench runs on {' or '.join(HOST_KINDS)} hosts; got {args.hosts}")
-    local = [w for w in WAYS if args.hosts == "netns" or w not in NETWORK_WAYS]
+    missing = {w: q for w, q in NETWORK_WAYS.items() if args.hosts == "netns" and not kernel_has(q)}
+    local = [w for w in WAYS if w not in missing and (args.hosts == "netns" or w not in NETWORK_WAYS)]
     try:
         ways = listed("--ways", tuple(WAYS))(args.ways or ",".join(local))
         positions = listed("--positions", tuple(POSITIONS))(args.positions)
@@ -57,10 +61,16 @@ def cells_of(args) -> list[Cell]:
         raise LabError(f"--clean-runs: 0 or more; got {args.clean_runs}")
     if args.parallel < 1:
         raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
+    lacking = [w for w in ways if w in missing]
+    if lacking:
+        raise LabError(
+            f"--ways {','.join(lacking)}: this kernel has no {', '.join(missing[w] for w in lacking)} queueing "
+            f"discipline; choose from {', '.join(local)}"
+        )
     network = [w for w in ways if w not in local]
     if network:
         raise LabError(
-            f"--ways {','.join(network)}: a network delay needs netns hosts, whose links are their own "
+            f"--ways {','.join(network)}: a network fault needs netns hosts, whose links are their own "
             "(loopback hosts share one network stack): add --hosts netns"
         )
     slowed = [Cell(way, POSITIONS[p], step) for way in ways for p, step in paired(positions, steps)]
@@ -148,7 +158,7 @@ def table(outcomes: list[Outcome], hosts: str, minutes: float) -> list[str]:
         goal_line("0 false alarms on clean runs", alarms == 0, f"{alarms} of {len(clean)}"),
         "",
         f"{len(outcomes)} cells in {minutes:.1f} min"
-        + ("" if hosts == "netns" else "; the network delay needs netns hosts (`--hosts netns`), not measured here")
+        + ("" if hosts == "netns" else "; the network ways need netns hosts (`--hosts netns`), not measured here")
         + ".",
     ]
     for o in outcomes:

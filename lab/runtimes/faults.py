@@ -84,11 +84,16 @@ class Faults:
         self._unsupported("heal a partition")
 
     def delay_network(self, delay_ms: float) -> None:
-        """Delay every packet the node sends by delay_ms (a slow link: `tc netem`)."""
+        """Delay every packet the node sends by delay_ms (`tc netem`)."""
         self._unsupported("delay its network")
 
-    def undelay_network(self) -> None:
-        self._unsupported("stop delaying its network")
+    def throttle_network(self, kbit: int) -> None:
+        """Cap what the node sends at kbit per second (`tc tbf`): a slow, congested link."""
+        self._unsupported("throttle its network")
+
+    def restore_network(self) -> None:
+        """Take the node's delay or cap away."""
+        self._unsupported("restore its network")
 
     def preempt(self, grace_s: float) -> None:
         """SIGTERM the agent, SIGKILL what is left after grace_s, as a preempted VM."""
@@ -114,7 +119,8 @@ UNSUPPORTED = {
     "partition": "partition a node",
     "heal": "heal a partition",
     "delay_network": "delay its network",
-    "undelay_network": "stop delaying its network",
+    "throttle_network": "throttle its network",
+    "restore_network": "restore its network",
     "preempt": "preempt a node",
     "corrupt_checkpoint": "reach its checkpoints",
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -131,16 +132,25 @@ class LocalFaults(NodeFiles, Node):
     def _netns_iptables(self, *args: str) -> subprocess.CompletedProcess:
         return self._in_netns("a partition", "iptables", "-w", "30", *args)
 
-    def delay_network(self, delay_ms: float) -> None:
-        """netem on the node's own end of its link (eth0 in its namespace): what it sends leaves late."""
-        out = self._in_netns(
-            "a network delay", "tc", "qdisc", "replace", "dev", "eth0", "root", "netem", "delay", f"{delay_ms:g}ms"
-        )
+    def _egress(self, what: str, *qdisc: str) -> None:
+        """A queueing discipline on the node's own end of its link (eth0 in its namespace): what
+        the node sends goes through it; what it receives does not."""
+        out = self._in_netns(what, "tc", "qdisc", "replace", "dev", "eth0", "root", *qdisc)
         if out.returncode != 0:
-            raise FaultUnsupported(f"cannot delay {self.name}'s network: {out.stderr.strip()}")
+            said = out.stderr.strip()
+            if "qdisc kind is unknown" in said:
+                said = f"this kernel has no {qdisc[0]} queueing discipline ({said})"
+            raise FaultUnsupported(f"cannot apply {what} to {self.name}: {said}")
 
-    def undelay_network(self) -> None:
-        self._in_netns("a network delay", "tc", "qdisc", "del", "dev", "eth0", "root")
+    def delay_network(self, delay_ms: float) -> None:
+        self._egress("a network delay", "netem", "delay", f"{delay_ms:g}ms")
+
+    def throttle_network(self, kbit: int) -> None:
+        # A burst of 2 KB and a queue of up to a second: packets wait their turn, as on a busy link.
+        self._egress("a bandwidth cap", "tbf", "rate", f"{kbit}kbit", "burst", "2kb", "latency", "1s")
+
+    def restore_network(self) -> None:
+        self._in_netns("a network change", "tc", "qdisc", "del", "dev", "eth0", "root")
 
     def partition(self) -> None:
         for chain, flag in (("INPUT", "-i"), ("OUTPUT", "-o")):
@@ -159,3 +169,19 @@ class LocalFaults(NodeFiles, Node):
                 == 0
             ):
                 pass  # delete until none is left
+
+
+QDISC_TRIAL = {"netem": ["delay", "1ms"], "tbf": ["rate", "1mbit", "burst", "2kb", "latency", "1s"]}
+
+
+def kernel_has(qdisc: str) -> bool:
+    """Whether this machine's kernel takes a queueing discipline (netem is often left out of
+    small kernels): tried on the loopback of a namespace made for the question."""
+    name = f"tlab-qdisc-{os.getpid()}"
+    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+        return False
+    try:
+        tried = ["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "lo", "root", qdisc, *QDISC_TRIAL[qdisc]]
+        return subprocess.run(tried, capture_output=True).returncode == 0
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
