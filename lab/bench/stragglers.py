@@ -46,7 +46,8 @@ def add_arguments(p) -> None:
         option.add_to(p)
 
 
-def cells_of(args) -> list[Cell]:
+def cells_of(args) -> tuple[list[Cell], list[str]]:
+    """The cells, and what this machine could not measure (a way its kernel cannot inject)."""
     if args.hosts not in HOST_KINDS:
         raise LabError(f"--hosts: the stragglers bench runs on {' or '.join(HOST_KINDS)} hosts; got {args.hosts}")
     missing = {w: q for w, q in NETWORK_WAYS.items() if args.hosts == "netns" and not kernel_has(q)}
@@ -77,11 +78,14 @@ def cells_of(args) -> list[Cell]:
     clean = [Cell("clean", None, 0, run) for run in range(args.clean_runs)]
     # A clean run beside each slowed one, not all at the end: the false alarms on a busy machine.
     mixed = [c for pair in zip(slowed, clean, strict=False) for c in pair]
-    return mixed + slowed[len(clean) :] + clean[len(slowed) :]
+    unmeasured = [f"{w}: this kernel has no {q} queueing discipline" for w, q in missing.items()]
+    if args.hosts != "netns":
+        unmeasured.append(f"{', '.join(NETWORK_WAYS)}: a network fault needs netns hosts (`--hosts netns`)")
+    return mixed + slowed[len(clean) :] + clean[len(slowed) :], unmeasured
 
 
 def run(args, out_dir: Path) -> BenchResult:
-    cells = cells_of(args)
+    cells, unmeasured = cells_of(args)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="lab-bench-stragglers-") as tmp:
         outcomes = run_cells(cells, args, Path(tmp))
@@ -89,7 +93,7 @@ def run(args, out_dir: Path) -> BenchResult:
     return BenchResult(
         name="stragglers",
         command=this_command(),
-        markdown=table(outcomes, args.hosts, minutes),
+        markdown=table(outcomes, args.hosts, minutes, unmeasured),
         figures={"cells": [o.to_json() for o in outcomes], "minutes": round(minutes, 1)},
     )
 
@@ -120,7 +124,7 @@ def said(outcome: Outcome) -> str:
     return f"{outcome.verdict}: {where} at step {named.step} (score {named.score:.1f})"
 
 
-def table(outcomes: list[Outcome], hosts: str, minutes: float) -> list[str]:
+def table(outcomes: list[Outcome], hosts: str, minutes: float, unmeasured: list[str]) -> list[str]:
     slowed = [o for o in outcomes if o.cell.rank is not None]
     clean = [o for o in outcomes if o.cell.rank is None]
     lines = [
@@ -157,9 +161,7 @@ def table(outcomes: list[Outcome], hosts: str, minutes: float) -> list[str]:
         ),
         goal_line("0 false alarms on clean runs", alarms == 0, f"{alarms} of {len(clean)}"),
         "",
-        f"{len(outcomes)} cells in {minutes:.1f} min"
-        + ("" if hosts == "netns" else "; the network ways need netns hosts (`--hosts netns`), not measured here")
-        + ".",
+        f"{len(outcomes)} cells in {minutes:.1f} min." + "".join(f" Not measured: {u}." for u in unmeasured),
     ]
     for o in outcomes:
         if o.verdict not in ("named", "clean"):
