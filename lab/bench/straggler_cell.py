@@ -81,8 +81,10 @@ class Outcome:
             return "missed"
         if late is not None and late <= 0:
             return "false alarm"  # named before anything was slowed
-        if self.cell.rank not in self.named_ranks:
-            return "wrong rank"
+        if self.cell.rank not in self.named_ranks or isinstance(named, stragglers.SlowNetwork) != (
+            self.cell.way in NETWORK_WAYS
+        ):
+            return "wrong"  # another rank, or a slow network for a slow rank (or the reverse)
         return "named" if late is not None and late <= GOAL_STEPS else "late"
 
     def to_json(self) -> dict:
@@ -91,7 +93,7 @@ class Outcome:
             "way": self.cell.way,
             "rank": self.cell.rank,
             "slowed_at": self.slowed_at,
-            "named": None if named is None else "slow network" if self.cell.way in NETWORK_WAYS else "straggler",
+            "named": None if named is None else "slow network" if isinstance(named, stragglers.SlowNetwork) else "rank",
             "named_ranks": self.named_ranks,
             "named_at": named.step if named else None,
             "score": round(named.score, 1) if named else None,

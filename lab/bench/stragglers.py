@@ -136,7 +136,7 @@ def table(outcomes: list[Outcome], hosts: str, minutes: float, unmeasured: list[
         f"{NET_MARGIN_S * 1000:g} ms longer; right when the node holds the slowed rank. Clean runs slow nothing and "
         "ran beside the others.",
         "",
-        "| slowed by | cells | named in time | steps to name (max) | late | missed | wrong rank | false alarm |",
+        "| slowed by | cells | named in time | steps to name (max) | late | missed | wrong rank, kind | false alarm |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for way, what in WAYS.items():
@@ -144,11 +144,11 @@ def table(outcomes: list[Outcome], hosts: str, minutes: float, unmeasured: list[
         if not mine:
             continue
         steps = [o.steps_to_name for o in mine if o.verdict == "named" and o.steps_to_name is not None]
-        count = {v: sum(1 for o in mine if o.verdict == v) for v in ("named", "late", "missed", "wrong rank")}
+        count = {v: sum(1 for o in mine if o.verdict == v) for v in ("named", "late", "missed", "wrong")}
         alarms = sum(1 for o in mine if o.verdict == "false alarm")
         lines.append(
             f"| {way} ({what}) | {len(mine)} | {count['named']} | {max(steps, default='-')} | {count['late']} | "
-            f"{count['missed']} | {count['wrong rank']} | {alarms} |"
+            f"{count['missed']} | {count['wrong']} | {alarms} |"
         )
     alarms = sum(1 for o in clean if o.verdict == "false alarm")
     if clean:

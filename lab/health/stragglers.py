@@ -17,6 +17,10 @@ The same score is a metric (the Prometheus rule `lab:straggler_score` over each 
 `lab_step_busy_seconds`, the same figure over its last WINDOW steps), a column of the live
 view and of `lab status --watch`, and a line of `lab why`. `lab bench stragglers` measures how
 soon it names a slowed rank and how often it names one in a clean run.
+
+A slow network is the one straggler busy time cannot see (every rank waits longer in the
+all-reduce, the slow node's too): it is named on its node from round trips to a host outside
+the job (lab.health.net_probe), by first_slow_network below.
 """
 
 from __future__ import annotations
