@@ -119,8 +119,10 @@ def said(outcome: Outcome) -> str:
     named = outcome.named
     if named is None:
         return outcome.verdict
-    where = f"{named.node} (ranks {', '.join(map(str, named.ranks))})" if isinstance(named, SlowNetwork) else ""
-    where = where or f"rank {named.rank}"
+    if isinstance(named, SlowNetwork):
+        where = f"{named.node} (ranks {', '.join(map(str, named.ranks))})"
+    else:
+        where = f"rank {named.rank}"
     return f"{outcome.verdict}: {where} at step {named.step} (score {named.score:.1f})"
 
 

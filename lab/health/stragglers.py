@@ -142,8 +142,8 @@ def first_slow_network(probes: list[dict], events: list[dict], timeout_s: float 
     recent: dict[str, deque[float]] = {}
     for probe in sorted(probes, key=lambda p: p["time"]):
         rtt = probe.get("rtt")
-        ok = isinstance(rtt, (int, float)) and not isinstance(rtt, bool)
-        recent.setdefault(str(probe["node"]), deque(maxlen=NET_WINDOW)).append(float(rtt) if ok else timeout_s)
+        answered = float(rtt) if isinstance(rtt, (int, float)) and not isinstance(rtt, bool) else timeout_s
+        recent.setdefault(str(probe["node"]), deque(maxlen=NET_WINDOW)).append(answered)
         if len(recent) < 2 or any(len(r) < NET_WINDOW for r in recent.values()):
             continue
         medians = {node: median(r) for node, r in recent.items()}

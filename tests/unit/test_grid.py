@@ -14,7 +14,7 @@ from lab.runtimes import runtime_class
 from lab.runtimes.faults import FAULTS, FaultUnsupported
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "exercises.md"
-ARGS = {"local_rank": 0, "seconds": 1.0, "grace_s": 1.0, "directory": "/nonexistent"}
+ARGS = {"local_rank": 0, "seconds": 1.0, "grace_s": 1.0, "directory": "/nonexistent", "delay_ms": 50, "kbit": 100}
 
 
 def test_the_grid_in_the_docs_is_the_one_the_code_draws():
