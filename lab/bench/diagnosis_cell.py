@@ -45,18 +45,23 @@ class Cell:
         return f"{self.target}-{self.fault.name}-r{self.rank}-s{self.step}"
 
 
-def job(target: str, workdir: Path) -> tuple[Topology, str, list[str]]:
-    """The cell's job, on a rendezvous port of its own: cells run side by side (--parallel)."""
-    topology = Topology(
+def cell_topology(**more) -> Topology:
+    """A bench cell's 2 x 2 job: on a rendezvous port of its own (cells run side by side,
+    --parallel), no restarts, and no exporters (what the cell judges is in the run dir's files)."""
+    return Topology(
         nodes=NODES,
         nproc_per_node=NPROC,
         rdzv_backend="lab",
         rdzv_port=free_port(),
         max_restarts=0,
-        pg_timeout_s=PG_TIMEOUT_S,
-        agent_metrics_port=0,  # no exporters: the card reads files only
+        agent_metrics_port=0,
         rank_metrics_port=0,
+        **more,
     )
+
+
+def job(target: str, workdir: Path) -> tuple[Topology, str, list[str]]:
+    topology = cell_topology(pg_timeout_s=PG_TIMEOUT_S)
     paced = ["--steps", str(STEPS), "--step-time", str(STEP_TIME)]
     if target == "trainer":
         return topology, script_path("trainer"), [*paced, "--ckpt-every", "0", "--check-loss"]

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab import runtimes
-from lab.bench import free_port
 from lab.bench.cages import cpu_cage
-from lab.bench.diagnosis_cell import reached, waiting
+from lab.bench.diagnosis_cell import cell_topology, reached, waiting
 from lab.errors import LabError
 from lab.health import injected_error, net_probe, stragglers
 from lab.health.events import read_events
@@ -26,7 +25,6 @@ from lab.rundir import RunDir
 from lab.topology import Topology
 from lab.workloads import script_path
 
-NODES, NPROC = 2, 2
 STEP_TIME, AFTER, CLEAN_STEPS = 0.05, 40, 80
 GOAL_STEPS = 20
 NET_DELAY_MS, SLOW_LINK_KBIT = 50, 100
@@ -103,18 +101,12 @@ class Outcome:
 
 
 def job(cell: Cell) -> tuple[Topology, str, list[str]]:
-    """The cell's job, on a rendezvous port of its own: cells run side by side (--parallel)."""
-    topology = Topology(
-        nodes=NODES,
-        nproc_per_node=NPROC,
-        rdzv_backend="lab",
-        rdzv_port=free_port(),
-        max_restarts=0,
-        agent_metrics_port=0,  # no exporters: lab.health.stragglers reads the event logs
-        rank_metrics_port=0,
-    )
     steps = CLEAN_STEPS if cell.rank is None else cell.step + AFTER
-    return topology, script_path("trainer"), ["--steps", str(steps), "--step-time", str(STEP_TIME), "--ckpt-every", "0"]
+    return (
+        cell_topology(),
+        script_path("trainer"),
+        ["--steps", str(steps), "--step-time", str(STEP_TIME), "--ckpt-every", "0"],
+    )
 
 
 def ended(nodes, stop: threading.Event) -> None:
