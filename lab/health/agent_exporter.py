@@ -58,12 +58,16 @@ class AgentMetrics(MetricHandler):
         self.worker_exits = Counter(
             "lab_agent_worker_exits", "Worker processes that exited, by exit code.", ["exit_code"], registry=r
         )
-        self.net_rtt = Gauge(
+        self._counted_pids: set[int] = set()
+
+    def net_rtt(self) -> Gauge:
+        """The round-trip gauge, made only on a node that probes (a loopback node has no such
+        figure: 0 would read as a perfect network)."""
+        return Gauge(
             "lab_node_net_rtt_seconds",
             "The node's last round trip to the lab's bridge (lab.health.net_probe; netns hosts).",
-            registry=r,
+            registry=self.registry,
         )
-        self._counted_pids: set[int] = set()
 
     # -- torchelastic's metrics stream -------------------------------------------------
     def emit(self, metric_data: MetricData) -> None:

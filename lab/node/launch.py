@@ -234,7 +234,7 @@ def start_agent_exporter(torchrun_argv: list[str], log, on_running=None) -> None
     if wire.net_probe and events_dir:
         from lab.health import net_probe
 
-        net_probe.start(wire.net_probe, Path(events_dir), node, metrics.net_rtt if metrics else None)
+        net_probe.start(wire.net_probe, Path(events_dir), node, metrics.net_rtt() if metrics else None)
     if metrics is None:
         return
     try:

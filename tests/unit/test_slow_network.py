@@ -77,3 +77,16 @@ def test_the_probe_times_a_refused_connection():
 def test_the_reader_leaves_out_lines_that_are_not_probes(tmp_path):
     (tmp_path / "net-node0.jsonl").write_text('{"time": 1.0, "node": "node0", "rtt": 0.001}\n{"tor\nnot json\n[]\n')
     assert [p["rtt"] for p in net_probe.read(tmp_path)] == [0.001]
+
+
+def test_only_a_probing_agent_exports_a_round_trip():
+    from lab.health.agent_exporter import AgentMetrics
+
+    def exported(metrics):
+        return {m.name for m in metrics.registry.collect()}
+
+    quiet = AgentMetrics(node="node0", max_restarts=0)
+    assert "lab_node_net_rtt_seconds" not in exported(quiet)  # loopback: no figure, not a 0
+    probing = AgentMetrics(node="node1", max_restarts=0)
+    probing.net_rtt().set(0.035)
+    assert "lab_node_net_rtt_seconds" in exported(probing)
