@@ -53,8 +53,8 @@ source_hash="$("$python" -c 'from lab.runtimes.docker_engine import source_hash;
 # The image a rebuild replaces loses its tag and would stay on disk, untagged, for good (62 GB
 # of them were found here after a few days of rebuilds): removed once replaced, if this script
 # made it (it carries the source label) and no container or image still uses it.
-replaced_by_us() {
-    docker image inspect -f '{{.Id}} {{index .Config.Labels "torchrun-lab.source"}}' "$1" 2>/dev/null \
+replaced_by_us() {  # nothing, and success, when there is no such image yet (a fresh machine)
+    { docker image inspect -f '{{.Id}} {{index .Config.Labels "torchrun-lab.source"}}' "$1" 2>/dev/null || true; } \
         | awk 'NF == 2 && $2 != "<no" {print $1}'
 }
 # Everything an image is made from: the target and its base, the Dockerfile and what it copies
