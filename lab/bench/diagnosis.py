@@ -32,6 +32,9 @@ from lab.runtimes.local import HOSTS
 POSITIONS = {"first": 0, "middle": NODES * NPROC // 2, "last": NODES * NPROC - 1}
 TARGETS = ("trainer", "script")
 HOST_KINDS = ("loopback", "netns")  # where its cells were measured: the rank's pid is the host's (cgroups, kmsg)
+BENCH_HOSTS = HOSTS.but(
+    default="loopback", help="where the cells' nodes run: loopback (default) or netns hosts (root, iproute2)"
+)
 
 
 def listed(name: str, choices: Sequence[str]):
@@ -68,7 +71,7 @@ KEEP = Option("--keep", "keep each cell's evidence (lab.evidence: what its card 
 
 
 def add_arguments(p) -> None:
-    HOSTS.but(default="loopback").add_to(p)
+    BENCH_HOSTS.add_to(p)
     for option in (CLASSES, POSITIONS_OPTION, AT_STEPS, TARGETS_OPTION, PARALLEL, KEEP):
         option.add_to(p)
 

@@ -21,13 +21,22 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from lab.bench.diagnosis import AT_STEPS, HOST_KINDS, PARALLEL, POSITIONS, POSITIONS_OPTION, listed, paired, steps_list
+from lab.bench.diagnosis import (
+    AT_STEPS,
+    BENCH_HOSTS,
+    HOST_KINDS,
+    PARALLEL,
+    POSITIONS,
+    POSITIONS_OPTION,
+    listed,
+    paired,
+    steps_list,
+)
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.bench.straggler_cell import AFTER, GOAL_STEPS, NETWORK_WAYS, STEP_TIME, WAYS, Cell, Outcome, run_cell
 from lab.errors import LabError
 from lab.health.stragglers import MARGIN_S, NET_MARGIN_S, NET_WINDOW, RATIO, WINDOW, SlowNetwork
 from lab.options import Option
-from lab.runtimes.local import HOSTS
 from lab.runtimes.local_faults import kernel_has
 
 WAYS_OPTION = Option(
@@ -41,7 +50,7 @@ SLOWED_AT = AT_STEPS.but(
 
 
 def add_arguments(p) -> None:
-    HOSTS.but(default="loopback").add_to(p)
+    BENCH_HOSTS.add_to(p)
     for option in (WAYS_OPTION, POSITIONS_OPTION, SLOWED_AT, CLEAN_RUNS, PARALLEL):
         option.add_to(p)
 
