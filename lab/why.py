@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab.health import net_probe
-from lab.health.events import Event, ExitReason, agent_failures, read_agent_events, read_events
+from lab.health.events import Event, ExitReason, agent_failures, read_agent_events, read_events, read_probes
 from lab.health.stragglers import SlowNetwork, Straggler, first_named, first_slow_network
 from lab.kernel_log import kernel_log, oom_kill
 from lab.node import worker_record
@@ -142,7 +142,7 @@ def read_evidence(run_dir: Path) -> Evidence:
         if e["event"] == Event.STEP:
             found.steps[e["rank"]] = max(found.steps.get(e["rank"], e["step"]), e["step"])
     found.straggler = first_named(ranks)
-    found.slow_network = first_slow_network(net_probe.read(events_dir), ranks, net_probe.TIMEOUT_S)
+    found.slow_network = first_slow_network(read_probes(events_dir, skipped), ranks, net_probe.TIMEOUT_S)
     return found
 
 
@@ -183,8 +183,8 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     failures = reported_failures(found)
     failures += stopped_by_the_agent(run_dir, failures, found.terminated, found.steps)
     per_node = Counter(a["node"] for a in found.agents)  # every node's agent reports each failed round
-    result = Card(first=None, rounds=max(per_node.values(), default=0), straggler=found.straggler)
-    result.slow_network = found.slow_network
+    rounds = max(per_node.values(), default=0)
+    result = Card(first=None, rounds=rounds, straggler=found.straggler, slow_network=found.slow_network)
     if found.skipped:
         result.notes.append(
             f"left out what is not a record of this lab's (a torn last line, another program's output, an older "

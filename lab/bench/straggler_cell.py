@@ -20,7 +20,7 @@ from lab.bench.cages import cpu_cage
 from lab.bench.diagnosis_cell import cell_topology, reached, waiting
 from lab.errors import LabError
 from lab.health import injected_error, net_probe, stragglers
-from lab.health.events import read_events
+from lab.health.events import read_events, read_probes
 from lab.rundir import RunDir
 from lab.topology import Topology
 from lab.workloads import script_path
@@ -156,5 +156,5 @@ def what_was_named(cell: Cell, events_dir: Path) -> stragglers.Straggler | strag
     a clean run names neither."""
     events = list(read_events(events_dir))
     rank = stragglers.first_named(events)
-    network = stragglers.first_slow_network(net_probe.read(events_dir), events, net_probe.TIMEOUT_S)
+    network = stragglers.first_slow_network(read_probes(events_dir), events, net_probe.TIMEOUT_S)
     return (network or rank) if cell.way in NETWORK_WAYS else (rank or network)

@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ class Event(StrEnum):
     COLLECTIVE_FAILED = "collective_failed"  # step, error: in-process recovery noticed a death
     INJECTED_EXTRA_COLLECTIVE = "injected_extra_collective"  # step: collective-mismatch's fault
     EXIT = "exit"  # reason (ExitReason), step, checksum when completed
+    NET_RTT = "net_rtt"  # node, rtt: a node's round trip to the lab's bridge (lab.health.net_probe)
 
 
 class ExitReason(StrEnum):
@@ -181,27 +182,35 @@ def _lines(path: Path) -> list[str]:
         return []
 
 
-def read_events(directory: str | os.PathLike, skipped: list[str] | None = None) -> Iterator[dict]:
-    """Every record from every rank's file, in time order. A line that is not such a record (a
-    torn last line, another program's output, an older lab's shape) is left out, and named in
-    `skipped` when the caller asks ("rank1.jsonl: 2 lines")."""
+def _records(directory, pattern: str, accept: Callable[[object], bool], skipped: list[str] | None) -> list[dict]:
+    """The records of the files matching pattern that accept() takes. A line that is not such a
+    record (a torn last line, another program's output, an older lab's shape) is left out, and
+    named in `skipped` when the caller asks ("rank1.jsonl: 2 lines")."""
     records = []
-    for path in sorted(Path(directory).glob("rank*.jsonl")):
+    for path in sorted(Path(directory).glob(pattern)) if Path(directory).is_dir() else []:
         bad = 0
         for line in _lines(path):
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
-                bad += 1
-                continue
-            extra = EVENT_FIELDS.get(str(record.get("event")), {}) if isinstance(record, dict) else {}
-            if well_formed(record, RANK_FIELDS) and well_formed(record, extra):
+                record = None
+            if accept(record):
                 records.append(record)
             else:
                 bad += 1
         if bad and skipped is not None:
             skipped.append(f"{path.name}: {bad} line{'s' if bad > 1 else ''}")
-    return iter(sorted(records, key=lambda r: r["time"]))
+    return records
+
+
+def _rank_record(record: object) -> bool:
+    extra = EVENT_FIELDS.get(str(record.get("event")), {}) if isinstance(record, dict) else {}
+    return well_formed(record, RANK_FIELDS) and well_formed(record, extra)
+
+
+def read_events(directory: str | os.PathLike, skipped: list[str] | None = None) -> Iterator[dict]:
+    """Every record from every rank's file, in time order (_records: what is left out)."""
+    return iter(sorted(_records(directory, "rank*.jsonl", _rank_record, skipped), key=lambda r: r["time"]))
 
 
 AGENT_FIELDS: dict[str, type | tuple[type, ...]] = {"time": (int, float), "node": str, "torchelastic": dict}
@@ -210,30 +219,28 @@ AGENT_FIELDS: dict[str, type | tuple[type, ...]] = {"time": (int, float), "node"
 def read_agent_events(events_dir: Path, skipped: list[str] | None = None) -> list[dict]:
     """torchelastic's agent and rendezvous events as lab.node.launch recorded them, in time
     order; unreadable lines are left out and named in `skipped`, as read_events does."""
-    records = []
-    for path in sorted(Path(events_dir).glob("agent-*.jsonl")):
-        bad = 0
-        for line in _lines(path):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                record = None
-            if not well_formed(record, AGENT_FIELDS):
-                bad += 1
-                continue
-            event = record["torchelastic"]
-            records.append(
-                {
-                    "time": record["time"],
-                    "node": record["node"],
-                    "name": event.get("name", ""),
-                    "message": event.get("message", ""),
-                    "event": event,
-                }
-            )
-        if bad and skipped is not None:
-            skipped.append(f"{path.name}: {bad} line{'s' if bad > 1 else ''}")
+    records = [
+        {
+            "time": record["time"],
+            "node": record["node"],
+            "name": record["torchelastic"].get("name", ""),
+            "message": record["torchelastic"].get("message", ""),
+            "event": record["torchelastic"],
+        }
+        for record in _records(events_dir, "agent-*.jsonl", lambda r: well_formed(r, AGENT_FIELDS), skipped)
+    ]
     return sorted(records, key=lambda r: r["time"])
+
+
+PROBE_FIELDS: dict[str, type | tuple[type, ...]] = {"time": (int, float), "node": str}
+PROBE_PREFIX = "net-"  # lab.health.net_probe writes net-<node>.jsonl
+
+
+def read_probes(events_dir: str | os.PathLike, skipped: list[str] | None = None) -> list[dict]:
+    """Every node's round trips (lab.health.net_probe, net-<node>.jsonl), in time order; unreadable
+    lines are left out and named in `skipped`, as read_events does."""
+    found = _records(events_dir, f"{PROBE_PREFIX}*.jsonl", lambda r: well_formed(r, PROBE_FIELDS), skipped)
+    return sorted(found, key=lambda p: p["time"])
 
 
 def agent_failures(event: dict) -> list[tuple[int, dict]]:

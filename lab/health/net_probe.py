@@ -9,9 +9,9 @@ one round trip later, and no service is touched. The delayed node's own packets 
 so its round trip grows; the others', to the same host, do not. Two nodes timing each other
 could not say which end is slow.
 
-Each probe is one line of events/net-<node>.jsonl; with the agent's exporter on, the last
-one is the gauge lab_node_net_rtt_seconds. The agent runs the probe (lab.node.launch) in a
-daemon thread, so it ends with the node.
+Each probe is one line of events/net-<node>.jsonl (read back by events.read_probes); with the
+agent's exporter on, the last one is the gauge lab_node_net_rtt_seconds. The agent runs the
+probe (lab.node.launch) in a daemon thread, so it ends with the node.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ import threading
 import time
 from pathlib import Path
 
+from lab.health.events import PROBE_PREFIX, Event
+
 PORT = 9  # discard: nothing listens there, so the answer is the host's own reset
 INTERVAL_S, TIMEOUT_S = 0.5, 2.0
-FILE_PREFIX = "net-"
 
 
 def round_trip(addr: str, port: int = PORT, timeout_s: float = TIMEOUT_S) -> float | None:
@@ -42,8 +43,8 @@ def round_trip(addr: str, port: int = PORT, timeout_s: float = TIMEOUT_S) -> flo
 
 
 def record(events_dir: Path, node: str, rtt: float | None) -> None:
-    line = json.dumps({"time": time.time(), "event": "net_rtt", "node": node, "rtt": rtt}) + "\n"
-    with open(events_dir / f"{FILE_PREFIX}{node}.jsonl", "a") as f:
+    line = json.dumps({"time": time.time(), "event": Event.NET_RTT, "node": node, "rtt": rtt}) + "\n"
+    with open(events_dir / f"{PROBE_PREFIX}{node}.jsonl", "a") as f:
         f.write(line)
 
 
@@ -64,17 +65,3 @@ def start(addr: str, events_dir: Path, node: str, gauge=None) -> threading.Threa
     thread = threading.Thread(target=run, name="lab-net-probe", daemon=True)
     thread.start()
     return thread
-
-
-def read(events_dir: Path) -> list[dict]:
-    """Every node's probes, oldest first; lines that are not a probe's are left out."""
-    found = []
-    for path in sorted(Path(events_dir).glob(f"{FILE_PREFIX}*.jsonl")) if Path(events_dir).is_dir() else []:
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                probe = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(probe, dict) and isinstance(probe.get("time"), (int, float)) and "node" in probe:
-                found.append(probe)
-    return sorted(found, key=lambda p: p["time"])

@@ -1,6 +1,6 @@
 """A slow network named on its node (lab.health.stragglers.first_slow_network) from round trips
 recorded as lab.health.net_probe records them, and the probe itself against a real socket.
-`lab bench stragglers --hosts netns` delays a real netns host with tc netem."""
+`lab bench stragglers --hosts netns` slows a real netns host with tc netem."""
 
 import json
 import socket
@@ -9,7 +9,7 @@ import pytest
 
 from lab import why
 from lab.health import net_probe, stragglers
-from lab.health.events import EventLog
+from lab.health.events import PROBE_PREFIX, EventLog, read_probes
 
 
 def probes(tmp_path, rtt_of, seconds=20.0, nodes=("node0", "node1")):
@@ -17,11 +17,11 @@ def probes(tmp_path, rtt_of, seconds=20.0, nodes=("node0", "node1")):
     events = tmp_path / "events"
     events.mkdir(parents=True, exist_ok=True)
     for node in nodes:
-        with open(events / f"{net_probe.FILE_PREFIX}{node}.jsonl", "a") as f:
+        with open(events / f"{PROBE_PREFIX}{node}.jsonl", "a") as f:
             for i in range(int(seconds / net_probe.INTERVAL_S)):
                 t = 1000.0 + i * net_probe.INTERVAL_S
                 f.write(json.dumps({"time": t, "event": "net_rtt", "node": node, "rtt": rtt_of(node, t)}) + "\n")
-    return net_probe.read(events)
+    return read_probes(events)
 
 
 def steps(tmp_path, nodes=("node0", "node1")):
@@ -76,7 +76,7 @@ def test_the_probe_times_a_refused_connection():
 
 def test_the_reader_leaves_out_lines_that_are_not_probes(tmp_path):
     (tmp_path / "net-node0.jsonl").write_text('{"time": 1.0, "node": "node0", "rtt": 0.001}\n{"tor\nnot json\n[]\n')
-    assert [p["rtt"] for p in net_probe.read(tmp_path)] == [0.001]
+    assert [p["rtt"] for p in read_probes(tmp_path)] == [0.001]
 
 
 def test_only_a_probing_agent_exports_a_round_trip():
