@@ -15,15 +15,14 @@ wrong ranks named with confidence, per fault class and overall.
 from __future__ import annotations
 
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from lab.bench.diagnosis_cell import NODES, NPROC, STEPS, Cell, run_cell
 from lab.bench.diagnosis_table import table
 from lab.bench.result import BenchResult, this_command
+from lab.bench.side_by_side import run_side_by_side
 from lab.diagnosis import FAULT_NAMES, FAULTS, Grade
 from lab.errors import LabError
 from lab.options import Option
@@ -104,7 +103,12 @@ def run(args, out_dir: Path) -> BenchResult:
     cells = [c for c in cells if not refuses(c)]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="lab-bench-diagnosis-") as tmp:
-        graded = run_cells(cells, args, Path(tmp))
+        graded = run_side_by_side(
+            cells,
+            args.parallel,
+            lambda cell, stop: run_cell(cell, args.hosts, Path(tmp), args.keep, stop),
+            lambda n, of, result: say(n, of, result[0]),
+        )
     minutes = (time.monotonic() - started) / 60
     grades = [g for g, _ in graded]
     return BenchResult(
@@ -113,24 +117,6 @@ def run(args, out_dir: Path) -> BenchResult:
         markdown=table(grades, faults, args.hosts, minutes, args.parallel, refused),
         figures={"cells": [{**g.to_json(), **extra} for g, extra in graded], "minutes": round(minutes, 1)},
     )
-
-
-def run_cells(cells: list[Cell], args, tmp: Path) -> list[tuple[Grade, dict]]:
-    """Every cell, --parallel at a time (each its own lab: run dir, hosts, rendezvous port), in
-    the cells' order. Stopped (Ctrl-C, SIGTERM): the cells in flight tear down their labs."""
-    stop = threading.Event()
-    done: dict[int, tuple[Grade, dict]] = {}
-    with ThreadPoolExecutor(args.parallel) as pool:
-        futures = {pool.submit(run_cell, c, args.hosts, tmp, args.keep, stop): n for n, c in enumerate(cells)}
-        try:
-            for future in as_completed(futures):
-                done[futures[future]] = result = future.result()
-                say(len(done), len(cells), result[0])
-        except BaseException:
-            stop.set()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-    return [done[n] for n in range(len(cells))]
 
 
 def say(n: int, of: int, result: Grade) -> None:

@@ -118,15 +118,17 @@ def ended(nodes, stop: threading.Event) -> None:
 
 
 def slow_down(cell: Cell, start: dict, nodes, cages: contextlib.ExitStack) -> None:
-    """The cell's rank slowed, its way; a cgroup stays until the stack closes, after teardown."""
+    """The cell's rank slowed, its way; a cgroup stays until the stack closes, after teardown
+    (a network delay or cap goes with the node's namespace)."""
+    node = next(n for n in nodes if n.name == start["node"])  # the rendezvous, not the name, orders ranks
     if cell.way == "sleep":
-        next(n for n in nodes if n.name == start["node"]).kill_worker(start["local_rank"], injected_error.STALL_SIGNAL)
+        node.kill_worker(start["local_rank"], injected_error.STALL_SIGNAL)
     elif cell.way == "cpu-quota":
         cages.enter_context(cpu_cage(start["pid"], cell.name, CPU_PERCENT))
-    elif cell.way == "netem":  # the delay goes with the node's namespace at teardown
-        next(n for n in nodes if n.name == start["node"]).delay_network(NET_DELAY_MS)
+    elif cell.way == "netem":
+        node.delay_network(NET_DELAY_MS)
     elif cell.way == "slow-link":
-        next(n for n in nodes if n.name == start["node"]).throttle_network(SLOW_LINK_KBIT)
+        node.throttle_network(SLOW_LINK_KBIT)
     else:
         raise LabError(f"no way to slow a rank called {cell.way!r}: choose from {', '.join(WAYS)}")
 

@@ -16,9 +16,7 @@ where both hold, and refused in one line elsewhere.
 from __future__ import annotations
 
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from lab.bench.diagnosis import (
@@ -33,6 +31,7 @@ from lab.bench.diagnosis import (
     steps_list,
 )
 from lab.bench.result import BenchResult, goal_line, this_command
+from lab.bench.side_by_side import run_side_by_side
 from lab.bench.straggler_cell import AFTER, GOAL_STEPS, NETWORK_WAYS, STEP_TIME, WAYS, Cell, Outcome, run_cell
 from lab.errors import LabError
 from lab.health.stragglers import MARGIN_S, NET_MARGIN_S, NET_WINDOW, RATIO, WINDOW, SlowNetwork
@@ -97,7 +96,12 @@ def run(args, out_dir: Path) -> BenchResult:
     cells, unmeasured = cells_of(args)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="lab-bench-stragglers-") as tmp:
-        outcomes = run_cells(cells, args, Path(tmp))
+        outcomes = run_side_by_side(
+            cells,
+            args.parallel,
+            lambda cell, stop: run_cell(cell, args.hosts, Path(tmp), stop),
+            lambda n, of, outcome: print(f"[{n}/{of}] {outcome.cell.name}: {said(outcome)}", flush=True),
+        )
     minutes = (time.monotonic() - started) / 60
     return BenchResult(
         name="stragglers",
@@ -105,23 +109,6 @@ def run(args, out_dir: Path) -> BenchResult:
         markdown=table(outcomes, args.hosts, minutes, unmeasured),
         figures={"cells": [o.to_json() for o in outcomes], "minutes": round(minutes, 1)},
     )
-
-
-def run_cells(cells: list[Cell], args, tmp: Path) -> list[Outcome]:
-    """Every cell, --parallel at a time, each its own lab; stopped, the cells in flight tear down."""
-    stop = threading.Event()
-    done: dict[int, Outcome] = {}
-    with ThreadPoolExecutor(args.parallel) as pool:
-        futures = {pool.submit(run_cell, c, args.hosts, tmp, stop): n for n, c in enumerate(cells)}
-        try:
-            for future in as_completed(futures):
-                done[futures[future]] = outcome = future.result()
-                print(f"[{len(done)}/{len(cells)}] {outcome.cell.name}: {said(outcome)}", flush=True)
-        except BaseException:
-            stop.set()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-    return [done[n] for n in range(len(cells))]
 
 
 def said(outcome: Outcome) -> str:
