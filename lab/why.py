@@ -19,9 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab.health import net_probe
-from lab.health.events import Event, ExitReason, agent_failures, read_agent_events, read_events, read_probes
+from lab.health.events import AgentEvent, Event, ExitReason, agent_failures, read_agent_events, read_events, read_probes
 from lab.health.stragglers import SlowNetwork, Straggler, first_named, first_slow_network
 from lab.kernel_log import kernel_log, oom_kill
+from lab.lost_store import StoreLoss
+from lab.lost_store import found as store_lost
 from lab.node import worker_record
 from lab.node_log import SIGTERM_SENT, own_frame, tracebacks
 
@@ -56,6 +58,7 @@ class Card:
     certain: bool = True  # False: `first` is only the earliest noticed of several like it
     straggler: Straggler | None = None  # the rank that slowed the others, if one did (lab.health.stragglers)
     slow_network: SlowNetwork | None = None  # the node whose network did
+    store_loss: StoreLoss | None = None  # the rendezvous store, lost mid-run (lab.lost_store)
 
     def to_json(self) -> dict:
         return {
@@ -66,10 +69,11 @@ class Card:
             "certain": self.certain,
             "straggler": asdict(self.straggler) if self.straggler else None,
             "slow_network": asdict(self.slow_network) if self.slow_network else None,
+            "store_loss": asdict(self.store_loss) if self.store_loss else None,
         }
 
     def text(self) -> str:
-        slow = "".join(f"{s.text()}\n" for s in (self.straggler, self.slow_network) if s)
+        slow = "".join(f"{s.text()}\n" for s in (self.store_loss, self.straggler, self.slow_network) if s)
         if self.first is None:
             notes = "".join(f"note: {n}\n" for n in self.notes)
             return f"no rank failed: the agents recorded no failure\n{slow}{notes}"
@@ -120,15 +124,13 @@ class Evidence:
     preempted: dict[int, dict] = field(default_factory=dict)  # rank -> its exit event, stopped on SIGTERM
     straggler: Straggler | None = None
     slow_network: SlowNetwork | None = None
+    store_loss: StoreLoss | None = None
 
 
 def read_evidence(run_dir: Path) -> Evidence:
     events_dir, skipped = run_dir / "events", list[str]()
-    agents = (
-        [a for a in read_agent_events(events_dir, skipped) if a["name"] == "lab.failure_detected"]
-        if events_dir.is_dir()
-        else []
-    )
+    every_agent_event = read_agent_events(events_dir, skipped) if events_dir.is_dir() else []
+    agents = [a for a in every_agent_event if a["name"] == AgentEvent.FAILURE_DETECTED]
     ranks = list(read_events(events_dir, skipped)) if events_dir.is_dir() else []
     found = Evidence(agents, {}, set(), {}, {}, skipped)
     for log in sorted((run_dir / "nodes").glob("*/node.log")):
@@ -143,6 +145,8 @@ def read_evidence(run_dir: Path) -> Evidence:
             found.steps[e["rank"]] = max(found.steps.get(e["rank"], e["step"]), e["step"])
     found.straggler = first_named(ranks)
     found.slow_network = first_slow_network(read_probes(events_dir, skipped), ranks, net_probe.TIMEOUT_S)
+    steps = [(e["time"], e["step"]) for e in ranks if e["event"] == Event.STEP]
+    found.store_loss = store_lost(every_agent_event, steps, run_dir / "nodes")
     return found
 
 
@@ -185,6 +189,7 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     per_node = Counter(a["node"] for a in found.agents)  # every node's agent reports each failed round
     rounds = max(per_node.values(), default=0)
     result = Card(first=None, rounds=rounds, straggler=found.straggler, slow_network=found.slow_network)
+    result.store_loss = found.store_loss
     if found.skipped:
         result.notes.append(
             f"left out what is not a record of this lab's (a torn last line, another program's output, an older "
@@ -218,9 +223,11 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
         )
     elif not causes:
         result.certain = False
+        killed = ", ".join(found.store_loss.killed) if found.store_loss else ""
         result.notes.append(
-            "every failed rank reports a peer's failure (a timeout or a lost connection): a rank hung or a node "
-            "was cut off; the earliest report is shown first"
+            "every failed rank reports a peer's failure (a timeout or a lost connection): "
+            + (f"{killed} died with its agent, unreported" if killed else "a rank hung or a node was cut off")
+            + "; the earliest report is shown first"
         )
     if result.first.exit_code == -signal.SIGKILL and result.first.pid not in found.terminated:
         oom = oom_kill(result.first.pid, (kernel or kernel_log)())

@@ -19,7 +19,7 @@ LAYERS = [
     ("lab.cli",),
     ("lab.bench",),
     ("lab.exercises", "lab.lessons"),
-    ("lab.report", "lab.job", "lab.results", "lab.why", "lab.diagnosis", "lab.evidence"),
+    ("lab.report", "lab.job", "lab.results", "lab.why", "lab.diagnosis", "lab.evidence", "lab.lost_store"),
     ("lab.runtimes", "lab.user_image"),
     ("lab.node", "lab.inprocess", "lab.progress"),
     ("lab.workloads", "lab.inprocess.api"),

@@ -28,6 +28,7 @@ from lab import runtimes
 from lab.bench.result import BenchResult, this_command
 from lab.errors import LabError
 from lab.exercises import DrillOptions, drills, observe
+from lab.health.events import AgentEvent
 from lab.health.prometheus import Prometheus
 from lab.options import Option
 from lab.report import Report
@@ -106,7 +107,7 @@ def drill_row(label: str, name: str, own: dict, hosts: str, tmp: Path) -> dict[s
         with open(os.devnull, "w") as quiet:
             report = run_drill(module, options, runtime, on_report=keep, out=quiet)
     fault = report.faults[0]["time"]
-    monitor = observe.first_time(seen.get("agents", []), fault, lambda r: r["name"] == "lab.failure_detected")
+    monitor = observe.first_time(seen.get("agents", []), fault, lambda r: r["name"] == AgentEvent.FAILURE_DETECTED)
     found = report.facts.get("forensics") or {}
     return {
         "fault": label,
@@ -141,7 +142,7 @@ def healthy_row(hosts: str, seconds: float, tmp: Path) -> dict[str, Any]:
         agents = observe.agent_events(runtime.run_dir.path / "events")
     finally:
         runtime.down(grace_s=5)
-    failures = [a for a in agents if a["name"] == "lab.failure_detected"]
+    failures = [a for a in agents if a["name"] == AgentEvent.FAILURE_DETECTED]
     return {
         "fault": "none (healthy)",
         "alerts": alerts.after(started),

@@ -30,7 +30,7 @@ from lab import recovery
 from lab.exercises import drill_job, forensics, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
-from lab.health.events import Event
+from lab.health.events import AgentEvent, Event
 from lab.options import Option
 from lab.report import Report
 from lab.topology import Topology
@@ -112,7 +112,7 @@ def judge(seen: Seen, options) -> Report:
     if seen.topology.step_watchdog_s:
         return judge_watchdog(seen, report)
     events, codes = seen.events, seen.codes
-    detected = observe.first_time(seen.agents, fault["time"], lambda r: r["name"] == "lab.failure_detected")
+    detected = observe.first_time(seen.agents, fault["time"], lambda r: r["name"] == AgentEvent.FAILURE_DETECTED)
     first_step = min((e["time"] for e in events if e["event"] == Event.STEP and e["restart"] == 1), default=None)
     report.facts["restarts"] = observe.restarts(events)
     report.facts["recovery"] = observe.recovery_breakdown(events, seen.agents, fault["time"])

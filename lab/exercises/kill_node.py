@@ -23,7 +23,7 @@ from lab.errors import LabError
 from lab.exercises import drill_job, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
-from lab.health.events import Event
+from lab.health.events import AgentEvent, Event
 from lab.options import Option
 from lab.report import Report
 from lab.topology import Topology
@@ -123,7 +123,7 @@ def bring_back(drill, node: str, fault: dict) -> None:
     """Once the surviving agent has noticed, start the dead node again (a replaced machine)."""
     drill.wait_for(
         lambda: observe.first_time(
-            observe.agent_events(drill.events_dir), fault["time"], lambda r: r["name"] == "lab.failure_detected"
+            observe.agent_events(drill.events_dir), fault["time"], lambda r: r["name"] == AgentEvent.FAILURE_DETECTED
         ),
         60,
         "the surviving agent to notice",

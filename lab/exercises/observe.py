@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.health.events import Event, ExitReason, faulted_run_end, read_agent_events
+from lab.health.events import AgentEvent, Event, ExitReason, faulted_run_end, read_agent_events
 
 agent_events = read_agent_events  # torchelastic's agent events, as the drills read them
 
@@ -21,7 +21,7 @@ def recovery_breakdown(events: list[dict], agents: list[dict], fault_time: float
     stage. Stages are found by time, not restart count: a node brought back by the
     runtime starts its count at 0 again.
     """
-    detect = first_time(agents, fault_time, lambda r: r["name"] == "lab.failure_detected")
+    detect = first_time(agents, fault_time, lambda r: r["name"] == AgentEvent.FAILURE_DETECTED)
     join = first_time(agents, detect or fault_time, lambda r: "attempts to join" in r["message"])
     joined = first_time(agents, join or fault_time, lambda r: "has joined round" in r["message"])
     ready = first_time(events, joined or fault_time, lambda e: e["event"] == Event.RENDEZVOUS_DONE)

@@ -25,6 +25,7 @@ import time
 from lab.exercises import drill_job, forensics, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
+from lab.health.events import AgentEvent
 from lab.report import Report
 from lab.topology import Topology
 
@@ -61,7 +62,7 @@ def judge(seen: Seen, options) -> Report:
     detected = {}
     for name in sorted({a["node"] for a in agents}):
         t = observe.first_time(
-            [a for a in agents if a["node"] == name], fault["time"], lambda r: r["name"] == "lab.failure_detected"
+            [a for a in agents if a["node"] == name], fault["time"], lambda r: r["name"] == AgentEvent.FAILURE_DETECTED
         )
         detected[name] = round(t - fault["time"], 2) if t else None
     logs = "".join(seen.logs.values())

@@ -22,7 +22,7 @@ from torch.distributed.elastic.events import handlers as event_handlers
 from torch.distributed.elastic.metrics.api import MetricData, MetricHandler
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from lab.health.events import echo
+from lab.health.events import AgentEvent, echo
 from lab.health.labelled import exposed
 from lab.health.rank_exporter import ExporterPortError
 from lab.nodeenv import NodeEnv
@@ -152,7 +152,7 @@ def install(metrics: AgentMetrics | None, events_path: Path | None, node: str, o
                     {
                         "msg": json.dumps(
                             {
-                                "name": "lab.failure_detected",
+                                "name": AgentEvent.FAILURE_DETECTED,
                                 "state": result.state.name,
                                 "exit_codes": {str(r): f.exitcode for r, f in result.failures.items()},
                                 # Where each failed rank ran, and what it raised, for `lab why` (lab.why).

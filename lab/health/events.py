@@ -56,6 +56,13 @@ class ExitReason(StrEnum):
     EXIT_STATUS = "exit_status"  # a user's script exited non-zero (code)
 
 
+class AgentEvent(StrEnum):
+    """The events the lab adds to torchelastic's own in an agent's record (agent-<node>.jsonl)."""
+
+    FAILURE_DETECTED = "lab.failure_detected"  # the agent saw its group fail (lab.health.agent_exporter)
+    STORE_LOST = "lab.store_lost"  # its rendezvous store could not be reached; it went on (lab.node.store_loss)
+
+
 ECHO_PREFIX = "@lab-event "
 ECHO = NodeEnv.parse().events_echo
 

@@ -27,12 +27,14 @@ or shrink (elastic jobs use c10d).
 from __future__ import annotations
 
 import socket
+from contextlib import contextmanager
 from datetime import timedelta
 
-from torch.distributed import PrefixStore, TCPStore
+from torch.distributed import DistNetworkError, DistStoreError, PrefixStore, TCPStore
 from torch.distributed.elastic.events import NodeState, construct_and_record_rdzv_event
 from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError,
+    RendezvousConnectionError,
     RendezvousHandler,
     RendezvousInfo,
     RendezvousParameters,
@@ -58,7 +60,24 @@ class FastRendezvous(RendezvousHandler):
     def _key(self, name: str, round_: int | None = None) -> str:
         return f"{self._run_id}/" + (name if round_ is None else f"round{round_}/{name}")
 
+    @contextmanager
+    def _lost_store_named(self):
+        """torch's DistNetworkError says only "Failed to recv, got 0 bytes": say what was lost."""
+        try:
+            yield
+        except DistNetworkError as e:
+            said = (
+                f"the lab's rendezvous store at {self._store.host}:{self._store.port} is gone (node 0's agent "
+                f"hosts it): {str(e).split('.')[0] if str(e) else type(e).__name__}"
+            )
+            self._record(f"RendezvousConnectionError: {said}", NodeState.FAILED)  # as torch's own rendezvous does
+            raise RendezvousConnectionError(said) from e
+
     def next_rendezvous(self) -> RendezvousInfo:
+        with self._lost_store_named():
+            return self._join()
+
+    def _join(self) -> RendezvousInfo:
         if self.is_closed():
             raise RendezvousClosedError()
         if self._round is None:  # a first start, or a node brought back: the round after the last complete
@@ -71,7 +90,7 @@ class FastRendezvous(RendezvousHandler):
             self._store.add(self._key("rounds_complete"), 1)
         try:
             self._store.wait([self._key("complete", round_)], self._join_timeout)
-        except RuntimeError as e:  # the store's wait timed out (or the store is gone)
+        except DistStoreError as e:  # the store's wait timed out (a lost store: DistNetworkError)
             raise RendezvousTimeoutError(
                 f"round {round_} of rendezvous {self._run_id!r} did not fill with {self._nodes} nodes "
                 f"in {self._join_timeout.total_seconds():g}s: {e}"
@@ -99,15 +118,16 @@ class FastRendezvous(RendezvousHandler):
         """The workers connect to the store node 0's agent hosts for the round (see next_rendezvous)."""
         return True
 
-    def _record(self, message: str) -> None:
+    def _record(self, message: str, state: NodeState = NodeState.RUNNING) -> None:
         construct_and_record_rdzv_event(
-            run_id=self._run_id, message=message, node_state=NodeState.RUNNING, name="FastRendezvous.next_rendezvous"
+            run_id=self._run_id, message=message, node_state=state, name="FastRendezvous.next_rendezvous"
         )
 
     def num_nodes_waiting(self) -> int:
         if self._round is None:
             return 0
-        return int(self._store.add(self._key("joined", self._round), 0))
+        with self._lost_store_named():
+            return int(self._store.add(self._key("joined", self._round), 0))
 
     def is_closed(self) -> bool:
         return self._store.check([self._key("closed")])

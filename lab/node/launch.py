@@ -140,9 +140,11 @@ def main(argv: list[str] | None = None) -> None:
     from torch.distributed.run import parse_args
 
     from lab import recovery
-    from lab.node import fast_rendezvous, restart_budget, stop_grace
+    from lab.node import fast_rendezvous, restart_budget, stop_grace, store_loss
 
     fast_rendezvous.register()
+    if not flags.torch_defaults:  # torch's own: a lost store ends every agent at its next look
+        store_loss.install()
     if parse_args(torchrun_argv).rdzv_backend == fast_rendezvous.NAME:
         stop_grace.install()
         log(
