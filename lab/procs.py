@@ -40,6 +40,14 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def command(pid: int) -> str:
+    """The name pid's program runs as (/proc/PID/comm), or "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def environ(pid: int) -> dict[str, str]:
     """The environment pid started with ({} if it is gone or not ours to read)."""
     try:

@@ -1,6 +1,7 @@
 """`lab bench NAME`: the lab's benchmarks, each measured side by side with its reference.
 
-    lab bench collectives | recovery | goodput | detection | diagnosis | stragglers | startup | overhead
+    lab bench collectives | recovery | goodput | detection | diagnosis | stragglers | coordinators | startup
+              | overhead
               [--out DIR]
     lab bench docs [--out DIR] [--output docs/benchmarks.md]
 
@@ -14,7 +15,17 @@ import argparse
 import time
 from pathlib import Path
 
-from lab.bench import collectives, detection, diagnosis, goodput, overhead, recovery, startup, stragglers
+from lab.bench import (
+    collectives,
+    coordinators,
+    detection,
+    diagnosis,
+    goodput,
+    overhead,
+    recovery,
+    startup,
+    stragglers,
+)
 from lab.bench.docs import machine, write_page
 from lab.options import Option
 
@@ -25,6 +36,7 @@ BENCHES = {
     "detection": detection,
     "diagnosis": diagnosis,
     "stragglers": stragglers,
+    "coordinators": coordinators,
     "startup": startup,
     "overhead": overhead,
 }

@@ -3,8 +3,8 @@
 A spawned worker carries LOCAL_RANK in its environment, which /proc shows; a worker forked
 from torchrun's fork server (preloaded workers) shows only the server's environment. The
 agent itself knows each worker's pid the moment it starts the group: lab.node.launch wraps
-LocalElasticAgent._start_workers to write {"restart": n, "pids": {local_rank: pid}} to
-LAB_WORKERS_FILE, atomically, after every start.
+LocalElasticAgent._start_workers to write {"restart": n, "pids": {local_rank: pid}, "agent": pid}
+to LAB_WORKERS_FILE, atomically, after every start (the agent's own pid: Node.kill_agent).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def install(path: str | Path) -> None:
 
 def write(path: Path, restart: int, pids: dict[int, int]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"restart": restart, "pids": {str(r): p for r, p in pids.items()}}))
+    record = {"restart": restart, "pids": {str(r): p for r, p in pids.items()}, "agent": os.getpid()}
+    tmp.write_text(json.dumps(record))
     os.replace(tmp, path)
 
 
@@ -41,3 +42,12 @@ def read(path: Path) -> tuple[int, dict[int, int]] | None:
     except (OSError, ValueError):
         return None
     return record["restart"], {int(r): p for r, p in record["pids"].items()}
+
+
+def agent_pid(path: str | Path) -> int | None:
+    """The pid of the agent that wrote the record (it starts the workers), or None."""
+    try:
+        agent = json.loads(Path(path).read_text()).get("agent")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return agent if isinstance(agent, int) else None

@@ -143,17 +143,25 @@ class DockerNode(NodeFiles, Node):
             raise FaultUnsupported(f"{self.name}'s container is not running")
         return found
 
+    def _signal(self, pid: int, sig: int, what: str) -> int:
+        """Signal a process of the container (a pid in its own pid namespace) from inside it."""
+        result = self._running().exec_run(["python", "-c", f"import os; os.kill({pid}, {int(sig)})"], user=self.user)
+        if result.exit_code != 0:
+            last = result.output.decode(errors="replace").strip().splitlines()[-1:]
+            raise FaultUnsupported(f"cannot signal {what} on {self.name}: {' '.join(last)}")
+        return pid
+
     def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
         workers = self.worker_pids()
         if local_rank not in workers:
             raise FaultUnsupported(f"{self.name} has no worker with local rank {local_rank} (has: {sorted(workers)})")
-        pid = workers[local_rank]
-        code = f"import os; os.kill({pid}, {int(sig)})"
-        result = self._running().exec_run(["python", "-c", code], user=self.user)
-        if result.exit_code != 0:
-            last = result.output.decode(errors="replace").strip().splitlines()[-1:]
-            raise FaultUnsupported(f"cannot signal worker {local_rank} on {self.name}: {' '.join(last)}")
-        return pid
+        return self._signal(workers[local_rank], sig, f"worker {local_rank}")
+
+    def kill_agent(self) -> int:
+        pid = worker_record.agent_pid(self.workers_file)
+        if pid is None:
+            raise FaultUnsupported(f"{self.name} has no agent that has started workers")
+        return self._signal(pid, signal.SIGKILL, "its agent")
 
     def slow_worker(self, local_rank: int, stopped_fraction: float = 0.75, period_s: float = 0.2) -> int:
         """SIGSTOP/SIGCONT on a duty cycle, from a process exec'd into the container; it ends when

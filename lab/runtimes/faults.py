@@ -53,6 +53,11 @@ class Faults:
         """SIGKILL the agent and every worker at once, as a machine that loses power."""
         self._unsupported("kill a node")
 
+    def kill_agent(self) -> int:
+        """SIGKILL the node's torchrun agent alone (on node 0 it hosts a c10d or lab rendezvous
+        store, which goes with it; its workers follow it); returns its pid."""
+        return self._unsupported("kill its agent")
+
     def restart(self) -> None:
         """Start the node's agent again with the command it last ran."""
         self._unsupported("restart a node")
@@ -112,6 +117,7 @@ UNSUPPORTED = {
     "worker_pids": "list its workers",
     "kill_worker": "kill a worker",
     "kill_node": "kill a node",
+    "kill_agent": "kill its agent",
     "restart": "restart a node",
     "slow_worker": "slow a worker",
     "unslow_worker": "stop slowing a worker",

@@ -89,6 +89,14 @@ class PodNode(Node):
         self._in_pod(f"import os; os.kill({pid}, {int(sig)})")
         return pid
 
+    def kill_agent(self) -> int:
+        code = f"from lab.node import worker_record; print(worker_record.agent_pid({WORKERS_FILE!r}) or '')"
+        pid = self._in_pod(code)
+        if not pid.isdigit():
+            raise FaultUnsupported(f"{self.name} has no agent that has started workers")
+        self._in_pod(f"import os; os.kill({pid}, 9)")
+        return int(pid)
+
     def _evict(self, grace_s: int) -> str:
         pod = self.pod()
         self.kubectl.run(self.kubectl.evict(pod), stdin=self.kubectl.eviction_body(pod, grace_s))

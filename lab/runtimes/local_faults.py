@@ -102,6 +102,13 @@ class LocalFaults(NodeFiles, Node):
         procs.signal_all(pids, signal.SIGKILL, self.run_dir)
         procs.wait_gone(pids, 5)
 
+    def kill_agent(self) -> int:
+        pid = worker_record.agent_pid(self.workers_file)
+        if pid is None or not procs.send(pid, signal.SIGKILL, self.run_dir):
+            raise FaultUnsupported(f"{self.name} has no running agent that has started workers")
+        procs.wait_gone([pid], 5)
+        return pid
+
     def preempt(self, grace_s: float) -> None:
         if self.pid is not None:
             procs.send(self.pid, signal.SIGTERM, self.run_dir)  # the shim hands it to torchrun, which TERMs the workers

@@ -119,6 +119,9 @@ class RayNode(Node):
     def kill_node(self) -> None:
         self._call("kill_node")
 
+    def kill_agent(self) -> int:
+        return self._call("kill_agent")
+
     def restart(self) -> None:
         self._call("restart")
 

@@ -1,0 +1,160 @@
+"""One cell of `lab bench coordinators`: a 2 x 2 trainer job whose coordinator is killed mid-run.
+
+A coordinator is a process every node relies on but no rank is: the rendezvous store (in
+node 0's agent for c10d and the lab's backend; the lab's etcd server for etcd-v2) and the
+lab's Prometheus. When rank 0 has completed KILL_AT, the cell SIGKILLs it and watches the
+nodes. The verdict:
+
+- survived: every node exited 0 and every rank completed its steps;
+- failed fast: the job ended within twice its configured timeout, and `lab why` says why;
+- failed unexplained: it ended in time, but `lab why` named no cause;
+- hung: it had not ended twice its timeout after the kill (plus the steps it still had to
+  run). The cell then stops it; the verdict's time is the deadline.
+
+The configured timeout is the longest wait the job was given for what it lost: the rendezvous
+join timeout (which bounds every store call) for a store, the process groups' timeout for a
+coordinator the ranks do not use (a lost peer then fails at the latest after it).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab import procs, runtimes, why
+from lab.bench.diagnosis_cell import NPROC, cell_topology, reached, waiting
+from lab.errors import LabError
+from lab.health.events import Event, ExitReason, read_events
+from lab.rundir import RunDir
+from lab.topology import Topology
+from lab.workloads import script_path
+
+STEP_TIME, STEPS, KILL_AT = 0.05, 100, 20
+JOIN_TIMEOUT_S, PG_TIMEOUT_S = 20, 10
+
+
+@dataclass(frozen=True)
+class Coordinator:
+    key: str
+    what: str  # what is killed, for the table
+    rdzv_backend: str
+    timeout_s: int  # the configured timeout it is judged against
+    monitoring: str = "off"
+    runtime: str = "local"
+
+
+COORDINATORS = {
+    c.key: c
+    for c in (
+        Coordinator("c10d", "node 0's agent, host of the c10d rendezvous TCPStore", "c10d", JOIN_TIMEOUT_S),
+        Coordinator("lab-store", "node 0's agent, host of the lab's rendezvous store", "lab", JOIN_TIMEOUT_S),
+        Coordinator("etcd", "the lab's etcd server (the etcd-v2 rendezvous)", "etcd-v2", JOIN_TIMEOUT_S),
+        Coordinator("prometheus", "the lab's Prometheus server", "lab", PG_TIMEOUT_S, monitoring="on"),
+        # lab.bench.ray_head_cell, on a Ray cluster of its own; Ray's timeout for a lost head
+        Coordinator("ray-head", "the Ray head's Global Control Store (ray runtime)", "lab", 60, runtime="ray"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    coordinator: Coordinator
+    trial: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.coordinator.key}-{self.trial}"
+
+
+@dataclass
+class Outcome:
+    cell: Cell
+    verdict: str  # survived | failed fast | failed unexplained | hung
+    seconds: float  # from the kill to the verdict
+    said: str  # what `lab why` says of it, or how the job ended
+    exit_codes: dict[str, int | None]  # node -> its exit status; None: still running, or its end unrecorded
+
+    @property
+    def within_twice_timeout(self) -> bool:
+        return self.verdict != "hung"
+
+    def to_json(self) -> dict:
+        return {
+            "coordinator": self.cell.coordinator.key,
+            "trial": self.cell.trial,
+            "verdict": self.verdict,
+            "seconds": round(self.seconds, 2),
+            "runtime": self.cell.coordinator.runtime,
+            "timeout_s": self.cell.coordinator.timeout_s,
+            "said": self.said,
+            "exit_codes": self.exit_codes,
+        }
+
+
+def topology(coordinator: Coordinator) -> Topology:
+    """Restarts left (a lost store must not pass for a used-up budget), short timeouts."""
+    return cell_topology(join_timeout_s=JOIN_TIMEOUT_S, pg_timeout_s=PG_TIMEOUT_S).replace(
+        rdzv_backend=coordinator.rdzv_backend, max_restarts=2
+    )
+
+
+def kill(coordinator: Coordinator, nodes, run_dir: str) -> None:
+    if coordinator.key in ("c10d", "lab-store"):
+        nodes[0].kill_agent()
+        return
+    name = {"etcd": "etcd", "prometheus": "prometheus"}[coordinator.key]
+    pids = [p for p in procs.marked_pids(run_dir) if procs.command(p) == name]
+    if not pids:
+        raise LabError(f"no {name} process of this lab to kill")
+    procs.signal_all(pids, signal.SIGKILL, run_dir)
+
+
+def judged(cell: Cell, run_path: Path, codes: dict[str, int | None], seconds: float) -> Outcome:
+    """The verdict of a job that ended (codes all known) or did not (a None among them)."""
+    card = why.card(run_path, kernel=lambda: "")
+    lost = card.store_loss.text() if card.store_loss else ""
+    if None in codes.values():
+        return Outcome(cell, "hung", seconds, lost or "no node ended", codes)
+    if all(code == 0 for code in codes.values()) and len(completed_ranks(run_path)) == len(codes) * NPROC:
+        return Outcome(cell, "survived", seconds, lost or f"every rank completed its {STEPS} steps", codes)
+    first = card.text().splitlines()[0] if card.first else ""
+    if lost:
+        return Outcome(cell, "failed fast", seconds, lost, codes)
+    return Outcome(cell, "failed unexplained", seconds, first or "the card named no cause", codes)
+
+
+def run_cell(cell: Cell, hosts: str, tmp: Path, stop: threading.Event) -> Outcome:
+    coordinator = cell.coordinator
+    run_dir = RunDir(tmp / cell.name)
+    runtime = runtimes.create("local", run_dir, log=lambda m: None, hosts=hosts, monitoring=coordinator.monitoring)
+    runtimes.begin_job(runtime, lambda m: None)
+    try:
+        _topology, nodes = runtime.up(topology(coordinator), script_path("trainer"), trainer_args())
+        reached(run_dir.path / "events", 0, KILL_AT, stop)
+        killed = time.monotonic()
+        kill(coordinator, nodes, str(run_dir.path))
+        deadline = killed + 2 * coordinator.timeout_s + (STEPS - KILL_AT) * STEP_TIME
+        codes = {n.name: n.exit_code() for n in nodes}
+        while None in codes.values() and time.monotonic() < deadline:
+            waiting(stop, 0.1)
+            codes = {n.name: n.exit_code() for n in nodes}
+        seconds = time.monotonic() - killed
+        return judged(cell, run_dir.path, codes, seconds)
+    finally:
+        runtime.down(grace_s=5)
+        run_dir.release()
+
+
+def trainer_args() -> list[str]:
+    return ["--steps", str(STEPS), "--step-time", str(STEP_TIME), "--ckpt-every", "0"]
+
+
+def completed_ranks(run_path: Path) -> set[int]:
+    return {
+        e["rank"]
+        for e in read_events(run_path / "events")
+        if e["event"] == Event.EXIT and e.get("reason") == ExitReason.COMPLETED
+    }

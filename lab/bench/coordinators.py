@@ -1,0 +1,120 @@
+"""`lab bench coordinators`: kill each coordinator of a running job and judge what followed.
+
+    lab bench coordinators [--coordinators c10d,lab-store,etcd,prometheus,ray-head] [--trials 3]
+                           [--hosts loopback|netns] [--parallel 2]
+
+Each cell is a 2 x 2 run of the lab's trainer whose coordinator is SIGKILLed once rank 0 has
+completed a step: on the local runtime (lab.bench.coordinator_cell) the c10d or lab rendezvous
+store (node 0's agent, which hosts it), the lab's etcd, the lab's Prometheus; on the ray
+runtime (lab.bench.ray_head_cell) the head of a real two-machine Ray cluster the cell starts
+on netns hosts. The table gives each one's verdict (survived, failed fast with the lab's
+reason, or hung), the seconds from the kill to it, and the timeout it is judged against: no
+case may run past twice that.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from lab.bench import coordinator_cell, ray_head_cell
+from lab.bench.coordinator_cell import COORDINATORS, KILL_AT, STEP_TIME, STEPS, Cell, Outcome
+from lab.bench.diagnosis import BENCH_HOSTS, HOST_KINDS, PARALLEL, listed
+from lab.bench.result import BenchResult, goal_line, this_command
+from lab.bench.side_by_side import run_side_by_side
+from lab.errors import LabError
+from lab.options import Option
+from lab.runtimes import netns
+
+WHICH = Option(
+    "--coordinators",
+    f"the coordinators to kill, comma-separated: {', '.join(COORDINATORS)} (default: all this machine can)",
+    "",
+)
+TRIALS = Option("--trials", "cells per coordinator (default %(default)s)", 3, int)
+
+
+def add_arguments(p) -> None:
+    BENCH_HOSTS.add_to(p)
+    for option in (WHICH, TRIALS, PARALLEL):
+        option.add_to(p)
+
+
+def cells_of(args) -> list[Cell]:
+    if args.hosts not in HOST_KINDS:
+        raise LabError(f"--hosts: the coordinators bench runs on {' or '.join(HOST_KINDS)} hosts; got {args.hosts}")
+    no_cluster = netns.unavailable_reason()
+    possible = [k for k, c in COORDINATORS.items() if c.runtime != "ray" or not no_cluster]
+    try:
+        keys = listed("--coordinators", tuple(COORDINATORS))(args.coordinators or ",".join(possible))
+    except ValueError as e:
+        raise LabError(str(e)) from None
+    if no_cluster and any(COORDINATORS[k].runtime == "ray" for k in keys):
+        raise LabError(f"--coordinators ray-head: its Ray cluster's machines are netns hosts, and {no_cluster}")
+    if args.trials < 1:
+        raise LabError(f"--trials: at least 1; got {args.trials}")
+    if args.parallel < 1:
+        raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
+    return [Cell(COORDINATORS[key], trial) for trial in range(args.trials) for key in keys]
+
+
+def run(args, out_dir: Path) -> BenchResult:
+    cells = cells_of(args)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="lab-bench-coordinators-") as tmp:
+        outcomes = run_side_by_side(
+            cells,
+            args.parallel,
+            lambda cell, stop: run_cell(cell, args.hosts, Path(tmp), stop),
+            lambda n, of, o: print(f"[{n}/{of}] {o.cell.name}: {o.verdict} in {o.seconds:.1f} s: {o.said}", flush=True),
+        )
+    minutes = (time.monotonic() - started) / 60
+    return BenchResult(
+        name="coordinators",
+        command=this_command(),
+        markdown=table(outcomes, args.hosts, minutes),
+        figures={"cells": [o.to_json() for o in outcomes], "minutes": round(minutes, 1)},
+    )
+
+
+def run_cell(cell: Cell, hosts: str, tmp: Path, stop) -> Outcome:
+    if cell.coordinator.runtime == "ray":
+        return ray_head_cell.run_cell(cell, tmp, stop)
+    return coordinator_cell.run_cell(cell, hosts, tmp, stop)
+
+
+def table(outcomes: list[Outcome], hosts: str, minutes: float) -> list[str]:
+    lines = [
+        f"A 2 x 2 run of the lab's trainer ({STEPS} steps of {STEP_TIME:g} s, restarts left) whose coordinator is "
+        f"SIGKILLed once rank 0 has completed step {KILL_AT}: on the local runtime ({hosts} hosts), or on the ray "
+        "runtime over a two-machine Ray cluster of netns hosts. Seconds: from the kill to the verdict (the job's "
+        "end, or the deadline: twice the timeout, plus the steps still to run).",
+        "",
+        "| killed | runtime | cells | verdict | seconds (median, max) | timeout (s) | beyond 2x timeout "
+        "| what the lab says |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, coordinator in COORDINATORS.items():
+        mine = [o for o in outcomes if o.cell.coordinator.key == key]
+        if not mine:
+            continue
+        verdicts = ", ".join(f"{v} {sum(o.verdict == v for o in mine)}" for v in dict.fromkeys(o.verdict for o in mine))
+        seconds = [o.seconds for o in mine]
+        hung = sum(not o.within_twice_timeout for o in mine)
+        lines.append(
+            f"| {key}: {coordinator.what} | {coordinator.runtime} | {len(mine)} | {verdicts} "
+            f"| {statistics.median(seconds):.1f}, {max(seconds):.1f} | {coordinator.timeout_s} | {hung} "
+            f"| {mine[0].said} |"
+        )
+    hung = sum(not o.within_twice_timeout for o in outcomes)
+    unexplained = sum(o.verdict == "failed unexplained" for o in outcomes)
+    return [
+        *lines,
+        "",
+        goal_line("0 hangs beyond twice the configured timeout", hung == 0, f"{hung} of {len(outcomes)}"),
+        goal_line("every failure says why", unexplained == 0, f"{unexplained} unexplained"),
+        "",
+        f"{len(outcomes)} cells in {minutes:.1f} min.",
+    ]

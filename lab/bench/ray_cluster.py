@@ -1,0 +1,133 @@
+"""A throwaway Ray cluster of real machines: netns hosts on this machine, each with its own
+address and hostname, `ray start --head` on the first and `ray start --address` on the rest.
+
+The coordinators bench kills its head; tests/test_ray_runtime.py runs the ray runtime on
+one. It is secured as Ray now makes clusters (one token for every machine and driver), its
+processes carry a mark of their own (not the lab's: `lab down` of a lab on it must leave
+the cluster alone), and `stop` removes all of it: processes, hosts, temp dirs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab import procs
+from lab.errors import LabError
+from lab.runtimes import netns
+
+RAY = str(Path(sys.executable).with_name("ray"))
+GCS_PORT = 6379
+CLUSTER_MARK = "TLAB_RAY_CLUSTER"  # every process of such a cluster carries it, its value the cluster's id
+JOIN_S = 120.0
+
+
+@dataclass
+class RayCluster:
+    net: netns.LabNet
+    hosts: list[netns.Host] = field(default_factory=list)
+    temp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tlab-rayc-")))
+    env: dict[str, str] = field(
+        default_factory=lambda: {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    )
+
+    @property
+    def address(self) -> str:
+        return f"{self.hosts[0].address}:{GCS_PORT}"
+
+    def pids(self) -> list[int]:
+        """The cluster's processes now (the lab's processes on it carry the lab's mark instead)."""
+        me = self.net.lab_id
+        return [
+            int(p.name)
+            for p in Path("/proc").iterdir()
+            if p.name.isdigit() and procs.environ(int(p.name)).get(CLUSTER_MARK) == me
+        ]
+
+    def on_head(self, *argv: str, run_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+        """`python -m lab ARGV` on the head machine (its network namespace and hostname)."""
+        return subprocess.run(
+            [*netns.exec_prefix(self.hosts[0]), sys.executable, "-m", "lab", *argv],
+            env={**os.environ, **self.env, "LAB_RUN_DIR": str(run_dir)},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def kill_head(self) -> list[int]:
+        """SIGKILL the head's Global Control Store, the one process every Ray machine reports to."""
+        gcs = [p for p in self.pids() if procs.command(p) == "gcs_server"]
+        if not gcs:
+            raise LabError(f"the Ray cluster at {self.address} has no head (gcs_server) running")
+        for pid in gcs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return gcs
+
+    def start_machine(self, index: int) -> None:
+        host = self.hosts[index]
+        role = (
+            ["--head", f"--port={GCS_PORT}", "--include-dashboard=false"]
+            if index == 0
+            else [f"--address={self.address}"]
+        )
+        machine = self.temp / f"m{index}"
+        argv = [
+            *netns.exec_prefix(host),
+            sys.executable, "-m", "lab.node.nodeproc", f"--hostname={host.name}", f"--exit-file={machine}.exit", "--",
+            RAY, "start", "--block", *role, f"--node-ip-address={host.address}", "--num-cpus=2",
+            "--object-store-memory=100000000", f"--temp-dir={machine}", "--disable-usage-stats",
+        ]  # fmt: skip
+        env = {**os.environ, **self.env, CLUSTER_MARK: self.net.lab_id}
+        subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+        self.wait_for_machines(index + 1)
+
+    def wait_for_machines(self, count: int) -> None:
+        deadline, said = time.monotonic() + JOIN_S, ""
+        while time.monotonic() < deadline:
+            status = subprocess.run(
+                [*netns.exec_prefix(self.hosts[0]), RAY, "status", f"--address={self.address}"],
+                capture_output=True, text=True, timeout=60, env={**os.environ, **self.env},
+            )  # fmt: skip
+            if status.stdout.count("node_") >= count and "Active:" in status.stdout:
+                return
+            said = (status.stdout + status.stderr).strip().splitlines()[-1:]
+            time.sleep(1)
+        raise LabError(f"machine {count - 1} never joined the Ray cluster at {self.address}: {' '.join(said)}")
+
+    def stop(self) -> None:
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        left = procs.wait_gone(self.pids(), 10)
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.net.destroy()
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def ray_cluster(lab_id: str, machines: int = 2) -> Iterator[RayCluster]:
+    """A Ray cluster of `machines` netns hosts of lab id `lab_id` (the labs run on it get their own)."""
+    reason = netns.unavailable_reason()
+    if reason:
+        raise LabError(f"a Ray cluster of netns hosts needs root and iproute2: {reason}")
+    cluster = RayCluster(netns.for_lab(lab_id))
+    try:
+        cluster.hosts = cluster.net.create(machines)
+        for index in range(machines):
+            cluster.start_machine(index)
+        yield cluster
+    finally:
+        cluster.stop()
