@@ -2,7 +2,8 @@
 
 `lab down` removes the nodes and their logs. When `lab run`'s job fails, the card is saved
 (reports/why-TIME.json) and, beside it, the files the card was read from (reports/why-TIME/):
-the ranks' and agents' event logs, each node's workers file and the last MiB of its log. The
+the ranks' and agents' event logs, each node's workers file, exit status and the last MiB of
+its log. The
 card can be drawn again from that folder (`lab.why.card(folder)`), and the tests' recorded
 failures (tests/fixtures/why/) are such folders.
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from lab import files
 
 LOG_TAIL_BYTES = 1 << 20
-KEPT = ("events/rank*.jsonl", "events/agent-*.jsonl", "nodes/*/workers.json", "nodes/*/node.log")
+KEPT = ("events/rank*.jsonl", "events/agent-*.jsonl", "nodes/*/workers.json", "nodes/*/node.log", "nodes/*/exit")
 
 
 def keep(run_dir: Path, into: Path) -> Path:

@@ -27,6 +27,7 @@ class StoreLoss:
     agents: list[str]  # the nodes whose agents could not reach the store, first first
     went_on: bool  # the agents kept training without it (lab.store_lost), and no group failed after
     at_step: int | None  # the furthest step any rank had completed when it was first seen
+    regroup_failed: bool = False  # a group failed, and its agent then found no store to regroup in
     killed: dict[str, str] = field(default_factory=dict)  # node -> "SIGKILL": nodes ended by a signal
 
     def text(self) -> str:
@@ -35,6 +36,8 @@ class StoreLoss:
         line += f"{', '.join(self.agents)} could not reach it ({self.reason})"
         if self.went_on:
             line += "; they went on training without it (it is needed only to form a new round)"
+        if self.regroup_failed:
+            line += "; the group that failed could not regroup without it"
         if self.killed:
             dead = ", ".join(f"{node} ({how})" for node, how in self.killed.items())
             line += f"; killed: {dead} (a c10d or lab store lives in node 0's agent)"
@@ -52,11 +55,12 @@ def found(agent_events: list[dict], rank_steps: list[tuple[float, int]], nodes_d
     reason = LOST.sub(r"\1", reason.removeprefix("RendezvousConnectionError: ")).split(" See inner exception")[0]
     agents = list(dict.fromkeys(e["node"] for e in lost))
     steps = [step for time, step in rank_steps if time <= first["time"]]
+    failed = min((e["time"] for e in agent_events if e["name"] == AgentEvent.FAILURE_DETECTED), default=None)
     return StoreLoss(
         reason=reason.strip(),
         agents=agents,
-        went_on=any(e["name"] == AgentEvent.STORE_LOST for e in lost)
-        and not any(e["name"] == AgentEvent.FAILURE_DETECTED and e["time"] >= first["time"] for e in agent_events),
+        went_on=any(e["name"] == AgentEvent.STORE_LOST for e in lost) and (failed is None or failed < first["time"]),
+        regroup_failed=failed is not None and any(LOST.match(e["message"]) and e["time"] >= failed for e in lost),
         at_step=max(steps, default=None),
         killed=killed_nodes(nodes_dir),
     )

@@ -7,7 +7,9 @@
 #           the card `lab run` saved under tests/fixtures/why/ (tests/unit/test_why_card.py);
 #   diagnosis: cells of `lab bench diagnosis` (every fault class on both targets, the middle rank;
 #           kill and exception also on the first and last) keep their evidence and truth under
-#           tests/fixtures/diagnosis/ (tests/unit/test_diagnosis.py).
+#           tests/fixtures/diagnosis/ (tests/unit/test_diagnosis.py);
+#   coordinators: cells of `lab bench coordinators` (each rendezvous store killed mid-run) keep their
+#           evidence and verdict under tests/fixtures/coordinators/ (tests/unit/test_lost_store.py).
 # Re-record after a change to what a drill gathers or the card reads; about 40 min in all.
 #   scripts/record-fixtures.sh [CASE...]      (default: every case below)
 set -euo pipefail
@@ -46,6 +48,7 @@ declare -A CASES=(
   [why-exit]="exit"
   [why-hang]="hang"
   [diagnosis]="--positions middle --at-steps 6;--classes kill,exception --positions first,last --at-steps 14"
+  [coordinators]="--coordinators c10d,lab-store,etcd --trials 1"
 )
 # The kinds of script people write (tests/user_scripts/snapshot_every_epoch.py's flags), each
 # through every drill that takes --script: tests/unit/test_script_kinds.py.
@@ -102,6 +105,13 @@ record_diagnosis() {  # "BENCH-ARGS;BENCH-ARGS..."
   done
 }
 
+record_coordinators() {  # BENCH-ARGS
+  local out=tests/fixtures/coordinators
+  rm -rf "$out"
+  # shellcheck disable=SC2086
+  "$LAB" bench coordinators $1 --keep "$out" --out "$WORK/bench" | grep '^\['
+}
+
 MISSED=()
 for case in "${@:-${!CASES[@]}}"; do
   [[ -n "${CASES[$case]:-}" ]] || { echo "record-fixtures: no case $case; cases: ${!CASES[*]}" >&2; exit 2; }
@@ -110,6 +120,7 @@ for case in "${@:-${!CASES[@]}}"; do
   case $case in
     why-*) record_why "${CASES[$case]}" ;;
     diagnosis) record_diagnosis "${CASES[$case]}" ;;
+    coordinators) record_coordinators "${CASES[$case]}" ;;
     *) record_drill "$case" ${CASES[$case]} ;;
   esac
 done

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
 import time
 
 import pytest
@@ -15,6 +16,8 @@ from conftest import REPO, needs_netns, report_of
 from test_multinode import ranks_from
 
 from lab import procs
+from lab.bench import ray_head_cell
+from lab.bench.coordinator_cell import COORDINATORS, Cell
 from lab.bench.ray_cluster import RAY, ray_cluster
 from lab.runtimes import netns
 
@@ -138,3 +141,14 @@ def test_prometheus_scrapes_every_machine_and_down_leaves_no_lab_actor(cluster, 
     )
     assert "MachineAgent" not in actors.stdout, actors.stdout
     assert not [p for p in procs.marked_pids(str(run_dir))], "a node's process outlived lab down"
+
+
+def test_losing_the_ray_head_mid_run_the_job_trains_on_and_the_lab_says_it_cannot_reach_ray(cluster, tmp_path):
+    """The last test of the module: it kills the cluster's head (lab.bench.ray_head_cell).
+    Once started, the nodes need Ray for nothing; the lab needs it to reach them."""
+    cell = Cell(COORDINATORS["ray-head"], 0)
+    outcome = ray_head_cell.on_cluster(cell, cluster, tmp_path, threading.Event())
+    assert outcome.verdict == "survived", outcome
+    assert outcome.seconds < 2 * cell.coordinator.timeout_s
+    assert f"`lab status`: no Ray cluster answers at {cluster.address}" in outcome.said, outcome.said
+    assert not procs.marked_pids(str(tmp_path / cell.name)), "a node's process outlived the job and lab down"

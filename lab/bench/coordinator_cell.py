@@ -18,14 +18,15 @@ coordinator the ranks do not use (a lost peer then fails at the latest after it)
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import procs, runtimes, why
-from lab.bench.diagnosis_cell import NPROC, cell_topology, reached, waiting
+from lab import evidence, files, procs, runtimes, why
+from lab.bench.diagnosis_cell import NPROC, TRUTH, cell_topology, reached, waiting
 from lab.errors import LabError
 from lab.health.events import Event, ExitReason, read_events
 from lab.rundir import RunDir
@@ -126,7 +127,8 @@ def judged(cell: Cell, run_path: Path, codes: dict[str, int | None], seconds: fl
     return Outcome(cell, "failed unexplained", seconds, first or "the card named no cause", codes)
 
 
-def run_cell(cell: Cell, hosts: str, tmp: Path, stop: threading.Event) -> Outcome:
+def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event) -> Outcome:
+    """keep: a folder for the evidence the verdict was drawn from (lab.evidence), with its truth."""
     coordinator = cell.coordinator
     run_dir = RunDir(tmp / cell.name)
     runtime = runtimes.create("local", run_dir, log=lambda m: None, hosts=hosts, monitoring=coordinator.monitoring)
@@ -142,7 +144,11 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, stop: threading.Event) -> Outcom
             waiting(stop, 0.1)
             codes = {n.name: n.exit_code() for n in nodes}
         seconds = time.monotonic() - killed
-        return judged(cell, run_dir.path, codes, seconds)
+        outcome = judged(cell, run_dir.path, codes, seconds)
+        if keep:
+            kept = evidence.keep(run_dir.path, Path(keep) / cell.name)
+            files.write_text(kept / TRUTH, json.dumps({**outcome.to_json(), "steps": STEPS}) + "\n")
+        return outcome
     finally:
         runtime.down(grace_s=5)
         run_dir.release()

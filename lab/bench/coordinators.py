@@ -1,7 +1,7 @@
 """`lab bench coordinators`: kill each coordinator of a running job and judge what followed.
 
     lab bench coordinators [--coordinators c10d,lab-store,etcd,prometheus,ray-head] [--trials 3]
-                           [--hosts loopback|netns] [--parallel 2]
+                           [--hosts loopback|netns] [--parallel 2] [--keep DIR]
 
 Each cell is a 2 x 2 run of the lab's trainer whose coordinator is SIGKILLed once rank 0 has
 completed a step: on the local runtime (lab.bench.coordinator_cell) the c10d or lab rendezvous
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from lab.bench import coordinator_cell, ray_head_cell
 from lab.bench.coordinator_cell import COORDINATORS, KILL_AT, STEP_TIME, STEPS, Cell, Outcome
-from lab.bench.diagnosis import BENCH_HOSTS, HOST_KINDS, PARALLEL, listed
+from lab.bench.diagnosis import BENCH_HOSTS, HOST_KINDS, KEEP, PARALLEL, listed
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.bench.side_by_side import run_side_by_side
 from lab.errors import LabError
@@ -38,7 +38,8 @@ TRIALS = Option("--trials", "cells per coordinator (default %(default)s)", 3, in
 
 def add_arguments(p) -> None:
     BENCH_HOSTS.add_to(p)
-    for option in (WHICH, TRIALS, PARALLEL):
+    kept = KEEP.but(help="keep each local cell's evidence and verdict under this folder")
+    for option in (WHICH, TRIALS, PARALLEL, kept):
         option.add_to(p)
 
 
@@ -67,7 +68,7 @@ def run(args, out_dir: Path) -> BenchResult:
         outcomes = run_side_by_side(
             cells,
             args.parallel,
-            lambda cell, stop: run_cell(cell, args.hosts, Path(tmp), stop),
+            lambda cell, stop: run_cell(cell, args.hosts, Path(tmp), args.keep, stop),
             lambda n, of, o: print(f"[{n}/{of}] {o.cell.name}: {o.verdict} in {o.seconds:.1f} s: {o.said}", flush=True),
         )
     minutes = (time.monotonic() - started) / 60
@@ -79,10 +80,10 @@ def run(args, out_dir: Path) -> BenchResult:
     )
 
 
-def run_cell(cell: Cell, hosts: str, tmp: Path, stop) -> Outcome:
-    if cell.coordinator.runtime == "ray":
+def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop) -> Outcome:
+    if cell.coordinator.runtime == "ray":  # its evidence is on the cluster's machines
         return ray_head_cell.run_cell(cell, tmp, stop)
-    return coordinator_cell.run_cell(cell, hosts, tmp, stop)
+    return coordinator_cell.run_cell(cell, hosts, tmp, keep, stop)
 
 
 def table(outcomes: list[Outcome], hosts: str, minutes: float) -> list[str]:

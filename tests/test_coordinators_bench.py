@@ -1,0 +1,52 @@
+"""`lab bench coordinators` end to end on the local runtime: node 0's agent (host of the c10d and
+of the lab's rendezvous store), the lab's etcd and its Prometheus SIGKILLed under real 2 x 2
+trainer jobs, each verdict reached well inside twice its timeout, and nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import loopback_labs
+
+from lab import procs
+from lab.rundir import MARKER
+
+pytestmark = [pytest.mark.slow, loopback_labs]  # loopback hosts: torchrun's port on this machine
+
+
+def test_each_coordinator_loss_is_survived_or_fails_fast_saying_why(lab, tmp_path):
+    cells_dirs = lambda: set(Path(tempfile.gettempdir()).glob("lab-bench-coordinators-*"))  # noqa: E731
+    before = cells_dirs()
+    out = lab(
+        "bench", "coordinators", "--coordinators", "c10d,lab-store,etcd,prometheus", "--trials", "1",
+        "--out", str(tmp_path), timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    cells = {c["coordinator"]: c for c in json.loads((tmp_path / "coordinators.json").read_text())["figures"]["cells"]}
+    for store in ("c10d", "lab-store"):  # the store dies with node 0's agent: node 1 cannot regroup
+        cell = cells[store]
+        assert cell["verdict"] == "failed fast" and cell["seconds"] < cell["timeout_s"], cell
+        assert "killed: node0 (SIGKILL)" in cell["said"] and "could not regroup without it" in cell["said"], cell
+        assert cell["exit_codes"]["node0"] == 137 and cell["exit_codes"]["node1"] != 0, cell
+    etcd = cells["etcd"]  # outside every node: the agents go on (lab.node.store_loss) and the job ends well
+    assert etcd["verdict"] == "survived" and "they went on training without it" in etcd["said"], etcd
+    assert cells["prometheus"]["verdict"] == "survived", cells["prometheus"]
+    assert "Goal: 0 hangs beyond twice the configured timeout: **met**" in out.stdout
+    prefix = str(Path(tempfile.gettempdir()) / "lab-bench-coordinators-")
+    assert [p for p in procs.marked_pids() if procs.environ(p).get(MARKER, "").startswith(prefix)] == []
+    assert cells_dirs() <= before
+
+
+def test_bad_input_is_one_line(lab):
+    for args, words in (
+        (["--coordinators", "zookeeper"], "--coordinators: choose from c10d, lab-store, etcd, prometheus, ray-head"),
+        (["--trials", "0"], "--trials: at least 1"),
+        (["--parallel", "0"], "--parallel: at least 1 cell at a time"),
+        (["--hosts", "userns"], "--hosts: the coordinators bench runs on loopback or netns"),
+    ):
+        out = lab("bench", "coordinators", *args, "--out", "/tmp/unused-bench-out")
+        assert out.returncode != 0 and words in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
