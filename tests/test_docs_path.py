@@ -29,6 +29,10 @@ ELSEWHERE = {
     ".venv/bin/lab bench stragglers --positions middle --at-steps 15 --clean-runs 1 --out /tmp/stragglers": (
         "tests/test_stragglers_bench.py::test_the_bench_names_each_slowed_rank_in_time_and_no_rank_of_a_clean_run"
     ),
+    ".venv/bin/lab bench coordinators --coordinators c10d,lab-store,etcd,prometheus --trials 1 "
+    "--out /tmp/coordinators": (
+        "tests/test_coordinators_bench.py::test_each_coordinator_loss_is_survived_or_fails_fast_saying_why"
+    ),
     ".venv/bin/lab bench diagnosis --classes segfault,sigterm --positions last --at-steps 5 --out /tmp/diagnosis": (
         "tests/test_diagnosis_bench.py::test_the_bench_names_each_injected_rank_and_writes_its_table"
     ),

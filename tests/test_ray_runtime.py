@@ -61,7 +61,7 @@ def test_two_machine_job_gives_the_local_checksums(cluster, run_dir):
 @pytest.mark.parametrize("name", ["kill-worker", "kill-node"])
 def test_fault_drill_passes_on_the_ray_cluster(cluster, run_dir, name):
     out = cluster.on_head(
-        "exercise", "run", name, "--runtime", "ray", "--ray-address", cluster, run_dir=run_dir, timeout=600
+        "exercise", "run", name, "--runtime", "ray", "--ray-address", cluster.address, run_dir=run_dir, timeout=600
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     report = report_of(out)
