@@ -146,7 +146,7 @@ def test_prometheus_scrapes_every_machine_and_down_leaves_no_lab_actor(cluster, 
 def test_losing_the_ray_head_mid_run_the_job_trains_on_and_the_lab_says_it_cannot_reach_ray(cluster, tmp_path):
     """The last test of the module: it kills the cluster's head (lab.bench.ray_head_cell).
     Once started, the nodes need Ray for nothing; the lab needs it to reach them."""
-    cell = Cell(COORDINATORS["ray-head"], 0)
+    cell = Cell(COORDINATORS["ray-head"], "ray", 0)
     outcome = ray_head_cell.on_cluster(cell, cluster, tmp_path, threading.Event())
     assert outcome.verdict == "survived", outcome
     assert outcome.seconds < 2 * cell.coordinator.timeout_s

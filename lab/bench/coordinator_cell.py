@@ -44,18 +44,19 @@ class Coordinator:
     rdzv_backend: str
     timeout_s: int  # the configured timeout it is judged against
     monitoring: str = "off"
-    runtime: str = "local"
+    runtimes: tuple[str, ...] = ("local",)  # where it is measured: where it exists, and the cell can kill it
 
 
+BOTH: dict = {"runtimes": ("local", "docker")}  # node 0's agent: a process, or a container's
 COORDINATORS = {
     c.key: c
     for c in (
-        Coordinator("c10d", "node 0's agent, host of the c10d rendezvous TCPStore", "c10d", JOIN_TIMEOUT_S),
-        Coordinator("lab-store", "node 0's agent, host of the lab's rendezvous store", "lab", JOIN_TIMEOUT_S),
+        Coordinator("c10d", "node 0's agent, host of the c10d rendezvous TCPStore", "c10d", JOIN_TIMEOUT_S, **BOTH),
+        Coordinator("lab-store", "node 0's agent, host of the lab's rendezvous store", "lab", JOIN_TIMEOUT_S, **BOTH),
         Coordinator("etcd", "the lab's etcd server (the etcd-v2 rendezvous)", "etcd-v2", JOIN_TIMEOUT_S),
         Coordinator("prometheus", "the lab's Prometheus server", "lab", PG_TIMEOUT_S, monitoring="on"),
         # lab.bench.ray_head_cell, on a Ray cluster of its own; Ray's timeout for a lost head
-        Coordinator("ray-head", "the Ray head's Global Control Store (ray runtime)", "lab", 60, runtime="ray"),
+        Coordinator("ray-head", "the Ray head's Global Control Store", "lab", 60, runtimes=("ray",)),
     )
 }
 
@@ -63,11 +64,12 @@ COORDINATORS = {
 @dataclass(frozen=True)
 class Cell:
     coordinator: Coordinator
+    runtime: str
     trial: int
 
     @property
     def name(self) -> str:
-        return f"{self.coordinator.key}-{self.trial}"
+        return f"{self.coordinator.key}-{self.runtime}-{self.trial}"
 
 
 @dataclass
@@ -88,7 +90,7 @@ class Outcome:
             "trial": self.cell.trial,
             "verdict": self.verdict,
             "seconds": round(self.seconds, 2),
-            "runtime": self.cell.coordinator.runtime,
+            "runtime": self.cell.runtime,
             "timeout_s": self.cell.coordinator.timeout_s,
             "said": self.said,
             "exit_codes": self.exit_codes,
@@ -131,7 +133,9 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event
     """keep: a folder for the evidence the verdict was drawn from (lab.evidence), with its truth."""
     coordinator = cell.coordinator
     run_dir = RunDir(tmp / cell.name)
-    runtime = runtimes.create("local", run_dir, log=lambda m: None, hosts=hosts, monitoring=coordinator.monitoring)
+    taken = {o.name for o in runtimes.runtime_class(cell.runtime).OPTIONS}
+    options = {k: v for k, v in {"hosts": hosts, "monitoring": coordinator.monitoring}.items() if k in taken}
+    runtime = runtimes.create(cell.runtime, run_dir, log=lambda m: None, **options)
     runtimes.begin_job(runtime, lambda m: None)
     try:
         _topology, nodes = runtime.up(topology(coordinator), script_path("trainer"), trainer_args())

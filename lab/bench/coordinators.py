@@ -1,11 +1,13 @@
 """`lab bench coordinators`: kill each coordinator of a running job and judge what followed.
 
-    lab bench coordinators [--coordinators c10d,lab-store,etcd,prometheus,ray-head] [--trials 3]
+    lab bench coordinators [--coordinators c10d,lab-store,etcd,prometheus,ray-head]
+                           [--runtimes local,docker,ray] [--trials 3]
                            [--hosts loopback|netns] [--parallel 2] [--keep DIR]
 
 Each cell is a 2 x 2 run of the lab's trainer whose coordinator is SIGKILLed once rank 0 has
 completed a step: on the local runtime (lab.bench.coordinator_cell) the c10d or lab rendezvous
-store (node 0's agent, which hosts it), the lab's etcd, the lab's Prometheus; on the ray
+store (node 0's agent, which hosts it), the lab's etcd, the lab's Prometheus; the stores again on
+the docker runtime (node 0's agent in its container); on the ray
 runtime (lab.bench.ray_head_cell) the head of a real two-machine Ray cluster the cell starts
 on netns hosts. The table gives each one's verdict (survived, failed fast with the lab's
 reason, or hung), the seconds from the kill to it, and the timeout it is judged against: no
@@ -33,13 +35,20 @@ WHICH = Option(
     f"the coordinators to kill, comma-separated: {', '.join(COORDINATORS)} (default: all this machine can)",
     "",
 )
-TRIALS = Option("--trials", "cells per coordinator (default %(default)s)", 3, int)
+TRIALS = Option("--trials", "cells per coordinator and runtime (default %(default)s)", 3, int)
+RUNTIMES = ("local", "docker", "ray")
+RUNTIMES_OPTION = Option(
+    "--runtimes",
+    "where the coordinators are killed, comma-separated: local, docker (node 0's agent in its container), ray "
+    "(a two-machine Ray cluster of netns hosts) (default: local, and ray where netns hosts can be made)",
+    "",
+)
 
 
 def add_arguments(p) -> None:
     BENCH_HOSTS.add_to(p)
     kept = KEEP.but(help="keep each local cell's evidence and verdict under this folder")
-    for option in (WHICH, TRIALS, PARALLEL, kept):
+    for option in (WHICH, RUNTIMES_OPTION, TRIALS, PARALLEL, kept):
         option.add_to(p)
 
 
@@ -47,18 +56,29 @@ def cells_of(args) -> list[Cell]:
     if args.hosts not in HOST_KINDS:
         raise LabError(f"--hosts: the coordinators bench runs on {' or '.join(HOST_KINDS)} hosts; got {args.hosts}")
     no_cluster = netns.unavailable_reason()
-    possible = [k for k, c in COORDINATORS.items() if c.runtime != "ray" or not no_cluster]
     try:
+        chosen = listed("--runtimes", RUNTIMES)(args.runtimes or ("local" if no_cluster else "local,ray"))
+        possible = [k for k, c in COORDINATORS.items() if set(c.runtimes) & set(chosen)]
         keys = listed("--coordinators", tuple(COORDINATORS))(args.coordinators or ",".join(possible))
     except ValueError as e:
         raise LabError(str(e)) from None
-    if no_cluster and any(COORDINATORS[k].runtime == "ray" for k in keys):
-        raise LabError(f"--coordinators ray-head: its Ray cluster's machines are netns hosts, and {no_cluster}")
+    if no_cluster and "ray" in chosen:
+        raise LabError(f"--runtimes ray: the bench's Ray cluster's machines are netns hosts, and {no_cluster}")
+    for key in keys:
+        if not set(COORDINATORS[key].runtimes) & set(chosen):
+            where = " and ".join(COORDINATORS[key].runtimes)
+            raise LabError(f"--coordinators {key}: measured on the {where} runtime; add --runtimes {where}")
     if args.trials < 1:
         raise LabError(f"--trials: at least 1; got {args.trials}")
     if args.parallel < 1:
         raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
-    return [Cell(COORDINATORS[key], trial) for trial in range(args.trials) for key in keys]
+    return [
+        Cell(COORDINATORS[key], runtime, trial)
+        for trial in range(args.trials)
+        for key in keys
+        for runtime in COORDINATORS[key].runtimes
+        if runtime in chosen
+    ]
 
 
 def run(args, out_dir: Path) -> BenchResult:
@@ -81,34 +101,38 @@ def run(args, out_dir: Path) -> BenchResult:
 
 
 def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop) -> Outcome:
-    if cell.coordinator.runtime == "ray":  # its evidence is on the cluster's machines
+    if cell.runtime == "ray":  # its evidence is on the cluster's machines
         return ray_head_cell.run_cell(cell, tmp, stop)
     return coordinator_cell.run_cell(cell, hosts, tmp, keep, stop)
+
+
+def row(mine: list[Outcome]) -> str:
+    coordinator, runtime = mine[0].cell.coordinator, mine[0].cell.runtime
+    verdicts = ", ".join(f"{v} {sum(o.verdict == v for o in mine)}" for v in dict.fromkeys(o.verdict for o in mine))
+    seconds = [o.seconds for o in mine]
+    hung = sum(not o.within_twice_timeout for o in mine)
+    return (
+        f"| {coordinator.key}: {coordinator.what} | {runtime} | {len(mine)} | {verdicts} "
+        f"| {statistics.median(seconds):.1f}, {max(seconds):.1f} | {coordinator.timeout_s} | {hung} | {mine[0].said} |"
+    )
 
 
 def table(outcomes: list[Outcome], hosts: str, minutes: float) -> list[str]:
     lines = [
         f"A 2 x 2 run of the lab's trainer ({STEPS} steps of {STEP_TIME:g} s, restarts left) whose coordinator is "
-        f"SIGKILLed once rank 0 has completed step {KILL_AT}: on the local runtime ({hosts} hosts), or on the ray "
-        "runtime over a two-machine Ray cluster of netns hosts. Seconds: from the kill to the verdict (the job's "
-        "end, or the deadline: twice the timeout, plus the steps still to run).",
+        f"SIGKILLed once rank 0 has completed step {KILL_AT}: on the local runtime ({hosts} hosts), the docker "
+        "runtime, or the ray runtime over a two-machine Ray cluster of netns hosts. Seconds: from the kill to the "
+        "verdict (the job's end, or the deadline: twice the timeout, plus the steps still to run).",
         "",
         "| killed | runtime | cells | verdict | seconds (median, max) | timeout (s) | beyond 2x timeout "
         "| what the lab says |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for key, coordinator in COORDINATORS.items():
-        mine = [o for o in outcomes if o.cell.coordinator.key == key]
-        if not mine:
-            continue
-        verdicts = ", ".join(f"{v} {sum(o.verdict == v for o in mine)}" for v in dict.fromkeys(o.verdict for o in mine))
-        seconds = [o.seconds for o in mine]
-        hung = sum(not o.within_twice_timeout for o in mine)
-        lines.append(
-            f"| {key}: {coordinator.what} | {coordinator.runtime} | {len(mine)} | {verdicts} "
-            f"| {statistics.median(seconds):.1f}, {max(seconds):.1f} | {coordinator.timeout_s} | {hung} "
-            f"| {mine[0].said} |"
-        )
+        for runtime in coordinator.runtimes:
+            mine = [o for o in outcomes if o.cell.coordinator.key == key and o.cell.runtime == runtime]
+            if mine:
+                lines.append(row(mine))
     hung = sum(not o.within_twice_timeout for o in outcomes)
     unexplained = sum(o.verdict == "failed unexplained" for o in outcomes)
     return [

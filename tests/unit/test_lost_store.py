@@ -33,7 +33,7 @@ def kept(name: str) -> tuple[Path, dict]:
     return KEPT / name, json.loads((KEPT / name / "truth.json").read_text())
 
 
-@pytest.mark.parametrize("name", ["c10d-0", "lab-store-0"])
+@pytest.mark.parametrize("name", ["c10d-local-0", "lab-store-local-0"])
 def test_a_store_lost_with_its_host_names_the_host_and_the_agent_that_lost_it(name):
     folder, _ = kept(name)
     card = why.card(folder, kernel=lambda: "")
@@ -47,7 +47,7 @@ def test_a_store_lost_with_its_host_names_the_host_and_the_agent_that_lost_it(na
     assert "killed: node0 (SIGKILL)" in text
     # The ranks that failed report lost peers only; the note says whose: node0's, unreported.
     assert "node0 died with its agent, unreported" in text
-    if name == "lab-store-0":  # torch's DistNetworkError says "Failed to recv"; the lab's says what was lost
+    if name == "lab-store-local-0":  # torch's DistNetworkError says "Failed to recv"; the lab's says what was lost
         assert (
             lost.reason.startswith("the lab's rendezvous store at 127.0.0.1:")
             and "node 0's agent hosts it" in lost.reason
@@ -57,7 +57,7 @@ def test_a_store_lost_with_its_host_names_the_host_and_the_agent_that_lost_it(na
 
 
 def test_a_lost_etcd_is_survived_and_said_so():
-    folder, _ = kept("etcd-0")
+    folder, _ = kept("etcd-local-0")
     card = why.card(folder, kernel=lambda: "")
     assert card.first is None and card.store_loss is not None
     assert card.store_loss.went_on and not card.store_loss.regroup_failed and card.store_loss.killed == {}
@@ -67,10 +67,10 @@ def test_a_lost_etcd_is_survived_and_said_so():
     assert card.to_json()["store_loss"]["went_on"] is True
 
 
-@pytest.mark.parametrize("name", ["c10d-0", "lab-store-0", "etcd-0"])
+@pytest.mark.parametrize("name", ["c10d-local-0", "lab-store-local-0", "etcd-local-0"])
 def test_the_bench_verdict_is_drawn_again_from_the_kept_evidence(name):
     folder, truth = kept(name)
-    cell = Cell(COORDINATORS[truth["coordinator"]], truth["trial"])
+    cell = Cell(COORDINATORS[truth["coordinator"]], truth["runtime"], truth["trial"])
     again = judged(cell, folder, truth["exit_codes"], truth["seconds"])
     assert (again.verdict, again.said) == (truth["verdict"], truth["said"])
     assert {"c10d": "failed fast", "lab-store": "failed fast", "etcd": "survived"}[
@@ -79,8 +79,8 @@ def test_the_bench_verdict_is_drawn_again_from_the_kept_evidence(name):
 
 
 def test_a_node_still_running_at_the_deadline_is_a_hang():
-    folder, truth = kept("c10d-0")
-    cell = Cell(COORDINATORS["c10d"], 0)
+    folder, truth = kept("c10d-local-0")
+    cell = Cell(COORDINATORS["c10d"], "local", 0)
     hung = judged(cell, folder, {"node0": 137, "node1": None}, 41.0)
     assert hung.verdict == "hung" and not hung.within_twice_timeout
 
