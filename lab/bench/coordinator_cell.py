@@ -5,7 +5,8 @@ node 0's agent for c10d and the lab's backend; the lab's etcd server for etcd-v2
 lab's Prometheus. When rank 0 has completed KILL_AT, the cell SIGKILLs it and watches the
 nodes. The verdict:
 
-- survived: every node exited 0 and every rank completed its steps;
+- survived: every rank completed its steps (a node whose agent was killed may still exit non-zero:
+  the outcome says so);
 - failed fast: the job ended within twice its configured timeout, and `lab why` says why;
 - failed unexplained: it ended in time, but `lab why` named no cause;
 - hung: it had not ended twice its timeout after the kill (plus the steps it still had to
@@ -33,7 +34,9 @@ from lab.rundir import RunDir
 from lab.topology import Topology
 from lab.workloads import script_path
 
-STEP_TIME, STEPS, KILL_AT = 0.05, 100, 20
+# 14 s still to run after the kill: longer than any incidental wait (a node's shim gives its
+# orphans 5 s to finish their output), so that "survived" means the job outlived the loss.
+STEP_TIME, STEPS, KILL_AT = 0.05, 300, 20
 JOIN_TIMEOUT_S, PG_TIMEOUT_S = 20, 10
 
 
@@ -121,8 +124,11 @@ def judged(cell: Cell, run_path: Path, codes: dict[str, int | None], seconds: fl
     lost = card.store_loss.text() if card.store_loss else ""
     if None in codes.values():
         return Outcome(cell, "hung", seconds, lost or "no node ended", codes)
-    if all(code == 0 for code in codes.values()) and len(completed_ranks(run_path)) == len(codes) * NPROC:
-        return Outcome(cell, "survived", seconds, lost or f"every rank completed its {STEPS} steps", codes)
+    if len(completed_ranks(run_path)) == len(codes) * NPROC:  # the training outlived the loss
+        said = [lost] if lost else []
+        said.append(f"every rank completed its {STEPS} steps")
+        said += [f"{node} exited {code}" for node, code in codes.items() if code]
+        return Outcome(cell, "survived", seconds, "; ".join(said), codes)
     first = card.text().splitlines()[0] if card.first else ""
     if lost:
         return Outcome(cell, "failed fast", seconds, lost, codes)

@@ -8,14 +8,18 @@ etcd has failed". The store is needed to form the next round, not to train in th
 
 So the lab's agents answer "no node waits" while the store cannot be reached, say so once
 (in the node log, and as an agent event `lab.store_lost`, which `lab why` reads) and go
-on. A node that wanted to rejoin cannot while the store is gone either; if a worker fails
-later, its agent's next rendezvous fails at once, naming the store. Only a lost
-connection is forgiven: any other error still ends the agent, as torch would.
+on, asking it again less and less often (a store brought back is used again). A node that
+wanted to rejoin cannot while the store is gone either; if a worker fails later, its agent's
+next rendezvous fails at once, naming the store. Only a lost connection is forgiven: any
+other error still ends the agent, as torch would.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+
+RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
 
 
 def unreachable(error: BaseException) -> bool:
@@ -26,14 +30,19 @@ def unreachable(error: BaseException) -> bool:
     return isinstance(error, RendezvousConnectionError | DistNetworkError)
 
 
-def tolerant(num_nodes_waiting):
-    """num_nodes_waiting, answering 0 while the store cannot be reached."""
+def tolerant(num_nodes_waiting, clock=time.monotonic):
+    """num_nodes_waiting, answering 0 while the store cannot be reached. Once it is lost the store
+    is asked again after RETRY_FIRST_S, then twice as long each time up to RETRY_MAX_S: torch's
+    rendezvous records each failed ask (about 7 KB), and the agent asks every monitor interval."""
     said = False
+    retry_at, backoff = 0.0, 0.0
 
     def ask(handler) -> int:
-        nonlocal said
+        nonlocal said, retry_at, backoff
+        if clock() < retry_at:
+            return 0
         try:
-            return num_nodes_waiting(handler)
+            answer = num_nodes_waiting(handler)
         except Exception as e:  # noqa: BLE001 -- only a lost store is forgiven; the rest re-raised
             if not unreachable(e):
                 raise
@@ -41,7 +50,11 @@ def tolerant(num_nodes_waiting):
                 said = True
                 reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 record(handler.get_backend(), reason)
+            backoff = min(RETRY_MAX_S, backoff * 2 or RETRY_FIRST_S)
+            retry_at = clock() + backoff
             return 0
+        backoff = 0.0  # it answers again
+        return answer
 
     return ask
 

@@ -131,7 +131,34 @@ def test_a_lost_store_is_answered_none_waiting_and_recorded_once(agent_events, c
     records = [r for r in read_agent_events(agent_events) if r["name"] == AgentEvent.STORE_LOST]
     assert len(records) == 1 and records[0]["event"]["metadata"]["backend"] == "c10d"
     assert "the c10d rendezvous store cannot be reached" in capsys.readouterr().err
-    assert ask(Answers(None)) == 1  # once it answers again, its answer counts
+
+
+class Store(Answers):
+    """A store that is lost, then comes back; counts how often it is asked."""
+
+    asked = 0
+
+    def num_nodes_waiting(self) -> int:
+        self.asked += 1
+        return super().num_nodes_waiting()
+
+
+def test_a_lost_store_is_asked_less_and_less_often_and_heard_again_when_back(agent_events):
+    now = [0.0]
+    ask = store_loss.tolerant(Store.num_nodes_waiting, clock=lambda: now[0])
+    store = Store(RendezvousConnectionError("The connection to etcd has failed."))
+    asked_at = []
+    for tick in range(600):  # a minute of monitor intervals (0.1 s)
+        now[0] = tick / 10
+        before = store.asked
+        assert ask(store) == 0
+        if store.asked > before:
+            asked_at.append(now[0])
+    gaps = [round(b - a, 1) for a, b in zip(asked_at, asked_at[1:], strict=False)]
+    assert gaps[:6] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0][: len(gaps[:6])] and len(asked_at) < 10, gaps
+    store.error = None  # the store is back: asked at its next retry, then every interval again
+    now[0] += store_loss.RETRY_MAX_S
+    assert ask(store) == 1 and ask(store) == 1 and store.asked == len(asked_at) + 2
 
 
 @pytest.mark.parametrize("error", [DistStoreError("wait timeout after 1000ms"), ValueError("a bug")])
