@@ -82,7 +82,7 @@ bench: venv host-deps ## measure everything (about 40 min) and write docs/benchm
 	$(BIN)/lab bench detection --out $(BENCH_OUT)
 	$(BIN)/lab bench diagnosis --out $(BENCH_OUT)
 	$(BIN)/lab bench stragglers --hosts netns --out $(BENCH_OUT)
-	$(BIN)/lab bench coordinators --out $(BENCH_OUT)
+	$(BIN)/lab bench coordinators --out $(BENCH_OUT) $$(docker info >/dev/null 2>&1 && echo --runtimes local,docker,ray)
 	$(BIN)/lab bench startup --out $(BENCH_OUT)
 	$(BIN)/lab bench overhead --out $(BENCH_OUT)
 	$(BIN)/lab bench docs --out $(BENCH_OUT) --output docs/benchmarks.md

@@ -50,3 +50,17 @@ def test_bad_input_is_one_line(lab):
         out = lab("bench", "coordinators", *args, "--out", "/tmp/unused-bench-out")
         assert out.returncode != 0 and words in out.stderr and "Traceback" not in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+@pytest.mark.docker
+def test_a_store_killed_in_its_container_fails_fast_saying_why(lab, images, tmp_path):
+    """Node 0's agent SIGKILLed inside its container (docker exec): its shim gives the orphaned
+    workers 5 s, then node 1's group fails and finds no store to regroup in."""
+    out = lab(
+        "bench", "coordinators", "--runtimes", "docker", "--coordinators", "lab-store", "--trials", "1",
+        "--out", str(tmp_path), timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    [cell] = json.loads((tmp_path / "coordinators.json").read_text())["figures"]["cells"]
+    assert (cell["runtime"], cell["verdict"]) == ("docker", "failed fast") and cell["seconds"] < 20, cell
+    assert "the lab's rendezvous store at node0:" in cell["said"] and "killed: node0 (SIGKILL)" in cell["said"], cell

@@ -50,14 +50,14 @@ class Coordinator:
     runtimes: tuple[str, ...] = ("local",)  # where it is measured: where it exists, and the cell can kill it
 
 
-BOTH: dict = {"runtimes": ("local", "docker")}  # node 0's agent: a process, or a container's
+BOTH: dict = {"runtimes": ("local", "docker")}  # a process here, or a container's (or the container)
 COORDINATORS = {
     c.key: c
     for c in (
         Coordinator("c10d", "node 0's agent, host of the c10d rendezvous TCPStore", "c10d", JOIN_TIMEOUT_S, **BOTH),
         Coordinator("lab-store", "node 0's agent, host of the lab's rendezvous store", "lab", JOIN_TIMEOUT_S, **BOTH),
         Coordinator("etcd", "the lab's etcd server (the etcd-v2 rendezvous)", "etcd-v2", JOIN_TIMEOUT_S),
-        Coordinator("prometheus", "the lab's Prometheus server", "lab", PG_TIMEOUT_S, monitoring="on"),
+        Coordinator("prometheus", "the lab's Prometheus server", "lab", PG_TIMEOUT_S, monitoring="on", **BOTH),
         # lab.bench.ray_head_cell, on a Ray cluster of its own; Ray's timeout for a lost head
         Coordinator("ray-head", "the Ray head's Global Control Store", "lab", 60, runtimes=("ray",)),
     )
@@ -107,14 +107,19 @@ def topology(coordinator: Coordinator) -> Topology:
     )
 
 
-def kill(coordinator: Coordinator, nodes, run_dir: str) -> None:
+def kill(coordinator: Coordinator, runtime, nodes) -> None:
+    """SIGKILL the coordinator: node 0's agent (a process, or one in its container), or the
+    lab's own etcd or Prometheus (a process of this lab's, or the docker runtime's container)."""
     if coordinator.key in ("c10d", "lab-store"):
         nodes[0].kill_agent()
         return
-    name = {"etcd": "etcd", "prometheus": "prometheus"}[coordinator.key]
-    pids = [p for p in procs.marked_pids(run_dir) if procs.command(p) == name]
+    if coordinator.key == "prometheus" and runtime.name == "docker":
+        runtime.docker.containers.get(runtime.prometheus_container).kill(signal="SIGKILL")
+        return
+    run_dir = str(runtime.run_dir.path)
+    pids = [p for p in procs.marked_pids(run_dir) if procs.command(p) == coordinator.key]
     if not pids:
-        raise LabError(f"no {name} process of this lab to kill")
+        raise LabError(f"no {coordinator.key} process of this lab to kill")
     procs.signal_all(pids, signal.SIGKILL, run_dir)
 
 
@@ -147,7 +152,7 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event
         _topology, nodes = runtime.up(topology(coordinator), script_path("trainer"), trainer_args())
         reached(run_dir.path / "events", 0, KILL_AT, stop)
         killed = time.monotonic()
-        kill(coordinator, nodes, str(run_dir.path))
+        kill(coordinator, runtime, nodes)
         deadline = killed + 2 * coordinator.timeout_s + (STEPS - KILL_AT) * STEP_TIME
         codes = {n.name: n.exit_code() for n in nodes}
         while None in codes.values() and time.monotonic() < deadline:
