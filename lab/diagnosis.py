@@ -31,6 +31,7 @@ class Fault:
     what: str
     caged: bool = False  # the rank is moved into a small memory cgroup first (lab.bench.cages)
     no_script: str = ""  # why an unchanged script cannot be given this fault ("": it can)
+    ends_job: bool = True  # False: the job goes on (a straggler), and the card is read on the running job
 
 
 FAULTS = (
@@ -51,6 +52,15 @@ FAULTS = (
         no_script="an unchanged script cannot be made to diverge from outside (the lab's trainer passes its "
         "loss through lab.health.injected_error.poisoned and, with --check-loss, checks it)",
     ),
+    Fault(
+        "slow",
+        injected.STALL_SIGNAL,
+        "slow",
+        f"every step from then on {injected.STALL_S:g} s longer on this rank: a straggler, the job goes on",
+        no_script="a user's script records no busy time, so no straggler is named on it (the lab's trainer "
+        "times each step outside its all-reduce: lab/workloads/step_clock.py)",
+        ends_job=False,
+    ),
 )
 FAULT_NAMES = tuple(f.name for f in FAULTS)
 
@@ -66,6 +76,8 @@ class Named:
 
 def named(card: Card) -> Named:
     first = card.first
+    if first is None and card.straggler:  # nothing failed, and one rank slowed the rest
+        return Named(card.straggler.rank, "slow", card.straggler.since)
     if first is None:
         return Named(None, "unknown", None)
     hung = any(HUNG_NOTE in note for note in card.notes)

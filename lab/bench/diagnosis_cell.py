@@ -20,6 +20,7 @@ from lab.bench import free_port
 from lab.bench.cages import memory_cage
 from lab.diagnosis import Fault, Grade, grade
 from lab.errors import LabError
+from lab.health import stragglers
 from lab.health.events import Event, read_events
 from lab.kernel_log import kernel_log
 from lab.rundir import RunDir
@@ -31,6 +32,7 @@ PG_TIMEOUT_S, STEP_TIME, STEPS = 8, 0.05, 400
 TRUTH = "truth.json"  # in a kept cell's evidence: what was injected, where and when
 KERNEL_LOG = "kernel.log"  # and the kernel's lines on the rank, if it killed it
 START_S = 120.0  # from `up` until the target rank completes the cell's step
+SLOWED_STEPS = 30  # a straggler: the steps after the fault within which it must be named (the goal's 20, and more)
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,19 @@ def ended(nodes, stop: threading.Event) -> bool:
     return False
 
 
+def slowed_for(events_dir: Path, at: int, stop: threading.Event) -> bool:
+    """A fault the job goes on through (a straggler): once some rank is named one, or SLOWED_STEPS
+    steps after the fault (the card then names whom it can). False: the job has not ended."""
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        events = list(read_events(events_dir))
+        furthest = max((e["step"] for e in events if e["event"] == Event.STEP), default=0)
+        if stragglers.first_named(events) or furthest > at + SLOWED_STEPS:
+            break
+        waiting(stop, 0.2)
+    return False
+
+
 def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event) -> tuple[Grade, dict]:
     """The cell's job broken once and graded; keep: a folder for the evidence the card was drawn from."""
     run_dir = RunDir(tmp / cell.name)
@@ -108,7 +123,7 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event
         at, start = reached(run_dir.path / "events", cell.rank, cell.step, stop)
         with memory_cage(start["pid"], cell.name) if cell.fault.caged else contextlib.nullcontext():
             next(n for n in nodes if n.name == start["node"]).kill_worker(start["local_rank"], cell.fault.signal)
-            finished = ended(nodes, stop)
+            finished = ended(nodes, stop) if cell.fault.ends_job else slowed_for(run_dir.path / "events", at, stop)
         kernel = kernel_log()
         card = why.card(run_dir.path, kernel=lambda: kernel)
         if keep:

@@ -35,8 +35,9 @@ def table(
     """refused: (target, fault, why) for the cells the bench could not inject."""
     lines = [
         f"`lab why` graded on {len(grades)} cells ({hosts} hosts, 2 x 2, no restarts; the lab's trainer and an "
-        "ordinary DDP script, lab/workloads/plain_train.py): right = the first-failing rank and the fault's class "
-        "both named; unknown = no rank named with confidence; wrong = another rank named with confidence.",
+        "ordinary DDP script, lab/workloads/plain_train.py): right = the first-failing rank (a straggler's: the "
+        "slowed one) and the fault's class both named; unknown = no rank named with confidence; wrong = another "
+        "rank named with confidence.",
         "",
         "| fault (what was injected) | cells | right rank | right class | right step | unknown | wrong rank | right |",
         "|---|---|---|---|---|---|---|---|",

@@ -45,12 +45,14 @@ class Straggler:
     busy_s: float  # its busy seconds a step in that window (typical())
     others_s: float  # the other ranks' mean of theirs
     scores: dict[int, float]  # every rank's score in that window
+    since: int | None = None  # its first step in that window at RATIO x the others' mean and MARGIN_S more
 
     def text(self) -> str:
         per_rank = ", ".join(f"{rank}: {score:.1f}" for rank, score in sorted(self.scores.items()))
+        since = f" (slow since step {self.since})" if self.since is not None else ""
         return (
             f"straggler: rank {self.rank}, busy {self.busy_s:.3f} s a step outside the all-reduce against "
-            f"{self.others_s:.3f} s for the others (score {self.score:.1f}), named at step {self.step}; "
+            f"{self.others_s:.3f} s for the others (score {self.score:.1f}), named at step {self.step}{since}; "
             f"scores per rank: {per_rank}"
         )
 
@@ -101,8 +103,15 @@ def first_named(events: Iterable[dict]) -> Straggler | None:
         if slow:
             rank = max(slow, key=lambda r: scored[r][0])
             score, busy, others = scored[rank]
-            return Straggler(rank, last, score, busy, others, {r: s[0] for r, s in scored.items()})
+            since = next((last - WINDOW + 1 + i for i, step in enumerate(window) if slow_in(step, rank)), None)
+            return Straggler(rank, last, score, busy, others, {r: s[0] for r, s in scored.items()}, since)
     return None
+
+
+def slow_in(step: dict[int, float], rank: int) -> bool:
+    """The rank was busy RATIO x the others' mean and MARGIN_S more in this one step."""
+    others = mean(b for r, b in step.items() if r != rank)
+    return step[rank] >= RATIO * others and step[rank] - others >= MARGIN_S
 
 
 def latest_scores(events: Iterable[dict]) -> dict[int, float]:
