@@ -131,8 +131,10 @@ class Grade:
 
     @property
     def step_ok(self) -> bool:
-        """The step in flight when the fault landed, or the one before it (a signal between steps)."""
-        return self.named_step is not None and self.step <= self.named_step <= self.step + 1
+        """The step in flight when the fault landed, or the one before it (a signal between steps).
+        A slowdown shows from the step after: the one in flight may be past its pause already."""
+        late = 2 if self.expect == "slow" else 1
+        return self.named_step is not None and self.step <= self.named_step <= self.step + late
 
     @property
     def right(self) -> bool:

@@ -45,7 +45,7 @@ class Straggler:
     busy_s: float  # its busy seconds a step in that window (typical())
     others_s: float  # the other ranks' mean of theirs
     scores: dict[int, float]  # every rank's score in that window
-    since: int | None = None  # its first step in that window at RATIO x the others' mean and MARGIN_S more
+    since: int | None = None  # the first of its latest run of slow steps in that window (onset)
 
     def text(self) -> str:
         per_rank = ", ".join(f"{rank}: {score:.1f}" for rank, score in sorted(self.scores.items()))
@@ -103,9 +103,22 @@ def first_named(events: Iterable[dict]) -> Straggler | None:
         if slow:
             rank = max(slow, key=lambda r: scored[r][0])
             score, busy, others = scored[rank]
-            since = next((last - WINDOW + 1 + i for i, step in enumerate(window) if slow_in(step, rank)), None)
+            since = onset(window, rank, last)
             return Straggler(rank, last, score, busy, others, {r: s[0] for r, s in scored.items()}, since)
     return None
+
+
+def onset(window: list[dict[int, float]], rank: int, last: int) -> int | None:
+    """The first step of the latest run of the rank's slow steps in the window: a slowdown that
+    stays (a sleep in each step) from its first step on; one earlier hiccup does not count."""
+    slow = [slow_in(step, rank) for step in window]
+    end = max((i for i, is_slow in enumerate(slow) if is_slow), default=None)
+    if end is None:
+        return None
+    start = end
+    while start > 0 and slow[start - 1]:
+        start -= 1
+    return last - len(window) + 1 + start
 
 
 def slow_in(step: dict[int, float], rank: int) -> bool:

@@ -19,8 +19,9 @@ from lab.bench import diagnosis
 from lab.bench.diagnosis import listed, paired, steps_list
 from lab.bench.diagnosis_cell import Cell
 from lab.bench.diagnosis_table import table
-from lab.diagnosis import FAULTS, Grade, grade, kind_of, named
+from lab.diagnosis import FAULTS, Grade, Named, grade, kind_of, named
 from lab.errors import LabError
+from lab.health.stragglers import Straggler
 from lab.why import Card, RankFailure
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnosis"
@@ -162,9 +163,11 @@ def test_the_bench_refuses_before_it_starts_anything(tmp_path, change, words):
 
 
 def test_a_fault_an_unchanged_script_cannot_take_is_refused_there_only():
-    nan = BY_NAME["nan"]
-    assert diagnosis.refuses(Cell("script", nan, 1, 6)) and not diagnosis.refuses(Cell("trainer", nan, 1, 6))
-    assert not any(diagnosis.refuses(Cell("script", f, 1, 6)) for f in FAULTS if f is not nan)
+    nan, slow = BY_NAME["nan"], BY_NAME["slow"]
+    for trainer_only in (nan, slow):
+        assert diagnosis.refuses(Cell("script", trainer_only, 1, 6))
+        assert not diagnosis.refuses(Cell("trainer", trainer_only, 1, 6))
+    assert not any(diagnosis.refuses(Cell("script", f, 1, 6)) for f in FAULTS if f not in (nan, slow))
     lines = table([], [nan], "loopback", 0.1, refused=[("script", "nan", nan.no_script)])
     assert f"- nan on the script: {nan.no_script}" in lines
 
@@ -181,3 +184,14 @@ def test_a_poisoned_loss_is_nan_once_and_the_trainers_check_names_the_rank_and_s
     with pytest.raises(FloatingPointError, match="rank 3: the loss is nan at step 12"):
         finite(torch.tensor(float("nan")), 3, 12)
     assert finite(one, 3, 12) is one
+
+
+def test_a_straggler_is_named_only_when_nothing_failed():
+    """The straggler line names the slowed rank as "slow"; a failure on the same card comes first."""
+    slow = Straggler(rank=3, step=12, score=9.0, busy_s=0.25, others_s=0.002, scores={3: 9.0}, since=8)
+    assert named(Card(first=None, straggler=slow)) == Named(3, "slow", 8)
+    failed = RankFailure(1, "node0", 1, 0.0, -9, pid=7, how="killed by SIGKILL", last_step=14)
+    assert named(Card(first=failed, straggler=slow)) == Named(1, "killed", 14)
+    graded = grade("trainer", BY_NAME["slow"], 3, 6, Card(first=None, straggler=slow))
+    assert graded.right and graded.step_ok  # slow from two steps after the one read: in time
+    assert not grade("trainer", BY_NAME["slow"], 3, 5, Card(first=None, straggler=slow)).step_ok

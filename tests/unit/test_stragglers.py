@@ -43,6 +43,8 @@ def test_a_rank_slowed_from_a_step_is_named_within_a_few_steps(tmp_path, slow_ra
     named = stragglers.first_named(events)
     assert named is not None and named.rank == slow_rank
     assert from_step < named.step <= from_step + 3
+    assert named.since == from_step + 1  # its first slow step: what `lab bench diagnosis` grades
+    assert f"(slow since step {from_step + 1})" in named.text()
     assert named.score > 10 and set(named.scores) == set(range(RANKS))
     assert stragglers.latest_scores(events)[slow_rank] == max(stragglers.latest_scores(events).values())
 
