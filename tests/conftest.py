@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -112,6 +113,20 @@ def left_behind(run_dir: Path, lab_id: str) -> list[str]:
     found += [f"ray process {pid}" for pid in ray]
     found += [f"dir {d}" for d in Path(tempfile.gettempdir()).glob(f"{session}*")]
     return found
+
+
+@contextlib.contextmanager
+def bench_leaves_nothing(bench: str):
+    """`lab bench BENCH` run inside: afterwards no process of its cells' labs runs and no temp dir
+    of theirs (lab-bench-BENCH-*, lab.bench.side_by_side.run_in_temp) is left."""
+    prefix = str(Path(tempfile.gettempdir()) / f"lab-bench-{bench}-")
+    dirs = lambda: set(Path(tempfile.gettempdir()).glob(f"lab-bench-{bench}-*"))  # noqa: E731
+    before = dirs()
+    yield
+    from lab.rundir import MARKER
+
+    assert [p for p in procs.marked_pids() if procs.environ(p).get(MARKER, "").startswith(prefix)] == []
+    assert dirs() <= before
 
 
 def chromium(*args: str) -> subprocess.CompletedProcess:

@@ -6,26 +6,20 @@ neighbour, which died of the lost connection a moment later."""
 from __future__ import annotations
 
 import json
-import tempfile
-from pathlib import Path
 
 import pytest
-from conftest import loopback_labs
-
-from lab import procs
-from lab.rundir import MARKER
+from conftest import bench_leaves_nothing, loopback_labs
 
 pytestmark = [pytest.mark.slow, loopback_labs]  # loopback hosts: torchrun's port on this machine
 
 
 def test_the_bench_names_each_injected_rank_and_writes_its_table(lab, tmp_path):
     """docs/exercises.md's command (its --out aside): both targets, by default."""
-    cells_dirs = lambda: set(Path(tempfile.gettempdir()).glob("lab-bench-diagnosis-*"))  # noqa: E731
-    before = cells_dirs()
-    out = lab(
-        "bench", "diagnosis", "--classes", "segfault,sigterm", "--positions", "last",
-        "--at-steps", "5", "--out", str(tmp_path), timeout=600,
-    )  # fmt: skip
+    with bench_leaves_nothing("diagnosis"):
+        out = lab(
+            "bench", "diagnosis", "--classes", "segfault,sigterm", "--positions", "last",
+            "--at-steps", "5", "--out", str(tmp_path), timeout=600,
+        )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     result = json.loads((tmp_path / "diagnosis.json").read_text())
     cells = result["figures"]["cells"]
@@ -33,6 +27,3 @@ def test_the_bench_names_each_injected_rank_and_writes_its_table(lab, tmp_path):
     assert all(c["right"] and c["rank"] == 3 for c in cells), [c["card"] for c in cells]
     assert "| **all** | 4 | 4 | 4 |" in "\n".join(result["markdown"])
     assert "- Goal: 0 cells with a wrong rank named: **met** (0)" in result["markdown"]
-    prefix = str(Path(tempfile.gettempdir()) / "lab-bench-diagnosis-")
-    ours = [pid for pid in procs.marked_pids() if procs.environ(pid).get(MARKER, "").startswith(prefix)]
-    assert ours == [] and cells_dirs() <= before

@@ -17,15 +17,13 @@ case may run past twice that.
 from __future__ import annotations
 
 import statistics
-import tempfile
-import time
 from pathlib import Path
 
 from lab.bench import coordinator_cell, ray_head_cell
 from lab.bench.coordinator_cell import COORDINATORS, KILL_AT, STEP_TIME, STEPS, Cell, Outcome
 from lab.bench.diagnosis import BENCH_HOSTS, HOST_KINDS, KEEP, PARALLEL, listed
 from lab.bench.result import BenchResult, goal_line, this_command
-from lab.bench.side_by_side import run_side_by_side
+from lab.bench.side_by_side import run_in_temp
 from lab.errors import LabError
 from lab.options import Option
 from lab.runtimes import netns
@@ -82,16 +80,13 @@ def cells_of(args) -> list[Cell]:
 
 
 def run(args, out_dir: Path) -> BenchResult:
-    cells = cells_of(args)
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="lab-bench-coordinators-") as tmp:
-        outcomes = run_side_by_side(
-            cells,
-            args.parallel,
-            lambda cell, stop: run_cell(cell, args.hosts, Path(tmp), args.keep, stop),
-            lambda n, of, o: print(f"[{n}/{of}] {o.cell.name}: {o.verdict} in {o.seconds:.1f} s: {o.said}", flush=True),
-        )
-    minutes = (time.monotonic() - started) / 60
+    outcomes, minutes = run_in_temp(
+        "coordinators",
+        cells_of(args),
+        args.parallel,
+        lambda cell, tmp, stop: run_cell(cell, args.hosts, tmp, args.keep, stop),
+        lambda n, of, o: print(f"[{n}/{of}] {o.cell.name}: {o.verdict} in {o.seconds:.1f} s: {o.said}", flush=True),
+    )
     return BenchResult(
         name="coordinators",
         command=this_command(),

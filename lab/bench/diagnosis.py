@@ -14,15 +14,13 @@ wrong ranks named with confidence, per fault class and overall.
 
 from __future__ import annotations
 
-import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from lab.bench.diagnosis_cell import NODES, NPROC, STEPS, Cell, run_cell
 from lab.bench.diagnosis_table import table
 from lab.bench.result import BenchResult, this_command
-from lab.bench.side_by_side import run_side_by_side
+from lab.bench.side_by_side import run_in_temp
 from lab.diagnosis import FAULT_NAMES, FAULTS, Grade
 from lab.errors import LabError
 from lab.options import Option
@@ -101,15 +99,13 @@ def run(args, out_dir: Path) -> BenchResult:
     for target, fault, why in refused:
         print(f"{fault} on the {target}: refused: {why}", flush=True)
     cells = [c for c in cells if not refuses(c)]
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="lab-bench-diagnosis-") as tmp:
-        graded = run_side_by_side(
-            cells,
-            args.parallel,
-            lambda cell, stop: run_cell(cell, args.hosts, Path(tmp), args.keep, stop),
-            lambda n, of, result: say(n, of, result[0]),
-        )
-    minutes = (time.monotonic() - started) / 60
+    graded, minutes = run_in_temp(
+        "diagnosis",
+        cells,
+        args.parallel,
+        lambda cell, tmp, stop: run_cell(cell, args.hosts, tmp, args.keep, stop),
+        lambda n, of, result: say(n, of, result[0]),
+    )
     grades = [g for g, _ in graded]
     return BenchResult(
         name="diagnosis",

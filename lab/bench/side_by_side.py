@@ -4,9 +4,12 @@ see the stop event and tear down their labs before the stop goes on."""
 
 from __future__ import annotations
 
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
 from typing import TypeVar
 
 C = TypeVar("C")
@@ -33,3 +36,18 @@ def run_side_by_side(
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     return [done[n] for n in range(len(cells))]
+
+
+def run_in_temp(
+    bench: str,
+    cells: Sequence[C],
+    parallel: int,
+    run_one: Callable[[C, Path, threading.Event], R],
+    finished: Callable[[int, int, R], None],
+) -> tuple[list[R], float]:
+    """run_side_by_side, each cell's lab under one temp dir of the bench's own (lab-bench-BENCH-*,
+    removed after, stopped or not); and the minutes the cells took."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"lab-bench-{bench}-") as tmp:
+        results = run_side_by_side(cells, parallel, lambda cell, stop: run_one(cell, Path(tmp), stop), finished)
+    return results, (time.monotonic() - started) / 60

@@ -15,8 +15,6 @@ where both hold, and refused in one line elsewhere.
 
 from __future__ import annotations
 
-import tempfile
-import time
 from pathlib import Path
 
 from lab.bench.diagnosis import (
@@ -31,7 +29,7 @@ from lab.bench.diagnosis import (
     steps_list,
 )
 from lab.bench.result import BenchResult, goal_line, this_command
-from lab.bench.side_by_side import run_side_by_side
+from lab.bench.side_by_side import run_in_temp
 from lab.bench.straggler_cell import AFTER, GOAL_STEPS, NETWORK_WAYS, STEP_TIME, WAYS, Cell, Outcome, run_cell
 from lab.errors import LabError
 from lab.health.stragglers import MARGIN_S, NET_MARGIN_S, NET_WINDOW, RATIO, WINDOW, SlowNetwork
@@ -94,15 +92,13 @@ def cells_of(args) -> tuple[list[Cell], list[str]]:
 
 def run(args, out_dir: Path) -> BenchResult:
     cells, unmeasured = cells_of(args)
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="lab-bench-stragglers-") as tmp:
-        outcomes = run_side_by_side(
-            cells,
-            args.parallel,
-            lambda cell, stop: run_cell(cell, args.hosts, Path(tmp), stop),
-            lambda n, of, outcome: print(f"[{n}/{of}] {outcome.cell.name}: {said(outcome)}", flush=True),
-        )
-    minutes = (time.monotonic() - started) / 60
+    outcomes, minutes = run_in_temp(
+        "stragglers",
+        cells,
+        args.parallel,
+        lambda cell, tmp, stop: run_cell(cell, args.hosts, tmp, stop),
+        lambda n, of, outcome: print(f"[{n}/{of}] {outcome.cell.name}: {said(outcome)}", flush=True),
+    )
     return BenchResult(
         name="stragglers",
         command=this_command(),
