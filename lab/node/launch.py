@@ -139,20 +139,9 @@ def main(argv: list[str] | None = None) -> None:
     from torch.distributed.run import main as torchrun_main
     from torch.distributed.run import parse_args
 
-    from lab import recovery
-    from lab.node import fast_rendezvous, restart_budget, stop_grace, store_loss
+    from lab.node import restart_budget
 
-    fast_rendezvous.register()
-    if not flags.torch_defaults:  # torch's own: a lost store ends every agent at its next look
-        store_loss.install()
-    if parse_args(torchrun_argv).rdzv_backend == fast_rendezvous.NAME:
-        stop_grace.install()
-        log(
-            "[lab.node.launch] rendezvous: the lab's backend for fixed-size jobs (lab/node/fast_rendezvous.py): "
-            "agents wake on the store instead of torch's 1 s poll; node 0 hosts each round's worker store; "
-            f"before a restart, a worker alive {recovery.RESTART_STOP_GRACE_S} s after SIGTERM is SIGKILLed "
-            f"(torch waits {recovery.TORCH_STOP_GRACE_S} s; lab/node/stop_grace.py)"
-        )
+    install_rendezvous(parse_args(torchrun_argv).rdzv_backend, flags.torch_defaults, log)
     if flags.preload_workers:
         from lab.node.preload import preload_workers
 
@@ -173,6 +162,25 @@ def main(argv: list[str] | None = None) -> None:
         restart_budget.exit_if_crash_loop(budget, e)
         raise
     exit_at_once()
+
+
+def install_rendezvous(backend: str, torch_defaults: bool, log) -> None:
+    """The lab's rendezvous backend registered; a lost store forgiven while training goes on
+    (not with --torch-defaults: torch's own ends every agent at its next look)."""
+    from lab import recovery
+    from lab.node import fast_rendezvous, stop_grace, store_loss
+
+    fast_rendezvous.register()
+    if not torch_defaults:
+        store_loss.install()
+    if backend == fast_rendezvous.NAME:
+        stop_grace.install()
+        log(
+            "[lab.node.launch] rendezvous: the lab's backend for fixed-size jobs (lab/node/fast_rendezvous.py): "
+            "agents wake on the store instead of torch's 1 s poll; node 0 hosts each round's worker store; "
+            f"before a restart, a worker alive {recovery.RESTART_STOP_GRACE_S} s after SIGTERM is SIGKILLed "
+            f"(torch waits {recovery.TORCH_STOP_GRACE_S} s; lab/node/stop_grace.py)"
+        )
 
 
 def exit_at_once() -> None:
