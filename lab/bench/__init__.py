@@ -5,6 +5,7 @@ import socket
 from lab.options import Option
 
 TRIALS = Option("--trials", "how many times each side is measured (default %(default)s)", 3, int)
+BENCH_RUNTIMES = Option("--runtimes", "where the bench runs, comma-separated (default %(default)s)", "local")
 
 
 def free_port() -> int:

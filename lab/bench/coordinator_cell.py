@@ -48,6 +48,7 @@ class Coordinator:
     timeout_s: int  # the configured timeout it is judged against
     monitoring: str = "off"
     runtimes: tuple[str, ...] = ("local",)  # where it is measured: where it exists, and the cell can kill it
+    own_cluster: bool = False  # killed on a Ray cluster the cell starts for it (lab.bench.ray_head_cell)
 
 
 BOTH: dict = {"runtimes": ("local", "docker")}  # a process here, or a container's (or the container)
@@ -59,7 +60,7 @@ COORDINATORS = {
         Coordinator("etcd", "the lab's etcd server (the etcd-v2 rendezvous)", "etcd-v2", JOIN_TIMEOUT_S),
         Coordinator("prometheus", "the lab's Prometheus server", "lab", PG_TIMEOUT_S, monitoring="on", **BOTH),
         # lab.bench.ray_head_cell, on a Ray cluster of its own; Ray's timeout for a lost head
-        Coordinator("ray-head", "the Ray head's Global Control Store", "lab", 60, runtimes=("ray",)),
+        Coordinator("ray-head", "the Ray head's Global Control Store", "lab", 60, runtimes=("ray",), own_cluster=True),
     )
 }
 
@@ -109,18 +110,17 @@ def topology(coordinator: Coordinator) -> Topology:
 
 def kill(coordinator: Coordinator, runtime, nodes) -> None:
     """SIGKILL the coordinator: node 0's agent (a process, or one in its container), or the
-    lab's own etcd or Prometheus (a process of this lab's, or the docker runtime's container)."""
+    lab's own etcd or Prometheus (the runtime knows where its Prometheus runs)."""
     if coordinator.key in ("c10d", "lab-store"):
         nodes[0].kill_agent()
-        return
-    if coordinator.key == "prometheus" and runtime.name == "docker":
-        runtime.docker.containers.get(runtime.prometheus_container).kill(signal="SIGKILL")
-        return
-    run_dir = str(runtime.run_dir.path)
-    pids = [p for p in procs.marked_pids(run_dir) if procs.command(p) == coordinator.key]
-    if not pids:
-        raise LabError(f"no {coordinator.key} process of this lab to kill")
-    procs.signal_all(pids, signal.SIGKILL, run_dir)
+    elif coordinator.key == "prometheus":
+        runtime.kill_prometheus()
+    else:
+        run_dir = str(runtime.run_dir.path)
+        pids = [p for p in procs.marked_pids(run_dir) if procs.command(p) == coordinator.key]
+        if not pids:
+            raise LabError(f"no {coordinator.key} process of this lab to kill")
+        procs.signal_all(pids, signal.SIGKILL, run_dir)
 
 
 def judged(cell: Cell, run_path: Path, codes: dict[str, int | None], seconds: float) -> Outcome:

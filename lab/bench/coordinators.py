@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from lab.bench import coordinator_cell, ray_head_cell
+from lab.bench import BENCH_RUNTIMES, TRIALS, coordinator_cell, ray_head_cell
 from lab.bench.coordinator_cell import COORDINATORS, KILL_AT, STEP_TIME, STEPS, Cell, Outcome
 from lab.bench.diagnosis import BENCH_HOSTS, HOST_KINDS, KEEP, PARALLEL, listed
 from lab.bench.result import BenchResult, goal_line, this_command
@@ -33,20 +33,19 @@ WHICH = Option(
     f"the coordinators to kill, comma-separated: {', '.join(COORDINATORS)} (default: all this machine can)",
     "",
 )
-TRIALS = Option("--trials", "cells per coordinator and runtime (default %(default)s)", 3, int)
 RUNTIMES = ("local", "docker", "ray")
-RUNTIMES_OPTION = Option(
-    "--runtimes",
-    "where the coordinators are killed, comma-separated: local, docker (node 0's agent in its container), ray "
+RUNTIMES_OPTION = BENCH_RUNTIMES.but(
+    help="where the coordinators are killed, comma-separated: local, docker (node 0's agent in its container), ray "
     "(a two-machine Ray cluster of netns hosts) (default: local, and ray where netns hosts can be made)",
-    "",
+    default="",
 )
 
 
 def add_arguments(p) -> None:
     BENCH_HOSTS.add_to(p)
     kept = KEEP.but(help="keep each local cell's evidence and verdict under this folder")
-    for option in (WHICH, RUNTIMES_OPTION, TRIALS, PARALLEL, kept):
+    trials = TRIALS.but(help="cells per coordinator and runtime (default %(default)s)")
+    for option in (WHICH, RUNTIMES_OPTION, trials, PARALLEL, kept):
         option.add_to(p)
 
 
@@ -96,7 +95,7 @@ def run(args, out_dir: Path) -> BenchResult:
 
 
 def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop) -> Outcome:
-    if cell.runtime == "ray":  # its evidence is on the cluster's machines
+    if cell.coordinator.own_cluster:  # its evidence is on the cluster's machines
         return ray_head_cell.run_cell(cell, tmp, stop)
     return coordinator_cell.run_cell(cell, hosts, tmp, keep, stop)
 

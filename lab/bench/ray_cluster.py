@@ -93,7 +93,7 @@ class RayCluster:
         self.wait_for_machines(index + 1)
 
     def wait_for_machines(self, count: int) -> None:
-        deadline, said = time.monotonic() + JOIN_S, ""
+        deadline, said = time.monotonic() + JOIN_S, "no answer"
         while time.monotonic() < deadline:
             status = subprocess.run(
                 [*netns.exec_prefix(self.hosts[0]), RAY, "status", f"--address={self.address}"],
@@ -101,9 +101,9 @@ class RayCluster:
             )  # fmt: skip
             if status.stdout.count("node_") >= count and "Active:" in status.stdout:
                 return
-            said = (status.stdout + status.stderr).strip().splitlines()[-1:]
+            said = ((status.stdout + status.stderr).strip().splitlines() or ["no answer"])[-1]
             time.sleep(1)
-        raise LabError(f"machine {count - 1} never joined the Ray cluster at {self.address}: {' '.join(said)}")
+        raise LabError(f"machine {count - 1} never joined the Ray cluster at {self.address}: {said}")
 
     def stop(self) -> None:
         for pid in self.pids():

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from lab import runtimes
-from lab.bench import TRIALS, gloo_abort
+from lab.bench import BENCH_RUNTIMES, TRIALS, gloo_abort
 from lab.bench.recovery_styles import LAB_STYLES, STEP_TIME, STYLES, trial
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.errors import LabError
@@ -32,11 +32,8 @@ def add_arguments(p) -> None:
     TRIALS.but(default=5).add_to(p)
     HOSTS.but(default="loopback").add_to(p)
     p.add_argument("--styles", default=",".join(STYLES), help="which, comma-separated (default: all)")
-    p.add_argument(
-        "--runtimes",
-        default="local",
-        help="where the lab's styles run, comma-separated, e.g. local,docker (default %(default)s)",
-    )
+    where = "where the lab's styles run, comma-separated, e.g. local,docker (default %(default)s)"
+    BENCH_RUNTIMES.but(help=where).add_to(p)
 
 
 def chosen_runtimes(text: str) -> list[str]:

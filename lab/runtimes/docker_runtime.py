@@ -91,6 +91,15 @@ class DockerRuntime(MonitoredRuntime):
             self._docker = engine.client()
         return self._docker
 
+    def kill_prometheus(self) -> None:
+        """Its Prometheus is a container of the lab's: SIGKILL that."""
+        from docker.errors import NotFound
+
+        try:
+            self.docker.containers.get(self.prometheus_container).kill(signal="SIGKILL")
+        except NotFound:
+            raise LabError(f"no Prometheus container of this lab runs ({self.prometheus_container})") from None
+
     def describe(self, node: Node) -> str:
         assert isinstance(node, DockerNode)
         return f"container {node.container_name}, image {node.image}"

@@ -3,8 +3,10 @@ and the port it serves on, claimed as the lab starts it."""
 
 from __future__ import annotations
 
+import signal
 from typing import ClassVar
 
+from lab import procs
 from lab.errors import LabError
 from lab.health import prometheus
 from lab.options import Option, port
@@ -60,3 +62,11 @@ class MonitoredRuntime(Runtime):
         if state.prometheus != self.prometheus.url:
             state.prometheus = self.prometheus.url
             runstate.save(self.run_dir, state)
+
+    def kill_prometheus(self) -> None:
+        """SIGKILL the lab's Prometheus, as a crash would (a fault: `lab bench coordinators`)."""
+        run_dir = str(self.run_dir.path)
+        pids = [pid for pid in procs.marked_pids(run_dir) if procs.command(pid) == "prometheus"]
+        if not pids:
+            raise LabError("no Prometheus of this lab runs")
+        procs.signal_all(pids, signal.SIGKILL, run_dir)
