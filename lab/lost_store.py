@@ -40,7 +40,8 @@ class StoreLoss:
             line += "; the group that failed could not regroup without it"
         if self.killed:
             dead = ", ".join(f"{node} ({how})" for node, how in self.killed.items())
-            line += f"; killed: {dead} (a c10d or lab store lives in node 0's agent)"
+            host = " (a c10d or lab store lives in node 0's agent)" if "node0" in self.killed else ""
+            line += f"; killed: {dead}{host}"
         return line
 
 
@@ -50,9 +51,8 @@ def found(agent_events: list[dict], rank_steps: list[tuple[float, int]], nodes_d
     if not lost:
         return None
     first = lost[0]
-    reason = str(first["event"].get("metadata", {}).get("reason", "")) if first["name"] == AgentEvent.STORE_LOST else ""
-    reason = reason or first["message"]
-    reason = LOST.sub(r"\1", reason.removeprefix("RendezvousConnectionError: ")).split(" See inner exception")[0]
+    said = first["event"].get("metadata", {}).get("reason") if first["name"] == AgentEvent.STORE_LOST else None
+    reason = str(said or first["message"]).removeprefix("RendezvousConnectionError: ").split(" See inner exception")[0]
     agents = list(dict.fromkeys(e["node"] for e in lost))
     steps = [step for time, step in rank_steps if time <= first["time"]]
     failed = min((e["time"] for e in agent_events if e["name"] == AgentEvent.FAILURE_DETECTED), default=None)

@@ -73,10 +73,10 @@ class Card:
         }
 
     def text(self) -> str:
-        slow = "".join(f"{s.text()}\n" for s in (self.store_loss, self.straggler, self.slow_network) if s)
+        findings = "".join(f"{s.text()}\n" for s in (self.store_loss, self.straggler, self.slow_network) if s)
         if self.first is None:
             notes = "".join(f"note: {n}\n" for n in self.notes)
-            return f"no rank failed: the agents recorded no failure\n{slow}{notes}"
+            return f"no rank failed: the agents recorded no failure\n{findings}{notes}"
         f = self.first
         lines = [
             f"{'first to stop' if f.exit_code == 0 else 'first failure'}: rank {f.rank} on {f.node}"
@@ -95,7 +95,7 @@ class Card:
         if self.rounds > 1:
             lines.append(f"the group failed {self.rounds} times in all (restarts)")
         lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines) + "\n" + slow
+        return "\n".join(lines) + "\n" + findings
 
 
 def describe(code: int | None, pid: int | None, terminated_by_agent: set[int]) -> str:

@@ -53,7 +53,7 @@ def tolerant(num_nodes_waiting, clock=time.monotonic):
             backoff = min(RETRY_MAX_S, backoff * 2 or RETRY_FIRST_S)
             retry_at = clock() + backoff
             return 0
-        backoff = 0.0  # it answers again
+        backoff, said = 0.0, False  # it answers again: a later loss is news again
         return answer
 
     return ask
@@ -63,15 +63,15 @@ def record(backend: str, reason: str) -> None:
     from torch.distributed.elastic.events import Event, EventSource
     from torch.distributed.elastic.events import record as record_event
 
+    from lab.health.agent_exporter import EVENT_HANDLER
+    from lab.health.events import AgentEvent
+
     print(
         f"[lab.node.launch] the {backend} rendezvous store cannot be reached ({reason}): the workers go on; "
         "a restart would need it",
         file=sys.stderr,
         flush=True,
     )
-    from lab.health.agent_exporter import EVENT_HANDLER
-    from lab.health.events import AgentEvent
-
     event = Event(AgentEvent.STORE_LOST, EventSource.AGENT, metadata={"backend": backend, "reason": reason})
     record_event(event, destination=EVENT_HANDLER)
 

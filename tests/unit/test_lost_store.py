@@ -159,6 +159,9 @@ def test_a_lost_store_is_asked_less_and_less_often_and_heard_again_when_back(age
     store.error = None  # the store is back: asked at its next retry, then every interval again
     now[0] += store_loss.RETRY_MAX_S
     assert ask(store) == 1 and ask(store) == 1 and store.asked == len(asked_at) + 2
+    store.error = RendezvousConnectionError("The connection to etcd has failed.")  # lost again: news again
+    assert ask(store) == 0
+    assert len([r for r in read_agent_events(agent_events) if r["name"] == AgentEvent.STORE_LOST]) == 2
 
 
 @pytest.mark.parametrize("error", [DistStoreError("wait timeout after 1000ms"), ValueError("a bug")])
