@@ -12,7 +12,8 @@ exits at once and its actor with it, but the nodes the actors started train on t
 with 1,580 steps still to run, 85 s after the kill, past the 60 s, every rank completed (the
 shims Ray stopped with the actors recorded neither node's end).
 What the lab cannot do with the head gone is reach the cluster: `lab status` says so in one
-line, and `lab down` stops what runs on its own machine.
+line and reads how far the ranks got from the run dir, and `lab down` stops what runs on its own
+machine.
 """
 
 from __future__ import annotations
@@ -53,14 +54,14 @@ def on_cluster(cell: Cell, cluster: RayCluster, tmp: Path, stop: threading.Event
         seconds = time.monotonic() - killed
         running = procs.marked_pids(str(run_path))
         status = cluster.on_head("status", run_dir=run_path, timeout=120)
-        return judged(cell, run_path, seconds, running, status.stderr.strip() or status.stdout.strip())
+        return judged(cell, run_path, seconds, running, status.stdout + status.stderr)
     finally:
         cluster.on_head("down", run_dir=run_path, timeout=120)
 
 
 def judged(cell: Cell, run_path: Path, seconds: float, running: list[int], status: str) -> Outcome:
-    said = status.splitlines()[-1].removeprefix("lab status: error: ") if status else "nothing"
-    told = f"`lab status`: {said}"
+    asked = [line.strip() for line in status.splitlines() if "cannot be asked" in line]
+    told = f"`lab status`: {asked[0] if asked else 'the nodes answered'}"
     completed = len(completed_ranks(run_path)) == NODES * NPROC
     codes = exit_records(run_path)
     if running:

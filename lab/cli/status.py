@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 from lab import recovery, runtimes
 from lab.cli.flags import add_run_dir_option
+from lab.errors import LabError
 from lab.health import prom_health, prometheus
+from lab.health.events import Event, read_events
 from lab.options import run_dir_from_args
 from lab.runtimes import state as runstate
 
@@ -36,12 +39,37 @@ def handle(args: argparse.Namespace) -> int:
         f"{topo.rdzv_backend} at {topo.rdzv_host}:{topo.rdzv_port} (recovery: {recovery.style_of(topo)})"
     )
     print(f"script {state.script} {' '.join(state.script_args)}".rstrip())
-    for node in runtimes.create(state.runtime, run_dir).attach():
+    try:
+        nodes = runtimes.create(state.runtime, run_dir).attach()
+    except LabError as e:  # the runtime's control plane is gone (a Ray head, a Docker daemon)
+        print(f"  the nodes cannot be asked: {e}")
+        print(f"  the ranks, from their events: {ranks_progress(run_dir.path / 'events')}")
+        print_health(state.prometheus, run_dir.path)
+        return 1
+    for node in nodes:
         code = node.exit_code()
         what = "running" if code is None else f"exited {code}"
         print(f"  {node.name:<6} {node.address:<15} pid {node.pid}  {what:<10} log {node.log_path}")
     print_health(state.prometheus, run_dir.path)
     return 0
+
+
+def ranks_progress(events_dir: Path) -> str:
+    """Each rank's last record, read where every node writes (the run dir): how far the job got."""
+    last: dict[int, dict] = {}
+    for record in read_events(events_dir) if events_dir.is_dir() else ():
+        if record["event"] in (Event.STEP, Event.EXIT):
+            last[record["rank"]] = record
+    if not last:
+        return "none recorded"
+    now = time.time()
+    said = []
+    for rank, record in sorted(last.items()):
+        if record["event"] == Event.EXIT:
+            said.append(f"rank {rank} ended ({record.get('reason')}, step {record.get('step')})")
+        else:
+            said.append(f"rank {rank} at step {record['step']}, {now - record['time']:.0f} s ago")
+    return "; ".join(said)
 
 
 def print_health(url: str | None, run_path: Path) -> None:
