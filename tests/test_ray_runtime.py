@@ -150,5 +150,6 @@ def test_losing_the_ray_head_mid_run_the_job_trains_on_and_the_lab_says_it_canno
     outcome = ray_head_cell.on_cluster(cell, cluster, tmp_path, threading.Event())
     assert outcome.verdict == "survived", outcome
     assert outcome.seconds < 2 * cell.coordinator.timeout_s
-    assert f"`lab status`: the nodes cannot be asked: no Ray cluster answers at {cluster.address}" in outcome.said, outcome
+    said = f"`lab status`: the nodes cannot be asked: no Ray cluster answers at {cluster.address}"
+    assert said in outcome.said, outcome
     assert not procs.marked_pids(str(tmp_path / cell.name)), "a node's process outlived the job and lab down"
