@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import shutil
 
 from lab import gpus
 from lab.errors import LabError
-from lab.health import prometheus
 from lab.rundir import RunDir
 from lab.runtimes import docker_engine as engine
-from lab.runtimes import memory, subnets
+from lab.runtimes import docker_prometheus, memory, subnets
 from lab.runtimes.base import IMAGE, Log, Node
 from lab.runtimes.docker_node import DockerNode, stop_all
 from lab.runtimes.dry_run import plan_text
@@ -92,13 +90,7 @@ class DockerRuntime(MonitoredRuntime):
         return self._docker
 
     def kill_prometheus(self) -> None:
-        """Its Prometheus is a container of the lab's: SIGKILL that."""
-        from docker.errors import NotFound
-
-        try:
-            self.docker.containers.get(self.prometheus_container).kill(signal="SIGKILL")
-        except NotFound:
-            raise LabError(f"no Prometheus container of this lab runs ({self.prometheus_container})") from None
+        docker_prometheus.kill(self.docker, self.prometheus_container)
 
     def describe(self, node: Node) -> str:
         assert isinstance(node, DockerNode)
@@ -187,46 +179,11 @@ class DockerRuntime(MonitoredRuntime):
             ) from None
 
     def use_prometheus(self) -> bool:
-        from docker.errors import ImageNotFound
-
-        missing = None
-        if self.monitoring != "off":
-            try:
-                self.docker.images.get(engine.PROMETHEUS_IMAGE)
-            except ImageNotFound:
-                missing = f"image {engine.PROMETHEUS_IMAGE} not found: build it with `make images`"
-        return prometheus.wanted(self.monitoring, missing, self.log)
+        return docker_prometheus.wanted(self.docker, self.monitoring, self.log)
 
     def start_prometheus(self) -> None:
-        """Prometheus on the lab's network, its config and the alert rules from the run directory."""
-        rules = self.prometheus.dir / "rules.yml"
-        self.prometheus.dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(prometheus.RULES, rules)
-        consoles = self.prometheus.dir / "consoles"  # the live view, mounted with the rest
-        shutil.copytree(prometheus.CONSOLES, consoles, dirs_exist_ok=True)
-        self.prometheus.write_config(rules=rules)
         path = str(self.run_dir.path)
-        container = self.docker.containers.run(
-            engine.PROMETHEUS_IMAGE,
-            [
-                f"--config.file={self.prometheus.config_path}",
-                "--storage.tsdb.path=/tmp/prometheus",
-                "--web.listen-address=0.0.0.0:9090",
-                "--log.level=warn",
-                *prometheus.console_flags(consoles),
-            ],
-            name=self.prometheus_container,
-            hostname="prometheus",
-            network=self.network,
-            detach=True,
-            labels={engine.LABEL: path},
-            volumes={str(self.prometheus.dir): {"bind": str(self.prometheus.dir), "mode": "ro"}},
-            ports={"9090/tcp": ("127.0.0.1", self.prometheus.port)},
-            **engine.HARDENED,
-            tmpfs={"/tmp": ""},
-        )
-        self.prometheus.wait_ready(30, lambda: container.logs().decode(errors="replace"))
-        self.log(f"started Prometheus in container {self.prometheus_container} ({engine.PROMETHEUS_IMAGE})")
+        docker_prometheus.start(self.docker, self.prometheus, path, self.network, self.prometheus_container, self.log)
 
     def attach(self) -> list[DockerNode]:
         state = self.run_dir.read_state() or {}
