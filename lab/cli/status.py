@@ -10,7 +10,6 @@ from lab import recovery, runtimes
 from lab.cli.flags import add_run_dir_option
 from lab.errors import LabError
 from lab.health import prom_health, prometheus
-from lab.health.events import Event, read_events
 from lab.options import run_dir_from_args
 from lab.runtimes import state as runstate
 
@@ -55,21 +54,18 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def ranks_progress(events_dir: Path) -> str:
-    """Each rank's last record, read where every node writes (the run dir): how far the job got."""
-    last: dict[int, dict] = {}
-    for record in read_events(events_dir) if events_dir.is_dir() else ():
-        if record["event"] in (Event.STEP, Event.EXIT):
-            last[record["rank"]] = record
-    if not last:
+    """Each rank's last word, read where every node writes (the run dir): how far the job got."""
+    from lab.cli.watch import ranks_now  # the live view's reader (it imports rich: only when needed)
+
+    ranks, now = ranks_now(events_dir), time.time()
+    if not ranks:
         return "none recorded"
-    now = time.time()
-    said = []
-    for rank, record in sorted(last.items()):
-        if record["event"] == Event.EXIT:
-            said.append(f"rank {rank} ended ({record.get('reason')}, step {record.get('step')})")
-        else:
-            said.append(f"rank {rank} at step {record['step']}, {now - record['time']:.0f} s ago")
-    return "; ".join(said)
+    return "; ".join(
+        f"rank {r.rank} ended ({r.ended}, step {r.step})"
+        if r.ended
+        else f"rank {r.rank} at step {r.step}, {now - r.last_step_time:.0f} s ago"
+        for r in ranks
+    )
 
 
 def print_health(url: str | None, run_path: Path) -> None:

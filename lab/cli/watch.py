@@ -38,6 +38,7 @@ class RankNow:
     steps_per_s: float | None = None
     steps: list[tuple[float, int]] = field(default_factory=list)
     score: float | None = None  # as a straggler, over the last steps every rank recorded (lab.health.stragglers)
+    ended: str | None = None  # its EXIT record's reason, when that is its latest word (a later step clears it)
 
 
 def tail_records(path: Path) -> list[dict]:
@@ -66,8 +67,10 @@ def ranks_now(events_dir: Path) -> list[RankNow]:
             now.node = record.get("node", now.node)
             now.restarts = max(now.restarts, record.get("restart", 0))
             if record.get("event") == Event.STEP:
-                now.step, now.last_step_time = record["step"], record["time"]
+                now.step, now.last_step_time, now.ended = record["step"], record["time"], None
                 now.steps.append((record["time"], record["step"]))
+            elif record.get("event") == Event.EXIT:
+                now.ended = str(record.get("reason"))
     for now in ranks.values():
         recent = [s for s in now.steps if s[0] >= now.last_step_time - 5.0]
         if len(recent) >= 2 and recent[-1][0] > recent[0][0]:
