@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.health.events import AgentEvent
+from lab.node.nodeproc import recorded_exits
 
 LOST = re.compile(r"^RendezvousConnectionError: (.+)")
 
@@ -69,14 +70,10 @@ def found(agent_events: list[dict], rank_steps: list[tuple[float, int]], nodes_d
 def killed_nodes(nodes_dir: Path) -> dict[str, str]:
     """node -> the signal its process ended by, from each node's exit record (128 + signal)."""
     killed = {}
-    for exit_file in sorted(nodes_dir.glob("*/exit")):
-        try:
-            code = int(exit_file.read_text())
-        except (OSError, ValueError):
-            continue
-        if code > 128:
+    for node, code in recorded_exits(nodes_dir).items():
+        if code is not None and code > 128:
             try:
-                killed[exit_file.parent.name] = signal.Signals(code - 128).name
+                killed[node] = signal.Signals(code - 128).name
             except ValueError:
-                killed[exit_file.parent.name] = f"signal {code - 128}"
+                killed[node] = f"signal {code - 128}"
     return killed

@@ -27,6 +27,7 @@ from lab.bench.coordinator_cell import KILL_AT, NPROC, STEP_TIME, STEPS, Cell, O
 from lab.bench.diagnosis_cell import NODES, reached, waiting
 from lab.bench.ray_cluster import RayCluster, ray_cluster
 from lab.errors import LabError
+from lab.node.nodeproc import recorded_exits
 from lab.ownership import new_lab_id
 
 
@@ -63,7 +64,7 @@ def judged(cell: Cell, run_path: Path, seconds: float, running: list[int], statu
     asked = [line.strip() for line in status.splitlines() if "cannot be asked" in line]
     told = f"`lab status`: {asked[0] if asked else 'the nodes answered'}"
     completed = len(completed_ranks(run_path)) == NODES * NPROC
-    codes = exit_records(run_path)
+    codes = recorded_exits(run_path / "nodes")  # None: a shim Ray stopped with its actor recorded no end
     if running:
         return Outcome(cell, "hung", seconds, f"{len(running)} of the lab's processes still ran; {told}", codes)
     if completed:
@@ -72,15 +73,3 @@ def judged(cell: Cell, run_path: Path, seconds: float, running: list[int], statu
     first = card.text().splitlines()[0]
     verdict = "failed fast" if card.first or card.store_loss else "failed unexplained"
     return Outcome(cell, verdict, seconds, f"{first}; {told}", codes)
-
-
-def exit_records(run_path: Path) -> dict[str, int | None]:
-    """Each node's exit status as its shim recorded it; None where the shim died first (a node
-    whose actor Ray took down keeps training, but nobody is left to record its end)."""
-    codes: dict[str, int | None] = {}
-    for node in sorted((run_path / "nodes").glob("*")):
-        try:
-            codes[node.name] = int((node / "exit").read_text())
-        except (OSError, ValueError):
-            codes[node.name] = None
-    return codes

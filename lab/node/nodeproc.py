@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 teeing = threading.Event()
 
@@ -37,6 +38,19 @@ def tee(stream, path: str) -> None:
             sys.stdout.buffer.write(line)
             sys.stdout.buffer.flush()
     teeing.set()
+
+
+def recorded_exit(exit_file: str | os.PathLike) -> int | None:
+    """The status a shim recorded in its exit file (128 + N: killed by signal N); None: none yet."""
+    try:
+        return int(Path(exit_file).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def recorded_exits(nodes_dir: Path) -> dict[str, int | None]:
+    """Each node's, under a run dir's nodes/ (None: its shim recorded no end, or has not yet)."""
+    return {node.name: recorded_exit(node / "exit") for node in sorted(nodes_dir.glob("*")) if node.is_dir()}
 
 
 PR_SET_CHILD_SUBREAPER = 36

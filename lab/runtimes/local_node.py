@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab import procs
+from lab.node.nodeproc import recorded_exit
 from lab.rundir import MARKER, NODE_MARKER
 from lab.runtimes import netns, userns
 from lab.runtimes.local_faults import LocalFaults
@@ -70,10 +71,7 @@ class LocalNode(LocalFaults):
         return code if code is not None else 128 + signal.SIGKILL
 
     def _recorded_exit(self) -> int | None:
-        try:
-            return int(self.exit_file.read_text())
-        except (FileNotFoundError, ValueError):
-            return None
+        return recorded_exit(self.exit_file)
 
     def stop(self, grace_s: float = 10.0) -> None:
         if self.pid is not None and procs.send(self.pid, signal.SIGTERM, self.run_dir):  # the shim passes it on
