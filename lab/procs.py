@@ -48,6 +48,14 @@ def command(pid: int) -> str:
         return ""
 
 
+def kill_by_command(run_dir: str, name: str) -> list[int]:
+    """SIGKILL the run dir's marked processes whose program is `name` (a lab's etcd, its
+    Prometheus: a fault); returns their pids, [] when none runs."""
+    pids = [pid for pid in marked_pids(run_dir) if command(pid) == name]
+    signal_all(pids, signal.SIGKILL, run_dir)
+    return pids
+
+
 def environ(pid: int) -> dict[str, str]:
     """The environment pid started with ({} if it is gone or not ours to read)."""
     try:

@@ -20,7 +20,6 @@ coordinator the ranks do not use (a lost peer then fails at the latest after it)
 from __future__ import annotations
 
 import json
-import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -115,12 +114,8 @@ def kill(coordinator: Coordinator, runtime, nodes) -> None:
         nodes[0].kill_agent()
     elif coordinator.key == "prometheus":
         runtime.kill_prometheus()
-    else:
-        run_dir = str(runtime.run_dir.path)
-        pids = [p for p in procs.marked_pids(run_dir) if procs.command(p) == coordinator.key]
-        if not pids:
-            raise LabError(f"no {coordinator.key} process of this lab to kill")
-        procs.signal_all(pids, signal.SIGKILL, run_dir)
+    elif not procs.kill_by_command(str(runtime.run_dir.path), coordinator.key):  # the lab's etcd
+        raise LabError(f"no {coordinator.key} process of this lab to kill")
 
 
 def judged(cell: Cell, run_path: Path, codes: dict[str, int | None], seconds: float) -> Outcome:

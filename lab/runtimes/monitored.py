@@ -3,7 +3,6 @@ and the port it serves on, claimed as the lab starts it."""
 
 from __future__ import annotations
 
-import signal
 from typing import ClassVar
 
 from lab import procs
@@ -65,8 +64,5 @@ class MonitoredRuntime(Runtime):
 
     def kill_prometheus(self) -> None:
         """SIGKILL the lab's Prometheus, as a crash would (a fault: `lab bench coordinators`)."""
-        run_dir = str(self.run_dir.path)
-        pids = [pid for pid in procs.marked_pids(run_dir) if procs.command(pid) == "prometheus"]
-        if not pids:
+        if not procs.kill_by_command(str(self.run_dir.path), "prometheus"):
             raise LabError("no Prometheus of this lab runs")
-        procs.signal_all(pids, signal.SIGKILL, run_dir)
