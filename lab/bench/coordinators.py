@@ -33,7 +33,7 @@ WHICH = Option(
     f"the coordinators to kill, comma-separated: {', '.join(COORDINATORS)} (default: all this machine can)",
     "",
 )
-RUNTIMES = ("local", "docker", "ray")
+RUNTIMES = tuple(dict.fromkeys(r for c in COORDINATORS.values() for r in c.runtimes))  # local, docker, ray
 RUNTIMES_OPTION = BENCH_RUNTIMES.but(
     help="where the coordinators are killed, comma-separated: local, docker (node 0's agent in its container), ray "
     "(a two-machine Ray cluster of netns hosts) (default: local, and ray where netns hosts can be made)",
