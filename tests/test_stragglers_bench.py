@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import bench_leaves_nothing, loopback_labs, needs_netns
+from test_cli_errors import assert_one_line_error
 
 from lab.runtimes.local_faults import kernel_has
 
@@ -43,9 +44,7 @@ def test_bad_input_is_one_line(lab):
         (["--clean-runs", "-1"], "--clean-runs: 0 or more"),
         (["--ways", "slow-link"], "--ways slow-link: a network fault needs netns hosts"),
     ):
-        out = lab("bench", "stragglers", *args, "--out", "/tmp/unused-bench-out")
-        assert out.returncode != 0 and words in out.stderr and "Traceback" not in out.stderr, out.stderr
-        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert_one_line_error(lab("bench", "stragglers", *args, "--out", "/tmp/unused-bench-out"), words)
 
 
 @needs_netns
