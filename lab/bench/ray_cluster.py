@@ -30,6 +30,12 @@ RAY = str(Path(sys.executable).with_name("ray"))
 GCS_PORT = 6379
 CLUSTER_MARK = "TLAB_RAY_CLUSTER"  # every process of such a cluster carries it, its value the cluster's id
 JOIN_S = 120.0
+# Name the host, then become `ray start`. Not the lab's node shim (lab.node.nodeproc): that is a
+# child subreaper, and a machine that adopts the lab's orphans and stops them once Ray has exited
+# is not a machine that outlives its Ray head. Measured with the shim: when the head was killed,
+# node 0's shim, orphaned by its actor, was adopted by the machine's and then SIGTERMed or not,
+# as the race went (one CI run of tests/test_ray_runtime.py lost node 0's ranks that way).
+NAMED_EXEC = "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execv(sys.argv[2], sys.argv[2:])"
 
 
 @dataclass
@@ -84,7 +90,7 @@ class RayCluster:
         machine = self.temp / f"m{index}"
         argv = [
             *netns.exec_prefix(host),
-            sys.executable, "-m", "lab.node.nodeproc", f"--hostname={host.name}", f"--exit-file={machine}.exit", "--",
+            sys.executable, "-c", NAMED_EXEC, host.name,
             RAY, "start", "--block", *role, f"--node-ip-address={host.address}", "--num-cpus=2",
             "--object-store-memory=100000000", f"--temp-dir={machine}", "--disable-usage-stats",
         ]  # fmt: skip

@@ -8,9 +8,10 @@ Control Store when rank 0 has completed the step, and waits for the lab's proces
 
 The timeout it is judged against is Ray's own for a lost head, gcs_rpc_server_reconnect_timeout_s
 (60 s): after it every raylet exits, and takes its actors with it. Measured: the head's raylet
-exits at once and its actor with it, but the nodes the actors started train on to the end; once
-with 1,580 steps still to run, 85 s after the kill, past the 60 s, every rank completed (the
-shims Ray stopped with the actors recorded neither node's end).
+exits 1 s after the kill and its actor with it; the node's shim, orphaned, goes to the machine's
+init, and the nodes the actors started train on to the end; once with 1,580 steps still to run,
+85 s after the kill, past the 60 s, every rank completed. On a machine that stops what is left
+when Ray exits (a container whose main process is `ray start --block`) the job goes with it.
 What the lab cannot do with the head gone is reach the cluster: `lab status` says so in one
 line and reads how far the ranks got from the run dir, and `lab down` stops what runs on its own
 machine.
@@ -64,7 +65,7 @@ def judged(cell: Cell, run_path: Path, seconds: float, running: list[int], statu
     asked = [line.strip() for line in status.splitlines() if "cannot be asked" in line]
     told = f"`lab status`: {asked[0] if asked else 'the nodes answered'}"
     completed = len(completed_ranks(run_path)) == NODES * NPROC
-    codes = recorded_exits(run_path / "nodes")  # None: a shim Ray stopped with its actor recorded no end
+    codes = recorded_exits(run_path / "nodes")  # None: a shim killed with its actor recorded no end
     if running:
         return Outcome(cell, "hung", seconds, f"{len(running)} of the lab's processes still ran; {told}", codes)
     if completed:
