@@ -7,12 +7,16 @@
     torchrun   torchrun's own rendezvous (c10d, or the --rdzv-backend given): what an
                elastic job, a lost node or a lost rendezvous host needs. About 3 s.
     in-process the survivors stay and a warm spare takes the lost rank's state from a peer
-               (lab.inprocess): no restart, no step redone. Asked for by name, for a script that
-               trains in lab.inprocess's attempts() (the lab's trainer does), on a runtime that
-               runs a keeper per node; not behind the drills yet.
-    auto       (the default) the fastest style the job can survive: restart, unless the job
-               is elastic, a drill needs torchrun's rendezvous, the runtime cannot host the
-               lab's, or --rdzv-backend / --torch-defaults chose torchrun's path.
+               (lab.inprocess): no restart, no step redone. For a script that trains in
+               lab.inprocess's attempts() (the lab's trainer does), on a runtime that runs a
+               keeper per node. About 0.4 s.
+    auto       (the default) the fastest style the job can survive: in-process where the job
+               can run it and its fault is a death it survives (the drills that judge it, on the
+               lab's trainer: in_process_first); else restart, unless the job is elastic, a drill
+               needs torchrun's rendezvous, the runtime cannot host the lab's, or
+               --rdzv-backend / --torch-defaults chose torchrun's path. `lab up` and `lab run`
+               pick in-process only when asked: a hang is not a death, and a keeper does not
+               yet fall back to a restart for one (docs/recovery.md).
 
 `choose` turns the choice into the topology's rendezvous and says why; every refusal is
 one line naming what to use instead. It knows nothing of runtimes beyond what they declare
@@ -30,10 +34,11 @@ AUTO, RESTART, TORCHRUN, IN_PROCESS = "auto", "restart", "torchrun", "in-process
 CHOICES = (AUTO, RESTART, TORCHRUN, IN_PROCESS)
 LAB_RDZV = "lab"  # lab.node.fast_rendezvous.NAME (lab.node sits above this module)
 DEFAULT_TORCHRUN_RDZV = "c10d"
-IN_PROCESS_DRILLS = (
-    "not behind the drills yet (lab run --recovery in-process SCRIPT runs a script that uses lab.inprocess; "
-    "lab bench recovery measures it)"
+IN_PROCESS_UNSAID = (
+    "nothing said this job can recover in-process (lab run --recovery in-process SCRIPT runs a script that "
+    "uses lab.inprocess)"
 )
+AUTO_IN_PROCESS = "the fastest this job survives: a warm spare takes the lost rank's place, the others stay"
 IN_PROCESS_API = "lab.inprocess"  # what a script that opted in imports
 
 
@@ -103,25 +108,29 @@ def choose(
     *,
     rdzv_asked: str | None = None,
     drill_needs: tuple[str, str] | None = None,
-    in_process_refusal: str = IN_PROCESS_DRILLS,
+    in_process_refusal: str = IN_PROCESS_UNSAID,
+    in_process_first: bool = False,
 ) -> tuple[Topology, Recovery]:
     """The topology with its rendezvous set for the asked style, and the style with its reason.
 
     rdzv_asked: --rdzv-backend as given (None: not given). drill_needs: (style, why) when a
     drill's fault needs one style. in_process_refusal: why the job's workload cannot recover
-    in-process ("": it can; script_refuses_in_process). Refuses, in one line, what cannot run."""
+    in-process ("": it can; script_refuses_in_process). in_process_first: auto picks in-process
+    where it runs (a drill whose fault it survives). Refuses, in one line, what cannot run."""
     if asked not in CHOICES:
         raise LabError(f"--recovery must be one of {', '.join(CHOICES)}; got {asked!r}")
-    if asked == IN_PROCESS:
-        why_not = _in_process_refusal(topology, host, rdzv_asked, drill_needs) or in_process_refusal
-        if why_not:
+    # The backend asked for, or set by a drill's job (c10d is what a job gets when nothing is set).
+    rdzv_set = rdzv_asked or (None if topology.rdzv_backend == DEFAULT_TORCHRUN_RDZV else topology.rdzv_backend)
+    if asked == IN_PROCESS or (asked == AUTO and in_process_first):
+        why_not = _in_process_refusal(topology, host, rdzv_asked if asked == IN_PROCESS else rdzv_set, drill_needs)
+        why_not = why_not or in_process_refusal
+        if not why_not:
+            why = "asked: the survivors stay, a warm spare takes the lost rank's state from a peer"
+            return topology.replace(in_process=True), Recovery(IN_PROCESS, why if asked == IN_PROCESS else AUTO_IN_PROCESS)
+        if asked == IN_PROCESS:
             raise LabError(f"--recovery in-process: {why_not}; use --recovery restart")
-        return topology.replace(in_process=True), Recovery(
-            IN_PROCESS, "asked: the survivors stay, a warm spare takes the lost rank's state from a peer"
-        )
-    rdzv_asked = rdzv_asked or (None if topology.rdzv_backend == DEFAULT_TORCHRUN_RDZV else topology.rdzv_backend)
-    style, why = _pick(topology, asked, host, rdzv_asked, drill_needs)
-    rdzv = LAB_RDZV if style == RESTART else (rdzv_asked or host.torchrun_rdzv)
+    style, why = _pick(topology, asked, host, rdzv_set, drill_needs)
+    rdzv = LAB_RDZV if style == RESTART else (rdzv_set or host.torchrun_rdzv)
     if host.refusal(rdzv):
         raise LabError(host.refusal(rdzv))
     return topology.replace(rdzv_backend=rdzv), Recovery(style, why)

@@ -118,11 +118,12 @@ def test_the_node_image_says_in_one_line_what_cuda_it_has(images):
 @pytest.mark.parametrize(
     ("name", "recovery", "style"),
     [
-        # --recovery auto: the lab's rendezvous across containers for a worker, torch's for a node
-        ("kill-worker", "auto", "restart"),
+        # --recovery auto: a keeper per container for a worker (the spare takes the rank's place,
+        # state from a peer), torch's rendezvous for a node
+        ("kill-worker", "auto", "in-process"),
         ("kill-node", "auto", "torchrun"),
-        # a keeper per container: the spare takes the rank's place, state from a peer
-        ("kill-worker", "in-process", "in-process"),
+        # the tuned restart: the lab's rendezvous across containers
+        ("kill-worker", "restart", "restart"),
     ],
 )
 def test_fault_drill_passes_in_containers(docker_lab, name, recovery, style):

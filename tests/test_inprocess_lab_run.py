@@ -10,6 +10,7 @@ import time
 import pytest
 from conftest import left_behind, needs_netns
 
+from lab import recovery
 from lab.health.events import read_events
 from lab.node import worker_record
 from lab.workloads import script_path
@@ -81,12 +82,13 @@ def test_a_killed_rank_is_replaced_in_process_and_the_job_ends_bit_identical(lab
     assert left_behind(lab.run_dir, lab_id) == []
 
 
-def test_the_kill_worker_drill_judges_an_in_process_recovery(lab):
-    """The drill's own path: the engine's job under the keepers, the kill through the keeper's
-    pid record, the uninterrupted reference under the same keepers, the in-process verdict."""
-    drill = lab("exercise", "run", "kill-worker", "--recovery", "in-process", "--target-rank", "2", "--at-step", "15")
+def test_the_kill_worker_drill_recovers_in_process_by_default_and_judges_it(lab):
+    """The drill's own path, with no recovery flag: the engine's job under the keepers, the kill
+    through the keeper's pid record, the uninterrupted reference under the same keepers, the
+    in-process verdict."""
+    drill = lab("exercise", "run", "kill-worker", "--target-rank", "2", "--at-step", "15")
     assert drill.returncode == 0, drill.stdout[-3000:]
-    assert "recovery style: in-process" in drill.stdout
+    assert f"recovery style: in-process ({recovery.AUTO_IN_PROCESS})" in drill.stdout
     assert "[ok] rank 2's place went to a warm spare, the other ranks stayed" in drill.stdout
     assert "[ok] final weights bit-identical to an uninterrupted run" in drill.stdout
     assert "verdict: PASS" in drill.stdout

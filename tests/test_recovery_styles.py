@@ -1,6 +1,6 @@
 """Recovery styles on real processes: in-process recovery (lab.inprocess) with a SIGKILLed
-rank, the tuned restart (the lab rendezvous backend) in the kill-worker drill on netns
-hosts, and the gloo abort finding the docs state."""
+rank, the tuned restart (the lab rendezvous backend, `--recovery restart`) in the kill-worker
+drill on netns hosts, and the gloo abort finding the docs state."""
 
 import json
 from pathlib import Path
@@ -60,12 +60,12 @@ def test_in_process_recovery_keeps_the_survivors_and_loses_no_step(tmp_path, kil
 
 
 @needs_netns
-def test_the_tuned_restart_is_the_drills_default_and_recovers_bit_identical(lab):
-    # Rank 2 lives on node 1, whose agent is a client of node 0's store. No recovery flag.
-    out = lab("exercise", "run", "kill-worker", "--target-rank", "2", timeout=400)
+def test_the_tuned_restart_recovers_the_drill_bit_identical(lab):
+    # Rank 2 lives on node 1, whose agent is a client of node 0's store.
+    out = lab("exercise", "run", "kill-worker", "--target-rank", "2", "--recovery", "restart", timeout=400)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "verdict: PASS" in out.stdout and "bit-identical" in out.stdout
-    assert "recovery style: restart (a fixed-size job" in out.stdout
+    assert "recovery style: restart (asked (--recovery restart)" in out.stdout
     report = json.loads(Path(out.stdout.split("report: ")[1].split(",")[0]).read_text())
     assert report["restarts"] == 1 and report["final_weights_match_reference"]
     assert report["recovery_style"]["style"] == "restart"

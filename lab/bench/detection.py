@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lab import runtimes
+from lab import recovery, runtimes
 from lab.bench.result import BenchResult, this_command
 from lab.errors import LabError
 from lab.exercises import DrillOptions, drills, observe
@@ -39,8 +39,10 @@ from lab.topology import Topology
 from lab.workloads import script_path
 
 ALERTS = ("LabRankDown", "LabTrainingStalled", "LabRanksMissing", "LabRestartLoop", "LabStraggler")
-CASES: tuple[tuple[str, str, dict[str, Any]], ...] = (  # (row label, drill, its own flags)
-    ("kill-worker", "kill-worker", {}),
+# (row label, drill, its own flags). Every job recovers by a restart, whose agents' monitor is a
+# column here: kill-worker asks for it (auto would recover it in-process, with no agent).
+CASES: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("kill-worker --recovery restart", "kill-worker", {}),
     ("hang-rank", "hang-rank", {}),
     ("hang-rank --watchdog 3", "hang-rank", {"watchdog": 3}),
     ("partition-node", "partition-node", {}),
@@ -96,7 +98,7 @@ def drill_row(label: str, name: str, own: dict, hosts: str, tmp: Path) -> dict[s
     from lab.exercises.engine import run_drill
 
     module = drills()[name]
-    options = DrillOptions(module.DEFAULT_TARGET_RANK, module.DEFAULT_AT_STEP, own=own)
+    options = DrillOptions(module.DEFAULT_TARGET_RANK, module.DEFAULT_AT_STEP, own=own, recovery=recovery.RESTART)
     runtime = watched_runtime(RunDir(tmp / label.replace(" ", "_")), hosts)
     seen: dict[str, Any] = {}
 

@@ -19,7 +19,8 @@ A drill is one module of this package, named in CATALOG, with:
   SCRIPT_NEEDS_CKPT_DIR: the refusal when its script side needs --ckpt-dir and has none;
 - optionally MIN_NODES: the fewest nodes its fault needs (--nodes below it is refused);
 - optionally IN_PROCESS_JUDGED = True: its judge knows --recovery in-process (the lost rank
-  replaced by a spare, state from a peer: lab.exercises.inprocess_verdict); others refuse it;
+  replaced by a spare, state from a peer: lab.exercises.inprocess_verdict), and --recovery
+  auto picks it where the job can run it; others refuse it;
 - optionally RECOVERY_NEEDS = (style, why): the recovery style (lab.recovery) its fault is
   about, where --recovery auto would otherwise pick another; a contrary --recovery is refused;
 - INJECTS: the Node faults it uses (and injects(options) where a flag adds one): a runtime
@@ -144,6 +145,7 @@ def job(exercise: ModuleType, options: DrillOptions, host: recovery.Host) -> tup
         host,
         drill_needs=recovery_needs(fault),
         in_process_refusal=in_process_refusal(exercise),
+        in_process_first=getattr(exercise, "IN_PROCESS_JUDGED", False),  # its fault is a death: auto picks it
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from lab import exercises
+from lab import exercises, recovery
 from lab.runtimes import runtime_class
 from lab.runtimes.base import Runtime
 from lab.runtimes.monitored import MonitoredRuntime
@@ -60,9 +60,15 @@ def cells() -> list[tuple[str, str, dict[str, str]]]:
     ]
 
 
-def recovery_style(drill: ModuleType, runtime: type[Runtime]) -> str:
-    """The recovery style `--recovery auto` gives the drill's job on that runtime (lab.recovery)."""
+def recovery_style(drill: ModuleType, runtime: type[Runtime], target: str) -> str:
+    """The recovery style `--recovery auto` gives the drill's job on that runtime (lab.recovery):
+    on a script as lab.cli.exercise_script settles it (no drill on a script recovers in-process)."""
     options = exercises.DrillOptions(drill.DEFAULT_TARGET_RANK, drill.DEFAULT_AT_STEP)
+    if target == "script":
+        job = exercises.topology(drill, options)
+        return recovery.choose(
+            job, options.recovery, runtime.rendezvous(), drill_needs=exercises.recovery_needs(drill)
+        )[1].style
     return exercises.job(drill, options, runtime.rendezvous())[1].style
 
 
@@ -78,7 +84,7 @@ def markdown() -> str:
             why = row[runtime]
             if why and why not in reasons:
                 reasons.append(why)
-            style = "" if why else recovery_style(drills[name], runtime_class(runtime))
+            style = "" if why else recovery_style(drills[name], runtime_class(runtime), target)
             shown.append(f"no ({reasons.index(why) + 1})" if why else f"runs: {style}")
         lines.append(f"| {name} | {target} | " + " | ".join(shown) + " |")
     lines.append("")

@@ -14,8 +14,10 @@ A script opts in by training inside a loop of attempts:
                 step += 1
 
 Under `lab up --recovery in-process` each node runs a keeper (lab.inprocess.keeper) instead of
-torchrun's agent. When a rank dies, a collective on every other rank fails within a fraction of
-a second ("Connection closed by peer"): the `with` block ends quietly, the rank drops the
+torchrun's agent. When a rank dies, its keeper opens the next generation within milliseconds;
+each attempt watches the store for that and shuts its group's connections down, so the
+collective every other rank is in, or its next one, fails at once ("Connection closed by
+peer"): the `with` block ends quietly, the rank drops the
 broken group and waits while its keeper hands the dead rank's place to a warm spare (a process
 with torch imported, already connected to the store); the loop's next attempt joins the new
 group, and `adopt` hands every rank, the spare included, the model and optimizer of the
@@ -43,6 +45,7 @@ from __future__ import annotations
 import gc
 import os
 import socket
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -56,6 +59,9 @@ from lab.nodeenv import NodeEnv
 # What a collective raises when a peer's process is gone (gloo on Linux): the errors an attempt
 # ends quietly on. Anything else (a timeout, the script's own bug) propagates.
 PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Connection refused")
+# A watch waits on the store this long at most; one whose attempt ended normally is left blocked,
+# a daemon thread (waking it early would mean polling, and torch logs every wait that times out).
+WATCH_LIMIT = timedelta(days=7)
 
 
 def attempts() -> Iterator[Attempt]:
@@ -69,6 +75,10 @@ def attempts() -> Iterator[Attempt]:
     store = dist.TCPStore(host, int(port), is_master=False, timeout=timeout)
     # A replacement joins the newest generation: a second death may have opened one after its own.
     generation = int(store.add("generation", 0)) if wire.inprocess_generation else 0
+    # What exists now (torch, the script's imports, its model) is kept out of the collections an
+    # attempt that lost its group runs to free that group: measured, one full collection then took
+    # 0.22-0.30 s of a 0.5 s recovery; with these frozen, 0.04-0.07 s.
+    gc.freeze()
     while True:
         attempt = Attempt(store, wire, generation)
         yield attempt
@@ -80,8 +90,9 @@ def attempts() -> Iterator[Attempt]:
 class Attempt:
     """One generation of the job's process group, as a context: it joins on entry and leaves on exit."""
 
-    def __init__(self, store: dist.Store | None, wire: NodeEnv, generation: int):
+    def __init__(self, store: dist.TCPStore | None, wire: NodeEnv, generation: int):
         self.store, self.wire, self.generation = store, wire, generation
+        self._left = threading.Event()  # set when the attempt ends: its watch stops
         self.peer_lost: str | None = None  # the error that ended this attempt, when a peer died
         self.join_seconds = 0.0
         self.adopted_from: int | None = None  # the rank whose state this attempt took, when it took one
@@ -115,9 +126,29 @@ class Attempt:
             dist.init_process_group(backend, timeout=timeout)
         self.join_seconds = time.monotonic() - started
         self._group_sockets = {fd: inode for fd, inode in _sockets().items() if before.get(fd) != inode}
+        if self.store is not None:
+            threading.Thread(target=self._watch, name="lab-inprocess-watch", daemon=True).start()
         return self
 
+    def _watch(self) -> None:
+        """End this generation's connections the moment the keeper opens the next one.
+
+        The keeper sees a rank die within milliseconds and opens the next generation. Left to
+        gloo, a rank learns of the death only in its next collective, and one that does not
+        talk to the dead rank directly waits for a peer that does to fail first and close its
+        connections (measured: 0.09 s behind the first, on top of the time to the next
+        collective). Shutting its own connections down fails this rank's collective at once,
+        the one it is in or its next."""
+        try:  # a connection of its own: a store client is not shared between threads
+            lookout = dist.TCPStore(self.store.host, self.store.port, is_master=False, timeout=WATCH_LIMIT)
+            lookout.wait([f"gen{self.generation + 1}/open"], WATCH_LIMIT)
+        except Exception:  # noqa: BLE001 - the store is gone: gloo still sees the death, later
+            return
+        if not self._left.is_set():  # an attempt that ended leaves its next one alone
+            _shut_down(self._group_sockets)
+
     def __exit__(self, kind, error, tb) -> bool:
+        self._left.set()
         lost = self.in_process and error is not None and _a_peer_died(error)
         if lost:
             # The failed frames still hold what holds the group (a DDP model): let them go, so the

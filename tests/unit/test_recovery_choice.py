@@ -111,9 +111,36 @@ def test_in_process_is_refused_in_one_line_where_it_cannot_run(job, host, rdzv, 
     assert reason in str(refused.value) and "\n" not in str(refused.value)
 
 
-def test_in_process_is_refused_by_the_drills_until_they_judge_it():
-    with pytest.raises(LabError, match="not behind the drills yet"):
+def test_in_process_is_refused_where_nothing_said_the_job_can_run_it():
+    with pytest.raises(LabError, match="nothing said this job can recover in-process"):
         recovery.choose(FIXED, "in-process", KEEPERS)
+
+
+def test_auto_picks_in_process_first_where_it_runs_and_says_so():
+    topology, how = recovery.choose(FIXED, "auto", KEEPERS, in_process_refusal="", in_process_first=True)
+    assert (how.style, recovery.style_of(topology)) == ("in-process", "in-process")
+    assert how.why == recovery.AUTO_IN_PROCESS
+
+
+@pytest.mark.parametrize(
+    ("job", "host", "rdzv", "needs", "refusal", "style"),
+    [
+        (FIXED, EVERY, None, None, "", "restart"),  # no keepers on this runtime
+        (FIXED, KEEPERS, None, None, "not on your script yet", "restart"),  # the workload has not opted in
+        (ELASTIC, KEEPERS, None, None, "", "torchrun"),
+        (FIXED.replace(torch_defaults=True), KEEPERS, None, None, "", "torchrun"),
+        (FIXED, KEEPERS, "c10d", None, "", "torchrun"),
+        (FIXED.replace(rdzv_backend="etcd-v2"), recovery.Host("x", ("etcd-v2",), no_in_process=""), None, None, "", "torchrun"),
+        (FIXED, KEEPERS, None, ("torchrun", "this drill loses the store's host"), "", "torchrun"),
+    ],
+)
+def test_auto_falls_back_from_in_process_to_what_the_job_can_run(job, host, rdzv, needs, refusal, style):
+    """No refusal: auto takes the next fastest style, as it would without in_process_first."""
+    first = recovery.choose(
+        job, "auto", host, rdzv_asked=rdzv, drill_needs=needs, in_process_refusal=refusal, in_process_first=True
+    )
+    assert first[1].style == style
+    assert first == recovery.choose(job, "auto", host, rdzv_asked=rdzv, drill_needs=needs)
 
 
 def test_every_style_on_every_runtime_and_drill_runs_or_refuses_in_one_line():
@@ -139,4 +166,7 @@ def test_drills_that_need_torchruns_rendezvous_get_it_by_default_and_the_rest_th
         for name, d in exercises.drills().items()
     }
     assert styles["kill-node"] == styles["kill-rendezvous-host"] == "torchrun"
-    assert styles["kill-worker"] == styles["rank-exception"] == styles["preempt"] == "restart"
+    assert styles["rank-exception"] == styles["preempt"] == "restart"
+    judged = {name for name, d in exercises.drills().items() if getattr(d, "IN_PROCESS_JUDGED", False)}
+    assert judged and {styles[name] for name in judged} == {"in-process"}  # kill-worker: a death it survives
+    assert {style for name, style in styles.items() if name not in judged} <= {"restart", "torchrun"}
