@@ -125,8 +125,10 @@ def choose(
         why_not = _in_process_refusal(topology, host, rdzv_asked if asked == IN_PROCESS else rdzv_set, drill_needs)
         why_not = why_not or in_process_refusal
         if not why_not:
-            why = "asked: the survivors stay, a warm spare takes the lost rank's state from a peer"
-            return topology.replace(in_process=True), Recovery(IN_PROCESS, why if asked == IN_PROCESS else AUTO_IN_PROCESS)
+            asked_why = "asked: the survivors stay, a warm spare takes the lost rank's state from a peer"
+            return topology.replace(in_process=True), Recovery(
+                IN_PROCESS, asked_why if asked == IN_PROCESS else AUTO_IN_PROCESS
+            )
         if asked == IN_PROCESS:
             raise LabError(f"--recovery in-process: {why_not}; use --recovery restart")
     style, why = _pick(topology, asked, host, rdzv_set, drill_needs)

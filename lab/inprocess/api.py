@@ -127,10 +127,10 @@ class Attempt:
         self.join_seconds = time.monotonic() - started
         self._group_sockets = {fd: inode for fd, inode in _sockets().items() if before.get(fd) != inode}
         if self.store is not None:
-            threading.Thread(target=self._watch, name="lab-inprocess-watch", daemon=True).start()
+            threading.Thread(target=self._watch, args=(self.store,), name="lab-inprocess-watch", daemon=True).start()
         return self
 
-    def _watch(self) -> None:
+    def _watch(self, store: dist.TCPStore) -> None:
         """End this generation's connections the moment the keeper opens the next one.
 
         The keeper sees a rank die within milliseconds and opens the next generation. Left to
@@ -140,7 +140,7 @@ class Attempt:
         collective). Shutting its own connections down fails this rank's collective at once,
         the one it is in or its next."""
         try:  # a connection of its own: a store client is not shared between threads
-            lookout = dist.TCPStore(self.store.host, self.store.port, is_master=False, timeout=WATCH_LIMIT)
+            lookout = dist.TCPStore(store.host, store.port, is_master=False, timeout=WATCH_LIMIT)
             lookout.wait([f"gen{self.generation + 1}/open"], WATCH_LIMIT)
         except Exception:  # noqa: BLE001 - the store is gone: gloo still sees the death, later
             return

@@ -69,6 +69,7 @@ def test_a_backend_the_runtime_does_not_run_is_refused():
 
 
 KEEPERS = recovery.Host("anywhere", ("c10d", "lab"), no_in_process="")
+ETCD_KEEPERS = recovery.Host("anywhere", ("etcd-v2",), no_in_process="")
 OPTED_IN = "lab/workloads/inprocess_train.py"
 
 
@@ -130,7 +131,7 @@ def test_auto_picks_in_process_first_where_it_runs_and_says_so():
         (ELASTIC, KEEPERS, None, None, "", "torchrun"),
         (FIXED.replace(torch_defaults=True), KEEPERS, None, None, "", "torchrun"),
         (FIXED, KEEPERS, "c10d", None, "", "torchrun"),
-        (FIXED.replace(rdzv_backend="etcd-v2"), recovery.Host("x", ("etcd-v2",), no_in_process=""), None, None, "", "torchrun"),
+        (FIXED.replace(rdzv_backend="etcd-v2"), ETCD_KEEPERS, None, None, "", "torchrun"),  # a drill's own backend
         (FIXED, KEEPERS, None, ("torchrun", "this drill loses the store's host"), "", "torchrun"),
     ],
 )
