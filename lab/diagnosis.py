@@ -13,8 +13,8 @@ import re
 import signal
 from dataclasses import asdict, dataclass
 
+from lab.failure_card import Card
 from lab.health import injected_error as injected
-from lab.why import Card
 
 CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
 HUNG_NOTE = "the likely hung rank"
@@ -32,6 +32,7 @@ class Fault:
     caged: bool = False  # the rank is moved into a small memory cgroup first (lab.bench.cages)
     no_script: str = ""  # why an unchanged script cannot be given this fault ("": it can)
     ends_job: bool = True  # False: the job goes on (a straggler), and the card is read on the running job
+    workload: str = ""  # a lab workload the fault needs, run instead of the trainer ("": the trainer)
 
 
 FAULTS = (
@@ -62,6 +63,18 @@ FAULTS = (
         ends_job=False,
     ),
 )
+FAULTS += (
+    Fault(
+        "mismatch",
+        signal.SIGUSR1,
+        "mismatch",
+        "one extra all-reduce on this rank alone, a collective its peers never issue (the lab's collective_loop "
+        "workload, under TORCH_DISTRIBUTED_DEBUG=DETAIL: DDP itself cannot run under DETAIL on torch 2.13 CPU)",
+        no_script="the extra all-reduce is injected inside the lab's collective_loop workload, a hook your "
+        "script lacks",
+        workload="collective_loop",
+    ),
+)
 FAULT_NAMES = tuple(f.name for f in FAULTS)
 
 
@@ -87,7 +100,8 @@ def named(card: Card) -> Named:
 
 
 def kind_of(how: str) -> str:
-    """The class of fault a card's "how" says: killed, oom, crashed, terminated, exception, exited."""
+    """The class of fault a card's "how" says: killed, oom, crashed, terminated, exception, exited,
+    diverged, mismatch."""
     if "OOM killer" in how:
         return "oom"
     killed = re.match(r"killed by (SIG\w+)", how)
@@ -96,6 +110,8 @@ def kind_of(how: str) -> str:
         return {"SIGKILL": "killed", "SIGTERM": "terminated"}.get(name, "crashed" if name in CRASH_SIGNALS else name)
     if how.startswith("stopped on SIGTERM"):
         return "terminated"
+    if how.startswith("ran a different collective"):  # lab.mismatch
+        return "mismatch"
     if how.startswith("raised FloatingPointError"):  # what a loss check raises on NaN or inf
         return "diverged"
     if how.startswith("raised "):

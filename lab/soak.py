@@ -80,7 +80,7 @@ NOT_JUDGED = {"open fds held by Ray's driver (not judged)"}
 
 
 def run_cycle(runtime: str, drill: str, work: Path, index: int) -> dict:
-    """One drill in this process, with its own run dir; its verdict, restarts and lost steps."""
+    """One drill in this process, with its own run dir; its verdict, how it recovered, lost steps."""
     from lab.cli import main
 
     run_dir, report_dir = work / f"run-{index}", work / f"report-{index}"
@@ -96,12 +96,18 @@ def run_cycle(runtime: str, drill: str, work: Path, index: int) -> dict:
         "drill": drill,
         "exit": code,
         "verdict": report.get("verdict", "error"),
-        "restarts": report.get("restarts"),
+        "style": (report.get("recovery_style") or {}).get("style"),  # lab.recovery: in-process, restart, ...
+        "recoveries": report.get("restarts", report.get("replacements")),  # restarts, or ranks replaced in-process
+        "recovery_s": seconds((report.get("recovery") or {}).get("total")),  # the kill to the first step after it
         "lost_steps": report.get("lost_steps"),
         "reference": report.get("reference"),  # "ran", or "cached" (lab.exercises.reference_cache)
         "seconds": round(time.monotonic() - started, 1),
         "error": "" if report else output.getvalue().strip().splitlines()[-1:],
     }
+
+
+def seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def soak(plan: list[tuple[str, str, int]], work: Path, log=print) -> dict:
@@ -117,8 +123,9 @@ def soak(plan: list[tuple[str, str, int]], work: Path, log=print) -> dict:
             result = run_cycle(runtime, drill, work, len(cycles))
             cycles.append(result)
             log(
-                f"[{len(cycles)}/{total}] {runtime} {drill}: {result['verdict']} (restarts {result['restarts']}, "
-                f"lost steps {result['lost_steps']}, {result['seconds']} s)"
+                f"[{len(cycles)}/{total}] {runtime} {drill}: {result['verdict']} ({result['style']}: recoveries "
+                f"{result['recoveries']}, recovered in {result['recovery_s']} s, lost steps {result['lost_steps']}, "
+                f"{result['seconds']} s)"
             )
             if warm is None:
                 warm = census()
@@ -137,16 +144,21 @@ def soak(plan: list[tuple[str, str, int]], work: Path, log=print) -> dict:
 
 def markdown(result: dict, command: str) -> str:
     rows = [
-        "| runtime | fault | cycles | survived | lost steps (min-max) | seconds a cycle (median) |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| runtime | fault | recovery | cycles | survived | lost steps (min-max) | recovery s (median, max) "
+        "| seconds a cycle (median) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for runtime, drill, _ in result["plan"]:
         mine = [c for c in result["cycles"] if c["runtime"] == runtime and c["drill"] == drill]
         lost = [c["lost_steps"] for c in mine if c["lost_steps"] is not None]
+        took = sorted(c["recovery_s"] for c in mine if c.get("recovery_s") is not None)
         seconds = sorted(c["seconds"] for c in mine)
+        styles = ", ".join(sorted({str(c.get("style")) for c in mine}))
         rows.append(
-            f"| {runtime} | {drill} | {len(mine)} | {sum(c['verdict'] == 'pass' for c in mine)} | "
-            f"{f'{min(lost)}-{max(lost)}' if lost else 'n/a'} | {seconds[len(seconds) // 2] if seconds else 'n/a'} |"
+            f"| {runtime} | {drill} | {styles} | {len(mine)} | {sum(c['verdict'] == 'pass' for c in mine)} | "
+            f"{f'{min(lost)}-{max(lost)}' if lost else 'n/a'} | "
+            f"{f'{took[len(took) // 2]:.2f}, {took[-1]:.2f}' if took else 'n/a'} | "
+            f"{seconds[len(seconds) // 2] if seconds else 'n/a'} |"
         )
     census_rows = [
         "| what | before | after cycle 1 | after the last | leaked (last - cycle 1) |",
@@ -189,7 +201,10 @@ def main(argv: list[str] | None = None) -> int:
         help="[RUNTIME:]DRILL=N ... (default %(default)s)",
     )
     parser.add_argument("--json", help="write the whole result here")
-    parser.add_argument("--markdown", help="write the tables into this file, between the soak markers")
+    parser.add_argument("--markdown", help="write the tables into this file, between the section's markers")
+    parser.add_argument(
+        "--section", default="soak", help="the markers' name: <!-- NAME:start --> ... <!-- NAME:end -->"
+    )
     args = parser.parse_args(argv)
     plan = parse_plan(args.cycles)
     with tempfile.TemporaryDirectory(prefix="lab-soak-") as work:
@@ -200,13 +215,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         files.write_text(Path(args.json), json.dumps(result, indent=2) + "\n")
     if args.markdown:
-        write_between_markers(Path(args.markdown), text)
+        write_between_markers(Path(args.markdown), text, args.section)
     survived = all(c["verdict"] == "pass" for c in result["cycles"])
     return 0 if survived and not result["leaked"] else 1
 
 
-def write_between_markers(path: Path, text: str) -> None:
-    start, end = "<!-- soak:start -->", "<!-- soak:end -->"
+def write_between_markers(path: Path, text: str, section: str = "soak") -> None:
+    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
     page = path.read_text() if path.exists() else f"{start}\n{end}\n"
     head, _, rest = page.partition(start)
     _, _, tail = rest.partition(end)

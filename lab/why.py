@@ -15,15 +15,17 @@ import re
 import signal
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab.failure_card import Card, RankFailure
 from lab.health import net_probe
 from lab.health.events import AgentEvent, Event, ExitReason, agent_failures, read_agent_events, read_events, read_probes
 from lab.health.stragglers import SlowNetwork, Straggler, first_named, first_slow_network
 from lab.kernel_log import kernel_log, oom_kill
 from lab.lost_store import StoreLoss
 from lab.lost_store import found as store_lost
+from lab.mismatch import Mismatch, odd_rank
 from lab.node import worker_record
 from lab.node_log import SIGTERM_SENT, own_frame, tracebacks
 
@@ -32,70 +34,6 @@ CONSEQUENCE = re.compile(
     r"Connection closed by peer|Connection reset by peer|Timed out|timed out|Broken pipe|"
     r"DistNetworkError|DistStoreError|SIGTERM|Socket Timeout|connectFullMesh|RendezvousClosedError"
 )
-
-
-@dataclass
-class RankFailure:
-    rank: int
-    node: str
-    local_rank: int | None
-    time: float  # when its agent saw it (a raised exception: when the rank recorded it, if it did)
-    exit_code: int | None
-    pid: int | None = None
-    error: str = ""  # "ValueError: bad batch", from its traceback or its event log
-    where: str = ""  # file:line, the deepest frame outside torch and the lab
-    how: str = ""  # "killed by SIGKILL", "raised ValueError", "exited with status 3", ...
-    consequence: bool = False  # it failed because a peer did
-    last_step: int | None = None
-
-
-@dataclass
-class Card:
-    first: RankFailure | None
-    then: list[RankFailure] = field(default_factory=list)
-    rounds: int = 0  # how many times an agent saw its group fail
-    notes: list[str] = field(default_factory=list)
-    certain: bool = True  # False: `first` is only the earliest noticed of several like it
-    straggler: Straggler | None = None  # the rank that slowed the others, if one did (lab.health.stragglers)
-    slow_network: SlowNetwork | None = None  # the node whose network did
-    store_loss: StoreLoss | None = None  # the rendezvous store, lost mid-run (lab.lost_store)
-
-    def to_json(self) -> dict:
-        return {
-            "first": asdict(self.first) if self.first else None,
-            "then": [asdict(f) for f in self.then],
-            "rounds": self.rounds,
-            "notes": self.notes,
-            "certain": self.certain,
-            "straggler": asdict(self.straggler) if self.straggler else None,
-            "slow_network": asdict(self.slow_network) if self.slow_network else None,
-            "store_loss": asdict(self.store_loss) if self.store_loss else None,
-        }
-
-    def text(self) -> str:
-        findings = "".join(f"{s.text()}\n" for s in (self.store_loss, self.straggler, self.slow_network) if s)
-        if self.first is None:
-            notes = "".join(f"note: {n}\n" for n in self.notes)
-            return f"no rank failed: the agents recorded no failure\n{findings}{notes}"
-        f = self.first
-        lines = [
-            f"{'first to stop' if f.exit_code == 0 else 'first failure'}: rank {f.rank} on {f.node}"
-            + (f" (local rank {f.local_rank}, pid {f.pid})" if f.local_rank is not None else "")
-            + f": {f.how}",
-        ]
-        if f.error:
-            lines.append(f"  {f.error}" + (f"  at {f.where}" if f.where else ""))
-        if f.last_step is not None:
-            lines.append(f"  its last step: {f.last_step}")
-        for other in self.then:
-            lines.append(
-                f"then rank {other.rank} on {other.node}, {round(other.time - f.time, 1) + 0.0:+.1f} s: {other.how}"
-                + (f" ({other.error[:120]})" if other.error and other.error not in other.how else "")
-            )
-        if self.rounds > 1:
-            lines.append(f"the group failed {self.rounds} times in all (restarts)")
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines) + "\n" + findings
 
 
 def describe(code: int | None, pid: int | None, terminated_by_agent: set[int]) -> str:
@@ -199,6 +137,10 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
         result.first = preempted_first(found, result.notes)
         return result
     failures.sort(key=lambda f: f.time)
+    mismatch = odd_rank({f.rank: f.error for f in failures if f.error})
+    odd = next((f for f in failures if mismatch and f.rank == mismatch.rank), None)
+    if mismatch and odd:
+        return mismatched(result, failures, odd, mismatch)
     causes = [f for f in failures if not f.consequence]
     # A signal or an exception of its own says what happened; a bare exit status does not, and
     # agents notice their ranks' exits in their own time: such a rank is first only if it is alone.
@@ -229,16 +171,36 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
             + (f"{killed} died with its agent, unreported" if killed else "a rank hung or a node was cut off")
             + "; the earliest report is shown first"
         )
+    if mismatch:  # its odd rank left no record of failing: the earliest report is not the cause
+        result.certain = False
+        result.notes.append(f"rank {mismatch.rank} {mismatch.how()}, but no record of its end was found")
     if result.first.exit_code == -signal.SIGKILL and result.first.pid not in found.terminated:
-        oom = oom_kill(result.first.pid, (kernel or kernel_log)())
-        if oom:
-            result.first.how = "killed by the kernel's OOM killer (SIGKILL)"
-            result.notes.append(f"kernel log: {oom}")
-        else:
-            result.notes.append(
-                "SIGKILL from outside the job, and the kernel log names no OOM kill of its pid: a scheduler, "
-                "a person, or a kernel log this user cannot read"
-            )
+        note_sigkill(result, kernel)
+    return result
+
+
+def note_sigkill(result: Card, kernel: Callable[[], str] | None) -> None:
+    """A first rank killed by a SIGKILL nobody in the job sent: the OOM killer, if the kernel says so."""
+    assert result.first is not None
+    oom = oom_kill(result.first.pid, (kernel or kernel_log)())
+    if oom:
+        result.first.how = "killed by the kernel's OOM killer (SIGKILL)"
+        result.notes.append(f"kernel log: {oom}")
+    else:
+        result.notes.append(
+            "SIGKILL from outside the job, and the kernel log names no OOM kill of its pid: a scheduler, "
+            "a person, or a kernel log this user cannot read"
+        )
+
+
+def mismatched(result: Card, failures: list[RankFailure], odd: RankFailure, mismatch: Mismatch) -> Card:
+    """The odd rank of a collective mismatch comes first, however late its agent saw it: every
+    other rank failed because it ran a collective they did not (lab.mismatch)."""
+    odd.how, odd.consequence = mismatch.how(), False
+    result.first, result.then = odd, [f for f in failures if f is not odd][:8]
+    for other in result.then:
+        other.consequence = True
+    odd.time = failures[0].time
     return result
 
 

@@ -24,9 +24,9 @@ def test_two_kill_worker_cycles_survive_and_leak_nothing(tmp_path):
     )
     result = json.loads((tmp_path / "soak.json").read_text())
     assert [c["verdict"] for c in result["cycles"]] == ["pass"] * 2, out.stdout[-3000:]
-    assert all(c["restarts"] == 1 for c in result["cycles"])
+    assert all(c["style"] == "in-process" and c["recoveries"] == 1 for c in result["cycles"])  # the default
     # The first cycle runs the uninterrupted reference; the second is judged against its checksum,
     # and leaks are counted from after the first cycle (which warms caches that stay) to after it.
     assert [c["reference"] for c in result["cycles"]] == ["ran", "cached"]
     assert result["leaked"] == {}, f"left behind after 2 cycles: {result['leaked']}"
-    assert out.returncode == 0 and "| local | kill-worker | 2 | 2 |" in out.stdout
+    assert out.returncode == 0 and "| local | kill-worker | in-process | 2 | 2 |" in out.stdout

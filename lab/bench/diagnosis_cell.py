@@ -62,10 +62,12 @@ def cell_topology(**more) -> Topology:
     )
 
 
-def job(target: str, workdir: Path) -> tuple[Topology, str, list[str]]:
+def job(cell: Cell, workdir: Path) -> tuple[Topology, str, list[str]]:
     topology = cell_topology(pg_timeout_s=PG_TIMEOUT_S)
     paced = ["--steps", str(STEPS), "--step-time", str(STEP_TIME)]
-    if target == "trainer":
+    if cell.fault.workload:  # a fault the trainer has no hook for (lab.diagnosis.Fault.workload)
+        return topology.replace(distributed_debug="DETAIL"), script_path(cell.fault.workload), paced
+    if cell.target == "trainer":
         return topology, script_path("trainer"), [*paced, "--ckpt-every", "0", "--check-loss"]
     watched = topology.replace(script_wrapper=("--workdir", str(workdir)))
     return watched, script_path("plain_train"), [*paced, "--timeout-s", str(PG_TIMEOUT_S)]
@@ -118,7 +120,7 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event
     runtime = runtimes.create("local", run_dir, log=lambda m: None, hosts=hosts, monitoring="off")
     runtimes.begin_job(runtime, lambda m: None)
     try:
-        topology, script, args = job(cell.target, run_dir.path / "work")
+        topology, script, args = job(cell, run_dir.path / "work")
         topology, nodes = runtime.up(topology, script, args)
         at, start = reached(run_dir.path / "events", cell.rank, cell.step, stop)
         with memory_cage(start["pid"], cell.name) if cell.fault.caged else contextlib.nullcontext():

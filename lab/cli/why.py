@@ -15,6 +15,7 @@ from pathlib import Path
 from lab import evidence, files, why
 from lab.cli.flags import add_run_dir_option
 from lab.errors import LabError
+from lab.failure_card import Card
 from lab.options import run_dir_from_args
 from lab.rundir import RunDir
 
@@ -26,7 +27,7 @@ def register(sub) -> None:
     parser.set_defaults(handler=handle)
 
 
-def save(run_dir: RunDir, card: why.Card) -> str:
+def save(run_dir: RunDir, card: Card) -> str:
     """Keep the card where `lab down` leaves it (the reports), and beside it the evidence it
     was drawn from (lab.evidence); returns the card's path."""
     path = run_dir.reports_dir() / f"why-{time.strftime('%Y%m%d-%H%M%S')}.json"

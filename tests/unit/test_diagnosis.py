@@ -21,8 +21,8 @@ from lab.bench.diagnosis_cell import Cell
 from lab.bench.diagnosis_table import table
 from lab.diagnosis import FAULTS, Grade, Named, grade, kind_of, named
 from lab.errors import LabError
+from lab.failure_card import Card, RankFailure
 from lab.health.stragglers import Straggler
-from lab.why import Card, RankFailure
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnosis"
 CELLS = sorted(p.parent for p in FIXTURES.glob("*/truth.json"))

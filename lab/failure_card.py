@@ -1,0 +1,76 @@
+"""What `lab why` says about one failed job, as data: the first failure, the ranks that
+followed it, and what else was found (a straggler, a slow network, a lost store).
+
+lab.why draws it from a run dir; this module only holds it and writes it out (text, JSON).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from lab.health.stragglers import SlowNetwork, Straggler
+from lab.lost_store import StoreLoss
+
+
+@dataclass
+class RankFailure:
+    rank: int
+    node: str
+    local_rank: int | None
+    time: float  # when its agent saw it (a raised exception: when the rank recorded it, if it did)
+    exit_code: int | None
+    pid: int | None = None
+    error: str = ""  # "ValueError: bad batch", from its traceback or its event log
+    where: str = ""  # file:line, the deepest frame outside torch and the lab
+    how: str = ""  # "killed by SIGKILL", "raised ValueError", "exited with status 3", ...
+    consequence: bool = False  # it failed because a peer did
+    last_step: int | None = None
+
+
+@dataclass
+class Card:
+    first: RankFailure | None
+    then: list[RankFailure] = field(default_factory=list)
+    rounds: int = 0  # how many times an agent saw its group fail
+    notes: list[str] = field(default_factory=list)
+    certain: bool = True  # False: `first` is only the earliest noticed of several like it
+    straggler: Straggler | None = None  # the rank that slowed the others, if one did (lab.health.stragglers)
+    slow_network: SlowNetwork | None = None  # the node whose network did
+    store_loss: StoreLoss | None = None  # the rendezvous store, lost mid-run (lab.lost_store)
+
+    def to_json(self) -> dict:
+        return {
+            "first": asdict(self.first) if self.first else None,
+            "then": [asdict(f) for f in self.then],
+            "rounds": self.rounds,
+            "notes": self.notes,
+            "certain": self.certain,
+            "straggler": asdict(self.straggler) if self.straggler else None,
+            "slow_network": asdict(self.slow_network) if self.slow_network else None,
+            "store_loss": asdict(self.store_loss) if self.store_loss else None,
+        }
+
+    def text(self) -> str:
+        findings = "".join(f"{s.text()}\n" for s in (self.store_loss, self.straggler, self.slow_network) if s)
+        if self.first is None:
+            notes = "".join(f"note: {n}\n" for n in self.notes)
+            return f"no rank failed: the agents recorded no failure\n{findings}{notes}"
+        f = self.first
+        lines = [
+            f"{'first to stop' if f.exit_code == 0 else 'first failure'}: rank {f.rank} on {f.node}"
+            + (f" (local rank {f.local_rank}, pid {f.pid})" if f.local_rank is not None else "")
+            + f": {f.how}",
+        ]
+        if f.error:
+            lines.append(f"  {f.error}" + (f"  at {f.where}" if f.where else ""))
+        if f.last_step is not None:
+            lines.append(f"  its last step: {f.last_step}")
+        for other in self.then:
+            lines.append(
+                f"then rank {other.rank} on {other.node}, {round(other.time - f.time, 1) + 0.0:+.1f} s: {other.how}"
+                + (f" ({other.error[:120]})" if other.error and other.error not in other.how else "")
+            )
+        if self.rounds > 1:
+            lines.append(f"the group failed {self.rounds} times in all (restarts)")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines) + "\n" + findings
