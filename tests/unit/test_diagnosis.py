@@ -62,6 +62,7 @@ def failure(rank: int, how: str, *, consequence: bool = False, step: int | None 
         ("stopped on SIGTERM (a preemption), after a checkpoint", "terminated"),
         ("raised ValueError", "exception"),
         ("raised FloatingPointError", "diverged"),
+        ("ran a different collective than its peers (ALLREDUCE #14 [3] where they ran ...)", "mismatch"),
         ("exited with status 3", "exited"),
         ("failed", "unknown"),
     ],
@@ -163,11 +164,11 @@ def test_the_bench_refuses_before_it_starts_anything(tmp_path, change, words):
 
 
 def test_a_fault_an_unchanged_script_cannot_take_is_refused_there_only():
-    nan, slow = BY_NAME["nan"], BY_NAME["slow"]
-    for trainer_only in (nan, slow):
+    nan, slow, mismatch = BY_NAME["nan"], BY_NAME["slow"], BY_NAME["mismatch"]
+    for trainer_only in (nan, slow, mismatch):
         assert diagnosis.refuses(Cell("script", trainer_only, 1, 6))
         assert not diagnosis.refuses(Cell("trainer", trainer_only, 1, 6))
-    assert not any(diagnosis.refuses(Cell("script", f, 1, 6)) for f in FAULTS if f not in (nan, slow))
+    assert not any(diagnosis.refuses(Cell("script", f, 1, 6)) for f in FAULTS if f not in (nan, slow, mismatch))
     lines = table([], [nan], "loopback", 0.1, refused=[("script", "nan", nan.no_script)])
     assert f"- nan on the script: {nan.no_script}" in lines
 
