@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from doc_commands import quotes
 
 from lab import why
 from lab.mismatch import DETECTED, odd_rank
@@ -63,3 +64,9 @@ def test_reports_that_do_not_agree_name_no_rank(said):
 
 def test_errors_that_are_not_a_mismatch_name_no_rank():
     assert odd_rank({0: "RuntimeError: Connection closed by peer", 1: "", 2: "Detected mismatch"}) is None
+
+
+def test_the_card_docs_exercises_md_quotes_is_the_one_lab_why_draws_from_the_cell():
+    quoted = next(q for q in quotes("docs/exercises.md") if "ran a different collective" in q)
+    drawn = why.card(CELL, kernel=lambda: "").text().splitlines()
+    assert quoted.splitlines() and all(line in drawn for line in quoted.splitlines()), drawn
