@@ -94,9 +94,9 @@ RDZV_BACKEND = Option(
 RECOVERY = Option(
     "--recovery",
     "how the job comes back from a lost worker: restart (the lab's tuned restart), torchrun (torch's "
-    "c10d rendezvous), in-process (a warm spare takes the lost rank's state from a peer: local runtime, "
-    "a script that uses lab.inprocess; not in drills yet), or auto: the fastest the job "
-    "can survive (lab/recovery.py; default %(default)s)",
+    "c10d rendezvous), in-process (a warm spare takes the lost rank's state from a peer: local and docker "
+    "runtimes, a script that uses lab.inprocess, the kill-worker drill), or auto: the fastest the job "
+    "can survive, in-process for kill-worker on the lab's trainer (lab/recovery.py; default %(default)s)",
     recovery.AUTO,
     choices=recovery.CHOICES,
 )
