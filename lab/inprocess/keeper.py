@@ -14,6 +14,8 @@ while it waits is replaced too. The survivors are never stopped. After K replace
 this node (the job's restart budget) a further death ends the job: the keeper stops its
 children and exits 1. It ends with 0 once every rank it holds finished, and stops its
 children when it is stopped (or dies: they get SIGKILL from the kernel, PR_SET_PDEATHSIG).
+A keeper that needs the store after node 0's keeper, its host, is gone says so in one line,
+stops its children and exits 1.
 It records its ranks' pids where the lab's faults look for them (LAB_WORKERS_FILE), with the
 generation as the restart.
 """
@@ -145,12 +147,23 @@ def run_until_stopped(keeper: Keeper) -> int:
     """The keeper's exit status: 0 when its ranks finished, 128 + the signal that stopped it."""
     # The stop runs here, not in the handler (lab.procs.stop_on says why): a keeper that stopped
     # its children from the handler once outlived its SIGTERM, a bench trial's 60 s.
+    from torch.distributed import DistError  # what a store call raises once the store is gone
+
     stop_on(signal.SIGTERM, signal.SIGINT)
     try:
         return keeper.run()
     except Stopped as stopped:
         keeper.stop()
         return 128 + stopped.signum
+    except DistError as lost:  # a replacement needs the store, and node 0's keeper, its host, is gone
+        said = (str(lost).strip().splitlines() or [type(lost).__name__])[0]
+        print(
+            f"[keeper node{keeper.args.node_rank}] the job's store at {keeper.args.store} cannot be reached "
+            f"(node 0's keeper hosts it): {said}; this node's ranks stop",
+            flush=True,
+        )
+        keeper.stop()
+        return 1
 
 
 def parse_args(argv=None) -> argparse.Namespace:
