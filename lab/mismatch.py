@@ -63,3 +63,16 @@ def odd_rank(errors: dict[int, str]) -> Mismatch | None:
     by = tuple(sorted(rank for rank, found in said.items() if int(found["named"]) == odd))
     own = collective(said[odd]["own"]) if odd in said else ""
     return Mismatch(odd, own, collective(said[by[0]]["own"]), by)
+
+
+def unsettled(errors: dict[int, str]) -> str:
+    """A note when ranks report a mismatch but do not agree on the odd rank ("" otherwise): then
+    the earliest to fail is no more the cause than the others, and the card must not say it is."""
+    reporting = sorted(rank for rank, error in errors.items() if DETECTED.search(error))
+    if not reporting or odd_rank(errors) is not None:
+        return ""
+    return (
+        f"ranks {', '.join(map(str, reporting))} report a collective mismatch (TORCH_DISTRIBUTED_DEBUG=DETAIL) and "
+        "do not agree on which rank ran a different collective (each names the first peer that differs from it; "
+        "the others were stopped before they said): which rank is at fault is unknown"
+    )

@@ -25,7 +25,7 @@ from lab.health.stragglers import SlowNetwork, Straggler, first_named, first_slo
 from lab.kernel_log import kernel_log, oom_kill
 from lab.lost_store import StoreLoss
 from lab.lost_store import found as store_lost
-from lab.mismatch import Mismatch, odd_rank
+from lab.mismatch import odd_rank, unsettled
 from lab.node import worker_record
 from lab.node_log import SIGTERM_SENT, own_frame, tracebacks
 
@@ -137,10 +137,8 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
         result.first = preempted_first(found, result.notes)
         return result
     failures.sort(key=lambda f: f.time)
-    mismatch = odd_rank({f.rank: f.error for f in failures if f.error})
-    odd = next((f for f in failures if mismatch and f.rank == mismatch.rank), None)
-    if mismatch and odd:
-        return mismatched(result, failures, odd, mismatch)
+    if settled_by_a_mismatch(result, failures):
+        return result
     causes = [f for f in failures if not f.consequence]
     # A signal or an exception of its own says what happened; a bare exit status does not, and
     # agents notice their ranks' exits in their own time: such a rank is first only if it is alone.
@@ -171,9 +169,6 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
             + (f"{killed} died with its agent, unreported" if killed else "a rank hung or a node was cut off")
             + "; the earliest report is shown first"
         )
-    if mismatch:  # its odd rank left no record of failing: the earliest report is not the cause
-        result.certain = False
-        result.notes.append(f"rank {mismatch.rank} {mismatch.how()}, but no record of its end was found")
     if result.first.exit_code == -signal.SIGKILL and result.first.pid not in found.terminated:
         note_sigkill(result, kernel)
     return result
@@ -193,15 +188,26 @@ def note_sigkill(result: Card, kernel: Callable[[], str] | None) -> None:
         )
 
 
-def mismatched(result: Card, failures: list[RankFailure], odd: RankFailure, mismatch: Mismatch) -> Card:
-    """The odd rank of a collective mismatch comes first, however late its agent saw it: every
-    other rank failed because it ran a collective they did not (lab.mismatch)."""
-    odd.how, odd.consequence = mismatch.how(), False
-    result.first, result.then = odd, [f for f in failures if f is not odd][:8]
-    for other in result.then:
-        other.consequence = True
-    odd.time = failures[0].time
-    return result
+def settled_by_a_mismatch(result: Card, failures: list[RankFailure]) -> bool:
+    """True when the ranks' errors name the odd rank of a collective mismatch (lab.mismatch): it
+    comes first, however late its agent saw it, as every other rank failed because of it. Where
+    they report a mismatch but name no rank, or one with no record of its end, the card is not
+    certain of whichever rank it puts first."""
+    errors = {f.rank: f.error for f in failures if f.error}
+    mismatch = odd_rank(errors)
+    odd = next((f for f in failures if mismatch and f.rank == mismatch.rank), None)
+    if mismatch and odd:
+        odd.how, odd.consequence = mismatch.how(), False
+        result.first, result.then = odd, [f for f in failures if f is not odd][:8]
+        for other in result.then:
+            other.consequence = True
+        odd.time = failures[0].time
+        return True
+    note = f"rank {mismatch.rank} {mismatch.how()}, but no record of its end was found" if mismatch else ""
+    if note or unsettled(errors):
+        result.certain = False
+        result.notes.append(note or unsettled(errors))
+    return False
 
 
 def preempted_first(found: Evidence, notes: list[str]) -> RankFailure | None:

@@ -12,6 +12,8 @@ import pytest
 from doc_commands import quotes
 
 from lab import why
+from lab.diagnosis import named
+from lab.failure_card import Card, RankFailure
 from lab.mismatch import DETECTED, odd_rank
 
 CELL = Path(__file__).resolve().parents[1] / "fixtures" / "diagnosis" / "trainer-mismatch-r2-s6"
@@ -70,3 +72,19 @@ def test_the_card_docs_exercises_md_quotes_is_the_one_lab_why_draws_from_the_cel
     quoted = next(q for q in quotes("docs/exercises.md") if "ran a different collective" in q)
     drawn = why.card(CELL, kernel=lambda: "").text().splitlines()
     assert quoted.splitlines() and all(line in drawn for line in quoted.splitlines()), drawn
+
+
+def test_a_card_whose_mismatch_reports_do_not_agree_names_no_rank():
+    """As measured once in `lab bench diagnosis` (rank 2 odd, rank 0 and rank 2 the only reports,
+    naming each other; ranks 1 and 3 stopped by their agents first): the earliest report is not
+    the cause, and the grade is unknown, never a rank named with confidence."""
+    error = next(iter(recorded_errors().values()))
+    failures = [
+        RankFailure(2, "node1", 0, 1.0, 1, error=naming(error, 2, 0), how="raised RuntimeError"),
+        RankFailure(0, "node0", 0, 1.3, 1, error=naming(error, 0, 2), how="raised RuntimeError"),
+    ]
+    card = Card(first=None)
+    assert not why.settled_by_a_mismatch(card, failures)
+    assert card.certain is False and "do not agree on which rank ran a different collective" in card.notes[0]
+    card.first = failures[0]
+    assert named(card).rank is None and named(card).kind == "unknown"
