@@ -107,15 +107,24 @@ def reported_failures(found: Evidence) -> list[RankFailure]:
                 failure.error, failure.where = info["error"], own_frame(info.get("traceback", ""))
             elif rank in found.traces:
                 failure.error, failure.where = found.traces[rank]
-            failure.how = (
-                f"raised {failure.error.split(':')[0]}"
-                if failure.error and (failure.exit_code or 0) > 0
-                else describe(failure.exit_code, failure.pid, found.terminated)
-            )
-            failure.consequence = bool(CONSEQUENCE.search(failure.error)) or failure.pid in found.terminated
+            failure.how, failure.consequence = how_it_failed(failure, found.terminated)
             failure.last_step = found.steps.get(rank)
             failures.append(failure)
     return failures
+
+
+def how_it_failed(failure: RankFailure, terminated: set[int]) -> tuple[str, bool]:
+    """(how, whether it is a peer's consequence). An exception of the rank's own is the cause even
+    when the rank then hung on its way out and torchrun had to stop it (measured once in `lab
+    bench diagnosis`: the peers timed out first, and the card called the raising rank a
+    consequence of the group's stop)."""
+    stopped = describe(failure.exit_code, failure.pid, terminated)
+    consequence = bool(CONSEQUENCE.search(failure.error)) or failure.pid in terminated
+    if failure.error and (failure.exit_code or 0) > 0:
+        return f"raised {failure.error.split(':')[0]}", consequence
+    if failure.error and not CONSEQUENCE.search(failure.error) and failure.pid in terminated:
+        return f"raised {failure.error.split(':')[0]}, then was {stopped}", False
+    return stopped, consequence
 
 
 def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:

@@ -196,3 +196,21 @@ def test_a_straggler_is_named_only_when_nothing_failed():
     graded = grade("trainer", BY_NAME["slow"], 3, 6, Card(first=None, straggler=slow))
     assert graded.right and graded.step_ok  # slow from two steps after the one read: in time
     assert not grade("trainer", BY_NAME["slow"], 3, 5, Card(first=None, straggler=slow)).step_ok
+
+
+def test_a_rank_that_raised_its_own_error_and_was_then_stopped_by_torchrun_is_the_cause():
+    """Measured once in `lab bench diagnosis` (trainer, exception at rank 2): the rank raised the
+    injected exception, hung on its way out, and its agent SIGKILLed it after the peers had timed
+    out waiting for it. Its own error makes it the cause; the peers' timeouts do not."""
+    raised = RankFailure(2, "node1", 0, 5.0, -9, pid=7, error="RuntimeError: rank 2: exception injected by the lab")
+    how, consequence = why.how_it_failed(raised, terminated={7})
+    assert not consequence and kind_of(how) == "exception"
+    assert how == "raised RuntimeError, then was killed by SIGKILL from torchrun's agent, stopping the group"
+    timed_out = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 8000ms for recv"
+    peer = RankFailure(1, "node0", 1, 0.0, 1, pid=8, error=timed_out)
+    assert why.how_it_failed(peer, terminated={7}) == ("raised RuntimeError", True)
+    stopped = RankFailure(3, "node1", 1, 5.0, -15, pid=9)
+    assert why.how_it_failed(stopped, terminated={9}) == (
+        "killed by SIGTERM from torchrun's agent, stopping the group",
+        True,
+    )
