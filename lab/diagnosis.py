@@ -62,8 +62,6 @@ FAULTS = (
         "times each step outside its all-reduce: lab/workloads/step_clock.py)",
         ends_job=False,
     ),
-)
-FAULTS += (
     Fault(
         "mismatch",
         signal.SIGUSR1,
