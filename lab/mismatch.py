@@ -9,7 +9,8 @@ so every rank but the odd one names the odd one, and the odd one names some othe
 The odd rank is the one named by at least two ranks and by more ranks than any other. Two
 ranks that each name the other say nothing about which is odd: no rank is named, and the
 card does not guess. torchrun reports one failed worker per node and stops the rest, so
-the odd rank itself is usually a rank its agent stopped, named only by its peers.
+the odd rank's own report, and some of its peers', may be missing: measured in `lab bench
+diagnosis`, once the only reports were the odd rank's and one peer's, naming each other.
 """
 
 from __future__ import annotations

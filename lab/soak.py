@@ -98,7 +98,7 @@ def run_cycle(runtime: str, drill: str, work: Path, index: int) -> dict:
         "verdict": report.get("verdict", "error"),
         "style": (report.get("recovery_style") or {}).get("style"),  # lab.recovery: in-process, restart, ...
         "recoveries": report.get("restarts", report.get("replacements")),  # restarts, or ranks replaced in-process
-        "recovery_s": seconds((report.get("recovery") or {}).get("total")),  # the kill to the first step after it
+        "recovery_s": rounded((report.get("recovery") or {}).get("total")),  # the kill to the first step after it
         "lost_steps": report.get("lost_steps"),
         "reference": report.get("reference"),  # "ran", or "cached" (lab.exercises.reference_cache)
         "seconds": round(time.monotonic() - started, 1),
@@ -106,7 +106,7 @@ def run_cycle(runtime: str, drill: str, work: Path, index: int) -> dict:
     }
 
 
-def seconds(value: float | None) -> float | None:
+def rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
