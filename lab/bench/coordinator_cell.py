@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import evidence, files, procs, runtimes, why
@@ -82,6 +82,7 @@ class Outcome:
     seconds: float  # from the kill to the verdict
     said: str  # what `lab why` says of it, or how the job ended
     exit_codes: dict[str, int | None]  # node -> its exit status; None: still running, or its end unrecorded
+    left: list[str] = field(default_factory=list)  # what `lab down` left of the cell's lab, where a cell looks
 
     @property
     def within_twice_timeout(self) -> bool:
@@ -97,6 +98,7 @@ class Outcome:
             "timeout_s": self.cell.coordinator.timeout_s,
             "said": self.said,
             "exit_codes": self.exit_codes,
+            "left": self.left,
         }
 
 

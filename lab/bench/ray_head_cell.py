@@ -30,6 +30,8 @@ from lab.bench.ray_cluster import RayCluster, ray_cluster
 from lab.errors import LabError
 from lab.node.nodeproc import recorded_exits
 from lab.ownership import new_lab_id
+from lab.rundir import RunDir
+from lab.runtimes.tempdirs import temp_dir
 
 
 def run_cell(cell: Cell, tmp: Path, stop: threading.Event) -> Outcome:
@@ -44,8 +46,9 @@ def on_cluster(cell: Cell, cluster: RayCluster, tmp: Path, stop: threading.Event
         "up", "--runtime", "ray", "--ray-address", cluster.address, "--prometheus", "off", "--detach",
         "--workload", "trainer", "--", *trainer_args(), run_dir=run_path,
     )  # fmt: skip
+    mark = RunDir(run_path).mark()
     try:
-        if up.returncode != 0:
+        if up.returncode != 0 or mark is None:
             raise LabError(f"lab up on the Ray cluster failed: {(up.stderr.strip().splitlines() or ['?'])[-1]}")
         reached(run_path / "events", 0, KILL_AT, stop)
         killed = time.monotonic()
@@ -56,9 +59,13 @@ def on_cluster(cell: Cell, cluster: RayCluster, tmp: Path, stop: threading.Event
         seconds = time.monotonic() - killed
         running = procs.marked_pids(str(run_path))
         status = cluster.on_head("status", run_dir=run_path, timeout=120)
-        return judged(cell, run_path, seconds, running, status.stdout + status.stderr)
+        outcome = judged(cell, run_path, seconds, running, status.stdout + status.stderr)
     finally:
         cluster.on_head("down", run_dir=run_path, timeout=120)
+    # Every machine of this cluster shares this one's temp dir: what `lab down` left, with the head gone.
+    outcome.left = [str(d) for d in [temp_dir(mark.lab_id)] if d.exists()]
+    outcome.left += [f"process {pid}" for pid in procs.marked_pids(str(run_path))]
+    return outcome
 
 
 def judged(cell: Cell, run_path: Path, seconds: float, running: list[int], status: str) -> Outcome:

@@ -33,7 +33,7 @@ from lab.runtimes.monitored import MonitoredRuntime
 from lab.runtimes.plan import LaunchPlan
 from lab.runtimes.ray_node import ACTOR_NAMESPACE, MachineAgent, RayNode, actor_name
 from lab.runtimes.state import RunState
-from lab.runtimes.tempdirs import temp_dir
+from lab.runtimes.tempdirs import remove_temp_dirs, temp_dir
 from lab.topology import Topology
 
 BUNDLE = {"CPU": 0.01}  # a token share: the bundle only pins the node to a machine
@@ -269,7 +269,10 @@ class RayRuntime(MonitoredRuntime):
         try:
             connect(state.get("ray_address"))
         except LabError as e:
-            self.log(f"note: {e}; the lab's actors, if any, are left to the cluster")
+            self.log(
+                f"note: {e}; the lab's actors, if any, are left to the cluster, and the other machines' node temp "
+                f"dirs ({temp_dir(self.run_dir.lab_id)}) to them"
+            )
         if ray.is_initialized():
             for node in self._recorded_nodes(state):
                 try:
@@ -292,4 +295,6 @@ class RayRuntime(MonitoredRuntime):
         stray = procs.marked_pids(str(self.run_dir.path))  # this machine's: Prometheus, a node left behind
         procs.terminate(stray, grace_s=2.0, run_dir=str(self.run_dir.path))
         removed += [f"process {pid}" for pid in stray]
+        if not ray.is_initialized():  # no actor can clean up: this machine's node temp dirs, at least
+            removed += remove_temp_dirs(self.run_dir.lab_id)
         return removed + self.run_dir.take_down()
