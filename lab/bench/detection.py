@@ -39,14 +39,15 @@ from lab.topology import Topology
 from lab.workloads import script_path
 
 ALERTS = ("LabRankDown", "LabTrainingStalled", "LabRanksMissing", "LabRestartLoop", "LabStraggler")
-# (row label, drill, its own flags). Every job recovers by a restart, whose agents' monitor is a
-# column here: kill-worker asks for it (auto would recover it in-process, with no agent).
-CASES: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    ("kill-worker --recovery restart", "kill-worker", {}),
-    ("hang-rank", "hang-rank", {}),
-    ("hang-rank --watchdog 3", "hang-rank", {"watchdog": 3}),
-    ("partition-node", "partition-node", {}),
-    ("straggler", "straggler", {}),
+# (row label, drill, its own flags, --recovery). Every job recovers through torchrun's agent, whose
+# monitor is a column here: kill-worker asks for the restart (auto would recover it in-process,
+# with no agent); the others' auto is a restart, or torch's rendezvous (partition-node).
+CASES: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    ("kill-worker --recovery restart", "kill-worker", {}, recovery.RESTART),
+    ("hang-rank", "hang-rank", {}, recovery.AUTO),
+    ("hang-rank --watchdog 3", "hang-rank", {"watchdog": 3}, recovery.AUTO),
+    ("partition-node", "partition-node", {}, recovery.AUTO),
+    ("straggler", "straggler", {}, recovery.AUTO),
 )
 HEALTHY = Option("--healthy-s", "how long the healthy job runs (default %(default)s)", 60.0, float, metavar="SECONDS")
 
@@ -94,11 +95,11 @@ class AlertWatch:
         return sorted({name for name, state in self.episodes if state == "firing"})
 
 
-def drill_row(label: str, name: str, own: dict, hosts: str, tmp: Path) -> dict[str, Any]:
+def drill_row(label: str, name: str, own: dict, style: str, hosts: str, tmp: Path) -> dict[str, Any]:
     from lab.exercises.engine import run_drill
 
     module = drills()[name]
-    options = DrillOptions(module.DEFAULT_TARGET_RANK, module.DEFAULT_AT_STEP, own=own, recovery=recovery.RESTART)
+    options = DrillOptions(module.DEFAULT_TARGET_RANK, module.DEFAULT_AT_STEP, own=own, recovery=style)
     runtime = watched_runtime(RunDir(tmp / label.replace(" ", "_")), hosts)
     seen: dict[str, Any] = {}
 
@@ -163,10 +164,10 @@ def run(args, out_dir: Path) -> BenchResult:
         raise LabError("--healthy-s must be positive")
     rows = []
     with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
-        for label, name, own in CASES:
+        for label, name, own, style in CASES:
             if name == "partition-node" and args.hosts != "netns":
                 continue  # loopback nodes share one network: nothing to cut
-            rows.append(drill_row(label, name, own, args.hosts, Path(tmp)))
+            rows.append(drill_row(label, name, own, style, args.hosts, Path(tmp)))
             print(f"{label}: {rows[-1]}", flush=True)
         healthy = healthy_row(args.hosts, args.healthy_s, Path(tmp))
     print(f"healthy: {healthy}", flush=True)

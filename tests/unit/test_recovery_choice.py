@@ -8,6 +8,7 @@ import itertools
 import pytest
 
 from lab import exercises, recovery, runtimes
+from lab.bench import detection
 from lab.errors import LabError
 from lab.exercises import DrillOptions
 from lab.topology import Topology
@@ -171,3 +172,14 @@ def test_drills_that_need_torchruns_rendezvous_get_it_by_default_and_the_rest_th
     judged = {name for name, d in exercises.drills().items() if getattr(d, "IN_PROCESS_JUDGED", False)}
     assert judged and {styles[name] for name in judged} == {"in-process"}  # kill-worker: a death it survives
     assert {style for name, style in styles.items() if name not in judged} <= {"restart", "torchrun"}
+
+
+def test_each_row_of_the_detection_bench_settles_a_style_with_torchruns_agent():
+    """`lab bench detection` times torchrun's agent's monitor, so every row's job must recover
+    through an agent (not in-process), with a --recovery its drill takes: a refusal once ended
+    the bench at its fourth row (partition-node needs torch's rendezvous)."""
+    local = runtimes.runtime_class("local").rendezvous()
+    for label, name, own, style in detection.CASES:
+        drill = exercises.drills()[name]
+        options = DrillOptions(drill.DEFAULT_TARGET_RANK, drill.DEFAULT_AT_STEP, own=own, recovery=style)
+        assert exercises.job(drill, options, local)[1].style in ("restart", "torchrun"), label
