@@ -134,9 +134,13 @@ def topology(drill: ModuleType, options: DrillOptions) -> Topology:
     return shaped
 
 
-def job(exercise: ModuleType, options: DrillOptions, host: recovery.Host) -> tuple[Topology, recovery.Recovery]:
+def job(
+    exercise: ModuleType, options: DrillOptions, host: recovery.Host, *, on_script: bool = False
+) -> tuple[Topology, recovery.Recovery]:
     """The drill's job at the size the user chose, recovering as --recovery asks (lab.recovery)
-    within what the fault needs and the runtime (host) runs."""
+    within what the fault needs and the runtime (host) runs; auto picks in-process wherever the
+    drill judges it (its fault is a death). on_script: the drill as it runs on a user's script
+    (a ScriptRun says so itself)."""
     fault = getattr(exercise, "fault", exercise)  # a run on a user's script names its fault
     shaped = topology(exercise, options)
     return recovery.choose(
@@ -144,15 +148,15 @@ def job(exercise: ModuleType, options: DrillOptions, host: recovery.Host) -> tup
         options.recovery,
         host,
         drill_needs=recovery_needs(fault),
-        in_process_refusal=in_process_refusal(exercise),
-        in_process_first=getattr(exercise, "IN_PROCESS_JUDGED", False),  # its fault is a death: auto picks it
+        in_process_refusal=in_process_refusal(exercise, on_script or hasattr(exercise, "fault")),
+        in_process_first=True,
     )
 
 
-def in_process_refusal(exercise: ModuleType) -> str:
+def in_process_refusal(exercise: ModuleType, on_script: bool = False) -> str:
     """Why a drill does not run under --recovery in-process ("" where its judge knows it:
     IN_PROCESS_JUDGED, on the lab's trainer)."""
-    if hasattr(exercise, "fault"):
+    if on_script:
         return "not behind drills on your script yet (lab run --recovery in-process SCRIPT runs it)"
     if not getattr(exercise, "IN_PROCESS_JUDGED", False):
         judged = [d.NAME for d in drills().values() if getattr(d, "IN_PROCESS_JUDGED", False)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from lab import exercises, recovery
+from lab import exercises
 from lab.runtimes import runtime_class
 from lab.runtimes.base import Runtime
 from lab.runtimes.monitored import MonitoredRuntime
@@ -61,15 +61,9 @@ def cells() -> list[tuple[str, str, dict[str, str]]]:
 
 
 def recovery_style(drill: ModuleType, runtime: type[Runtime], target: str) -> str:
-    """The recovery style `--recovery auto` gives the drill's job on that runtime (lab.recovery):
-    on a script as lab.cli.exercise_script settles it (no drill on a script recovers in-process)."""
+    """The recovery style `--recovery auto` gives the drill's job on that runtime (lab.recovery)."""
     options = exercises.DrillOptions(drill.DEFAULT_TARGET_RANK, drill.DEFAULT_AT_STEP)
-    if target == "script":
-        job = exercises.topology(drill, options)
-        return recovery.choose(
-            job, options.recovery, runtime.rendezvous(), drill_needs=exercises.recovery_needs(drill)
-        )[1].style
-    return exercises.job(drill, options, runtime.rendezvous())[1].style
+    return exercises.job(drill, options, runtime.rendezvous(), on_script=target == "script")[1].style
 
 
 def markdown() -> str:
