@@ -50,6 +50,9 @@ class NodeEnv:
     inprocess_generation: int | None = wire(
         "LAB_INPROCESS_GENERATION", int, "in-process recovery: the generation a replacement rank joins (unset: 0)"
     )
+    inprocess_beat_fd: int | None = wire(
+        "LAB_INPROCESS_BEAT_FD", int, "in-process recovery: the pipe a rank's heartbeat goes down to its keeper"
+    )
 
     def render(self) -> dict[str, str]:
         """The variables that are set, as a node's environment holds them."""

@@ -15,8 +15,9 @@
                lab's trainer: in_process_first); else restart, unless the job is elastic, a drill
                needs torchrun's rendezvous, the runtime cannot host the lab's, or
                --rdzv-backend / --torch-defaults chose torchrun's path. `lab up` and `lab run`
-               pick in-process only when asked: a hang is not a death, and a keeper does not
-               yet fall back to a restart for one (docs/recovery.md).
+               pick in-process only when asked: a keeper ends a frozen rank (no heartbeat) and
+               recovers, but a rank that hangs in Python while its threads run ends the job at
+               the process-group timeout, with no restart to fall back to (docs/recovery.md).
 
 `choose` turns the choice into the topology's rendezvous and says why; every refusal is
 one line naming what to use instead. It knows nothing of runtimes beyond what they declare
@@ -152,6 +153,11 @@ def _in_process_refusal(
         return "--torch-defaults runs torch's own c10d path"
     if rdzv_asked:
         return f"--rdzv-backend {rdzv_asked}: the keepers run no rendezvous backend"
+    if topology.step_watchdog_s:
+        return (
+            "a step watchdog (--watchdog) is torchelastic's file timer, in torchrun's agent "
+            "(a keeper ends a frozen rank itself)"
+        )
     return ""
 
 

@@ -40,11 +40,12 @@ from lab.workloads import script_path
 
 ALERTS = ("LabRankDown", "LabTrainingStalled", "LabRanksMissing", "LabRestartLoop", "LabStraggler")
 # (row label, drill, its own flags, --recovery). Every job recovers through torchrun's agent, whose
-# monitor is a column here: kill-worker asks for the restart (auto would recover it in-process,
-# with no agent); the others' auto is a restart, or torch's rendezvous (partition-node).
+# monitor is a column here: kill-worker and hang-rank ask for the restart (auto would recover them
+# in-process, with no agent); the others' auto is a restart, or torch's rendezvous (partition-node).
+# hang-rank --watchdog runs torchelastic's file timer, in the agent: auto settles a restart.
 CASES: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("kill-worker --recovery restart", "kill-worker", {}, recovery.RESTART),
-    ("hang-rank", "hang-rank", {}, recovery.AUTO),
+    ("hang-rank --recovery restart", "hang-rank", {}, recovery.RESTART),
     ("hang-rank --watchdog 3", "hang-rank", {"watchdog": 3}, recovery.AUTO),
     ("partition-node", "partition-node", {}, recovery.AUTO),
     ("straggler", "straggler", {}, recovery.AUTO),

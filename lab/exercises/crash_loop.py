@@ -39,6 +39,11 @@ INJECTS = ("kill_worker",)  # Node faults it uses (lab.exercises.grid)
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 12
 STEPS, CKPT_EVERY, GAP = 60, 5, 8  # a kill every GAP steps of new ground: K+1 kills fit in STEPS for K <= 5
 BUDGET = 3
+# How long a worker waits to join its group. The last kill ends node 0's agent, and the store it
+# hosts for the workers with it: a worker of another node that starts after that (a slow start on
+# a loaded machine) waits to connect until this runs out, twice (seen: 2 minutes at the default
+# 60 s, past the drill's wait for the job to end). Steps here take 0.1 s.
+PG_TIMEOUT_S = 15
 LOG_TAIL = 6000
 NO_SCRIPT = "its verdict needs the job's steps and checkpoints as the lab's trainer reports them (use kill-worker)"
 
@@ -56,7 +61,7 @@ def topology(options) -> Topology:
             f"crash-loop with --max-restarts {budget}: it kills a rank K+1 times, {GAP} steps apart from step "
             f"{options.at_step}, in a {STEPS}-step job; use --max-restarts 1 to {most}"
         )
-    return drill_job(options, max_restarts=budget)
+    return drill_job(options, max_restarts=budget, pg_timeout_s=PG_TIMEOUT_S)
 
 
 def trainer_args(options) -> list[str]:

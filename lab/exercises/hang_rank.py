@@ -1,25 +1,29 @@
-"""hang-rank: freeze one rank (SIGSTOP); its peers block in the all-reduce until a timeout.
+"""hang-rank: freeze one rank (SIGSTOP); its peers block in the all-reduce, and something must end it.
 
 Hypothesis: a hung rank fails nobody by itself: its peers wait inside the gradient
-all-reduce. gloo's default timeout would make them wait 30 minutes; the lab's
-process-group timeout (10 s in this drill, `--pg-timeout`) turns the hang into an
-error, the agent restarts the group (after a SIGTERM-to-SIGKILL wait for the frozen
-process: 5 s under the lab's tuned restart, torchrun's 30 s under `--recovery torchrun`),
-and the job resumes from its checkpoint. Before any of
+all-reduce. gloo's default timeout would make them wait 30 minutes. By default (in-process
+recovery, lab.inprocess) the frozen rank's keeper hears no heartbeat from it for a third of
+the process-group timeout (3.3 s of this drill's 10 s) and SIGKILLs it: its death closes its
+connections, the others leave their all-reduce, and a warm spare takes its place with its
+state from a peer. With `--recovery restart` the lab's process-group timeout (10 s,
+`--pg-timeout`) turns the hang into an error, the agent restarts the group (after a
+SIGTERM-to-SIGKILL wait for the frozen process: 5 s under the lab's tuned restart, torchrun's
+30 s under `--recovery torchrun`), and the job resumes from its checkpoint. Before any of
 that, Prometheus already shows the frozen rank: its exporter stops answering.
 
-    lab exercise run hang-rank [--target-rank 1] [--at-step 25] [--watchdog 3]
+    lab exercise run hang-rank [--target-rank 1] [--at-step 25] [--recovery restart [--watchdog 3]]
 
 While it hangs, the drill asks every rank for its Flight Recorder entries and stacks
 (lab.exercises.forensics): the frozen rank does not answer, the others name the
-collective they wait in and the line. With `--watchdog SECONDS` each trainer step
-registers a deadline with torchelastic's file-timer server in its agent
-(TORCHELASTIC_ENABLE_FILE_TIMER=1), which SIGKILLs the frozen rank once the deadline
-passes: no timeout, no SIGTERM-to-SIGKILL wait.
+collective they wait in and the line. With `--watchdog SECONDS` (a restart: the timer lives
+in torchrun's agent) each trainer step registers a deadline with torchelastic's file-timer
+server in its agent (TORCHELASTIC_ENABLE_FILE_TIMER=1), which SIGKILLs the frozen rank once
+the deadline passes: no timeout, no SIGTERM-to-SIGKILL wait.
 
-Look for: the frozen rank's target going down in Prometheus (`up{rank="1"} == 0`),
-then the peers' "Timed out" / gloo errors in the node logs, "will restart worker
-group", and restart 1's `checkpoint_loaded`.
+Look for: the frozen rank's target going down in Prometheus (`up{rank="1"} == 0`); in-process,
+the keeper's "sent no heartbeat" line and the spare's start; under a restart, the peers'
+"Timed out" / gloo errors in the node logs, "will restart worker group", and restart 1's
+`checkpoint_loaded`.
 """
 
 from __future__ import annotations
@@ -27,21 +31,23 @@ from __future__ import annotations
 import time
 
 from lab import recovery
-from lab.exercises import drill_job, forensics, observe
+from lab.exercises import drill_job, forensics, inprocess_verdict, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import AgentEvent, Event
+from lab.inprocess import heartbeat
 from lab.options import Option
 from lab.report import Report
 from lab.topology import Topology
 
 NAME = "hang-rank"
-SUMMARY = "SIGSTOP one rank; a short process-group timeout turns the hang into a restart"
+SUMMARY = "SIGSTOP one rank; its keeper ends it (no heartbeat) and a spare takes over, or a timeout restarts"
 INJECTS = ("pause_worker",)  # Node faults it uses (lab.exercises.grid)
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 25
 STEPS, CKPT_EVERY, PG_TIMEOUT_S = 60, 10, 10
 FORENSICS_AFTER_S = 1.0
 NEEDS_PROMETHEUS = True
+IN_PROCESS_JUDGED = True  # its keeper ends the frozen rank (no heartbeat): then judged as a death
 
 
 OPTIONS = (
@@ -111,6 +117,8 @@ def judge(seen: Seen, options) -> Report:
     )
     if seen.topology.step_watchdog_s:
         return judge_watchdog(seen, report)
+    if seen.topology.in_process:
+        return judge_in_process(seen, report)
     events, codes = seen.events, seen.codes
     detected = observe.first_time(seen.agents, fault["time"], lambda r: r["name"] == AgentEvent.FAILURE_DETECTED)
     first_step = min((e["time"] for e in events if e["event"] == Event.STEP and e["restart"] == 1), default=None)
@@ -173,6 +181,31 @@ def judge_watchdog(seen: Seen, report: Report) -> Report:
         f"every rank's {watchdog} s step deadline passed: the agents' file-timer servers SIGKILLed the ranks and "
         "then themselves (torch 2.13 ends the agent too), so the hang became a job failure within seconds, "
         "without the process-group timeout or torchrun's 30 s wait; the job then needs a restart from outside"
+    )
+    return report
+
+
+def judge_in_process(seen: Seen, report: Report) -> Report:
+    """--recovery in-process: the frozen rank's keeper hears no heartbeat (lab.inprocess.heartbeat)
+    and SIGKILLs it; from there it is a death, survived like kill-worker's."""
+    fault = seen.injected("pause_worker")
+    target, limit = fault["rank"], heartbeat.frozen_after(PG_TIMEOUT_S)
+    ended = [a for a in seen.agents if a["name"] == AgentEvent.RANK_FROZEN and a["time"] > fault["time"]]
+    ended_rank = ended[0]["event"].get("metadata", {}).get("rank") if ended else None
+    after = ended[0]["time"] - fault["time"] if ended else None
+    report.facts["seconds_until_the_keeper_ended_it"] = after
+    report.check(
+        f"its keeper heard no heartbeat for {limit:.1f} s and SIGKILLed the frozen rank, before its peers' "
+        f"{PG_TIMEOUT_S} s timeout",
+        ended_rank == target and after is not None and after < PG_TIMEOUT_S,
+        f"rank {ended_rank} ended {after:.1f} s after the freeze" if after is not None else "no rank was ended",
+    )
+    inprocess_verdict.judge(report, seen, fault["time"], target)
+    report.explanation = (
+        f"a frozen rank keeps its connections open, so its peers would wait out the {PG_TIMEOUT_S} s process-group "
+        f"timeout; its heartbeat thread stopped with it, and after {limit:.1f} s of silence its keeper SIGKILLed it. "
+        "Its death closed its connections: the survivors left their all-reduce, a warm spare took its place and its "
+        "state from a peer"
     )
     return report
 

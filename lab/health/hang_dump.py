@@ -10,8 +10,9 @@ a new request id there, the thread writes `rank<N>.json` beside it:
 
 The thread runs while the main thread waits inside a collective (gloo releases the GIL
 there), so a rank blocked in all_reduce answers. A rank that does not answer is
-stopped, or stuck holding the GIL: itself the finding. It works wherever the events dir
-is shared with the controller (netns hosts, containers, a Ray machine's run dir).
+stopped, or stuck holding the GIL: itself the finding. A rank answers only requests made
+after it started. It works wherever the events dir is shared with the controller (netns
+hosts, containers, a Ray machine's run dir).
 """
 
 from __future__ import annotations
@@ -66,6 +67,13 @@ def write_dump(directory: Path, rank: int, request: str) -> None:
     os.replace(tmp, directory / f"rank{rank}.json")
 
 
+def current_request(directory: Path) -> str:
+    try:
+        return (directory / "request").read_text().strip()
+    except OSError:
+        return ""
+
+
 def install(events_dir: str | os.PathLike | None, rank: int) -> None:
     """Start the watching thread (nothing without an events dir)."""
     if not events_dir:
@@ -73,13 +81,12 @@ def install(events_dir: str | os.PathLike | None, rank: int) -> None:
     directory = Path(events_dir) / DIRECTORY
 
     def watch() -> None:
-        answered = ""
+        # A request made before this process started was not made of it: a rank that replaced a
+        # frozen one (in-process recovery) would otherwise answer for the rank it replaced.
+        answered = current_request(directory)
         while True:
             time.sleep(POLL_S)
-            try:
-                request = (directory / "request").read_text().strip()
-            except OSError:
-                continue
+            request = current_request(directory)
             if request and request != answered:
                 answered = request
                 try:

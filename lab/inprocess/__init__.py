@@ -4,6 +4,21 @@ replaced by a warm spare that takes its state from a peer.
 api.py is what a training script uses (`from lab.inprocess import attempts`); keeper.py and
 rank.py are what a node runs under `lab up --recovery in-process`."""
 
-from lab.inprocess.api import Attempt, attempts
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lab.inprocess.api import Attempt, attempts
 
 __all__ = ["Attempt", "attempts"]
+
+
+def __getattr__(name: str) -> Any:
+    """The API on first use: the modules beside it (heartbeat) are read by the lab's CLI, which
+    must not import torch to judge a drill."""
+    if name in __all__:
+        from lab.inprocess import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

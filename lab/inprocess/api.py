@@ -37,7 +37,9 @@ timeout).
 A hang is not a death: a rank stuck in a collective keeps its connections open, so its peers
 wait out the process-group timeout and then fail with a timeout, which an attempt does not
 swallow (gloo's abort() does not free a pending collective either: docs/benchmarks.md). A
-job that may hang wants --recovery restart and the step watchdog.
+frozen rank (stopped, or holding the GIL) stops beating, and its keeper kills it well before
+that (lab.inprocess.heartbeat); a rank that hangs in Python is left to the timeout, and a job
+that may hang so wants --recovery restart.
 """
 
 from __future__ import annotations

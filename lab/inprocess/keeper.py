@@ -16,6 +16,9 @@ children and exits 1. It ends with 0 once every rank it holds finished, and stop
 children when it is stopped (or dies: they get SIGKILL from the kernel, PR_SET_PDEATHSIG).
 A keeper that needs the store after node 0's keeper, its host, is gone says so in one line,
 stops its children and exits 1.
+A frozen rank (SIGSTOP, stuck holding the GIL) is made a dead one: each rank beats down a pipe
+to its keeper, and one silent for a third of the process-group timeout is SIGKILLed
+(lab.inprocess.heartbeat), recorded as a lab.rank_frozen agent event.
 It records its ranks' pids where the lab's faults look for them (LAB_WORKERS_FILE), with the
 generation as the restart.
 """
@@ -24,14 +27,18 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 
+from lab.health.events import AgentEvent
+from lab.inprocess import heartbeat
 from lab.node import worker_record
 from lab.nodeenv import NodeEnv
 from lab.procs import Stopped, stop_on
@@ -54,14 +61,24 @@ class Keeper:
         self.ranks: dict[int, subprocess.Popen] = {}  # rank -> its process
         self.spare: tuple[str, subprocess.Popen] | None = None
         self.spares_started = self.replacements = self.generation = 0
-        self.workers_file = NodeEnv.parse().workers_file
+        wire = NodeEnv.parse()
+        self.workers_file = wire.workers_file
+        self.events_dir = args.events_dir or wire.events_dir  # the node's, where --events-dir is not given
+        self.ear = heartbeat.Ear()
+        self.frozen_after_s = heartbeat.frozen_after(wire.pg_timeout_s or 60)
 
     def _start(self, extra: list[str], env: dict[str, str]) -> subprocess.Popen:
-        wire = NodeEnv(inprocess_store=self.args.store, events_dir=self.args.events_dir).render()
-        env = {**os.environ, **env, **wire, "WORLD_SIZE": str(self.world_size)}
+        read, write = self.ear.new_pipe()
+        wire = NodeEnv(inprocess_store=self.args.store, events_dir=self.args.events_dir, inprocess_beat_fd=write)
+        env = {**os.environ, **env, **wire.render(), "WORLD_SIZE": str(self.world_size)}
         env.update(LOCAL_WORLD_SIZE=str(self.args.nproc_per_node), GROUP_RANK=str(self.args.node_rank))
         argv = [sys.executable, "-m", "lab.inprocess.rank", *extra, *self.args.script]
-        return subprocess.Popen(argv, env=env, preexec_fn=die_with_parent)
+        try:
+            proc = subprocess.Popen(argv, env=env, preexec_fn=die_with_parent, pass_fds=(write,))
+        finally:
+            os.close(write)
+        self.ear.listen(proc.pid, read)
+        return proc
 
     def start(self) -> None:
         for local_rank in range(self.args.nproc_per_node):
@@ -85,6 +102,7 @@ class Keeper:
         """Give rank's place to the warm spare and open the next generation."""
         assert self.spare is not None
         key, proc = self.spare
+        self.ear.forget(self.ranks[rank].pid)
         self.replacements += 1
         self.generation = self.store.add("generation", 1)
         self.store.set(key, f"{rank},{rank % self.args.nproc_per_node},{self.generation}")
@@ -97,6 +115,31 @@ class Keeper:
             flush=True,
         )
         self._start_spare()
+
+    def _end_a_frozen_rank(self, done: set[int]) -> None:
+        """SIGKILL a rank whose heartbeat has been silent frozen_after_s (lab.inprocess.heartbeat):
+        its death closes its connections, and its place goes to the spare like any lost rank's."""
+        for rank, proc in self.ranks.items():
+            silent = self.ear.silent_for(proc.pid)
+            if rank in done or silent < self.frozen_after_s or proc.poll() is not None:
+                continue
+            proc.kill()
+            proc.wait()
+            print(
+                f"[keeper node{self.args.node_rank}] rank {rank} sent no heartbeat for {silent:.1f} s (frozen: "
+                f"stopped, or stuck holding the GIL): SIGKILLed, so its peers stop waiting on it",
+                flush=True,
+            )
+            self._record_event(AgentEvent.RANK_FROZEN, rank=rank, silent_s=round(silent, 3))
+
+    def _record_event(self, name: str, **metadata) -> None:
+        """An agent record (lab.health.events.read_agent_events), as torchrun's agent leaves them."""
+        if not self.events_dir:
+            return
+        node = os.environ.get("TORCHRUN_LAB_NODE") or socket.gethostname()
+        record = {"time": time.time(), "node": node, "torchelastic": {"name": name, "metadata": metadata}}
+        with open(Path(self.events_dir) / f"agent-{node}.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
 
     def run(self) -> int:
         self.start()
@@ -117,8 +160,10 @@ class Keeper:
                     return 1
                 else:
                     self.replace(rank, proc.returncode)
+            self._end_a_frozen_rank(done)
             if self.spare and self.spare[1].poll() is not None:  # a spare that died waiting: a new one
                 print(f"[keeper node{self.args.node_rank}] spare {self.spare[0]} exited ({self.spare[1].returncode})")
+                self.ear.forget(self.spare[1].pid)
                 self._start_spare()
             time.sleep(0.005)
         self.stop()

@@ -25,6 +25,7 @@ import torch.distributed as dist
 import torch.nn  # noqa: F401
 import torch.optim  # noqa: F401
 
+from lab.inprocess import heartbeat
 from lab.nodeenv import NodeEnv
 
 
@@ -64,6 +65,9 @@ def wait_for_assignment(key: str) -> tuple[str, str, str] | None:
 
 
 def main(argv: list[str]) -> int:
+    beat_fd = NodeEnv.parse().inprocess_beat_fd
+    if beat_fd is not None:  # torch is imported by now: from here on, silence means frozen
+        heartbeat.start_beating(beat_fd)
     if argv[:1] == ["--spare"]:
         if len(argv) > 2:
             import_what_the_script_imports(argv[2])

@@ -33,6 +33,7 @@ CASES = {
     "kill-rendezvous-host-etcd": (kill_rendezvous_host, {}),
     "hang-rank": (hang_rank, {}),
     "hang-rank-watchdog": (hang_rank, {}),
+    "hang-rank-in-process": (hang_rank, {"recovery": "in-process"}),
     "partition-node": (partition_node, {}),
     "straggler": (straggler, {}),
     "preempt": (preempt, {}),

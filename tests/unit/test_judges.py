@@ -25,6 +25,9 @@ FACTS = {
     "kill-rendezvous-host-etcd": lambda f: f["final_weights_match_reference"] and f["lost_steps"] <= 10,
     "hang-rank": lambda f: f["restarts"] == 1 and f["seconds_until_the_timeout_fired"] < 25,
     "hang-rank-watchdog": lambda f: f["seconds_until_the_agents_ended"] < 10 and f["final_weights_match_reference"],
+    "hang-rank-in-process": lambda f: (
+        f["seconds_until_the_keeper_ended_it"] < 10 and f["replacements"] == 1 and f["lost_steps"] <= 1
+    ),
     "partition-node": lambda f: f["restarts"] >= 1 and f["forensics"]["finding"],
     "straggler": lambda f: max(f["busy_seconds_per_step"], key=f["busy_seconds_per_step"].get) == 1,
     "preempt": lambda f: f["lost_steps"] == 0 and f["final_weights_match_reference"],

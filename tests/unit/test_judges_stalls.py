@@ -9,6 +9,7 @@ from drill_cases import after_fault, failed, judge, recorded_after, seen
 
 from lab.exercises import collective_mismatch, hang_rank, preempt
 from lab.exercises.seen import Seen
+from lab.health.events import AgentEvent
 
 
 def test_hang_rank_forensics_that_name_another_rank_fail():
@@ -31,6 +32,25 @@ def test_a_watchdog_slower_than_the_timeout_fails():
     assert failed(judge("hang-rank-watchdog", evidence)) == [
         f"the {evidence.topology.step_watchdog_s} s step watchdog ended the hang before the 10 s timeout"
     ]
+
+
+def test_an_in_process_hang_that_no_keeper_ended_fails_on_that_check_alone():
+    """The survivors may still regroup (say, the peers' timeout ended it): without the keeper's
+    own record of ending the frozen rank, the drill's claim is not shown."""
+    evidence = copy.deepcopy(seen("hang-rank-in-process"))
+    evidence.agents = [a for a in evidence.agents if a["name"] != AgentEvent.RANK_FROZEN]
+    assert failed(judge("hang-rank-in-process", evidence)) == [
+        "its keeper heard no heartbeat for 3.3 s and SIGKILLed the frozen rank, before its peers' 10 s timeout"
+    ]
+
+
+def test_an_in_process_hang_ended_on_the_wrong_rank_or_too_late_fails():
+    for rank, late in ((0, 0.0), (1, hang_rank.PG_TIMEOUT_S)):
+        evidence = copy.deepcopy(seen("hang-rank-in-process"))
+        frozen = next(a for a in evidence.agents if a["name"] == AgentEvent.RANK_FROZEN)
+        frozen["event"]["metadata"]["rank"] = rank
+        frozen["time"] += late
+        assert "SIGKILLed the frozen rank" in failed(judge("hang-rank-in-process", evidence))[0]
 
 
 def test_a_partition_whose_logs_show_no_timeout_and_that_never_finished_fails():
