@@ -79,6 +79,10 @@ def install(events_dir: str | os.PathLike | None, rank: int) -> None:
     if not events_dir:
         return
     directory = Path(events_dir) / DIRECTORY
+    try:  # made by a rank, the folder is the ranks' user's: a container's user may not write in one root made
+        directory.mkdir(exist_ok=True)
+    except OSError:
+        pass  # an events dir it cannot write in: it answers nothing, and says nothing
 
     def watch() -> None:
         # A request made before this process started was not made of it: a rank that replaced a
