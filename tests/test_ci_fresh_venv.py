@@ -29,13 +29,28 @@ PYTHON = "/usr/bin/python3.11"  # a python any user may run (the suite's may liv
 class Unprivileged:
     """Commands run in `home` as uid 65534 when this is root, else as this user."""
 
-    def __init__(self, home: Path):
-        self.home = home
+    def __init__(self, home: Path, pip: dict[str, str]):
+        self.home, self.pip = home, pip
 
     def __call__(self, *argv: str, timeout: float) -> subprocess.CompletedProcess:
         drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"] if os.geteuid() == 0 else []
         env = {"PATH": f"{self.home / 'v' / 'bin'}:/usr/bin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8"}
+        env.update(self.pip)
         return subprocess.run([*drop, *argv], cwd=self.home, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def pip_settings(top: Path) -> dict[str, str]:
+    """This machine's pip settings, for the CI user, as a runner's own would be: here they name the
+    wheels on disk (torch's CPU build among them) and a package mirror. Without them that user's
+    pip took PyPI's default torch and its gigabytes of CUDA libraries, where the workflow
+    (docs/ci-workflow.yml) installs the CPU build first."""
+    settings = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
+    conf = Path(os.path.expanduser("~/.config/pip/pip.conf"))  # the suite user's: not readable by 65534
+    if conf.is_file():
+        shutil.copy(conf, top / "pip.conf")
+        (top / "pip.conf").chmod(0o644)
+        settings["PIP_CONFIG_FILE"] = str(top / "pip.conf")
+    return settings
 
 
 @pytest.fixture(scope="module")
@@ -63,15 +78,20 @@ def install(top: Path) -> Unprivileged:
         path.chmod(0o755)
     if os.geteuid() == 0:
         os.chown(home, NOBODY, NOBODY)
-    user = Unprivileged(home)
+    user = Unprivileged(home, pip_settings(top))
     started = time.monotonic()
     made = user(PYTHON, "-m", "venv", str(home / "v"), timeout=120)
     assert made.returncode == 0, made.stderr[-2000:]
     wheel = next(wheels.glob("torchrun_lab-*.whl"))
-    # --no-compile, as many CI setups do: compiling torch's whole tree was most of the install
-    # (about 130 s of it here); the modules a run imports are compiled on first import instead.
-    installed = user(str(home / "v/bin/pip"), "install", "--quiet", "--no-compile", str(wheel), "pytest", timeout=900)
-    assert installed.returncode == 0, installed.stderr[-3000:]
+    # The workflow's two steps: torch's CPU build, then the kit. --no-compile, as many CI setups
+    # do: compiling torch's whole tree was most of the install (about 130 s of it here); the
+    # modules a run imports are compiled on first import instead.
+    pip = [str(home / "v/bin/pip"), "install", "--quiet", "--no-compile"]
+    for what in (["torch==2.13.0"], [str(wheel), "pytest"]):
+        installed = user(*pip, *what, timeout=900)
+        assert installed.returncode == 0, installed.stderr[-3000:]
+    cpu_build = user(str(home / "v/bin/python"), "-c", "import torch; print(torch.version.cuda)", timeout=120)
+    print(f"torch's CUDA in the CI user's venv: {cpu_build.stdout.strip()}")
     print(f"fresh virtualenv and install: {time.monotonic() - started:.0f} s")
     return user
 
