@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -157,6 +158,7 @@ def test_the_readme_in_order(reader):
     for command in all_commands():
         if command.doc != "README.md" or command.text in ELSEWHERE:
             continue
+        print(f"{time.strftime('%H:%M:%S')} {command.text}", flush=True)  # what each step costs, with -s
         if command.text.startswith("lab exercise run "):  # the learning path
             out = reader.ok(command.text)
             report = report_of(out)
