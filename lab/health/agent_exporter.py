@@ -178,10 +178,21 @@ def every_failure(agent, worker_group, result) -> dict[str, dict]:
     for worker in worker_group.workers:
         code = codes.get(worker.local_rank)
         if code and str(worker.global_rank) not in failures:
-            error_file = error_files.get(worker.local_rank, "")
+            error_file = whole_error_file(error_files.get(worker.local_rank, ""))
             failure = ProcessFailure(worker.local_rank, worker.id or -1, code, error_file)
             failures[str(worker.global_rank)] = failure_record(failure)
     return failures
+
+
+def whole_error_file(path: str) -> str:
+    """path when it holds a whole JSON record, else "" (no file): torch's ProcessFailure raises on
+    an empty or cut one, as a worker that died while writing it leaves (seen in CI: the agent
+    itself died of it, and the job with it)."""
+    try:
+        json.loads(Path(path).read_text())
+    except (OSError, ValueError):  # missing too: torch reads no file as no error recorded
+        return ""
+    return path
 
 
 def exit_codes(context) -> dict[int, int]:

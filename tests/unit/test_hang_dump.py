@@ -49,6 +49,7 @@ def test_a_rank_answers_only_requests_made_after_it_started(tmp_path):
 
 RANK_AS_ANOTHER_USER = """
 import sys, time
+import torch.distributed  # as a rank has: its dump reads the Flight Recorder through it
 from lab.health import hang_dump
 hang_dump.install(sys.argv[1], rank=0)
 print("installed", flush=True)
@@ -73,7 +74,7 @@ def test_a_rank_of_another_user_answers_the_root_controller():
     )  # fmt: skip
     try:
         assert rank.stdout is not None and rank.stdout.readline() == "installed\n"
-        found = forensics.collect(events, world_size=1)
+        found = forensics.collect(events, world_size=1, wait_s=20)  # it returns once the rank answered
         assert found["answered"] == [0] and found["silent"] == [], found
     finally:
         rank.kill()
