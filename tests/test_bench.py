@@ -194,6 +194,7 @@ def test_the_bench_buffers_live_on_the_ranks_device():
 
 
 def test_the_recovery_table_runs_the_labs_styles_on_every_runtime_and_the_others_once():
+    """In-process is the lab's: its keepers run on each runtime's hosts, as the default drill runs them."""
     from lab.bench import recovery
 
     table = recovery.cells(["bare torchrun", "tuned", "in-process"], ["local", "docker"])
@@ -202,6 +203,7 @@ def test_the_recovery_table_runs_the_labs_styles_on_every_runtime_and_the_others
         ("tuned", "tuned", "local"),
         ("in-process", "in-process", "local"),
         ("tuned on docker", "tuned", "docker"),
+        ("in-process on docker", "in-process", "docker"),
     ]
     with pytest.raises(LabError, match="--runtimes: unknown auto, nosuch; choose from .*docker"):
         recovery.chosen_runtimes("auto,nosuch")

@@ -13,13 +13,15 @@ event logs. The styles:
 - tuned: preloaded, plus the lab's rendezvous backend (lab.node.fast_rendezvous): the lab's
   default, `--recovery restart`;
 - in-process: no restart at all; the survivors re-form the group with a warm spare and
-  take state from a peer (lab.inprocess: lab/workloads/inprocess_train.py, the trainer's model
-  and data in a loop of attempts, under the keepers `lab run --recovery in-process` starts).
-  Loopback only here: its keepers run as plain processes.
+  take state from a peer (lab.inprocess: the trainer trains in a loop of attempts, under the
+  keeper per node that `--recovery in-process` starts on the runtime's hosts), what
+  `lab exercise run kill-worker` runs by default.
 
 The torchrun styles checkpoint every 10 steps and resume from step 20. The lab's styles run on
-any runtime (the local runtime's hosts, docker's containers): the kill goes through the node's
-own fault (Node.kill_worker), as a drill's does, and is timed from just before it.
+any runtime that takes them (the local runtime's hosts, docker's containers): the kill goes
+through the node's own fault (Node.kill_worker), as a drill's does, and is timed from just
+before it. (start_keepers runs in-process's keepers as plain processes on loopback, for tests
+that need no runtime.)
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ LAB_STYLES = {
     "spawn restart": BASE.replace(worker_start="spawn"),
     "preloaded": BASE.replace(worker_start="preload"),
     "tuned": BASE.replace(worker_start="preload", rdzv_backend="lab"),
+    "in-process": BASE.replace(in_process=True),
 }
-STYLES = ("bare torchrun", *LAB_STYLES, "in-process")
+STYLES = ("bare torchrun", *LAB_STYLES)
 
 
 def kill_and_time(
@@ -171,18 +174,8 @@ def start_keepers(events: Path, steps: int = STEPS, step_time: float = STEP_TIME
     ]
 
 
-def in_process_trial(tmp: Path) -> tuple[float, dict]:
-    keepers = start_keepers(events := tmp / f"inprocess-events-{time.time()}")
-    try:
-        return kill_and_time(events)
-    finally:
-        stop_sessions(keepers)
-
-
 def trial(style: str, tmp: Path, hosts: str, runtime_name: str) -> tuple[float, dict]:
-    """One timed recovery; bare torchrun and in-process run as plain processes here, whatever the runtime."""
+    """One timed recovery; bare torchrun runs as plain processes here, whatever the runtime."""
     if style == "bare torchrun":
         return bare_trial(tmp)
-    if style == "in-process":
-        return in_process_trial(tmp)
     return lab_trial(tmp, hosts, style, runtime_name)
