@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -22,7 +21,7 @@ from torch.distributed.elastic.events import handlers as event_handlers
 from torch.distributed.elastic.metrics.api import MetricData, MetricHandler
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from lab.health.events import AgentEvent, echo
+from lab.health.events import AgentEvent, append_agent_record
 from lab.health.labelled import exposed
 from lab.health.rank_exporter import ExporterPortError
 from lab.nodeenv import NodeEnv
@@ -115,10 +114,7 @@ class EventFileHandler(logging.Handler):
             event = json.loads(record.getMessage())
         except (TypeError, ValueError):
             return
-        line = json.dumps({"time": time.time(), "node": self.node, "torchelastic": event}) + "\n"
-        with open(self.path, "a") as f:
-            f.write(line)
-        echo(self.path.stem, line)
+        append_agent_record(self.path, self.node, event)
 
 
 def install(metrics: AgentMetrics | None, events_path: Path | None, node: str, on_running=None) -> None:

@@ -68,6 +68,20 @@ ECHO_PREFIX = "@lab-event "
 ECHO = NodeEnv.parse().events_echo
 
 
+def node_name() -> str:
+    """The lab's name for this node where the lab started us (loopback nodes share a hostname)."""
+    return os.environ.get("TORCHRUN_LAB_NODE") or socket.gethostname()
+
+
+def append_agent_record(path: Path, node: str, event: dict) -> None:
+    """One agent record (agent-<node>.jsonl, read by read_agent_events): torchelastic's event as
+    its agent's handler passes it, or one the lab adds (an AgentEvent, from an agent or a keeper)."""
+    line = json.dumps({"time": time.time(), "node": node, "torchelastic": event}) + "\n"
+    with open(path, "a") as f:
+        f.write(line)
+    echo(path.stem, line)
+
+
 def error_text(error: BaseException) -> str:
     """An exit record's `error`: the exception's type and the first line of its message."""
     first_line = (str(error).strip().splitlines() or [""])[0]
@@ -109,8 +123,7 @@ class EventLog:
         self.common: dict[str, Any] = {
             "rank": rank,
             "local_rank": local_rank,
-            # The lab's node name where the lab started us (loopback nodes share a hostname).
-            "node": os.environ.get("TORCHRUN_LAB_NODE") or socket.gethostname(),
+            "node": node_name(),
             "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
             "pid": os.getpid(),
         }

@@ -27,17 +27,15 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 
-from lab.health.events import AgentEvent
+from lab.health.events import AgentEvent, append_agent_record, node_name
 from lab.inprocess import heartbeat
 from lab.node import worker_record
 from lab.nodeenv import NodeEnv
@@ -133,13 +131,12 @@ class Keeper:
             self._record_event(AgentEvent.RANK_FROZEN, rank=rank, silent_s=round(silent, 3))
 
     def _record_event(self, name: str, **metadata) -> None:
-        """An agent record (lab.health.events.read_agent_events), as torchrun's agent leaves them."""
-        if not self.events_dir:
-            return
-        node = os.environ.get("TORCHRUN_LAB_NODE") or socket.gethostname()
-        record = {"time": time.time(), "node": node, "torchelastic": {"name": name, "metadata": metadata}}
-        with open(Path(self.events_dir) / f"agent-{node}.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        """An agent record (lab.health.events.read_agent_events), where torchrun's agent leaves them."""
+        if self.events_dir:
+            node = node_name()
+            append_agent_record(
+                Path(self.events_dir) / f"agent-{node}.jsonl", node, {"name": name, "metadata": metadata}
+            )
 
     def run(self) -> int:
         self.start()

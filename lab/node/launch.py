@@ -223,18 +223,17 @@ def preimport_for_agent(log) -> None:
 
 def start_agent_exporter(torchrun_argv: list[str], log, on_running=None) -> None:
     """Record the agent's events (LAB_EVENTS_DIR) and export its health (LAB_AGENT_METRICS_PORT)."""
-    import socket
     from pathlib import Path
 
     from torch.distributed.run import parse_args
 
     from lab.health import agent_exporter
+    from lab.health.events import node_name
     from lab.health.rank_exporter import ExporterPortError, register_target
 
     wire = NodeEnv.parse()
     port = wire.agent_metrics_port or 0
-    # The lab's node name where the lab started us: loopback nodes all share one hostname.
-    node = os.environ.get("TORCHRUN_LAB_NODE") or socket.gethostname()
+    node = node_name()  # the lab's, where it started us: loopback nodes all share one hostname
     events_dir = wire.events_dir
     metrics = (
         agent_exporter.AgentMetrics(node=node, max_restarts=parse_args(torchrun_argv).max_restarts) if port else None
