@@ -3,9 +3,9 @@
     lab up --runtime docker [--image torchrun-lab:cpu]
 
 Each node is a container named tlab-<id>-node<i> (id: the run dir's lab id) with
-hostname node<i>, on the network tlab-<id>-net (a /24 of 172.29.0.0/16 no other
-network uses, or LAB_DOCKER_SUBNET; fixed addresses, so a partitioned node comes back
-as itself). The c10d rendezvous is on node0. The run-dir folders a node writes (its
+hostname node<i>, on the network tlab-<id>-net (a /24 no other network uses, of
+172.29.0.0/16 or, when a network covers all of that, of 10.229.0.0/16; or
+LAB_DOCKER_SUBNET; fixed addresses, so a partitioned node comes back as itself). The c10d rendezvous is on node0. The run-dir folders a node writes (its
 own node dir, events, checkpoints, Prometheus' targets) are mounted into its container
 at their own paths, so the exercise engine reads them as it does a local node's.
 Containers are hardened: no capabilities, no new privileges, a pids limit, a read-only
@@ -31,7 +31,10 @@ from lab.runtimes.monitored import MonitoredRuntime
 from lab.runtimes.plan import LaunchPlan
 from lab.topology import Topology
 
-SUPERNET = "172.29.0.0/16"  # the lab's networks take a free /24 of it
+# The lab's networks take a free /24 of the first of these that has one. Docker's default
+# address pools include 172.29.0.0/16: a network made without a subnet (compose's, a kind
+# cluster's) can be given all of it, and then the lab moves on to a range no pool holds.
+SUPERNETS = ("172.29.0.0/16", "10.229.0.0/16")
 # What a node writes, under the run dir; each is mounted at its own path (see _node).
 NODE_WRITES = ("events", "checkpoints", "reference", "work", "prometheus/targets")
 
@@ -70,18 +73,16 @@ class DockerRuntime(MonitoredRuntime):
         chosen = os.environ.get("LAB_DOCKER_SUBNET") or (self.run_dir.read_state() or {}).get("subnet")
         if chosen:
             return chosen
-        taken: list[ipaddress.IPv4Network] = []
+        taken: dict[str, list[ipaddress.IPv4Network]] = {}
         if self._docker is not None:
             for network in self._docker.networks.list():
                 for pool in (network.attrs.get("IPAM") or {}).get("Config") or []:
                     try:
-                        taken.append(ipaddress.IPv4Network(pool.get("Subnet", ""), strict=False))
+                        block = ipaddress.IPv4Network(pool.get("Subnet", ""), strict=False)
                     except ValueError:
-                        pass
-        block = subnets.free_block(SUPERNET, taken, self.run_dir.lab_id)
-        if block is not None:
-            return str(block)
-        raise LabError("every /24 of 172.29.0.0/16 is taken by a Docker network; set LAB_DOCKER_SUBNET")
+                        continue
+                    taken.setdefault(network.name, []).append(block)
+        return str(subnets.free_block_among(SUPERNETS, taken, self.run_dir.lab_id, "LAB_DOCKER_SUBNET"))
 
     @property
     def docker(self):

@@ -7,7 +7,9 @@ and moves on past every block that overlaps a network already in use.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+
+from lab.errors import LabError
 
 
 def free_block(supernet: str, taken: Iterable[ipaddress.IPv4Network], lab_id: str) -> ipaddress.IPv4Network | None:
@@ -20,3 +22,25 @@ def free_block(supernet: str, taken: Iterable[ipaddress.IPv4Network], lab_id: st
         if not any(block.overlaps(t) for t in taken):
             return block
     return None
+
+
+def free_block_among(
+    supernets: Sequence[str], taken: Mapping[str, list[ipaddress.IPv4Network]], lab_id: str, override: str
+) -> ipaddress.IPv4Network:
+    """The first free /24 of the first supernet that has one; taken maps a network's name to its ranges.
+
+    When none has, the error names the networks that hold them and the variable that overrides.
+    """
+    ranges = [block for blocks in taken.values() for block in blocks]
+    for supernet in supernets:
+        block = free_block(supernet, ranges, lab_id)
+        if block is not None:
+            return block
+    holders = sorted(
+        name
+        for name, blocks in taken.items()
+        if any(block.overlaps(ipaddress.IPv4Network(s)) for block in blocks for s in supernets)
+    )
+    raise LabError(
+        f"every /24 of {' and '.join(supernets)} is taken by a network ({', '.join(holders)}); set {override}"
+    )
