@@ -37,14 +37,17 @@ def run_job(tmp_path, steps: int, events: str, ckpt: str = "ckpt", shared: bool 
             "LAB_EVENTS_DIR": str(tmp_path / events),
             **({"LAB_CKPT_SHARED": "1"} if shared else {}),
         }
-        argv = topology.launch_argv(i, TRAINER, ["--steps", str(steps), "--ckpt-every", "10"], extra_env=env)
+        argv = topology.launch_argv(
+            i, TRAINER, ["--steps", str(steps), "--ckpt-every", "10"], log_dir=str(tmp_path / f"logs-{i}"), extra_env=env
+        )
         procs.append(
             subprocess.Popen(
                 argv,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
-                env={**os.environ, "TORCHRUN_LAB_NODE": f"node{i}"},
+                # TMPDIR: torchelastic's and multiprocessing's files stay in the test's own dir
+                env={**os.environ, "TORCHRUN_LAB_NODE": f"node{i}", "TMPDIR": str(tmp_path)},
                 start_new_session=True,
             )
         )
