@@ -32,6 +32,9 @@ class Fault:
     caged: bool = False  # the rank is moved into a small memory cgroup first (lab.bench.cages)
     no_script: str = ""  # why an unchanged script cannot be given this fault ("": it can)
     ends_job: bool = True  # False: the job goes on (a straggler), and the card is read on the running job
+    survived_by: tuple[str, ...] = ()  # targets that go on through it (as ends_job=False) where others die
+    save_every: int = 0  # the target saves a checkpoint every N steps, for the fault to land in (0: never)
+    writer_only: bool = False  # on the trainer, hit the rank that writes checkpoints (rank 0: one folder for all)
     workload: str = ""  # a lab workload the fault needs, run instead of the trainer ("": the trainer)
 
 
@@ -72,6 +75,16 @@ FAULTS = (
         "script lacks",
         workload="collective_loop",
     ),
+    Fault(
+        "disk-full",
+        injected.DISK_FULL_SIGNAL,
+        "disk-full",
+        "its next checkpoint write finds the disk full (written to /dev/full: the kernel's ENOSPC); the trainer "
+        "(rank 0 writes its one checkpoints folder) trains on from its last checkpoint; a script's torch.save raises",
+        survived_by=("trainer",),
+        save_every=1,
+        writer_only=True,
+    ),
 )
 FAULT_NAMES = tuple(f.name for f in FAULTS)
 
@@ -87,6 +100,8 @@ class Named:
 
 def named(card: Card) -> Named:
     first = card.first
+    if first is None and card.failed_write and card.failed_write.disk_full:  # the trainer saved on without it
+        return Named(card.failed_write.rank, "disk-full", card.failed_write.step)
     if first is None and card.straggler:  # nothing failed, and one rank slowed the rest
         return Named(card.straggler.rank, "slow", card.straggler.since)
     if first is None:
@@ -99,7 +114,7 @@ def named(card: Card) -> Named:
 
 def kind_of(how: str) -> str:
     """The class of fault a card's "how" says: killed, oom, crashed, terminated, exception, exited,
-    diverged, mismatch."""
+    diverged, mismatch, disk-full."""
     if "OOM killer" in how:
         return "oom"
     killed = re.match(r"killed by (SIG\w+)", how)
@@ -110,6 +125,8 @@ def kind_of(how: str) -> str:
         return "terminated"
     if how.startswith("ran a different collective"):  # lab.mismatch
         return "mismatch"
+    if how.endswith("disk full"):  # lab.disk_full
+        return "disk-full"
     if how.startswith("raised FloatingPointError"):  # what a loss check raises on NaN or inf
         return "diverged"
     if how.startswith("raised "):
@@ -147,7 +164,7 @@ class Grade:
     def step_ok(self) -> bool:
         """The step in flight when the fault landed, or the one before it (a signal between steps).
         A slowdown shows from the step after: the one in flight may be past its pause already."""
-        late = 2 if self.expect == "slow" else 1
+        late = 2 if self.expect in ("slow", "disk-full") else 1  # the next step, or the next save
         return self.named_step is not None and self.step <= self.named_step <= self.step + late
 
     @property

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from lab.disk_full import FailedWrite
 from lab.health.stragglers import SlowNetwork, Straggler
 from lab.lost_store import StoreLoss
 
@@ -37,6 +38,7 @@ class Card:
     straggler: Straggler | None = None  # the rank that slowed the others, if one did (lab.health.stragglers)
     slow_network: SlowNetwork | None = None  # the node whose network did
     store_loss: StoreLoss | None = None  # the rendezvous store, lost mid-run (lab.lost_store)
+    failed_write: FailedWrite | None = None  # a checkpoint a rank could not write and trained on without
 
     def to_json(self) -> dict:
         return {
@@ -48,10 +50,12 @@ class Card:
             "straggler": asdict(self.straggler) if self.straggler else None,
             "slow_network": asdict(self.slow_network) if self.slow_network else None,
             "store_loss": asdict(self.store_loss) if self.store_loss else None,
+            "failed_write": asdict(self.failed_write) if self.failed_write else None,
         }
 
     def text(self) -> str:
-        findings = "".join(f"{s.text()}\n" for s in (self.store_loss, self.straggler, self.slow_network) if s)
+        found = (self.store_loss, self.failed_write, self.straggler, self.slow_network)
+        findings = "".join(f"{s.text()}\n" for s in found if s)
         if self.first is None:
             notes = "".join(f"note: {n}\n" for n in self.notes)
             return f"no rank failed: the agents recorded no failure\n{findings}{notes}"

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab import disk_full
 from lab.failure_card import Card, RankFailure
 from lab.health import net_probe
 from lab.health.events import AgentEvent, Event, ExitReason, agent_failures, read_agent_events, read_events, read_probes
@@ -63,6 +64,7 @@ class Evidence:
     straggler: Straggler | None = None
     slow_network: SlowNetwork | None = None
     store_loss: StoreLoss | None = None
+    failed_write: disk_full.FailedWrite | None = None
 
 
 def read_evidence(run_dir: Path) -> Evidence:
@@ -82,6 +84,7 @@ def read_evidence(run_dir: Path) -> Evidence:
         if e["event"] == Event.STEP:
             found.steps[e["rank"]] = max(found.steps.get(e["rank"], e["step"]), e["step"])
     found.straggler = first_named(ranks)
+    found.failed_write = disk_full.first_failed_write(ranks)
     found.slow_network = first_slow_network(read_probes(events_dir, skipped), ranks, net_probe.TIMEOUT_S)
     steps = [(e["time"], e["step"]) for e in ranks if e["event"] == Event.STEP]
     found.store_loss = store_lost(every_agent_event, steps, run_dir / "nodes")
@@ -121,6 +124,8 @@ def how_it_failed(failure: RankFailure, terminated: set[int]) -> tuple[str, bool
     stopped = describe(failure.exit_code, failure.pid, terminated)
     consequence = bool(CONSEQUENCE.search(failure.error)) or failure.pid in terminated
     if failure.error and (failure.exit_code or 0) > 0:
+        if disk_full.full(failure.error):
+            return disk_full.how(failure.error), False
         return f"raised {failure.error.split(':')[0]}", consequence
     if failure.error and not CONSEQUENCE.search(failure.error) and failure.pid in terminated:
         return f"raised {failure.error.split(':')[0]}, then was {stopped}", False
@@ -136,7 +141,7 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     per_node = Counter(a["node"] for a in found.agents)  # every node's agent reports each failed round
     rounds = max(per_node.values(), default=0)
     result = Card(first=None, rounds=rounds, straggler=found.straggler, slow_network=found.slow_network)
-    result.store_loss = found.store_loss
+    result.store_loss, result.failed_write = found.store_loss, found.failed_write
     if found.skipped:
         result.notes.append(
             f"left out what is not a record of this lab's (a torn last line, another program's output, an older "
@@ -178,6 +183,8 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
             + (f"{killed} died with its agent, unreported" if killed else "a rank hung or a node was cut off")
             + "; the earliest report is shown first"
         )
+    if disk_full.note(result.first.error):
+        result.notes.append(disk_full.note(result.first.error))
     if result.first.exit_code == -signal.SIGKILL and result.first.pid not in found.terminated:
         note_sigkill(result, kernel)
     return result

@@ -29,6 +29,7 @@ LAYERS = [
         "lab.diagnosis",
         "lab.evidence",
         "lab.lost_store",
+        "lab.disk_full",
     ),
     ("lab.runtimes", "lab.user_image"),
     ("lab.node", "lab.inprocess", "lab.progress"),

@@ -37,9 +37,8 @@ def run_job(tmp_path, steps: int, events: str, ckpt: str = "ckpt", shared: bool 
             "LAB_EVENTS_DIR": str(tmp_path / events),
             **({"LAB_CKPT_SHARED": "1"} if shared else {}),
         }
-        argv = topology.launch_argv(
-            i, TRAINER, ["--steps", str(steps), "--ckpt-every", "10"], log_dir=str(tmp_path / f"logs-{i}"), extra_env=env
-        )
+        args = ["--steps", str(steps), "--ckpt-every", "10"]
+        argv = topology.launch_argv(i, TRAINER, args, log_dir=str(tmp_path / f"logs-{i}"), extra_env=env)
         procs.append(
             subprocess.Popen(
                 argv,

@@ -21,7 +21,7 @@ from lab.bench.diagnosis_cell import NODES, NPROC, STEPS, Cell, run_cell
 from lab.bench.diagnosis_table import table
 from lab.bench.result import BenchResult, this_command
 from lab.bench.side_by_side import run_in_temp
-from lab.diagnosis import FAULT_NAMES, FAULTS, Grade
+from lab.diagnosis import FAULT_NAMES, FAULTS, Fault, Grade
 from lab.errors import LabError
 from lab.options import Option
 from lab.runtimes.local import HOSTS
@@ -82,6 +82,12 @@ def refuses(cell: Cell) -> bool:
     return cell.target == "script" and bool(cell.fault.no_script)
 
 
+def hit(target: str, fault: Fault, rank: int) -> int:
+    """The rank a cell's fault goes to: its position's, or for a fault in the trainer's checkpoint
+    writes, rank 0, its one writer (the cells' nodes share the run dir's checkpoints folder)."""
+    return 0 if fault.writer_only and target == "trainer" else rank
+
+
 def run(args, out_dir: Path) -> BenchResult:
     try:
         faults = [f for f in FAULTS if f.name in listed("--classes", FAULT_NAMES)(args.classes)]
@@ -94,7 +100,8 @@ def run(args, out_dir: Path) -> BenchResult:
         raise LabError(f"--hosts: the diagnosis bench runs on {' or '.join(HOST_KINDS)} hosts; got {args.hosts}")
     if args.parallel < 1:
         raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
-    cells = [Cell(t, f, POSITIONS[p], step) for t in targets for f in faults for p, step in paired(positions, steps)]
+    places = paired(positions, steps)
+    cells = [Cell(t, f, hit(t, f, POSITIONS[p]), step) for t in targets for f in faults for p, step in places]
     refused = sorted({(c.target, c.fault.name, c.fault.no_script) for c in cells if refuses(c)})
     for target, fault, why in refused:
         print(f"{fault} on the {target}: refused: {why}", flush=True)

@@ -67,10 +67,12 @@ def job(cell: Cell, workdir: Path) -> tuple[Topology, str, list[str]]:
     paced = ["--steps", str(STEPS), "--step-time", str(STEP_TIME)]
     if cell.fault.workload:  # a fault the trainer has no hook for (lab.diagnosis.Fault.workload)
         return topology.replace(distributed_debug="DETAIL"), script_path(cell.fault.workload), paced
+    every = cell.fault.save_every
     if cell.target == "trainer":
-        return topology, script_path("trainer"), [*paced, "--ckpt-every", "0", "--check-loss"]
+        return topology, script_path("trainer"), [*paced, "--ckpt-every", str(every), "--check-loss"]
     watched = topology.replace(script_wrapper=("--workdir", str(workdir)))
-    return watched, script_path("plain_train"), [*paced, "--timeout-s", str(PG_TIMEOUT_S)]
+    saves = ["--save-every", str(every)] if every else []
+    return watched, script_path("plain_train"), [*paced, "--timeout-s", str(PG_TIMEOUT_S), *saves]
 
 
 def waiting(stop: threading.Event, seconds: float) -> None:
@@ -102,13 +104,15 @@ def ended(nodes, stop: threading.Event) -> bool:
 
 
 def slowed_for(events_dir: Path, at: int, stop: threading.Event) -> bool:
-    """A fault the job goes on through (a straggler): once some rank is named one, or SLOWED_STEPS
-    steps after the fault (the card then names whom it can). False: the job has not ended."""
+    """A fault the job goes on through (a straggler, a checkpoint not written): once some rank is
+    named a straggler or failed a save, or SLOWED_STEPS steps after the fault (the card then names
+    whom it can). False: the job has not ended."""
     deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
         events = list(read_events(events_dir))
         furthest = max((e["step"] for e in events if e["event"] == Event.STEP), default=0)
-        if stragglers.first_named(events) or furthest > at + SLOWED_STEPS:
+        failed_save = any(e["event"] == Event.CHECKPOINT_FAILED for e in events)
+        if stragglers.first_named(events) or failed_save or furthest > at + SLOWED_STEPS:
             break
         waiting(stop, 0.2)
     return False
@@ -125,7 +129,8 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event
         at, start = reached(run_dir.path / "events", cell.rank, cell.step, stop)
         with memory_cage(start["pid"], cell.name) if cell.fault.caged else contextlib.nullcontext():
             next(n for n in nodes if n.name == start["node"]).kill_worker(start["local_rank"], cell.fault.signal)
-            finished = ended(nodes, stop) if cell.fault.ends_job else slowed_for(run_dir.path / "events", at, stop)
+            goes_on = not cell.fault.ends_job or cell.target in cell.fault.survived_by
+            finished = slowed_for(run_dir.path / "events", at, stop) if goes_on else ended(nodes, stop)
         kernel = kernel_log()
         card = why.card(run_dir.path, kernel=lambda: kernel)
         if keep:

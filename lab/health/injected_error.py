@@ -1,6 +1,6 @@
 """Faults one rank runs into on request, from inside: the drills' and `lab bench diagnosis`'s.
 
-A worker that calls install() answers six signals from whatever its main thread is running
+A worker that calls install() answers seven signals from whatever its main thread is running
 (Python runs signal handlers between bytecodes, so a rank inside a gloo collective answers as
 soon as the collective returns):
 
@@ -16,7 +16,11 @@ soon as the collective returns):
   loss through poisoned() (the lab's trainer does; an unchanged script cannot be made to
   diverge from outside, so the bench refuses that cell);
 - SIGRTMIN+5: every step from then on takes STALL_S longer on this rank, in a script that
-  calls stall() in its step (the lab's trainer does): a straggler (`lab bench stragglers`).
+  calls stall() in its step (the lab's trainer does): a straggler (`lab bench stragglers`);
+- SIGRTMIN+6: the rank's next checkpoint write finds its disk full: the file it names is
+  opened on /dev/full, whose every write the kernel refuses with ENOSPC, as a full disk's
+  (the trainer's writes ask written_to(); a watched script's torch.save(obj, path) is sent
+  there by lab.node.user_script, so the error is torch's own).
 
 The trainer and every script the lab watches (lab.node.user_script) install them; the script's
 own code is unchanged, and one that installs its own handler for one of them keeps it.
@@ -35,7 +39,9 @@ GIL_SIGNAL = signal.SIGRTMIN + 2
 EXIT_SIGNAL, EXIT_STATUS = signal.SIGRTMIN + 3, 3
 NAN_SIGNAL = signal.SIGRTMIN + 4
 STALL_SIGNAL, STALL_S = signal.SIGRTMIN + 5, 0.25
+DISK_FULL_SIGNAL, FULL_DEVICE = signal.SIGRTMIN + 6, "/dev/full"
 _poison = {"next": False}
+_disk_full = {"next": False}
 _stall = {"seconds": 0.0}
 MARK = "exception injected by the lab's rank-exception drill"
 HOG_CHUNK_MIB, HOG_CAP_MIB = 64, 8192
@@ -83,6 +89,18 @@ def stall() -> None:
         time.sleep(_stall["seconds"])
 
 
+def fill_disk(_signum: int, _frame: object) -> None:
+    _disk_full["next"] = True
+
+
+def written_to(path):
+    """path, or once after SIGRTMIN+6 the device that answers every write with ENOSPC."""
+    if not _disk_full["next"]:
+        return path
+    _disk_full["next"] = False
+    return FULL_DEVICE
+
+
 def install() -> None:
     signal.signal(SIGNAL, raise_injected)
     signal.signal(HOG_SIGNAL, hog_memory)
@@ -90,3 +108,4 @@ def install() -> None:
     signal.signal(EXIT_SIGNAL, exit_quietly)
     signal.signal(NAN_SIGNAL, poison_next_loss)
     signal.signal(STALL_SIGNAL, slow_down)
+    signal.signal(DISK_FULL_SIGNAL, fill_disk)

@@ -127,8 +127,23 @@ def watch_torch(log: EventLog, events_dir: str | None) -> None:
     dist.init_process_group = after(dist.init_process_group, joined)
     torch.load = after(torch.load, lambda a, k: loaded(a, k, "f", "torch.load"))
     dcp.load = after(dcp.load, lambda a, k: loaded(a[1:], k, "checkpoint_id", "dcp.load"))
-    torch.save = after(torch.save, lambda a, k: saved(a, k, "f", "torch.save"))
+    torch.save = after(onto_a_full_disk(torch.save), lambda a, k: saved(a, k, "f", "torch.save"))
     dcp.save = after(dcp.save, lambda a, k: saved(a, k, "checkpoint_id", "dcp.save"))
+
+
+def onto_a_full_disk(save):
+    """torch.save, whose path goes to a full disk once the disk-full fault came
+    (lab.health.injected_error): the error the script then meets is torch's own."""
+
+    def wrapped(obj, *args, **kwargs):
+        if args and isinstance(args[0], str | os.PathLike):
+            args = (injected_error.written_to(args[0]), *args[1:])
+        elif isinstance(kwargs.get("f"), str | os.PathLike):
+            kwargs["f"] = injected_error.written_to(kwargs["f"])
+        return save(obj, *args, **kwargs)
+
+    wrapped.__wrapped__ = save  # type: ignore[attr-defined]
+    return wrapped
 
 
 def script_frame(error: BaseException, script: str) -> str:

@@ -5,9 +5,10 @@
 Each node is a container named tlab-<id>-node<i> (id: the run dir's lab id) with
 hostname node<i>, on the network tlab-<id>-net (a /24 no other network uses, of
 172.29.0.0/16 or, when a network covers all of that, of 10.229.0.0/16; or
-LAB_DOCKER_SUBNET; fixed addresses, so a partitioned node comes back as itself). The c10d rendezvous is on node0. The run-dir folders a node writes (its
-own node dir, events, checkpoints, Prometheus' targets) are mounted into its container
-at their own paths, so the exercise engine reads them as it does a local node's.
+LAB_DOCKER_SUBNET; fixed addresses, so a partitioned node comes back as itself). The
+c10d rendezvous is on node0. The run-dir folders a node writes (its own node dir,
+events, checkpoints, Prometheus' targets) are mounted into its container at their own
+paths, so the exercise engine reads them as it does a local node's.
 Containers are hardened: no capabilities, no new privileges, a pids limit, a read-only
 root with a tmpfs /tmp. Prometheus runs in a container on the same network, published
 on 127.0.0.1 only. `lab down` removes the containers and the network labelled with

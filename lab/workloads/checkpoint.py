@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from lab.health import injected_error as injected
+
 MAGIC = b"LABCKPT1"
 KEEP = 2
 NAME = re.compile(r"^step_(\d{8})\.ckpt$")
@@ -45,7 +47,7 @@ def save(directory: Path, step: int, state: dict) -> Path:
     payload = buffer.getvalue()
     final = path_for(directory, step)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
+    with open(injected.written_to(tmp), "wb") as f:  # a full disk, on request (lab.health.injected_error)
         f.write(MAGIC + hashlib.sha256(payload).digest() + payload)
         f.flush()
         os.fsync(f.fileno())

@@ -4,6 +4,8 @@ user's script (the lab watches it through lab.node.user_script, unchanged).
     torchrun --nproc-per-node=2 lab/workloads/plain_train.py --steps 50 --step-time 0.05
 
 Every rank prints `step N loss X` after each step, the line a drill reads its progress from.
+With --save-every N each rank saves its model every N steps to rank<R>.pt in its working
+dir, as a script that keeps per-rank state on each node's own disk does.
 --timeout-s is the process-group timeout: torch's default (30 minutes on gloo) would let a
 hung peer hold the others for that long.
 """
@@ -24,6 +26,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--step-time", type=float, default=0.0, help="pace each step to at least this many seconds")
     p.add_argument("--timeout-s", type=float, default=1800.0, help="the process group's timeout")
+    p.add_argument("--save-every", type=int, default=0, help="each rank saves its model every N steps (0: never)")
     args = p.parse_args()
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout_s))
     rank = dist.get_rank()
@@ -39,6 +42,8 @@ def main() -> None:
         loss.backward()
         optimizer.step()
         print(f"step {step} loss {loss.item():.4f}", flush=True)
+        if args.save_every and step % args.save_every == 0:
+            torch.save(model.module.state_dict(), f"rank{rank}.pt")
         time.sleep(max(0.0, args.step_time - (time.monotonic() - started)))
     print(f"rank {rank} done on {os.uname().nodename}", flush=True)
     dist.destroy_process_group()
