@@ -47,6 +47,12 @@ FAULTS = (
     Fault("sigterm", signal.SIGTERM, "terminated", "SIGTERM to one rank alone (a preemption notice)"),
     Fault("oom", injected.HOG_SIGNAL, "oom", "memory allocated past its cgroup's limit: the OOM killer", caged=True),
     Fault("gil-hang", injected.GIL_SIGNAL, "hung", "stuck in C code holding the GIL: no handler or thread runs"),
+    Fault(
+        "py-hang",
+        injected.WAIT_SIGNAL,
+        "hung",
+        "waits for ever in Python (a queue or data loader that never answers): its threads and handlers still run",
+    ),
     Fault("exit", injected.EXIT_SIGNAL, "exited", "exits with status 3 and says nothing (os._exit(3))"),
     Fault(
         "nan",

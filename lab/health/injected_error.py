@@ -1,6 +1,6 @@
 """Faults one rank runs into on request, from inside: the drills' and `lab bench diagnosis`'s.
 
-A worker that calls install() answers seven signals from whatever its main thread is running
+A worker that calls install() answers eight signals from whatever its main thread is running
 (Python runs signal handlers between bytecodes, so a rank inside a gloo collective answers as
 soon as the collective returns):
 
@@ -20,7 +20,9 @@ soon as the collective returns):
 - SIGRTMIN+6: the rank's next checkpoint write finds its disk full: the file it names is
   opened on /dev/full, whose every write the kernel refuses with ENOSPC, as a full disk's
   (the trainer's writes ask written_to(); a watched script's torch.save(obj, path) is sent
-  there by lab.node.user_script, so the error is torch's own).
+  there by lab.node.user_script, so the error is torch's own);
+- SIGRTMIN+7: waits for ever in Python, as on a queue or a data loader that never answers:
+  unlike the GIL hang, its other threads and its signal handlers still run.
 
 The trainer and every script the lab watches (lab.node.user_script) install them; the script's
 own code is unchanged, and one that installs its own handler for one of them keeps it.
@@ -31,6 +33,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
 import time
 
 SIGNAL = signal.SIGUSR2
@@ -40,6 +43,7 @@ EXIT_SIGNAL, EXIT_STATUS = signal.SIGRTMIN + 3, 3
 NAN_SIGNAL = signal.SIGRTMIN + 4
 STALL_SIGNAL, STALL_S = signal.SIGRTMIN + 5, 0.25
 DISK_FULL_SIGNAL, FULL_DEVICE = signal.SIGRTMIN + 6, "/dev/full"
+WAIT_SIGNAL = signal.SIGRTMIN + 7
 _poison = {"next": False}
 _disk_full = {"next": False}
 _stall = {"seconds": 0.0}
@@ -89,6 +93,10 @@ def stall() -> None:
         time.sleep(_stall["seconds"])
 
 
+def wait_for_ever(_signum: int, _frame: object) -> None:
+    threading.Event().wait()  # nobody sets it; a signal's handler runs during the wait, then it waits on
+
+
 def fill_disk(_signum: int, _frame: object) -> None:
     _disk_full["next"] = True
 
@@ -109,3 +117,4 @@ def install() -> None:
     signal.signal(NAN_SIGNAL, poison_next_loss)
     signal.signal(STALL_SIGNAL, slow_down)
     signal.signal(DISK_FULL_SIGNAL, fill_disk)
+    signal.signal(WAIT_SIGNAL, wait_for_ever)
