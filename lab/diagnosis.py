@@ -36,6 +36,8 @@ class Fault:
     save_every: int = 0  # the target saves a checkpoint every N steps, for the fault to land in (0: never)
     writer_only: bool = False  # on the trainer, hit the rank that writes checkpoints (rank 0: one folder for all)
     workload: str = ""  # a lab workload the fault needs, run instead of the trainer ("": the trainer)
+    detail: bool = True  # the workload runs under TORCH_DISTRIBUTED_DEBUG=DETAIL
+    settled: bool = True  # False: the evidence cannot say which rank; a right card names none, and says the class
 
 
 FAULTS = (
@@ -82,6 +84,18 @@ FAULTS = (
         workload="collective_loop",
     ),
     Fault(
+        "mismatch-no-detail",
+        signal.SIGUSR1,
+        "mismatch",
+        "the same extra all-reduce, without DETAIL: gloo aborts a rank that receives more than it expects, this "
+        "one or the one after the sender, so the card names none with confidence (unknown is the right answer)",
+        no_script="the extra all-reduce is injected inside the lab's collective_loop workload, a hook your "
+        "script lacks",
+        workload="collective_loop",
+        detail=False,
+        settled=False,
+    ),
+    Fault(
         "disk-full",
         injected.DISK_FULL_SIGNAL,
         "disk-full",
@@ -123,6 +137,8 @@ def kind_of(how: str) -> str:
     diverged, mismatch, disk-full."""
     if "OOM killer" in how:
         return "oom"
+    if how.endswith("(a collective mismatch)"):  # gloo's abort without DETAIL (lab.mismatch)
+        return "mismatch"
     killed = re.match(r"killed by (SIG\w+)", how)
     if killed:
         name = killed[1]

@@ -1,4 +1,5 @@
-"""A collective mismatch, as torch's DETAIL debug mode reports it: which rank ran the odd one.
+"""A collective mismatch, as torch's DETAIL debug mode reports it: which rank ran the odd one;
+and as gloo reports it without DETAIL, where it cannot say.
 
 With TORCH_DISTRIBUTED_DEBUG=DETAIL each collective is first checked against every other
 rank's (its sequence number, op, shapes). A rank whose peers differ fails at once with
@@ -11,6 +12,12 @@ ranks that each name the other say nothing about which is odd: no rank is named,
 card does not guess. torchrun reports one failed worker per node and stops the rest, so
 the odd rank's own report, and some of its peers', may be missing: measured in `lab bench
 diagnosis`, once the only reports were the odd rank's and one peer's, naming each other.
+
+Without DETAIL nothing checks the collectives first. gloo aborts the rank that receives more
+bytes than its own collective expects ("op.preamble.length <= op.nbytes. 8 vs 4. Received data
+size doesn't match expected size. Is there a distributed collective mismatch in your code?",
+measured in `lab bench diagnosis`). That rank ran the odd collective, or the peer that sent to
+it did; the card says so and names neither with confidence.
 """
 
 from __future__ import annotations
@@ -27,6 +34,12 @@ DETECTED = re.compile(
 OP = re.compile(r"OpType=(\w+)")
 SEQUENCE = re.compile(r"SequenceNumber=(\d+)")
 SHAPE = re.compile(r"TensorShape=(\[[^\]]*\])")
+SIZE = re.compile(r"Received data size doesn't match expected size")
+SIZE_HOW = "gloo received more data than its collective expects (a collective mismatch)"
+SIZE_NOTE = (
+    "gloo aborts the rank that receives more than its collective expects: that rank, or the peer that sent to it, "
+    "ran a different collective; TORCH_DISTRIBUTED_DEBUG=DETAIL checks every collective first and names the odd rank"
+)
 
 
 @dataclass(frozen=True)
@@ -77,3 +90,8 @@ def unsettled(errors: dict[int, str]) -> str:
         "do not agree on which rank ran a different collective (each names the first peer that differs from it; "
         "the others were stopped before they said): which rank is at fault is unknown"
     )
+
+
+def size_mismatch(error: str) -> bool:
+    """gloo's abort on a message longer than its collective expects (no DETAIL check ran)."""
+    return bool(SIZE.search(error))

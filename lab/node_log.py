@@ -1,6 +1,10 @@
 """What torchrun's node logs say of a failed group: each rank's exception and the deepest frame
-of its own code (torch prefixes a rank's traceback with `[rankN]:`), and the pids the agent
-stopped with a signal. lab.why reads them.
+of its own code (torch prefixes a rank's traceback with `[rankN]:`), the pids the agent
+stopped with a signal, and a native abort's last words. lab.why reads them.
+
+A C++ exception nobody catches (gloo's EnforceNotMet, say) aborts the worker: the C++ runtime
+prints "terminate called after throwing an instance of 'T'" and "what(): ...", and Python's
+fault handler each thread's stack, straight to the worker's stderr, with no `[rankN]:`.
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ SIGTERM_SENT = re.compile(
     r"(?:Sending process|Closing process|Terminating process) (\d+) (?:closing signal|via signal) (SIG\w+)"
 )
 NOT_OWN = re.compile(r"site-packages|<frozen|/lab/node/|/lab/health/")  # frames of torch, the lab's wrappers
+NATIVE = re.compile(r"^terminate called after throwing an instance of '([^']+)'\n\s*what\(\):\s*(.*)$", re.M)
+ENFORCE_AT = re.compile(r"\[enforce fail at /[^\]]+\] ")  # gloo's source path says nothing to a user
+STDLIB = re.compile(r"/lib/python3\.\d+/")
+DUMP_LINES = 80  # the fault handler's stacks after a native abort, read for the script's own frame
 
 
 def tracebacks(log: str) -> dict[int, tuple[str, str]]:
@@ -40,3 +48,17 @@ def own_frame(traceback: str) -> str:
     """file:line of a traceback's deepest frame outside torch and the lab's wrappers, or ''."""
     frames = [f"{path}:{line}" for path, line in FRAME.findall(traceback) if not NOT_OWN.search(path)]
     return frames[-1] if frames else ""
+
+
+def native_aborts(log: str) -> list[tuple[str, str]]:
+    """(error, where) for each native abort in a node's log: "T: what" with gloo's source path left
+    out, and the first frame of the script's own code in the stacks Python's fault handler printed
+    (most recent first)."""
+    found = []
+    for match in NATIVE.finditer(log):
+        after = log[match.end() :].splitlines()[:DUMP_LINES]
+        frames = [f"{path}:{line}" for path, line in FRAME.findall("\n".join(after))]
+        own = [f for f in frames if not NOT_OWN.search(f) and not STDLIB.search(f)]
+        what = ENFORCE_AT.sub("", match[2].strip())
+        found.append((f"{match[1]}: {what}", own[0] if own else ""))
+    return found

@@ -26,9 +26,10 @@ from lab.health.stragglers import SlowNetwork, Straggler, first_named, first_slo
 from lab.kernel_log import kernel_log, oom_kill
 from lab.lost_store import StoreLoss
 from lab.lost_store import found as store_lost
+from lab import mismatch
 from lab.mismatch import odd_rank, unsettled
 from lab.node import worker_record
-from lab.node_log import SIGTERM_SENT, own_frame, tracebacks
+from lab.node_log import SIGTERM_SENT, native_aborts, own_frame, tracebacks
 
 # What a rank says when a *peer* failed: these are consequences, never the first cause.
 CONSEQUENCE = re.compile(
@@ -65,6 +66,7 @@ class Evidence:
     slow_network: SlowNetwork | None = None
     store_loss: StoreLoss | None = None
     failed_write: disk_full.FailedWrite | None = None
+    native: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # node -> its log's native aborts
 
 
 def read_evidence(run_dir: Path) -> Evidence:
@@ -77,6 +79,7 @@ def read_evidence(run_dir: Path) -> Evidence:
         text = log.read_text(errors="replace")
         found.traces.update(tracebacks(text))
         found.terminated |= {int(pid) for pid, _ in SIGTERM_SENT.findall(text)}
+        found.native[log.parent.name] = native_aborts(text)
     exits = [e for e in ranks if e["event"] == Event.EXIT]
     found.raised = {e["rank"]: e for e in exits if e.get("reason") == ExitReason.EXCEPTION}
     found.preempted = {e["rank"]: e for e in exits if e.get("reason") == ExitReason.PREEMPTED}
@@ -113,6 +116,10 @@ def reported_failures(found: Evidence) -> list[RankFailure]:
             failure.how, failure.consequence = how_it_failed(failure, found.terminated)
             failure.last_step = found.steps.get(rank)
             failures.append(failure)
+    for node, aborts in found.native.items():  # printed with no rank: its node's one rank killed by a signal
+        died = [f for f in failures if f.node == node and (f.exit_code or 0) < 0 and f.pid not in found.terminated]
+        if len(aborts) == 1 and len(died) == 1 and not died[0].error:
+            died[0].error, died[0].where = aborts[0]
     return failures
 
 
@@ -185,6 +192,9 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
         )
     if disk_full.note(result.first.error):
         result.notes.append(disk_full.note(result.first.error))
+    if mismatch.size_mismatch(result.first.error):
+        result.first.how, result.certain = f"{result.first.how}: {mismatch.SIZE_HOW}", False
+        result.notes.append(mismatch.SIZE_NOTE)
     if result.first.exit_code == -signal.SIGKILL and result.first.pid not in found.terminated:
         note_sigkill(result, kernel)
     return result

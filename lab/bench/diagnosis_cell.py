@@ -66,7 +66,8 @@ def job(cell: Cell, workdir: Path) -> tuple[Topology, str, list[str]]:
     topology = cell_topology(pg_timeout_s=PG_TIMEOUT_S)
     paced = ["--steps", str(STEPS), "--step-time", str(STEP_TIME)]
     if cell.fault.workload:  # a fault the trainer has no hook for (lab.diagnosis.Fault.workload)
-        return topology.replace(distributed_debug="DETAIL"), script_path(cell.fault.workload), paced
+        debug = "DETAIL" if cell.fault.detail else topology.distributed_debug
+        return topology.replace(distributed_debug=debug), script_path(cell.fault.workload), paced
     every = cell.fault.save_every
     if cell.target == "trainer":
         return topology, script_path("trainer"), [*paced, "--ckpt-every", str(every), "--check-loss"]
