@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import disk_full
+from lab import disk_full, mismatch
 from lab.failure_card import Card, RankFailure
 from lab.health import net_probe
 from lab.health.events import AgentEvent, Event, ExitReason, agent_failures, read_agent_events, read_events, read_probes
@@ -26,7 +26,6 @@ from lab.health.stragglers import SlowNetwork, Straggler, first_named, first_slo
 from lab.kernel_log import kernel_log, oom_kill
 from lab.lost_store import StoreLoss
 from lab.lost_store import found as store_lost
-from lab import mismatch
 from lab.mismatch import odd_rank, unsettled
 from lab.node import worker_record
 from lab.node_log import SIGTERM_SENT, native_aborts, own_frame, tracebacks
