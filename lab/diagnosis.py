@@ -88,7 +88,7 @@ FAULTS = (
         signal.SIGUSR1,
         "mismatch",
         "the same extra all-reduce, without DETAIL: gloo aborts a rank that receives more than it expects, this "
-        "one or the one after the sender, so the card names none with confidence (unknown is the right answer)",
+        "one or the one after the sender, so a right card names no rank with confidence, and the class",
         no_script="the extra all-reduce is injected inside the lab's collective_loop workload, a hook your "
         "script lacks",
         workload="collective_loop",
@@ -168,6 +168,7 @@ class Grade:
     named_kind: str
     named_step: int | None
     expect: str
+    settled: bool = True  # Fault.settled: False when the evidence cannot say which rank
 
     @property
     def rank_ok(self) -> bool:
@@ -191,7 +192,9 @@ class Grade:
 
     @property
     def right(self) -> bool:
-        return self.rank_ok and self.kind_ok
+        """The rank and the class named; where the evidence cannot settle the rank, no rank named
+        with confidence and the class named (saying more would be a guess)."""
+        return self.kind_ok and (self.rank_ok if self.settled else self.named_rank is None)
 
     def to_json(self) -> dict:
         keys = ("rank_ok", "kind_ok", "step_ok", "wrong_rank", "right")
@@ -200,4 +203,7 @@ class Grade:
 
 def grade(target: str, fault: Fault, rank: int, step: int, card: Card) -> Grade:
     said = named(card)
-    return Grade(target, fault.name, rank, step, said.rank, said.kind, said.step, fault.expect)
+    kind = said.kind
+    if not fault.settled and said.rank is None and card.first is not None:
+        kind = kind_of(card.first.how)  # the class the first failure's own words name, with no rank
+    return Grade(target, fault.name, rank, step, said.rank, kind, said.step, fault.expect, fault.settled)

@@ -1,6 +1,7 @@
 """Recovery styles on real processes: in-process recovery (lab.inprocess) with a SIGKILLed
 rank, the tuned restart (the lab rendezvous backend, `--recovery restart`) in the kill-worker
-drill on netns hosts, and the gloo abort finding the docs state."""
+drill on netns hosts and of an ordinary script as `lab bench recovery` times it, and the gloo
+abort finding the docs state."""
 
 import json
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import needs_netns
 
-from lab.bench import gloo_abort
+from lab.bench import gloo_abort, recovery_styles
 from lab.bench.recovery_styles import kill_and_time, start_keepers, steps_done_twice, stop_sessions
 from lab.health.events import read_events
 
@@ -71,6 +72,16 @@ def test_the_tuned_restart_recovers_the_drill_bit_identical(lab):
     assert report["recovery_style"]["style"] == "restart"
     stages = report["recovery"]
     assert all(stages[k] is not None for k in ("detect", "rendezvous", "worker_init", "first_step", "total"))
+
+
+def test_a_users_script_comes_back_from_its_snapshot_through_the_tuned_restart(tmp_path):
+    """The bench's row for a script with no lab import: rank 1 killed at step 25, rank 0's snapshot of
+    step 20 loaded by every restarted rank, through the lab's rendezvous and preloaded workers."""
+    took, details = recovery_styles.trial("your script (tuned)", tmp_path, "loopback", "local")
+    assert details["resumed_at"] == 21, details  # from its snapshot of step 20 (the kill: 25 or 26 done)
+    stages = details["stages"]
+    assert all(stages[k] is not None for k in ("detect", "rendezvous", "worker_init")), stages
+    assert 0 < took < 60, details
 
 
 def test_gloo_abort_does_not_end_a_collective_waiting_for_a_hung_peer():

@@ -36,8 +36,9 @@ def table(
     lines = [
         f"`lab why` graded on {len(grades)} cells ({hosts} hosts, 2 x 2, no restarts; the lab's trainer and an "
         "ordinary DDP script, lab/workloads/plain_train.py): right = the first-failing rank (a straggler's: the "
-        "slowed one) and the fault's class both named; unknown = no rank named with confidence; wrong = another "
-        "rank named with confidence.",
+        "slowed one) and the fault's class both named (where the evidence cannot settle the rank: no rank named with "
+        "confidence, and the class); unknown = no rank named with confidence; wrong = another rank named with "
+        "confidence.",
         "",
         "| fault (what was injected) | cells | right rank | right class | right step | unknown | wrong rank | right |",
         "|---|---|---|---|---|---|---|---|",
@@ -52,7 +53,7 @@ def table(
     wrong = sum(1 for g in grades if g.wrong_rank)
     lines += [
         "",
-        goal_line(f">= {GOAL_RIGHT:.0%} of cells right", right >= GOAL_RIGHT, f"{right:.0%}"),
+        goal_line(f">= {GOAL_RIGHT:.0%} of cells right", right >= GOAL_RIGHT, f"{right:.1%}"),
         goal_line("0 cells with a wrong rank named", wrong == 0, str(wrong)),
         goal_line(
             f"the matrix in under {GOAL_MINUTES:g} minutes",

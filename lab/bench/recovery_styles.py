@@ -15,7 +15,12 @@ event logs. The styles:
 - in-process: no restart at all; the survivors re-form the group with a warm spare and
   take state from a peer (lab.inprocess: the trainer trains in a loop of attempts, under the
   keeper per node that `--recovery in-process` starts on the runtime's hosts), what
-  `lab exercise run kill-worker` runs by default.
+  `lab exercise run kill-worker` runs by default;
+- your script (tuned): the tuned restart of an ordinary DDP script with no lab import
+  (lab/workloads/plain_train.py: rank 0 snapshots every 10 steps, every rank resumes from
+  it), watched as `--script` drills watch one (lab.node.user_script): what the default
+  `lab exercise run kill-worker --script` runs on a script that has not opted in to
+  in-process recovery.
 
 The torchrun styles checkpoint every 10 steps and resume from step 20. The lab's styles run on
 any runtime that takes them (the local runtime's hosts, docker's containers): the kill goes
@@ -51,7 +56,10 @@ LAB_STYLES = {
     "preloaded": BASE.replace(worker_start="preload"),
     "tuned": BASE.replace(worker_start="preload", rdzv_backend="lab"),
     "in-process": BASE.replace(in_process=True),
+    "your script (tuned)": BASE.replace(worker_start="preload", rdzv_backend="lab"),
 }
+SCRIPT_STYLES = ("your script (tuned)",)  # these run plain_train.py, the others the trainer
+SCRIPT_ARGS = ["--steps", str(STEPS), "--step-time", str(STEP_TIME), "--snapshot-every", "10", "--timeout-s", "30"]
 STYLES = ("bare torchrun", *LAB_STYLES)
 
 
@@ -86,6 +94,7 @@ def kill_and_time(
             details = {
                 "stages": stages(events, observe.agent_events(events_dir), killed),
                 "work_lost_steps": steps_done_twice(events, killed, first["step"]),
+                "resumed_at": first["step"],
                 "checkpoint_s": statistics.median(saves) if saves else None,  # what one save blocks a rank for
             }
             return first["time"] - killed, details
@@ -114,7 +123,11 @@ def lab_trial(tmp: Path, hosts: str, style: str, runtime_name: str) -> tuple[flo
     runtime = runtimes.create(runtime_name, run_dir, log=lambda m: None, **options)
     runtimes.begin_job(runtime, lambda m: None)  # as every command that starts a job: the run dir claimed first
     try:
-        topology, nodes = runtime.up(LAB_STYLES[style], script_path("trainer"), TRAINER_ARGS)
+        topology, script, args = LAB_STYLES[style], script_path("trainer"), TRAINER_ARGS
+        if style in SCRIPT_STYLES:  # its snapshot in a working dir of its own, under the run dir
+            watched = ("--workdir", str(runtime.script_workdir("bench")))
+            topology, script, args = topology.replace(script_wrapper=watched), script_path("plain_train"), SCRIPT_ARGS
+        topology, nodes = runtime.up(topology, script, args)
         node = next(n for n in nodes if n.index == KILL_RANK // topology.nproc_per_node)
         local_rank = KILL_RANK % topology.nproc_per_node
         return kill_and_time(runtime.run_dir.path / "events", kill=lambda: node.kill_worker(local_rank))

@@ -43,10 +43,9 @@ def test_the_card_names_the_injected_rank_class_and_step(cell):
     card = why.card(cell, kernel=lambda: kernel.read_text() if kernel.exists() else "")
     fault = BY_NAME[truth["fault"]]
     result = grade(truth["target"], fault, truth["rank"], truth["step"], card)
-    if fault.settled:
-        assert result.right and result.step_ok, card.text()
-    else:  # no rank with confidence, and the class in the first failure's own words
-        assert result.named_rank is None and card.first and kind_of(card.first.how) == fault.expect, card.text()
+    assert result.right and result.step_ok, card.text()
+    if not fault.settled:  # no rank with confidence, and the class in the first failure's own words
+        assert result.named_rank is None and result.named_kind == fault.expect, card.text()
 
 
 def failure(rank: int, how: str, *, consequence: bool = False, step: int | None = 5) -> RankFailure:
@@ -219,3 +218,19 @@ def test_a_rank_that_raised_its_own_error_and_was_then_stopped_by_torchrun_is_th
         "killed by SIGTERM from torchrun's agent, stopping the group",
         True,
     )
+
+
+def test_where_the_evidence_cannot_settle_the_rank_only_a_card_that_names_none_is_right():
+    """mismatch-no-detail: gloo aborts the odd rank or the one its data went to. A card naming the
+    injected rank with confidence got lucky, and is graded as not right; one naming none, with the
+    class, is right; one naming none with another class is not."""
+    fault = BY_NAME["mismatch-no-detail"]
+    aborted = failure(
+        2, "killed by SIGABRT: gloo received more data than its collective expects (a collective mismatch)"
+    )
+    sure = grade("trainer", fault, 2, 5, Card(first=aborted))
+    assert sure.named_rank == 2 and not sure.right
+    unsure = grade("trainer", fault, 2, 5, Card(first=aborted, certain=False))
+    assert unsure.named_rank is None and unsure.named_kind == "mismatch" and unsure.right
+    crashed = grade("trainer", fault, 2, 5, Card(first=failure(2, "killed by SIGABRT"), certain=False))
+    assert crashed.named_kind == "crashed" and not crashed.right
