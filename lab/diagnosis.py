@@ -38,6 +38,8 @@ class Fault:
     workload: str = ""  # a lab workload the fault needs, run instead of the trainer ("": the trainer)
     detail: bool = True  # the workload runs under TORCH_DISTRIBUTED_DEBUG=DETAIL
     settled: bool = True  # False: the evidence cannot say which rank; a right card names none, and says the class
+    cuts_node: bool = False  # not a signal: the rank's node is cut off the network (Node.partition)
+    needs_hosts: str = ""  # the only kind of hosts it can be made on ("": any)
 
 
 FAULTS = (
@@ -96,6 +98,15 @@ FAULTS = (
         settled=False,
     ),
     Fault(
+        "partition",
+        0,
+        "partition",
+        "the rank's node cut off the network (every packet in or out of its netns host dropped): both sides time "
+        "out; right = the cut node named (its ranks), as the node's round trips to the lab's bridge show it",
+        cuts_node=True,
+        needs_hosts="netns",
+    ),
+    Fault(
         "disk-full",
         injected.DISK_FULL_SIGNAL,
         "disk-full",
@@ -116,12 +127,16 @@ class Named:
     rank: int | None
     kind: str
     step: int | None
+    ranks: tuple[int, ...] = ()  # a node named instead of a rank (a cut network): the ranks it holds
 
 
 def named(card: Card) -> Named:
     first = card.first
     if first is None and card.failed_write and card.failed_write.disk_full:  # the trainer saved on without it
         return Named(card.failed_write.rank, "disk-full", card.failed_write.step)
+    cut = card.slow_network if card.slow_network and card.slow_network.cut else None
+    if cut and (first is None or first.consequence or not card.certain):  # no rank failed of its own
+        return Named(None, "partition", cut.step, tuple(cut.ranks))
     if first is None and card.straggler:  # nothing failed, and one rank slowed the rest
         return Named(card.straggler.rank, "slow", card.straggler.since)
     if first is None:
@@ -169,15 +184,20 @@ class Grade:
     named_step: int | None
     expect: str
     settled: bool = True  # Fault.settled: False when the evidence cannot say which rank
+    named_ranks: tuple[int, ...] = ()  # a node named instead (Named.ranks)
 
     @property
     def rank_ok(self) -> bool:
-        return self.named_rank == self.rank
+        return self.named_rank == self.rank or (self.named_rank is None and self.rank in self.named_ranks)
+
+    @property
+    def unknown(self) -> bool:
+        return self.named_rank is None and not self.named_ranks
 
     @property
     def wrong_rank(self) -> bool:
-        """A rank named with confidence, and not the one that failed first."""
-        return self.named_rank is not None and self.named_rank != self.rank
+        """A rank (or a node) named with confidence, and not the one that failed first (or holds it)."""
+        return (self.named_rank is not None or bool(self.named_ranks)) and not self.rank_ok
 
     @property
     def kind_ok(self) -> bool:
@@ -194,10 +214,10 @@ class Grade:
     def right(self) -> bool:
         """The rank and the class named; where the evidence cannot settle the rank, no rank named
         with confidence and the class named (saying more would be a guess)."""
-        return self.kind_ok and (self.rank_ok if self.settled else self.named_rank is None)
+        return self.kind_ok and (self.rank_ok if self.settled else self.unknown)
 
     def to_json(self) -> dict:
-        keys = ("rank_ok", "kind_ok", "step_ok", "wrong_rank", "right")
+        keys = ("rank_ok", "kind_ok", "step_ok", "wrong_rank", "unknown", "right")
         return {**asdict(self), **{k: getattr(self, k) for k in keys}}
 
 
@@ -206,4 +226,4 @@ def grade(target: str, fault: Fault, rank: int, step: int, card: Card) -> Grade:
     kind = said.kind
     if not fault.settled and said.rank is None and card.first is not None:
         kind = kind_of(card.first.how)  # the class the first failure's own words name, with no rank
-    return Grade(target, fault.name, rank, step, said.rank, kind, said.step, fault.expect, fault.settled)
+    return Grade(target, fault.name, rank, step, said.rank, kind, said.step, fault.expect, fault.settled, said.ranks)

@@ -2,10 +2,10 @@
 
 `lab down` removes the nodes and their logs. When `lab run`'s job fails, the card is saved
 (reports/why-TIME.json) and, beside it, the files the card was read from (reports/why-TIME/):
-the ranks' and agents' event logs, each node's workers file, exit status and the last MiB of
-its log. The
-card can be drawn again from that folder (`lab.why.card(folder)`), and the tests' recorded
-failures (tests/fixtures/why/) are such folders.
+the ranks' and agents' event logs, the nodes' network probes, each node's workers file,
+exit status and the last MiB of its log. The card can be drawn again from that folder
+(`lab.why.card(folder)`), and the tests' recorded failures (tests/fixtures/why/) are such
+folders.
 
 The nodes can write where these files come from (a container's user, say), so each is read
 only as a regular file, opened without following a link, and written anew under the reports.
@@ -18,7 +18,10 @@ from pathlib import Path
 from lab import files
 
 LOG_TAIL_BYTES = 1 << 20
-KEPT = ("events/rank*.jsonl", "events/agent-*.jsonl", "nodes/*/workers.json", "nodes/*/node.log", "nodes/*/exit")
+KEPT = (
+    *("events/rank*.jsonl", "events/agent-*.jsonl", "events/net-*.jsonl"),
+    *("nodes/*/workers.json", "nodes/*/node.log", "nodes/*/exit"),
+)
 
 
 def keep(run_dir: Path, into: Path) -> Path:

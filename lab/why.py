@@ -184,9 +184,12 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     elif not causes:
         result.certain = False
         killed = ", ".join(found.store_loss.killed) if found.store_loss else ""
+        cut = found.slow_network.node if found.slow_network and found.slow_network.cut else ""
         result.notes.append(
             "every failed rank reports a peer's failure (a timeout or a lost connection): "
-            + (f"{killed} died with its agent, unreported" if killed else "a rank hung or a node was cut off")
+            + (f"{killed} died with its agent, unreported" if killed else "")
+            + (f"{cut} was cut off the network (below)" if cut and not killed else "")
+            + ("a rank hung or a node was cut off" if not killed and not cut else "")
             + "; the earliest report is shown first"
         )
     if disk_full.note(result.first.error):

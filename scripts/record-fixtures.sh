@@ -48,7 +48,7 @@ declare -A CASES=(
   [why-kill]="kill"
   [why-exit]="exit"
   [why-hang]="hang"
-  [diagnosis]="--positions middle --at-steps 6;--classes kill,exception --positions first,last --at-steps 14"
+  [diagnosis]="--positions middle --at-steps 6;--classes kill,exception --positions first,last --at-steps 14;--classes partition --hosts netns --positions middle --at-steps 6"
   [coordinators]="--coordinators c10d,lab-store,etcd --trials 1"
 )
 # The kinds of script people write (tests/user_scripts/snapshot_every_epoch.py's flags), each

@@ -78,8 +78,17 @@ def paired(positions: list[str], steps: list[int]) -> list[tuple[str, int]]:
     return [(positions[i % len(positions)], steps[i % len(steps)]) for i in range(max(len(positions), len(steps)))]
 
 
-def refuses(cell: Cell) -> bool:
-    return cell.target == "script" and bool(cell.fault.no_script)
+def refusal(cell: Cell, hosts: str) -> str:
+    """Why the cell cannot be made ("": it can)."""
+    if cell.target == "script" and cell.fault.no_script:
+        return cell.fault.no_script
+    if cell.fault.needs_hosts and hosts != cell.fault.needs_hosts:
+        return f"it needs {cell.fault.needs_hosts} hosts (--hosts {cell.fault.needs_hosts}); these are {hosts}"
+    return ""
+
+
+def refuses(cell: Cell, hosts: str = "netns") -> bool:
+    return bool(refusal(cell, hosts))
 
 
 def hit(target: str, fault: Fault, rank: int) -> int:
@@ -102,10 +111,10 @@ def run(args, out_dir: Path) -> BenchResult:
         raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
     places = paired(positions, steps)
     cells = [Cell(t, f, hit(t, f, POSITIONS[p]), step) for t in targets for f in faults for p, step in places]
-    refused = sorted({(c.target, c.fault.name, c.fault.no_script) for c in cells if refuses(c)})
+    refused = sorted({(c.target, c.fault.name, refusal(c, args.hosts)) for c in cells if refuses(c, args.hosts)})
     for target, fault, why in refused:
         print(f"{fault} on the {target}: refused: {why}", flush=True)
-    cells = [c for c in cells if not refuses(c)]
+    cells = [c for c in cells if not refuses(c, args.hosts)]
     graded, minutes = run_in_temp(
         "diagnosis",
         cells,
@@ -126,6 +135,7 @@ def say(n: int, of: int, result: Grade) -> None:
     mark = "right" if result.right else "WRONG RANK" if result.wrong_rank else "missed"
     print(
         f"[{n}/{of}] {result.target} {result.fault} rank {result.rank} step {result.step}: {mark} "
-        f"(named rank {result.named_rank}, {result.named_kind}, step {result.named_step})",
+        f"(named {f'ranks {list(result.named_ranks)}' if result.named_ranks else f'rank {result.named_rank}'}, "
+        f"{result.named_kind}, step {result.named_step})",
         flush=True,
     )

@@ -129,7 +129,11 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event
         topology, nodes = runtime.up(topology, script, args)
         at, start = reached(run_dir.path / "events", cell.rank, cell.step, stop)
         with memory_cage(start["pid"], cell.name) if cell.fault.caged else contextlib.nullcontext():
-            next(n for n in nodes if n.name == start["node"]).kill_worker(start["local_rank"], cell.fault.signal)
+            node = next(n for n in nodes if n.name == start["node"])
+            if cell.fault.cuts_node:
+                node.partition()  # its netns goes with `down`, and its rules with it
+            else:
+                node.kill_worker(start["local_rank"], cell.fault.signal)
             goes_on = not cell.fault.ends_job or cell.target in cell.fault.survived_by
             finished = slowed_for(run_dir.path / "events", at, stop) if goes_on else ended(nodes, stop)
         kernel = kernel_log()

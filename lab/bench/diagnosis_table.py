@@ -16,7 +16,7 @@ def row(label: str, grades: list[Grade]) -> str:
     def count(ok: str) -> int:
         return sum(1 for g in grades if getattr(g, ok))
 
-    unknown = sum(1 for g in grades if g.named_rank is None)
+    unknown = sum(1 for g in grades if g.unknown)
     right = count("right")
     return (
         f"| {label} | {n} | {count('rank_ok')} | {count('kind_ok')} | {count('step_ok')} | {unknown} | "
@@ -68,7 +68,8 @@ def table(
     if misses:
         lines += ["", "Cells not fully right (injected -> named):", ""]
         lines += [
-            f"- {g.target}, {g.fault} at rank {g.rank} after step {g.step} -> rank {g.named_rank}, "
+            f"- {g.target}, {g.fault} at rank {g.rank} after step {g.step} -> "
+            f"{f'ranks {list(g.named_ranks)}' if g.named_ranks else f'rank {g.named_rank}'}, "
             f"{g.named_kind}, step {g.named_step}"
             for g in misses
         ]

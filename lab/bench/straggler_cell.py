@@ -158,5 +158,5 @@ def what_was_named(cell: Cell, events_dir: Path) -> stragglers.Straggler | strag
     a clean run names neither."""
     events = list(read_events(events_dir))
     rank = stragglers.first_named(events)
-    network = stragglers.first_slow_network(read_probes(events_dir), events, net_probe.TIMEOUT_S)
+    network = stragglers.first_slow_network(read_probes(events_dir), events, net_probe.TIMEOUT_S, cut_first=False)
     return (network or rank) if cell.way in NETWORK_WAYS else (rank or network)

@@ -26,7 +26,7 @@ the job (lab.health.net_probe), by first_slow_network below.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from statistics import mean, median
 
@@ -147,9 +147,15 @@ class SlowNetwork:
     rtt_s: float  # its median round trip over the window
     others_s: float  # the other nodes' mean of theirs
     per_node: dict[str, float]
+    cut: bool = False  # no probe of its window got an answer: cut off, not slow
 
     def text(self) -> str:
         ranks = f" (ranks {', '.join(map(str, self.ranks))})" if self.ranks else ""
+        if self.cut:
+            return (
+                f"network cut: {self.node}{ranks}, its round trips to the lab's bridge got no answer, "
+                f"from step {self.step} (a partition, a link down); the other nodes' took {self.others_s * 1000:.1f} ms"
+            )
         per_node = ", ".join(f"{node}: {rtt * 1000:.1f} ms" for node, rtt in sorted(self.per_node.items()))
         return (
             f"slow network: {self.node}{ranks}, round trip to the lab's bridge {self.rtt_s * 1000:.1f} ms against "
@@ -158,22 +164,36 @@ class SlowNetwork:
         )
 
 
-def first_slow_network(probes: list[dict], events: list[dict], timeout_s: float = 2.0) -> SlowNetwork | None:
+def first_slow_network(
+    probes: list[dict], events: list[dict], timeout_s: float = 2.0, cut_first: bool = True
+) -> SlowNetwork | None:
     """The first moment one node's last NET_WINDOW round trips (a probe with no answer counts
-    as its timeout) are RATIO times the other nodes' and NET_MARGIN_S longer, or None."""
+    as its timeout) are RATIO times the other nodes' and NET_MARGIN_S longer, or None. With
+    cut_first, a node cut off later (no probe of a whole window answered) is named as cut
+    instead: a cut first shows as a slow window, while the window still holds its last answers."""
+    first = None
+    for at, window in probe_windows(probes, timeout_s):
+        medians = {node: median(rtts) for node, rtts in window.items()}
+        for node, mine in medians.items():
+            others = mean(m for n, m in medians.items() if n != node)
+            if mine >= RATIO * others and mine - others >= NET_MARGIN_S:
+                steps = [e["step"] for e in events if e["event"] == Event.STEP and e["time"] <= at]
+                ranks = sorted({e["rank"] for e in events if e.get("node") == node})
+                score = mine / others if others > 0 else float("inf")
+                cut = min(window[node]) >= timeout_s
+                found = SlowNetwork(node, ranks, max(steps, default=None), score, mine, others, medians, cut)
+                if cut or not cut_first:
+                    return found
+                first = first or found
+    return first
+
+
+def probe_windows(probes: list[dict], timeout_s: float) -> Iterator[tuple[float, dict[str, list[float]]]]:
+    """(time, each node's last NET_WINDOW round trips) after each probe, once every node has that many."""
     recent: dict[str, deque[float]] = {}
     for probe in sorted(probes, key=lambda p: p["time"]):
         rtt = probe.get("rtt")
         answered = float(rtt) if isinstance(rtt, (int, float)) and not isinstance(rtt, bool) else timeout_s
         recent.setdefault(str(probe["node"]), deque(maxlen=NET_WINDOW)).append(answered)
-        if len(recent) < 2 or any(len(r) < NET_WINDOW for r in recent.values()):
-            continue
-        medians = {node: median(r) for node, r in recent.items()}
-        for node, mine in medians.items():
-            others = mean(m for n, m in medians.items() if n != node)
-            if mine >= RATIO * others and mine - others >= NET_MARGIN_S:
-                steps = [e["step"] for e in events if e["event"] == Event.STEP and e["time"] <= probe["time"]]
-                ranks = sorted({e["rank"] for e in events if e.get("node") == node})
-                score = mine / others if others > 0 else float("inf")
-                return SlowNetwork(node, ranks, max(steps, default=None), score, mine, others, medians)
-    return None
+        if len(recent) >= 2 and all(len(r) == NET_WINDOW for r in recent.values()):
+            yield probe["time"], {node: list(r) for node, r in recent.items()}

@@ -22,7 +22,7 @@ from lab.bench.diagnosis_table import table
 from lab.diagnosis import FAULTS, Grade, Named, grade, kind_of, named
 from lab.errors import LabError
 from lab.failure_card import Card, RankFailure
-from lab.health.stragglers import Straggler
+from lab.health.stragglers import SlowNetwork, Straggler
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnosis"
 CELLS = sorted(p.parent for p in FIXTURES.glob("*/truth.json"))
@@ -121,9 +121,10 @@ def test_the_table_fails_its_goals_on_a_wrong_rank_and_lists_the_miss():
     assert "- script, kill at rank 3 after step 5 -> rank 0, killed, step 5" in lines
 
 
-def test_each_fault_is_a_real_signal_with_a_distinct_name():
+def test_each_fault_is_a_real_signal_or_a_node_fault_with_a_distinct_name():
     assert len({f.name for f in FAULTS}) == len(FAULTS)
-    assert all(f.signal in signal.valid_signals() for f in FAULTS)
+    assert all(f.signal in signal.valid_signals() for f in FAULTS if not f.cuts_node)
+    assert all(f.needs_hosts == "netns" for f in FAULTS if f.cuts_node)  # iptables in the node's own netns
 
 
 def test_positions_take_the_steps_in_turn():
@@ -171,7 +172,8 @@ def test_a_fault_an_unchanged_script_cannot_take_is_refused_there_only():
     for fault in trainer_only:
         assert diagnosis.refuses(Cell("script", fault, 1, 6))
         assert not diagnosis.refuses(Cell("trainer", fault, 1, 6))
-    assert not any(diagnosis.refuses(Cell("script", f, 1, 6)) for f in FAULTS if f not in trainer_only)
+    others = [f for f in FAULTS if f not in trainer_only]
+    assert not any(diagnosis.refuses(Cell("script", f, 1, 6), "netns") for f in others)
     nan = BY_NAME["nan"]
     lines = table([], [nan], "loopback", 0.1, refused=[("script", "nan", nan.no_script)])
     assert f"- nan on the script: {nan.no_script}" in lines
@@ -234,3 +236,27 @@ def test_where_the_evidence_cannot_settle_the_rank_only_a_card_that_names_none_i
     assert unsure.named_rank is None and unsure.named_kind == "mismatch" and unsure.right
     crashed = grade("trainer", fault, 2, 5, Card(first=failure(2, "killed by SIGABRT"), certain=False))
     assert crashed.named_kind == "crashed" and not crashed.right
+
+
+def cut_off(node: str, ranks: list[int], cut: bool = True) -> SlowNetwork:
+    rtt = 2.0 if cut else 0.3
+    return SlowNetwork(node, ranks, 12, rtt / 0.001, rtt, 0.001, {node: rtt, "node0": 0.001}, cut)
+
+
+def test_a_cut_node_is_named_by_its_ranks_when_no_rank_failed_of_its_own():
+    fault = BY_NAME["partition"]
+    timed_out = failure(0, "raised RuntimeError", consequence=True)
+    card = Card(first=timed_out, certain=False, slow_network=cut_off("node1", [2, 3]))
+    assert named(card) == Named(None, "partition", 12, (2, 3))
+    assert grade("trainer", fault, 3, 11, card).right  # any rank of the cut node
+    wrong = grade("trainer", fault, 0, 11, card)
+    assert wrong.wrong_rank and not wrong.right and not wrong.unknown
+    slow = Card(first=timed_out, certain=False, slow_network=cut_off("node1", [2, 3], cut=False))
+    assert named(slow).kind == "unknown"  # a slow link is not a cut one
+    killed = Card(first=failure(2, "killed by SIGKILL"), slow_network=cut_off("node1", [2, 3]))
+    assert named(killed) == Named(2, "killed", 5)  # a rank that failed of its own comes first
+
+
+def test_a_node_fault_is_refused_where_the_hosts_cannot_take_it():
+    cell = Cell("trainer", BY_NAME["partition"], 2, 6)
+    assert "needs netns hosts" in diagnosis.refusal(cell, "loopback") and not diagnosis.refusal(cell, "netns")

@@ -90,3 +90,26 @@ def test_only_a_probing_agent_exports_a_round_trip():
     probing = AgentMetrics(node="node1", max_restarts=0)
     probing.net_rtt().set(0.035)
     assert "lab_node_net_rtt_seconds" in exported(probing)
+
+
+def test_a_node_cut_off_is_named_as_cut_though_it_looked_slow_first(tmp_path):
+    """A partition's first windows still hold the node's last answers (slow ones, under load): the
+    card names the cut that follows; the stragglers bench, timing the first sign, the slow window."""
+
+    def rtt(node, t):
+        if node == "node0" or t < 1008:
+            return 0.0001
+        return 0.03 if t < 1010 else None  # slow for two seconds, then nothing answers
+
+    recorded, ranks = probes(tmp_path, rtt), steps(tmp_path)
+    cut = stragglers.first_slow_network(recorded, ranks, net_probe.TIMEOUT_S)
+    assert cut is not None and cut.cut and cut.node == "node1" and cut.ranks == [2, 3]
+    assert "network cut: node1 (ranks 2, 3)" in cut.text()
+    slow = stragglers.first_slow_network(recorded, ranks, net_probe.TIMEOUT_S, cut_first=False)
+    assert slow is not None and not slow.cut and slow.step < cut.step
+
+
+def test_a_node_that_drops_some_probes_is_slow_not_cut(tmp_path):
+    recorded = probes(tmp_path, lambda node, t: None if node == "node1" and t >= 1008 and int(t * 2) % 3 else 0.0001)
+    found = stragglers.first_slow_network(recorded, steps(tmp_path), net_probe.TIMEOUT_S)
+    assert found is not None and found.node == "node1" and not found.cut

@@ -74,3 +74,24 @@ def test_the_kept_evidence_never_follows_a_link_a_node_planted(tmp_path):
     log = (kept / "nodes" / "node0" / "node.log").read_text()
     assert len(log) == evidence.LOG_TAIL_BYTES and log.endswith("the end\n")
     assert not any(os.path.islink(p) for p in kept.rglob("*"))
+
+
+def test_the_kept_evidence_holds_the_network_probes_so_a_cut_node_is_named_again(tmp_path):
+    """A partition is named from the nodes' round trips (lab.health.net_probe): without them the
+    card drawn again from kept evidence said less than the live one (found by `lab bench diagnosis`)."""
+    run = tmp_path / "run"
+    (run / "events").mkdir(parents=True)
+    lines = [
+        {"time": 100.0 + i / 2, "node": node, "rtt": rtt}
+        for i in range(8)
+        for node, rtt in (("node0", 0.0002), ("node1", None))
+    ]
+    (run / "events" / "net-node0.jsonl").write_text(
+        "".join(json.dumps(p) + "\n" for p in lines if p["node"] == "node0")
+    )
+    (run / "events" / "net-node1.jsonl").write_text(
+        "".join(json.dumps(p) + "\n" for p in lines if p["node"] == "node1")
+    )
+    live = why.card(run).slow_network
+    again = why.card(evidence.keep(run, tmp_path / "kept")).slow_network
+    assert live is not None and live.cut and live.node == "node1" and again == live
