@@ -164,7 +164,7 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     # agents notice their ranks' exits in their own time: such a rank is first only if it is alone.
     said = [f for f in causes if f.error or (f.exit_code or 0) < 0]
     # A rank with nothing to say of its own that torchrun had to stop, while its peers failed waiting.
-    silent = [f for f in failures if not f.error and f.pid in found.terminated]
+    silent = hung_ranks([f for f in failures if not f.error and f.pid in found.terminated])
     result.first = said[0] if said else causes[0] if causes else silent[0] if silent else failures[0]
     if not said and len(causes) > 1:
         result.certain = False
@@ -176,7 +176,13 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     # A rank its own agent noticed late (a kill, a hang stopped at last) failed no later than the
     # first of those that failed of it: the others' times are then never before it.
     result.first.time = failures[0].time
-    if not causes and silent:
+    if not causes and len(silent) > 1:
+        result.certain = False
+        result.notes.append(
+            f"ranks {', '.join(str(f.rank) for f in silent)} raised nothing and torchrun had to stop them (a hung "
+            "rank, or a peer stopped before its own timeout said so): which one hung is unknown"
+        )
+    elif not causes and silent:
         result.notes.append(
             f"rank {result.first.rank} raised nothing while its peers failed waiting for it (a timeout or a lost "
             "connection), and torchrun had to stop it: the likely hung rank"
@@ -200,6 +206,16 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     if result.first.exit_code == -signal.SIGKILL and result.first.pid not in found.terminated:
         note_sigkill(result, kernel)
     return result
+
+
+def hung_ranks(silent: list[RankFailure]) -> list[RankFailure]:
+    """Of the ranks that raised nothing and that torchrun stopped, those that may be the hung one.
+    A peer stopped a moment before its own timeout fired looks the same (measured once in `lab bench
+    diagnosis`, 1 cell in 84), unless the hung rank left a mark: it lived through the SIGTERM and
+    took the SIGKILL that follows (frozen: SIGSTOPped, or ignoring SIGTERM), while the peer died of
+    the SIGTERM."""
+    frozen = [f for f in silent if f.exit_code == -signal.SIGKILL]
+    return frozen if len(silent) > 1 and len(frozen) == 1 else silent
 
 
 def note_sigkill(result: Card, kernel: Callable[[], str] | None) -> None:

@@ -134,6 +134,7 @@ def latest_scores(events: Iterable[dict]) -> dict[int, float]:
 
 
 # A slow network: each node's round trip to a host outside the job (lab.health.net_probe).
+CUT_PROBES = 2  # unanswered in a row (5 s: each waits out its timeout) while the others answer: cut off
 NET_WINDOW = 5  # probes (two and a half seconds): an odd count, so the median is a probe's own
 NET_MARGIN_S = 0.005
 
@@ -147,13 +148,13 @@ class SlowNetwork:
     rtt_s: float  # its median round trip over the window
     others_s: float  # the other nodes' mean of theirs
     per_node: dict[str, float]
-    cut: bool = False  # no probe of its window got an answer: cut off, not slow
+    cut: bool = False  # its last CUT_PROBES probes got no answer while the others' did: cut off, not slow
 
     def text(self) -> str:
         ranks = f" (ranks {', '.join(map(str, self.ranks))})" if self.ranks else ""
         if self.cut:
             return (
-                f"network cut: {self.node}{ranks}, its round trips to the lab's bridge got no answer, "
+                f"network cut: {self.node}{ranks}, its last round trips to the lab's bridge got no answer, "
                 f"from step {self.step} (a partition, a link down); the other nodes' took {self.others_s * 1000:.1f} ms"
             )
         per_node = ", ".join(f"{node}: {rtt * 1000:.1f} ms" for node, rtt in sorted(self.per_node.items()))
@@ -169,22 +170,26 @@ def first_slow_network(
 ) -> SlowNetwork | None:
     """The first moment one node's last NET_WINDOW round trips (a probe with no answer counts
     as its timeout) are RATIO times the other nodes' and NET_MARGIN_S longer, or None. With
-    cut_first, a node cut off later (no probe of a whole window answered) is named as cut
-    instead: a cut first shows as a slow window, while the window still holds its last answers."""
+    cut_first, a node cut off later (its last CUT_PROBES probes unanswered while every other
+    node's last one was) is named as cut instead: a cut first shows as a slow window, and a job
+    whose peers time out ends before a whole window of unanswered probes."""
     first = None
     for at, window in probe_windows(probes, timeout_s):
         medians = {node: median(rtts) for node, rtts in window.items()}
         for node, mine in medians.items():
             others = mean(m for n, m in medians.items() if n != node)
-            if mine >= RATIO * others and mine - others >= NET_MARGIN_S:
-                steps = [e["step"] for e in events if e["event"] == Event.STEP and e["time"] <= at]
-                ranks = sorted({e["rank"] for e in events if e.get("node") == node})
-                score = mine / others if others > 0 else float("inf")
-                cut = min(window[node]) >= timeout_s
-                found = SlowNetwork(node, ranks, max(steps, default=None), score, mine, others, medians, cut)
-                if cut or not cut_first:
-                    return found
-                first = first or found
+            silent = all(rtt >= timeout_s for rtt in window[node][-CUT_PROBES:])
+            cut = silent and all(w[-1] < timeout_s for n, w in window.items() if n != node)
+            slow = mine >= RATIO * others and mine - others >= NET_MARGIN_S
+            if not (slow or (cut and cut_first)) or (first and not cut):
+                continue
+            steps = [e["step"] for e in events if e["event"] == Event.STEP and e["time"] <= at]
+            ranks = sorted({e["rank"] for e in events if e.get("node") == node})
+            score = mine / others if others > 0 else float("inf")
+            found = SlowNetwork(node, ranks, max(steps, default=None), score, mine, others, medians, cut)
+            if cut == cut_first or not cut_first:
+                return found
+            first = found
     return first
 
 

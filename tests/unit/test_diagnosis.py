@@ -260,3 +260,15 @@ def test_a_cut_node_is_named_by_its_ranks_when_no_rank_failed_of_its_own():
 def test_a_node_fault_is_refused_where_the_hosts_cannot_take_it():
     cell = Cell("trainer", BY_NAME["partition"], 2, 6)
     assert "needs netns hosts" in diagnosis.refusal(cell, "loopback") and not diagnosis.refusal(cell, "netns")
+
+
+def test_of_two_silent_ranks_the_one_that_outlived_its_sigterm_is_the_hung_one():
+    """Measured once in 84 cells: a peer stopped by its agent a moment before its own timeout fired
+    raised nothing either. The SIGSTOPped rank took the SIGKILL after the SIGTERM; a GIL-hung one
+    dies of the SIGTERM, like the peer: then which one hung is unknown, and the card says so."""
+    peer = RankFailure(1, "node0", 1, 1.0, -signal.SIGTERM, pid=11)
+    frozen = RankFailure(2, "node1", 0, 1.2, -signal.SIGKILL, pid=12)
+    assert why.hung_ranks([peer, frozen]) == [frozen]
+    gil_hung = RankFailure(2, "node1", 0, 1.2, -signal.SIGTERM, pid=12)
+    assert why.hung_ranks([peer, gil_hung]) == [peer, gil_hung]
+    assert why.hung_ranks([gil_hung]) == [gil_hung]
