@@ -76,12 +76,12 @@ soak: venv host-deps ## 20 kill-worker + 5 kill-node drills on netns hosts, 5 ki
 	$(BIN)/python -m lab.soak --cycles kill-worker=20 kill-node=5 docker:kill-node=5 --json docs/bench/soak.json --markdown docs/reliability.md
 
 BENCH_OUT := docs/bench
-bench: venv host-deps ## measure everything (about 45 min) and write docs/benchmarks.md
+bench: venv host-deps ## measure everything (about an hour) and write docs/benchmarks.md
 	$(BIN)/lab bench collectives --out $(BENCH_OUT)
 	$(BIN)/lab bench recovery --out $(BENCH_OUT) $$(docker info >/dev/null 2>&1 && echo --runtimes local,docker)
 	$(BIN)/lab bench goodput --out $(BENCH_OUT)
 	$(BIN)/lab bench detection --out $(BENCH_OUT)
-	$(BIN)/lab bench diagnosis --out $(BENCH_OUT)
+	$(BIN)/lab bench diagnosis --hosts netns --out $(BENCH_OUT)
 	$(BIN)/lab bench stragglers --hosts netns --out $(BENCH_OUT)
 	$(BIN)/lab bench coordinators --out $(BENCH_OUT) $$(docker info >/dev/null 2>&1 && echo --runtimes local,docker,ray)
 	$(BIN)/lab bench startup --out $(BENCH_OUT)
