@@ -4,6 +4,8 @@ drill on netns hosts and of an ordinary script as `lab bench recovery` times it,
 abort finding the docs state."""
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -61,6 +63,34 @@ def test_in_process_recovery_keeps_the_survivors_and_loses_no_step(tmp_path, kil
 
 
 @needs_netns
+def test_both_ranks_of_a_node_killed_at_once_come_back_from_the_other_node(tmp_path, reference_checksum):
+    """Issue 31's edge: two ranks lost in the same moment. Node 0's keeper (the store's host) has one
+    warm spare; both its ranks die, so the second waits for the next spare, and neither node-0 rank
+    is left to give state: it comes from node 1."""
+    events = tmp_path / "events"
+    keepers = start_keepers(events, steps=STEPS, step_time=0.05)
+    try:
+        kill_and_time(events, rank=0, at_step=8, timeout_s=120, kill=lambda: kill_ranks(events, [0, 1]))
+        assert [k.wait(120) for k in keepers] == [0, 0]
+    finally:
+        stop_sessions(keepers)
+    recorded = list(read_events(events))
+    starts = [e for e in recorded if e["event"] == "start"]
+    assert all(len([s for s in starts if s["rank"] == rank]) == 1 for rank in (2, 3)), starts
+    assert all(any(s["rank"] == rank and s["restart"] > 0 for s in starts) for rank in (0, 1)), starts
+    assert {e["source"] for e in recorded if e["event"] == "state_from_peer"} <= {2, 3}
+    exits = [e for e in recorded if e["event"] == "exit"]
+    assert sorted(e["rank"] for e in exits) == [0, 1, 2, 3] and {e["step"] for e in exits} == {STEPS}
+    assert {e["checksum"] for e in exits} == {reference_checksum}
+
+
+def kill_ranks(events: Path, ranks: list[int]) -> None:
+    """SIGKILL each rank's worker, back to back, by the pid its first start event names."""
+    starts = {e["rank"]: e["pid"] for e in reversed(list(read_events(events))) if e["event"] == "start"}
+    for rank in ranks:
+        os.kill(starts[rank], signal.SIGKILL)
+
+
 def test_the_tuned_restart_recovers_the_drill_bit_identical(lab):
     # Rank 2 lives on node 1, whose agent is a client of node 0's store.
     out = lab("exercise", "run", "kill-worker", "--target-rank", "2", "--recovery", "restart", timeout=400)
