@@ -6,6 +6,8 @@ abort finding the docs state."""
 import json
 import os
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from conftest import needs_netns
 
 from lab.bench import gloo_abort, recovery_styles
 from lab.bench.recovery_styles import kill_and_time, start_keepers, steps_done_twice, stop_sessions
-from lab.health.events import read_events
+from lab.health.events import read_agent_events, read_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("recovery-styles")]  # one reference run, once
 STEPS = 24
@@ -82,6 +84,29 @@ def test_both_ranks_of_a_node_killed_at_once_come_back_from_the_other_node(tmp_p
     exits = [e for e in recorded if e["event"] == "exit"]
     assert sorted(e["rank"] for e in exits) == [0, 1, 2, 3] and {e["step"] for e in exits} == {STEPS}
     assert {e["checksum"] for e in exits} == {reference_checksum}
+
+
+def test_a_keeper_sigkilled_ends_the_job_on_the_other_node_in_seconds_with_nothing_left(tmp_path):
+    """Issue 31's edge: the keeper itself SIGKILLed. Its ranks die with it (PR_SET_PDEATHSIG); node 0's
+    keeper, which heard it through the store (lab.inprocess.roll_call), stops its own ranks and says
+    why. Before, node 0's ranks waited for a generation nobody opened: still running 90 s later."""
+    events = tmp_path / "events"
+    keepers = start_keepers(events, steps=400, step_time=0.05)
+    try:
+        deadline = time.monotonic() + 120
+        while not (events.exists() and any(e["event"] == "step" and e["step"] >= 8 for e in read_events(events))):
+            assert time.monotonic() < deadline, "the job never reached step 8"
+            time.sleep(0.05)
+        keepers[1].kill()
+        children = [int(pid) for pid in subprocess.run(
+            ["pgrep", "-P", str(keepers[0].pid)], capture_output=True, text=True
+        ).stdout.split()]  # fmt: skip
+        assert keepers[0].wait(30) == 1  # silent_s (5 s at most) after the kill, not the job's 20 s of steps
+    finally:
+        stop_sessions(keepers)
+    assert children and not [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    lost = [a for a in read_agent_events(events) if a["name"] == "lab.keeper_lost"]
+    assert [a["event"]["metadata"]["node"] for a in lost] == [1], lost
 
 
 def kill_ranks(events: Path, ranks: list[int]) -> None:

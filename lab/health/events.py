@@ -62,6 +62,7 @@ class AgentEvent(StrEnum):
     FAILURE_DETECTED = "lab.failure_detected"  # the agent saw its group fail (lab.health.agent_exporter)
     STORE_LOST = "lab.store_lost"  # its rendezvous store could not be reached; it went on (lab.node.store_loss)
     RANK_FROZEN = "lab.rank_frozen"  # an in-process keeper SIGKILLed a rank whose heartbeat stopped (rank, silent_s)
+    KEEPER_LOST = "lab.keeper_lost"  # an in-process keeper no longer heard another node's (node, silent_s)
 
 
 ECHO_PREFIX = "@lab-event "

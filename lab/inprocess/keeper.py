@@ -15,7 +15,8 @@ this node (the job's restart budget) a further death ends the job: the keeper st
 children and exits 1. It ends with 0 once every rank it holds finished, and stops its
 children when it is stopped (or dies: they get SIGKILL from the kernel, PR_SET_PDEATHSIG).
 A keeper that needs the store after node 0's keeper, its host, is gone says so in one line,
-stops its children and exits 1.
+stops its children and exits 1; and so does one that no longer hears another node's keeper
+(lab.inprocess.roll_call: the keepers beat through the store).
 A frozen rank (SIGSTOP, stuck holding the GIL) is made a dead one: each rank beats down a pipe
 to its keeper, and one silent for a third of the process-group timeout is SIGKILLed
 (lab.inprocess.heartbeat), recorded as a lab.rank_frozen agent event.
@@ -37,6 +38,7 @@ from pathlib import Path
 
 from lab.health.events import AgentEvent, append_agent_record, node_name
 from lab.inprocess import heartbeat
+from lab.inprocess.roll_call import KeeperLost, RollCall
 from lab.node import worker_record
 from lab.nodeenv import NodeEnv
 from lab.procs import Stopped, stop_on
@@ -64,6 +66,9 @@ class Keeper:
         self.events_dir = args.events_dir or wire.events_dir  # the node's, where --events-dir is not given
         self.ear = heartbeat.Ear()
         self.frozen_after_s = heartbeat.frozen_after(wire.pg_timeout_s or 60)
+        # A keeper is a light loop that never waits on a collective: it is judged sooner than a rank.
+        silent_s = min(5.0, self.frozen_after_s)
+        self.roll = RollCall(store, args.node_rank, args.nodes, silent_s) if store is not None else None
 
     def _start(self, extra: list[str], env: dict[str, str]) -> subprocess.Popen:
         read, write = self.ear.new_pipe()
@@ -158,11 +163,15 @@ class Keeper:
                 else:
                     self.replace(rank, proc.returncode)
             self._end_a_frozen_rank(done)
+            if self.roll:
+                self.roll.tick()
             if self.spare and self.spare[1].poll() is not None:  # a spare that died waiting: a new one
                 print(f"[keeper node{self.args.node_rank}] spare {self.spare[0]} exited ({self.spare[1].returncode})")
                 self.ear.forget(self.spare[1].pid)
                 self._start_spare()
             time.sleep(0.005)
+        if self.roll:
+            self.roll.finish()
         self.stop()
         return 0
 
@@ -197,6 +206,16 @@ def run_until_stopped(keeper: Keeper) -> int:
     except Stopped as stopped:
         keeper.stop()
         return 128 + stopped.signum
+    except KeeperLost as lost:  # its ranks died with it: this fixed-size job cannot regroup
+        print(
+            f"[keeper node{keeper.args.node_rank}] node {lost.node}'s keeper is gone (no beat for "
+            f"{lost.silent_s:.1f} s): its ranks died with it, and the job cannot regroup without them; "
+            "this node's ranks stop",
+            flush=True,
+        )
+        keeper._record_event(AgentEvent.KEEPER_LOST, node=lost.node, silent_s=round(lost.silent_s, 3))
+        keeper.stop()
+        return 1
     except DistError as lost:  # a replacement needs the store, and node 0's keeper, its host, is gone
         said = (str(lost).strip().splitlines() or [type(lost).__name__])[0]
         print(

@@ -1,0 +1,64 @@
+"""The keepers' roll call (lab.inprocess.roll_call) on a real TCPStore, with each keeper's clock
+given: a keeper that stops beating is judged gone after silent_s of its peer's own clock; one
+that said it was done, or has not beaten yet, is never judged; node 0 waits for the others."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch.distributed as dist
+
+from lab.inprocess.roll_call import BEAT_S, KeeperLost, RollCall
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def store():
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+
+
+def test_a_keeper_that_stops_beating_is_lost_after_silent_s_and_not_before(store):
+    clock0, clock1 = Clock(), Clock()
+    node0, node1 = RollCall(store, 0, 2, 3.0, clock0), RollCall(store, 1, 2, 3.0, clock1)
+    for _ in range(4):  # both beat: neither is judged
+        node1.tick()
+        node0.tick()
+        clock0.now += BEAT_S
+        clock1.now += BEAT_S
+    for _ in range(int(3.0 / BEAT_S) - 1):  # node 1 falls silent: up to 2.5 s on node 0's clock, not yet
+        node0.tick()
+        clock0.now += BEAT_S
+    with pytest.raises(KeeperLost) as lost:  # 3.0 s
+        node0.tick()
+    assert lost.value.node == 1 and lost.value.silent_s >= 3.0
+
+
+def test_a_keeper_that_never_beat_or_said_it_was_done_is_not_judged(store):
+    clock = Clock()
+    node0 = RollCall(store, 0, 3, 1.0, clock)
+    RollCall(store, 2, 3, 1.0, Clock()).tick()
+    store.set(RollCall.key(2, "done"), "1")  # node 2 beat once, then finished
+    for _ in range(10):  # node 1 never started to beat
+        node0.tick()
+        clock.now += BEAT_S
+
+
+def test_node_0_waits_for_every_other_keepers_word_before_it_takes_the_store_down(store):
+    node0, node1 = RollCall(store, 0, 2, 5.0), RollCall(store, 1, 2, 5.0)
+    node1.tick()
+    finished = threading.Thread(target=node0.finish)
+    finished.start()
+    time.sleep(0.3)
+    assert finished.is_alive()  # node 1 is still finishing its last ranks
+    node1.finish()
+    finished.join(5)
+    assert not finished.is_alive()
