@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import disk_full, mismatch
+from lab import disk_full
+from lab.card_notes import hung_ranks, note_no_cause, note_the_first_error
 from lab.failure_card import Card, RankFailure
 from lab.health import net_probe
 from lab.health.events import AgentEvent, Event, ExitReason, agent_failures, read_agent_events, read_events, read_probes
 from lab.health.stragglers import SlowNetwork, Straggler, first_named, first_slow_network
-from lab.kernel_log import kernel_log, oom_kill
 from lab.lost_store import StoreLoss
 from lab.lost_store import found as store_lost
 from lab.mismatch import odd_rank, unsettled
@@ -176,60 +176,10 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     # A rank its own agent noticed late (a kill, a hang stopped at last) failed no later than the
     # first of those that failed of it: the others' times are then never before it.
     result.first.time = failures[0].time
-    if not causes and len(silent) > 1:
-        result.certain = False
-        result.notes.append(
-            f"ranks {', '.join(str(f.rank) for f in silent)} raised nothing and torchrun had to stop them (a hung "
-            "rank, or a peer stopped before its own timeout said so): which one hung is unknown"
-        )
-    elif not causes and silent:
-        result.notes.append(
-            f"rank {result.first.rank} raised nothing while its peers failed waiting for it (a timeout or a lost "
-            "connection), and torchrun had to stop it: the likely hung rank"
-        )
-    elif not causes:
-        result.certain = False
-        killed = ", ".join(found.store_loss.killed) if found.store_loss else ""
-        cut = found.slow_network.node if found.slow_network and found.slow_network.cut else ""
-        result.notes.append(
-            "every failed rank reports a peer's failure (a timeout or a lost connection): "
-            + (f"{killed} died with its agent, unreported" if killed else "")
-            + (f"{cut} was cut off the network (below)" if cut and not killed else "")
-            + ("a rank hung or a node was cut off" if not killed and not cut else "")
-            + "; the earliest report is shown first"
-        )
-    if disk_full.note(result.first.error):
-        result.notes.append(disk_full.note(result.first.error))
-    if mismatch.size_mismatch(result.first.error):
-        result.first.how, result.certain = f"{result.first.how}: {mismatch.SIZE_HOW}", False
-        result.notes.append(mismatch.SIZE_NOTE)
-    if result.first.exit_code == -signal.SIGKILL and result.first.pid not in found.terminated:
-        note_sigkill(result, kernel)
+    if not causes:
+        note_no_cause(result, silent, found.store_loss, found.slow_network)
+    note_the_first_error(result, found.terminated, kernel)
     return result
-
-
-def hung_ranks(silent: list[RankFailure]) -> list[RankFailure]:
-    """Of the ranks that raised nothing and that torchrun stopped, those that may be the hung one.
-    A peer stopped a moment before its own timeout fired looks the same (measured once in `lab bench
-    diagnosis`, 1 cell in 84), unless the hung rank left a mark: it lived through the SIGTERM and
-    took the SIGKILL that follows (frozen: SIGSTOPped, or ignoring SIGTERM), while the peer died of
-    the SIGTERM."""
-    frozen = [f for f in silent if f.exit_code == -signal.SIGKILL]
-    return frozen if len(silent) > 1 and len(frozen) == 1 else silent
-
-
-def note_sigkill(result: Card, kernel: Callable[[], str] | None) -> None:
-    """A first rank killed by a SIGKILL nobody in the job sent: the OOM killer, if the kernel says so."""
-    assert result.first is not None
-    oom = oom_kill(result.first.pid, (kernel or kernel_log)())
-    if oom:
-        result.first.how = "killed by the kernel's OOM killer (SIGKILL)"
-        result.notes.append(f"kernel log: {oom}")
-    else:
-        result.notes.append(
-            "SIGKILL from outside the job, and the kernel log names no OOM kill of its pid: a scheduler, "
-            "a person, or a kernel log this user cannot read"
-        )
 
 
 def settled_by_a_mismatch(result: Card, failures: list[RankFailure]) -> bool:

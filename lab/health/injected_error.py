@@ -44,8 +44,23 @@ NAN_SIGNAL = signal.SIGRTMIN + 4
 STALL_SIGNAL, STALL_S = signal.SIGRTMIN + 5, 0.25
 DISK_FULL_SIGNAL, FULL_DEVICE = signal.SIGRTMIN + 6, "/dev/full"
 WAIT_SIGNAL = signal.SIGRTMIN + 7
-_poison = {"next": False}
-_disk_full = {"next": False}
+
+
+class Once:
+    """A fault armed by a signal and spent by the first call that takes it."""
+
+    def __init__(self):
+        self.armed = False
+
+    def arm(self, _signum: int, _frame: object) -> None:
+        self.armed = True
+
+    def take(self) -> bool:
+        taken, self.armed = self.armed, False
+        return taken
+
+
+_poison, _disk_full = Once(), Once()
 _stall = {"seconds": 0.0}
 MARK = "exception injected by the lab's rank-exception drill"
 HOG_CHUNK_MIB, HOG_CAP_MIB = 64, 8192
@@ -71,16 +86,12 @@ def exit_quietly(_signum: int, _frame: object) -> None:
     os._exit(EXIT_STATUS)
 
 
-def poison_next_loss(_signum: int, _frame: object) -> None:
-    _poison["next"] = True
+poison_next_loss = _poison.arm
 
 
 def poisoned(loss):
     """loss, or NaN in its place once after SIGRTMIN+4 (a tensor's type and graph kept)."""
-    if not _poison["next"]:
-        return loss
-    _poison["next"] = False
-    return loss * float("nan")
+    return loss * float("nan") if _poison.take() else loss
 
 
 def slow_down(_signum: int, _frame: object) -> None:
@@ -97,16 +108,12 @@ def wait_for_ever(_signum: int, _frame: object) -> None:
     threading.Event().wait()  # nobody sets it; a signal's handler runs during the wait, then it waits on
 
 
-def fill_disk(_signum: int, _frame: object) -> None:
-    _disk_full["next"] = True
+fill_disk = _disk_full.arm
 
 
 def written_to(path):
     """path, or once after SIGRTMIN+6 the device that answers every write with ENOSPC."""
-    if not _disk_full["next"]:
-        return path
-    _disk_full["next"] = False
-    return FULL_DEVICE
+    return FULL_DEVICE if _disk_full.take() else path
 
 
 def install() -> None:

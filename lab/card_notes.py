@@ -1,0 +1,86 @@
+"""What the first-failure card adds to the rank it names: which silent rank hung, why no rank
+failed of its own, and what the first rank's error or signal means (a full disk, gloo's abort on
+a mismatch, an OOM kill). lab.why draws the card and calls these once its first rank is chosen.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+
+from lab import disk_full, mismatch
+from lab.failure_card import Card, RankFailure
+from lab.health.stragglers import SlowNetwork
+from lab.kernel_log import kernel_log, oom_kill
+from lab.lost_store import StoreLoss
+
+
+def hung_ranks(silent: list[RankFailure]) -> list[RankFailure]:
+    """Of the ranks that raised nothing and that torchrun stopped, those that may be the hung one.
+    A peer stopped a moment before its own timeout fired looks the same (measured once in `lab bench
+    diagnosis`, 1 cell in 84), unless the hung rank left a mark: it lived through the SIGTERM and
+    took the SIGKILL that follows (frozen: SIGSTOPped, or ignoring SIGTERM), while the peer died of
+    the SIGTERM."""
+    frozen = [f for f in silent if f.exit_code == -signal.SIGKILL]
+    return frozen if len(silent) > 1 and len(frozen) == 1 else silent
+
+
+def note_no_cause(
+    result: Card, silent: list[RankFailure], store_loss: StoreLoss | None, network: SlowNetwork | None
+) -> None:
+    """Every failed rank failed of a peer: name the silent rank that hung, or say why none can be."""
+    assert result.first is not None
+    if len(silent) > 1:
+        result.certain = False
+        result.notes.append(
+            f"ranks {', '.join(str(f.rank) for f in silent)} raised nothing and torchrun had to stop them (a hung "
+            "rank, or a peer stopped before its own timeout said so): which one hung is unknown"
+        )
+    elif silent:
+        result.notes.append(
+            f"rank {result.first.rank} raised nothing while its peers failed waiting for it (a timeout or a lost "
+            "connection), and torchrun had to stop it: the likely hung rank"
+        )
+    else:
+        result.certain = False
+        killed = ", ".join(store_loss.killed) if store_loss else ""
+        cut = network.node if network and network.cut else ""
+        who = (
+            f"{killed} died with its agent, unreported"
+            if killed
+            else f"{cut} was cut off the network (below)"
+            if cut
+            else "a rank hung or a node was cut off"
+        )
+        result.notes.append(
+            f"every failed rank reports a peer's failure (a timeout or a lost connection): {who}; "
+            "the earliest report is shown first"
+        )
+
+
+def note_the_first_error(result: Card, terminated: set[int], kernel: Callable[[], str] | None) -> None:
+    """What the first rank's own error or signal means: torch's words for a full disk, gloo's abort
+    on a collective mismatch (which cannot say which rank is odd), an OOM kill."""
+    first = result.first
+    assert first is not None
+    if disk_full.note(first.error):
+        result.notes.append(disk_full.note(first.error))
+    if mismatch.size_mismatch(first.error):
+        first.how, result.certain = f"{first.how}: {mismatch.SIZE_HOW}", False
+        result.notes.append(mismatch.SIZE_NOTE)
+    if first.exit_code == -signal.SIGKILL and first.pid not in terminated:
+        note_sigkill(result, kernel)
+
+
+def note_sigkill(result: Card, kernel: Callable[[], str] | None) -> None:
+    """A first rank killed by a SIGKILL nobody in the job sent: the OOM killer, if the kernel says so."""
+    assert result.first is not None
+    oom = oom_kill(result.first.pid, (kernel or kernel_log)())
+    if oom:
+        result.first.how = "killed by the kernel's OOM killer (SIGKILL)"
+        result.notes.append(f"kernel log: {oom}")
+    else:
+        result.notes.append(
+            "SIGKILL from outside the job, and the kernel log names no OOM kill of its pid: a scheduler, "
+            "a person, or a kernel log this user cannot read"
+        )
