@@ -34,7 +34,7 @@ LAYERS = [
     ),
     ("lab.runtimes", "lab.user_image"),
     ("lab.node", "lab.inprocess", "lab.progress"),
-    ("lab.workloads", "lab.inprocess.api"),
+    ("lab.workloads", "lab.inprocess.api", "lab.inprocess.lookout", "lab.inprocess.heartbeat"),
     ("lab.health",),
     ("lab.options",),
     ("lab.recovery",),

@@ -6,7 +6,7 @@ place of observe.judge_restart_resume."""
 from __future__ import annotations
 
 from lab.exercises import observe
-from lab.health.events import Event
+from lab.health.events import AgentEvent, Event
 
 
 def breakdown(events: list[dict], fault_time: float) -> dict:
@@ -31,18 +31,29 @@ def steps_redone(events: list[dict], fault_time: float) -> int | None:
     return max(0, reached - min(handed))
 
 
+def stranded_ranks(agents: list[dict], fault_time: float) -> set[int]:
+    """Ranks that left a collective gloo had stranded after the fault (lab.inprocess.lookout),
+    as their keepers recorded them: replaced by a spare as well, though nothing killed them."""
+    recorded = [a for a in agents if a["name"] == AgentEvent.RANK_STRANDED and a["time"] > fault_time]
+    ranks = {a["event"].get("metadata", {}).get("rank") for a in recorded}
+    return {rank for rank in ranks if isinstance(rank, int)}
+
+
 def judge(report, seen, fault_time: float, target_rank: int) -> None:
     """kill-worker (or any fault that ends one rank's process) under --recovery in-process."""
     events, codes = seen.events, seen.codes
     after = [e for e in events if e["time"] > fault_time]
     started = {e["rank"] for e in after if e["event"] == Event.START}
+    stranded = stranded_ranks(seen.agents, fault_time)
     report.facts["replacements"] = observe.restarts(events)  # the generation: one per replaced rank
+    report.facts["stranded"] = sorted(stranded)
     report.facts["lost_steps"] = steps_redone(events, fault_time)
     report.facts["recovery"] = breakdown(events, fault_time)
     report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
+    also = f" (and, stranded by gloo, rank(s) {sorted(stranded)}: lab.inprocess.lookout)" if stranded else ""
     report.check(
-        f"rank {target_rank}'s place went to a warm spare, the other ranks stayed",
-        started == {target_rank},
+        f"rank {target_rank}'s place went to a warm spare, the other ranks stayed{also}",
+        started == {target_rank} | stranded,
         f"ranks started after the fault: {sorted(started)}",
     )
     sources = {e["source"] for e in after if e["event"] == Event.STATE_FROM_PEER}

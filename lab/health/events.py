@@ -63,6 +63,7 @@ class AgentEvent(StrEnum):
     STORE_LOST = "lab.store_lost"  # its rendezvous store could not be reached; it went on (lab.node.store_loss)
     RANK_FROZEN = "lab.rank_frozen"  # an in-process keeper SIGKILLed a rank whose heartbeat stopped (rank, silent_s)
     KEEPER_LOST = "lab.keeper_lost"  # an in-process keeper no longer heard another node's (node, silent_s)
+    RANK_STRANDED = "lab.rank_stranded"  # a rank left a collective gloo stranded; a spare took its place (rank)
 
 
 ECHO_PREFIX = "@lab-event "

@@ -15,14 +15,16 @@ A script opts in by training inside a loop of attempts:
 
 Under `lab up --recovery in-process` each node runs a keeper (lab.inprocess.keeper) instead of
 torchrun's agent. When a rank dies, its keeper opens the next generation within milliseconds;
-each attempt watches the store for that and shuts its group's connections down, so the
-collective every other rank is in, or its next one, fails at once ("Connection closed by
-peer"): the `with` block ends quietly, the rank drops the
-broken group and waits while its keeper hands the dead rank's place to a warm spare (a process
-with torch imported, already connected to the store); the loop's next attempt joins the new
-group, and `adopt` hands every rank, the spare included, the model and optimizer of the
-lowest rank holding the newest step. Nothing is read from disk, and at most the step in flight
-is lost. Keep the model and optimizer outside the loop: they are what survives.
+each attempt's lookout (lab.inprocess.lookout) sees that and shuts its group's connections
+down, so the collective every other rank is in, or its next one, fails at once ("Connection
+closed by peer"): the `with` block ends quietly, the rank drops the broken group and waits
+while its keeper hands the dead rank's place to a warm spare (a process with torch imported,
+already connected to the store); the loop's next attempt joins the new group, and `adopt`
+hands every rank, the spare included, the model and optimizer of the lowest rank holding the
+newest step. Nothing is read from disk, and at most the step in flight
+is lost. Keep the model and optimizer outside the loop: they are what survives. A rank that
+dies while the others regroup opens one more generation, and a join still waiting for it
+gives up at once and joins that one.
 
 Under plain torchrun (or `lab up` with another --recovery) there is one attempt: it joins the
 group from torchrun's environment, `adopt` agrees on the step (a no-op after a checkpoint load),
@@ -30,7 +32,7 @@ and errors propagate as they always did. A script without torchrun at all (no RA
 attempt with no group: `attempt.distributed` is False.
 
 When an attempt ends on a lost peer, the rank shuts down the connections it opened to join
-that group (_shut_down says why: on torch 2.13 a DDP or a comm hook whose all-reduce failed
+that group (lookout.shut_down says why: on torch 2.13 a DDP or a comm hook whose all-reduce failed
 keeps the group alive, and a rank waiting on this one would sit out the whole process-group
 timeout).
 
@@ -47,6 +49,7 @@ from __future__ import annotations
 import gc
 import os
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -56,14 +59,13 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from lab.inprocess import lookout
+from lab.inprocess.lookout import Lookout
 from lab.nodeenv import NodeEnv
 
 # What a collective raises when a peer's process is gone (gloo on Linux): the errors an attempt
 # ends quietly on. Anything else (a timeout, the script's own bug) propagates.
 PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Connection refused")
-# A watch waits on the store this long at most; one whose attempt ended normally is left blocked,
-# a daemon thread (waking it early would mean polling, and torch logs every wait that times out).
-WATCH_LIMIT = timedelta(days=7)
 
 
 def attempts() -> Iterator[Attempt]:
@@ -72,9 +74,7 @@ def attempts() -> Iterator[Attempt]:
     if not wire.inprocess_store:
         yield Attempt(None, wire, generation=0)
         return
-    host, _, port = wire.inprocess_store.rpartition(":")
-    timeout = timedelta(seconds=wire.pg_timeout_s or 60)
-    store = dist.TCPStore(host, int(port), is_master=False, timeout=timeout)
+    store, store_sockets = _connect(wire)
     # A replacement joins the newest generation: a second death may have opened one after its own.
     generation = int(store.add("generation", 0)) if wire.inprocess_generation else 0
     # What exists now (torch, the script's imports, its model) is kept out of the collections an
@@ -82,23 +82,43 @@ def attempts() -> Iterator[Attempt]:
     # 0.22-0.30 s of a 0.5 s recovery; with these frozen, 0.04-0.07 s.
     gc.freeze()
     while True:
-        attempt = Attempt(store, wire, generation)
+        attempt = Attempt(store, wire, generation, store_sockets)
         yield attempt
         if attempt.peer_lost is None:
             return
+        assert attempt.store is not None
+        store, store_sockets = attempt.store, attempt.store_sockets
         generation = attempt.next_generation()
+
+
+def _connect(wire: NodeEnv) -> tuple[dist.TCPStore, dict[int, str]]:
+    """A client of the job's store, and its connection (the sockets it opened)."""
+    host, _, port = (wire.inprocess_store or "").rpartition(":")
+    before = lookout.sockets()
+    store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=wire.pg_timeout_s or 60))
+    return store, lookout.opened_since(before)
+
+
+class Superseded(Exception):
+    """The next generation opened while this rank was joining the last one."""
 
 
 class Attempt:
     """One generation of the job's process group, as a context: it joins on entry and leaves on exit."""
 
-    def __init__(self, store: dist.TCPStore | None, wire: NodeEnv, generation: int):
+    def __init__(
+        self, store: dist.TCPStore | None, wire: NodeEnv, generation: int, store_sockets: dict[int, str] | None = None
+    ):
         self.store, self.wire, self.generation = store, wire, generation
-        self._left = threading.Event()  # set when the attempt ends: its watch stops
+        self.store_sockets = store_sockets or {}  # the store client's connection
+        self.phase = "new"  # joining, in, left: what the lookout does when the next generation opens
+        self._phase_lock = threading.Lock()
         self.peer_lost: str | None = None  # the error that ended this attempt, when a peer died
         self.join_seconds = 0.0
+        self._main_thread = threading.get_ident()  # the thread that trains: the one a lookout may find stranded
         self.adopted_from: int | None = None  # the rank whose state this attempt took, when it took one
         self._group_sockets: dict[int, str] = {}  # the connections it opened to join the group: fd -> inode
+        self._join_began: dict[int, str] = {}  # the sockets open when its last join began
 
     @property
     def in_process(self) -> bool:
@@ -114,43 +134,77 @@ class Attempt:
         backend = self.wire.backend or ("nccl" if torch.cuda.is_available() else "gloo")
         if backend == "nccl":  # this rank's GPU, before any CUDA tensor: otherwise every rank's lands on GPU 0
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        timeout = timedelta(seconds=self.wire.pg_timeout_s or 60)
         started = time.monotonic()
-        before = _sockets()
-        if self.store is not None:  # in-process
-            # Each generation's group lives under its own prefix, so nothing the dead group left
-            # in the store (its ranks' addresses) is read by the new one.
-            os.environ["TORCHELASTIC_RESTART_COUNT"] = str(self.generation)
-            prefixed = dist.PrefixStore(f"gen{self.generation}/", self.store)
-            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-            dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world, timeout=timeout)
+        if self.store is None:
+            dist.init_process_group(backend, timeout=self._timeout)
         else:
-            dist.init_process_group(backend, timeout=timeout)
+            self._join_newest(backend)
         self.join_seconds = time.monotonic() - started
-        self._group_sockets = {fd: inode for fd, inode in _sockets().items() if before.get(fd) != inode}
-        if self.store is not None:
-            threading.Thread(target=self._watch, args=(self.store,), name="lab-inprocess-watch", daemon=True).start()
         return self
 
-    def _watch(self, store: dist.TCPStore) -> None:
-        """End this generation's connections the moment the keeper opens the next one.
+    @property
+    def _timeout(self) -> timedelta:
+        return timedelta(seconds=self.wire.pg_timeout_s or 60)
 
-        The keeper sees a rank die within milliseconds and opens the next generation. Left to
-        gloo, a rank learns of the death only in its next collective, and one that does not
-        talk to the dead rank directly waits for a peer that does to fail first and close its
-        connections (measured: 0.09 s behind the first, on top of the time to the next
-        collective). Shutting its own connections down fails this rank's collective at once,
-        the one it is in or its next."""
-        try:  # a connection of its own: a store client is not shared between threads
-            lookout = dist.TCPStore(store.host, store.port, is_master=False, timeout=WATCH_LIMIT)
-            lookout.wait([f"gen{self.generation + 1}/open"], WATCH_LIMIT)
-        except Exception:  # noqa: BLE001 - the store is gone: gloo still sees the death, later
-            return
-        if not self._left.is_set():  # an attempt that ended leaves its next one alone
-            _shut_down(self._group_sockets)
+    def _join_newest(self, backend: str) -> None:
+        """Join this generation's group; when the next one opens meanwhile (a death during the
+        regroup), join that one instead, until a join holds."""
+        assert self.store is not None
+        while True:
+            self.phase, self._join_began = "joining", lookout.sockets()
+            watch = Lookout(self.store, self.generation, self._next_opened)
+            before = lookout.sockets()  # the group's connections are those opened after the lookout's
+            try:
+                self._join(backend, before)
+                with self._phase_lock:
+                    if watch.opened.is_set():
+                        raise Superseded
+                    self.phase = "in"
+                return
+            except (Superseded, RuntimeError, ValueError) as error:  # DistError is a RuntimeError
+                with self._phase_lock:
+                    self.phase = "left"
+                if not watch.opened.wait(self._timeout.total_seconds()):
+                    raise error  # no death behind it: the join failed of its own
+            if dist.is_initialized():
+                _destroy_quietly()  # which also sets torch's count of groups back to 0
+            else:
+                _forget_failed_join()
+            self.store, self.store_sockets = _connect(self.wire)  # the old one's may have been shut down
+            left, self.generation = self.generation, int(self.store.add("generation", 0))
+            print(
+                f"[lab.inprocess] rank {os.environ['RANK']}: generation {self.generation} opened while it joined "
+                f"generation {left} (a rank died during the regroup): it joins generation {self.generation}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _join(self, backend: str, before: dict[int, str]) -> None:
+        # Each generation's group lives under its own prefix, so nothing a dead group left in the
+        # store (its ranks' addresses) is read by the new one.
+        assert self.store is not None
+        os.environ["TORCHELASTIC_RESTART_COUNT"] = str(self.generation)
+        prefixed = dist.PrefixStore(f"gen{self.generation}/", self.store)
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        try:
+            dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world, timeout=self._timeout)
+        finally:
+            self._group_sockets = lookout.opened_since(before)
+
+    def _next_opened(self) -> None:
+        """The lookout's call, on its thread, when the next generation opens."""
+        with self._phase_lock:
+            phase = self.phase
+            if phase == "joining":  # the join's waits on the store fail at once
+                lookout.shut_down({**self.store_sockets, **lookout.opened_since(self._join_began)})
+            elif phase == "in":  # the collective fails at once (module docstring: why the read side only)
+                lookout.shut_down(self._group_sockets, socket.SHUT_RD)
+        if phase == "in" and lookout.stranded(self._main_thread, lambda: self.phase == "in", self._group_sockets):
+            lookout.leave_stranded(os.environ.get("RANK", "?"), self.generation)
 
     def __exit__(self, kind, error, tb) -> bool:
-        self._left.set()
+        with self._phase_lock:
+            self.phase = "left"
         lost = self.in_process and error is not None and _a_peer_died(error)
         if lost:
             # The failed frames still hold what holds the group (a DDP model): let them go, so the
@@ -158,15 +212,12 @@ class Attempt:
             # one) fails at once instead of at the process-group timeout. (gloo's abort() does not
             # close them: measured.)
             traceback.clear_frames(tb)
-            _shut_down(self._group_sockets)
+            lookout.shut_down(self._group_sockets)
         gc.collect()  # free what holds the group (a DDP model) before the group goes
         if dist.is_initialized():
             if error is None:
                 dist.barrier()  # nobody tears down while a peer is still in a collective
-            try:
-                dist.destroy_process_group()
-            except RuntimeError:
-                pass  # a group whose peer died may refuse a clean teardown; it is gone either way
+            _destroy_quietly()
         if lost:
             first = str(error).strip().splitlines()[0]
             self.peer_lost = first.split("] ", 1)[-1][:200]  # without gloo's source-file prefix
@@ -207,39 +258,21 @@ class Attempt:
         return newest
 
 
-def _sockets() -> dict[int, str]:
-    """This process's open sockets: fd -> the kernel's inode ("socket:[1234]")."""
-    found = {}
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue  # closed while we looked
-        if target.startswith("socket:"):
-            found[int(name)] = target
-    return found
+def _destroy_quietly() -> None:
+    try:
+        dist.destroy_process_group()
+    except RuntimeError:
+        pass  # a group whose peer died may refuse a clean teardown; it is gone either way
 
 
-def _shut_down(group_sockets: dict[int, str]) -> None:
-    """End this rank's side of a broken group's connections, now.
-
-    Measured on torch 2.13 with gloo: a DDP whose all-reduce failed mid-backward (or a Python comm
-    hook's failed future) keeps the group alive after destroy_process_group, its connections open,
-    and a peer waiting on this rank (not on the dead one) then sits out the whole process-group
-    timeout. gloo's abort() does not close them either. So the rank shuts down the connections it
-    opened while joining the group (told apart by their inodes: an fd number since reused for
-    something else is left alone), not the listening socket (gloo's listener thread aborts the
-    process when its accept() fails); the peers' next read fails at once."""
-    live = _sockets()
-    for fd, inode in group_sockets.items():
-        if live.get(fd) != inode:
-            continue
-        try:
-            with socket.socket(fileno=os.dup(fd)) as sock:
-                if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):  # gloo's listener aborts
-                    sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass  # already closed by the other side, or not a connected stream
+def _forget_failed_join() -> None:
+    """A failed init_process_group leaves torch's count of groups one up, and the count names
+    the default group's keys in the store ("1/..." instead of "0/..."): this rank would then wait
+    for its peers under keys none of them writes. destroy_process_group sets the count back to 0,
+    but only for a group that was made; so here it is set back by hand (no public API does)."""
+    world = getattr(dist.distributed_c10d, "_world", None)
+    if world is not None and not dist.is_initialized():
+        world.group_count = 0
 
 
 def _a_peer_died(error: BaseException) -> bool:

@@ -22,6 +22,9 @@ import struct
 import threading
 import time
 
+# The exit status of a rank that ended itself because gloo stranded it in a collective
+# (lab.inprocess.lookout): EX_TEMPFAIL, the rank did nothing wrong and a spare can take its place.
+STRANDED_EXIT = 75
 BEAT_S = 0.2
 BEAT = struct.Struct("d")  # a beat: when it was sent, time.monotonic()
 MIN_FROZEN_S = 3.0

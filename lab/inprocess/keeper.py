@@ -152,7 +152,12 @@ class Keeper:
                     continue
                 if proc.returncode == 0:
                     done.add(rank)
-                elif self.replacements >= self.args.max_replacements:
+                    continue
+                if proc.returncode == heartbeat.STRANDED_EXIT:  # it said why on its own line
+                    self._record_event(AgentEvent.RANK_STRANDED, rank=rank)
+                if self.replacements < self.args.max_replacements:
+                    self.replace(rank, proc.returncode)
+                else:
                     print(
                         f"[keeper node{self.args.node_rank}] rank {rank} exited ({proc.returncode}) and "
                         f"this node's {self.args.max_replacements} replacement(s) are spent: the job ends",
@@ -160,8 +165,6 @@ class Keeper:
                     )
                     self.stop()
                     return 1
-                else:
-                    self.replace(rank, proc.returncode)
             self._end_a_frozen_rank(done)
             if self.roll:
                 self.roll.tick()

@@ -54,3 +54,20 @@ def test_a_job_that_never_handed_state_over_fails_without_a_traceback():
     evidence = seen(CASE)
     evidence.events[:] = [e for e in evidence.events if e["event"] != "state_from_peer"]
     assert failed(judge(CASE, evidence)) == [FROM_A_PEER, LOST]
+
+
+def test_a_survivor_its_keeper_recorded_as_stranded_by_gloo_may_be_replaced_too_and_is_named():
+    """lab.inprocess.lookout: a rank gloo stranded in a collective leaves, and a spare takes its
+    place as well. The verdict names it; a survivor restarted without that record still fails."""
+    evidence = seen(CASE)
+    start = copy.deepcopy(recorded_after(evidence, "kill_worker", "start")[0])
+    evidence.events.append({**start, "rank": 3, "local_rank": 1, "node": "node1"})
+    fault = evidence.injected("kill_worker")["time"]
+    record = {"name": "lab.rank_stranded", "metadata": {"rank": 3}}
+    evidence.agents.append({"time": fault + 0.5, "node": "node1", "name": record["name"], "event": record})
+    report = judge(CASE, evidence)
+    assert failed(report) == [] and report.facts["stranded"] == [3]
+    assert any("stranded by gloo, rank(s) [3]" in check.name for check in report.checks), report.checks
+
+    evidence.agents[-1]["event"]["metadata"]["rank"] = 2  # a record of another rank excuses nothing
+    assert failed(judge(CASE, evidence)) == [SPARE + " (and, stranded by gloo, rank(s) [2]: lab.inprocess.lookout)"]

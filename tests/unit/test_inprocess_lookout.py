@@ -1,0 +1,120 @@
+"""An in-process attempt gets out of its generation the moment its keeper opens the next one.
+
+Real ranks (processes, gloo on loopback) train in lab.inprocess attempts against a real TCPStore
+that this test hosts and whose generations it opens, as node 0's keeper would after a death.
+Each case waits far less than the process-group timeout (60 s): a rank that only the timeout
+could free fails the test.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch.distributed as dist
+from conftest import REPO
+
+from lab.inprocess.api import PEER_LOST
+from lab.inprocess.heartbeat import STRANDED_EXIT
+from lab.nodeenv import NodeEnv
+
+# Each rank sits in generation 0 in a receive that no peer will ever match (or, as STRAND,
+# asleep in one C call): only its lookout can end that attempt.
+RANK = textwrap.dedent(
+    """
+    import os, time, torch, torch.distributed as dist
+    from lab.inprocess import attempts
+
+    for attempt in attempts():
+        with attempt:
+            if attempt.generation == 0:
+                print("joined", flush=True)
+                if os.environ.get("STRAND") == os.environ["RANK"]:
+                    time.sleep(600)
+                dist.recv(torch.ones(1), src=1 - dist.get_rank())
+            total = torch.ones(1)
+            dist.all_reduce(total)
+        if attempt.peer_lost:
+            print(f"generation {attempt.generation} ended: {attempt.peer_lost}", flush=True)
+    print(f"finished in generation {attempt.generation} with {int(total)}", flush=True)
+    """
+)
+WAIT_S = 30  # half the process-group timeout
+
+
+@pytest.fixture
+def store():
+    return dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False)
+
+
+def start(store, rank: int, generation: int | None = None, **env) -> subprocess.Popen:
+    wire = NodeEnv(inprocess_store=f"127.0.0.1:{store.port}", pg_timeout_s=60, inprocess_generation=generation)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LAB_") and k not in ("RANK", "WORLD_SIZE")}
+    return subprocess.Popen(
+        [sys.executable, "-c", RANK],
+        cwd=REPO,
+        env={**base, **wire.render(), **env, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def open_next(store) -> int:
+    """What a keeper does after a death."""
+    generation = store.add("generation", 1)
+    store.set(f"gen{generation}/open", b"1")
+    return generation
+
+
+def finish(*ranks: subprocess.Popen) -> list[str]:
+    try:
+        return [rank.communicate(timeout=WAIT_S)[0] for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+
+
+def test_ranks_in_a_collective_leave_their_generation_when_the_next_one_opens_and_join_it_together(store):
+    ranks = [start(store, rank) for rank in range(2)]
+    for rank in ranks:
+        assert rank.stdout.readline().strip() == "joined"
+    open_next(store)
+    for rank, out in zip(ranks, finish(*ranks), strict=True):
+        assert rank.returncode == 0, out
+        ended = [line for line in out.splitlines() if line.startswith("generation 0 ended: ")]
+        assert ended and any(cause in ended[0] for cause in PEER_LOST), out
+        assert "finished in generation 1 with 2" in out, out  # both ranks in one group again
+
+
+def test_a_join_waiting_for_a_rank_that_will_never_come_joins_the_next_generation_instead(store):
+    """Rank 1 died before it joined generation 0: rank 0 waits in the join for it. The keeper
+    opens generation 1 and a replacement joins that one; rank 0 leaves its join and meets it."""
+    survivor = start(store, 0)
+    open_next(store)
+    replacement = start(store, 1, generation=1)
+    outs = finish(survivor, replacement)
+    assert [r.returncode for r in (survivor, replacement)] == [0, 0], outs
+    assert all("finished in generation 1 with 2" in out for out in outs), outs
+
+
+def test_a_rank_stranded_in_its_collective_leaves_and_its_replacement_joins_the_newest_generation(store):
+    """gloo strands a send now and then (lab.inprocess.lookout): a race that cannot be produced
+    on demand. A rank asleep in one C call once its group's connections are gone looks the same
+    to its lookout. Rank 1 is that rank: it exits with STRANDED_EXIT and one line; the test,
+    as its keeper, opens generation 2 with a replacement, and rank 0, waiting in generation 1's
+    join for rank 1, joins generation 2 instead."""
+    ranks = [start(store, rank, STRAND="1") for rank in range(2)]
+    for rank in ranks:
+        assert rank.stdout.readline().strip() == "joined"
+    open_next(store)
+    stranded_out = finish(ranks[1])[0]
+    assert ranks[1].returncode == STRANDED_EXIT, stranded_out
+    assert "gloo stranded a send" in stranded_out and "rank 1" in stranded_out, stranded_out
+    open_next(store)
+    replacement = start(store, 1, generation=2)
+    outs = finish(ranks[0], replacement)
+    assert [r.returncode for r in (ranks[0], replacement)] == [0, 0], outs
+    assert "generation 0 ended: " in outs[0], outs[0]
+    assert all("finished in generation 2 with 2" in out for out in outs), outs
