@@ -86,6 +86,42 @@ def test_both_ranks_of_a_node_killed_at_once_come_back_from_the_other_node(tmp_p
     assert {e["checksum"] for e in exits} == {reference_checksum}
 
 
+def test_a_rank_lost_while_the_others_regroup_opens_one_more_generation_and_the_job_comes_back(
+    tmp_path, reference_checksum
+):
+    """Issue 31's edge: a second failure during the regroup. Rank 3 is SIGKILLed, and rank 2, on
+    the same node, 0.05 s later: the survivors are joining generation 1, which rank 2 will never
+    join. Its keeper opens generation 2, and their lookouts (lab.inprocess.lookout) give up the
+    join at once and join generation 2, where node 1's next spare takes rank 2's place. Without
+    that the join would wait out the 60 s process-group timeout and the job would fail."""
+    events = tmp_path / "events"
+    keepers = start_keepers(events, steps=STEPS, step_time=0.05)
+    began = time.monotonic()
+
+    def kill_during_the_regroup() -> None:
+        kill_ranks(events, [3])
+        time.sleep(0.05)
+        kill_ranks(events, [2])
+
+    try:
+        kill_and_time(events, rank=3, at_step=8, timeout_s=120, kill=kill_during_the_regroup)
+        assert [k.wait(120) for k in keepers] == [0, 0]
+    finally:
+        stop_sessions(keepers)
+    assert time.monotonic() - began < 60  # no join waited out the process-group timeout
+    recorded = list(read_events(events))
+    starts = [e for e in recorded if e["event"] == "start"]
+    assert all(len([s for s in starts if s["rank"] == rank]) == 1 for rank in (0, 1)), starts
+    replaced = sorted(s["restart"] for s in starts if s["rank"] in (2, 3) and s["restart"] > 0)
+    assert replaced == [1, 2], starts  # one generation for each death
+    trained = {e["restart"] for e in recorded if e["event"] == "step" and e["rank"] in (0, 1)}
+    assert trained == {0, 2}, trained  # generation 1 never formed: its join gave way to generation 2
+    assert {e["source"] for e in recorded if e["event"] == "state_from_peer"} <= {0, 1}
+    exits = [e for e in recorded if e["event"] == "exit"]
+    assert sorted(e["rank"] for e in exits) == [0, 1, 2, 3] and {e["step"] for e in exits} == {STEPS}
+    assert {e["checksum"] for e in exits} == {reference_checksum}
+
+
 def test_a_keeper_sigkilled_ends_the_job_on_the_other_node_in_seconds_with_nothing_left(tmp_path):
     """Issue 31's edge: the keeper itself SIGKILLed. Its ranks die with it (PR_SET_PDEATHSIG); node 0's
     keeper, which heard it through the store (lab.inprocess.roll_call), stops its own ranks and says

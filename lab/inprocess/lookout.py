@@ -135,9 +135,9 @@ def _position(thread_id: int) -> tuple[int, int] | None:
 def leave_stranded(rank: str, generation: int) -> None:
     """End this process: its main thread waits on a send gloo will never complete."""
     print(
-        f"[lab.inprocess] rank {rank} was still in generation {generation}'s collective after generation "
-        f"{generation + 1} opened and its group's connections closed (gloo stranded a send to a closed "
-        "peer): it exits so that its keeper gives its place to a spare",
+        f"[lab.inprocess] rank {rank} ran no Python for {CLOSED_GRACE_S:.0f} s after generation {generation + 1} "
+        f"opened and generation {generation}'s connections closed: a collective that gloo stranded (a send to a "
+        "closed peer) waits for ever; it exits so that its keeper gives its place to a spare",
         file=sys.stderr,
         flush=True,
     )
