@@ -84,10 +84,14 @@ def install(events_dir: str | os.PathLike | None, rank: int) -> None:
     except OSError:
         pass  # an events dir it cannot write in: it answers nothing, and says nothing
 
+    # A request made before this process started was not made of it: a rank that replaced a
+    # frozen one (in-process recovery) would otherwise answer for the rank it replaced. Read
+    # here, not in the thread: a request made once install() returned is this rank's, however
+    # late the thread first runs (on a loaded machine it once read that request as an old one).
+    answered = current_request(directory)
+
     def watch() -> None:
-        # A request made before this process started was not made of it: a rank that replaced a
-        # frozen one (in-process recovery) would otherwise answer for the rank it replaced.
-        answered = current_request(directory)
+        nonlocal answered
         while True:
             time.sleep(POLL_S)
             request = current_request(directory)

@@ -80,3 +80,14 @@ def test_a_rank_of_another_user_answers_the_root_controller():
         rank.kill()
         rank.wait()
         shutil.rmtree(top)
+
+
+def test_a_request_made_the_moment_install_returns_is_answered(tmp_path):
+    """The thread once read the current request as its starting point when it first ran: on a
+    loaded machine that was after the controller's first request, which it then took for one
+    made before it started, and never answered (a CI run of the case above)."""
+    directory = tmp_path / hang_dump.DIRECTORY
+    for rank in range(5):  # each time, the request lands before the new thread has run
+        hang_dump.install(tmp_path, rank=rank)
+        (directory / "request").write_text(f"{rank + 1}.000000")
+        assert wait_for_answer(directory / f"rank{rank}.json", f"{rank + 1}.000000"), rank
