@@ -21,10 +21,10 @@ closed by peer"): the `with` block ends quietly, the rank drops the broken group
 while its keeper hands the dead rank's place to a warm spare (a process with torch imported,
 already connected to the store); the loop's next attempt joins the new group, and `adopt`
 hands every rank, the spare included, the model and optimizer of the lowest rank holding the
-newest step. Nothing is read from disk, and at most the step in flight
-is lost. Keep the model and optimizer outside the loop: they are what survives. A rank that
-dies while the others regroup opens one more generation, and a join still waiting for it
-gives up at once and joins that one.
+newest step. Nothing is read from disk, and at most the step in flight is lost. Keep the model
+and optimizer outside the loop: they are what survives. A rank that dies while the others
+regroup opens one more generation, and a join still waiting for it gives up at once and joins
+that one.
 
 Under plain torchrun (or `lab up` with another --recovery) there is one attempt: it joins the
 group from torchrun's environment, `adopt` agrees on the step (a no-op after a checkpoint load),

@@ -19,7 +19,9 @@ stops its children and exits 1; and so does one that no longer hears another nod
 (lab.inprocess.roll_call: the keepers beat through the store).
 A frozen rank (SIGSTOP, stuck holding the GIL) is made a dead one: each rank beats down a pipe
 to its keeper, and one silent for a third of the process-group timeout is SIGKILLed
-(lab.inprocess.heartbeat), recorded as a lab.rank_frozen agent event.
+(lab.inprocess.heartbeat), recorded as a lab.rank_frozen agent event. A rank that ended itself
+because gloo stranded it in a collective (heartbeat.STRANDED_EXIT: lab.inprocess.lookout) is
+replaced like a dead one, recorded as a lab.rank_stranded agent event.
 It records its ranks' pids where the lab's faults look for them (LAB_WORKERS_FILE), with the
 generation as the restart.
 """
