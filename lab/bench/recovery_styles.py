@@ -123,8 +123,10 @@ def lab_trial(tmp: Path, hosts: str, style: str, runtime_name: str) -> tuple[flo
     runtime = runtimes.create(runtime_name, run_dir, log=lambda m: None, **options)
     runtimes.begin_job(runtime, lambda m: None)  # as every command that starts a job: the run dir claimed first
     try:
-        # A rendezvous port of its own: loopback hosts share this machine's ports with any lab beside it.
-        topology, script, args = LAB_STYLES[style].replace(rdzv_port=free_port()), script_path("trainer"), TRAINER_ARGS
+        # A rendezvous port of its own, and no exporters (what a trial times is in the run dir's files):
+        # loopback hosts share this machine's ports with any lab beside it (a CI run's lab met its 9400).
+        ports = {"rdzv_port": free_port(), "agent_metrics_port": 0, "rank_metrics_port": 0}
+        topology, script, args = LAB_STYLES[style].replace(**ports), script_path("trainer"), TRAINER_ARGS
         if style in SCRIPT_STYLES:  # its snapshot in a working dir of its own, under the run dir
             watched = ("--workdir", str(runtime.script_workdir("bench")))
             topology, script, args = topology.replace(script_wrapper=watched), script_path("plain_train"), SCRIPT_ARGS

@@ -8,7 +8,8 @@ progress (lab/node/restart_budget.py), not restarts. So:
    job still completes, bit-identical to an uninterrupted run (torchrun's own count would
    have stopped it at the K+1-th kill);
 2. a job that cannot make progress stops within K restarts: in the same job started afresh,
-   the target rank is killed every time it starts, before its first step. After K restarts
+   the target rank is killed every time it starts, before its first step (the trainer waits
+   START_DELAY_S after joining, a slow data loader's warm-up, so the kill lands first). After K restarts
    the agent stops, exits 86 and says "crash loop: no progress in K restarts", within
    seconds, instead of a slow burn.
 
@@ -45,6 +46,11 @@ BUDGET = 3
 # 60 s, past the drill's wait for the job to end). Steps here take 0.1 s.
 PG_TIMEOUT_S = 15
 LOG_TAIL = 6000
+# Phase 2's trainer waits this long after joining, before its first step: the kill follows a
+# start event by a poll and a signal, and must land before the rank's first all-reduce, or the
+# others' step 1 is progress and refills the budget. With no wait, the lab's preloaded workers
+# reached it 0.06 s after their start, and a CI run saw a step first: the job outlived its kills.
+START_DELAY_S = 5.0
 NO_SCRIPT = "its verdict needs the job's steps and checkpoints as the lab's trainer reports them (use kill-worker)"
 
 
@@ -94,7 +100,7 @@ def crash_at_every_start(drill, options, budget: int) -> Seen:
     """Phase 2: the same job afresh, its target rank killed at each start before a step."""
     drill.progress("starting the job afresh; the target rank dies each time it starts")
     first_fault = len(drill.faults)
-    events_dir = drill.rerun(trainer_args(options), fresh=NAME)
+    events_dir = drill.rerun([*trainer_args(options), "--start-delay", str(START_DELAY_S)], fresh=NAME)
     started = time.time()
     rank = options.target_rank
     for restart in range(budget + 1):

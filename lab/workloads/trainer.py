@@ -55,6 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="the lab's resumable DDP trainer")
     p.add_argument("--steps", type=int, default=100, help="train until this step")
     p.add_argument("--step-time", type=float, default=0.0, help="pace each step to at least this many seconds")
+    p.add_argument("--start-delay", type=float, default=0.0, help="wait this long after joining, before a step")
     p.add_argument("--ckpt-every", type=int, default=10, help="checkpoint interval in steps (0: never)")
     p.add_argument("--ckpt-dir", default=wire.ckpt_dir, help="where checkpoints live (default: none)")
     p.add_argument(
@@ -86,8 +87,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="measure monitoring's cost: switch it off and on every K steps, print both step times",
     )
     args = p.parse_args(argv)
-    if args.steps < 1 or args.ckpt_every < 0 or args.step_time < 0 or args.ab_monitoring < 0:
-        p.error("--steps must be >= 1, --ckpt-every, --step-time and --ab-monitoring >= 0")
+    if args.steps < 1 or min(args.ckpt_every, args.step_time, args.start_delay, args.ab_monitoring) < 0:
+        p.error("--steps must be >= 1, --ckpt-every, --step-time, --start-delay and --ab-monitoring >= 0")
     if args.ab_monitoring and args.steps < 6 * args.ab_monitoring:
         p.error("--ab-monitoring K needs --steps of at least 6 K (two blocks of warm-up, then both halves)")
     return args
@@ -188,6 +189,7 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
     if ctx.distributed:
         settle_buckets(ddp_model, dataset, args.batch_size, loss_fn, optimizer, ctx)
     preemption, deadline = Preemption(ctx), StepDeadline()
+    time.sleep(args.start_delay)  # a slow data loader's warm-up; crash-loop kills its rank inside it
     first_step, loop_started = step, time.perf_counter()
     while step < args.steps:
         started = clock.step_started()
