@@ -17,13 +17,15 @@ where the rank is (Attempt.phase):
   read side only, about 1 in 30 (9 of 280, beside two busy loops);
 - gone from it: nothing.
 
-A rank that stays in its collective after that, running no Python, with every connection of
-its group closed (gloo closes a connection once it fails), waits on a send gloo stranded:
-nothing frees that wait short of the process-group timeout. So the lookout ends the rank,
-in one line and with STRANDED_EXIT, after CLOSED_GRACE_S (STRANDED_AFTER_S where some
+A rank that stays in its collective after that (its main thread waits inside torch.distributed,
+or in a backward pass whose DDP all-reduce it waits on), running no Python, with every
+connection of its group closed (gloo closes a connection once it fails), waits on a send gloo
+stranded: nothing frees that wait short of the process-group timeout. So the lookout ends the
+rank, in one line and with STRANDED_EXIT, after CLOSED_GRACE_S (STRANDED_AFTER_S where some
 connection is still open), and its keeper gives its place to a spare as for any death (the
-state it held is still held by its peers). A rank computing runs Python between its kernels
-and is left alone: its next collective fails.
+state it held is still held by its peers). A rank computing runs Python between its kernels,
+and one in a long call outside a collective (torch.save of a large checkpoint) is not in
+one: both are left alone, and their next collective fails.
 """
 
 from __future__ import annotations
@@ -46,6 +48,11 @@ from lab.inprocess.heartbeat import STRANDED_EXIT
 WATCH_LIMIT = timedelta(days=7)
 STRANDED_AFTER_S = 5.0
 CLOSED_GRACE_S = 1.0
+# Where a thread waiting on a collective stands: torch.distributed's functions, or a backward
+# pass (DDP's all-reduce runs inside it), or DDP's forward (its buffer broadcast).
+IN_A_COLLECTIVE = tuple(
+    os.path.join(os.sep, "torch", *parts, "") for parts in (["distributed"], ["autograd"], ["nn", "parallel"])
+)
 
 
 class Lookout:
@@ -111,19 +118,28 @@ def shut_down(opened: dict[int, str], how: int = socket.SHUT_RDWR) -> None:
 
 def stranded(thread_id: int, still_in: Callable[[], bool], connections: dict[int, str]) -> bool:
     """True when, while still_in() held, the thread ran no Python (its innermost frame and
-    instruction never moved) for CLOSED_GRACE_S with every one of `connections` closed, or for
-    STRANDED_AFTER_S. False once still_in() no longer holds."""
+    instruction never moved) inside a collective for CLOSED_GRACE_S with every one of
+    `connections` closed, or for STRANDED_AFTER_S. False once still_in() no longer holds."""
     position, since = _position(thread_id), time.monotonic()
     while still_in():
         time.sleep(0.05)
         now = _position(thread_id)
-        if now != position:  # it ran Python: it is not stuck, count again
+        if now != position or not _in_a_collective(thread_id):  # it ran Python, or it is not waiting on one
             position, since = now, time.monotonic()
         idle = time.monotonic() - since
         live = sockets()
         closed = all(live.get(fd) != inode for fd, inode in connections.items())
         if idle >= STRANDED_AFTER_S or (closed and idle >= CLOSED_GRACE_S):
             return still_in()
+    return False
+
+
+def _in_a_collective(thread_id: int) -> bool:
+    frame = sys._current_frames().get(thread_id)
+    while frame is not None:
+        if any(part in frame.f_code.co_filename for part in IN_A_COLLECTIVE):
+            return True
+        frame = frame.f_back
     return False
 
 

@@ -10,20 +10,25 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 import torch.distributed as dist
 from conftest import REPO
 
+from lab.inprocess import lookout
 from lab.inprocess.api import PEER_LOST
 from lab.inprocess.heartbeat import STRANDED_EXIT
 from lab.nodeenv import NodeEnv
 
-# Each rank sits in generation 0 in a receive that no peer will ever match (or, as STRAND,
-# asleep in one C call): only its lookout can end that attempt.
+# Each rank sits in generation 0 in a receive that no peer will ever match (or, as STRAND, in
+# a wait inside torch.distributed that no connection of its group ends): only its lookout can
+# end that attempt.
 RANK = textwrap.dedent(
     """
     import os, time, torch, torch.distributed as dist
+    from torch.distributed.elastic.utils.store import barrier
     from lab.inprocess import attempts
 
     for attempt in attempts():
@@ -31,7 +36,8 @@ RANK = textwrap.dedent(
             if attempt.generation == 0:
                 print("joined", flush=True)
                 if os.environ.get("STRAND") == os.environ["RANK"]:
-                    time.sleep(600)
+                    own = dist.TCPStore(attempt.store.host, attempt.store.port, is_master=False)
+                    barrier(own, world_size=3, key_prefix="never/", barrier_timeout=600)  # 2 ranks: never
                 dist.recv(torch.ones(1), src=1 - dist.get_rank())
             total = torch.ones(1)
             dist.all_reduce(total)
@@ -101,10 +107,11 @@ def test_a_join_waiting_for_a_rank_that_will_never_come_joins_the_next_generatio
 
 def test_a_rank_stranded_in_its_collective_leaves_and_its_replacement_joins_the_newest_generation(store):
     """gloo strands a send now and then (lab.inprocess.lookout): a race that cannot be produced
-    on demand. A rank asleep in one C call once its group's connections are gone looks the same
-    to its lookout. Rank 1 is that rank: it exits with STRANDED_EXIT and one line; the test,
-    as its keeper, opens generation 2 with a replacement, and rank 0, waiting in generation 1's
-    join for rank 1, joins generation 2 instead."""
+    on demand. A rank waiting inside torch.distributed on something no connection of its group
+    ends (a store barrier that never fills) looks the same to its lookout. Rank 1 is that rank:
+    it exits with STRANDED_EXIT and one line; the test, as its keeper, opens generation 2 with a
+    replacement, and rank 0, waiting in generation 1's join for rank 1, joins generation 2
+    instead."""
     ranks = [start(store, rank, STRAND="1") for rank in range(2)]
     for rank in ranks:
         assert rank.stdout.readline().strip() == "joined"
@@ -118,3 +125,20 @@ def test_a_rank_stranded_in_its_collective_leaves_and_its_replacement_joins_the_
     assert [r.returncode for r in (ranks[0], replacement)] == [0, 0], outs
     assert "generation 0 ended: " in outs[0], outs[0]
     assert all("finished in generation 2 with 2" in out for out in outs), outs
+
+
+def test_only_a_thread_waiting_inside_a_collective_is_judged_stranded(store):
+    """lookout.stranded on threads of this process: one in a wait inside torch.distributed (a
+    store barrier that never fills) is stranded within a second or two; one in a long call
+    outside any collective (as a large torch.save) is not, however long it runs no Python."""
+    from torch.distributed.elastic.utils.store import barrier
+
+    waiting = threading.Thread(target=barrier, args=(store, 2, "never/", 30), daemon=True)
+    asleep = threading.Thread(target=time.sleep, args=(4,), daemon=True)
+    for thread in (waiting, asleep):
+        thread.start()
+    began = time.monotonic()
+    assert lookout.stranded(waiting.ident, lambda: time.monotonic() - began < 10, {})
+    assert time.monotonic() - began < lookout.STRANDED_AFTER_S
+    began = time.monotonic()
+    assert not lookout.stranded(asleep.ident, lambda: time.monotonic() - began < 3, {})
