@@ -83,7 +83,12 @@ def attempts() -> Iterator[Attempt]:
     gc.freeze()
     while True:
         attempt = Attempt(store, wire, generation, store_sockets)
-        yield attempt
+        try:
+            yield attempt
+        except GeneratorExit:  # the script left the loop (a break, a return)
+            if attempt.peer_lost is not None:  # its peers would wait for it in the next generation
+                lookout.leave_abandoned(os.environ.get("RANK", "?"), attempt.generation, attempt.peer_lost)
+            raise
         if attempt.peer_lost is None:
             return
         assert attempt.store is not None

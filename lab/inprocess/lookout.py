@@ -159,3 +159,19 @@ def leave_stranded(rank: str, generation: int) -> None:
     )
     sys.stdout.flush()
     os._exit(STRANDED_EXIT)
+
+
+def leave_abandoned(rank: str, generation: int, cause: str) -> None:
+    """End this process: its script left its attempts after one ended on a lost peer, and the
+    others will wait for it in the next generation until their timeout. Its keeper gives its
+    place to a spare, which joins them. (An exception raised where the loop's generator is
+    closed would be printed and ignored.)"""
+    print(
+        f"[lab.inprocess] rank {rank} left its `for attempt in attempts()` loop after generation {generation} ended "
+        f"on a lost peer ({cause}); its peers would wait for it in the next one: it exits 1 so that a spare takes "
+        "its place (train on inside the loop)",
+        file=sys.stderr,
+        flush=True,
+    )
+    sys.stdout.flush()
+    os._exit(1)

@@ -43,6 +43,8 @@ RANK = textwrap.dedent(
             dist.all_reduce(total)
         if attempt.peer_lost:
             print(f"generation {attempt.generation} ended: {attempt.peer_lost}", flush=True)
+            if os.environ.get("BREAK") == os.environ["RANK"]:
+                break  # a script that does not train on in the next attempt
     print(f"finished in generation {attempt.generation} with {int(total)}", flush=True)
     """
 )
@@ -125,6 +127,22 @@ def test_a_rank_stranded_in_its_collective_leaves_and_its_replacement_joins_the_
     assert [r.returncode for r in (ranks[0], replacement)] == [0, 0], outs
     assert "generation 0 ended: " in outs[0], outs[0]
     assert all("finished in generation 2 with 2" in out for out in outs), outs
+
+
+def test_a_rank_that_leaves_its_loop_after_a_lost_peer_exits_1_saying_why(store):
+    """Its peers would wait for it in the next generation until their timeout; exiting non-zero
+    lets its keeper give its place to a spare instead (tests/unit/test_keeper_stranded.py shows a
+    keeper replacing a rank that exited)."""
+    ranks = [start(store, rank, BREAK="1") for rank in range(2)]
+    for rank in ranks:
+        assert rank.stdout.readline().strip() == "joined"
+    open_next(store)
+    out = finish(ranks[1])[0]
+    ranks[0].kill()  # it waits in generation 1 for rank 1: its keeper would start a spare
+    ranks[0].wait()
+    assert ranks[1].returncode == 1, out
+    assert "rank 1 left its `for attempt in attempts()` loop after generation 0 ended on a lost peer" in out, out
+    assert "finished" not in out, out
 
 
 def test_only_a_thread_waiting_inside_a_collective_is_judged_stranded(store):
