@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,16 +22,26 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("recovery-styles")]  # o
 STEPS = 24
 
 
-def run_keepers(events: Path, kill_rank: int | None = None, at_step: int = 8) -> list[dict]:
-    """A 2 x 2 in-process job on loopback; SIGKILL kill_rank at at_step. Its events, once it ends."""
+def run_keepers(
+    events: Path, kill_rank: int | None = None, at_step: int = 8, kill: Callable[[], object] | None = None
+) -> list[dict]:
+    """A 2 x 2 in-process job on loopback; SIGKILL kill_rank at at_step (or call kill() then). Its
+    events, once it ends."""
     keepers = start_keepers(events, steps=STEPS, step_time=0.05)
     try:
         if kill_rank is not None:
-            kill_and_time(events, rank=kill_rank, at_step=at_step, timeout_s=120)
+            kill_and_time(events, rank=kill_rank, at_step=at_step, timeout_s=120, kill=kill)
         assert [k.wait(120) for k in keepers] == [0, 0]
     finally:
         stop_sessions(keepers)
     return list(read_events(events))
+
+
+def assert_every_rank_finished_as_the_reference(events: list[dict], reference_checksum: float) -> None:
+    """Every rank finished, and with the weights of a run that lost no rank."""
+    exits = [e for e in events if e["event"] == "exit"]
+    assert sorted(e["rank"] for e in exits) == [0, 1, 2, 3] and {e["step"] for e in exits} == {STEPS}
+    assert {e["checksum"] for e in exits} == {reference_checksum}
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +69,7 @@ def test_in_process_recovery_keeps_the_survivors_and_loses_no_step(tmp_path, kil
     killed_at = min(e["time"] for e in events if e["event"] == "collective_failed")
     first_after = min((e for e in events if e["event"] == "step" and e["restart"] == 1), key=lambda e: e["time"])
     assert steps_done_twice(events, killed_at, first_after["step"]) == 0
-    # Every rank finished, and with the weights of a run that lost no rank.
-    exits = [e for e in events if e["event"] == "exit"]
-    assert sorted(e["rank"] for e in exits) == [0, 1, 2, 3] and {e["step"] for e in exits} == {STEPS}
-    assert {e["checksum"] for e in exits} == {reference_checksum}
+    assert_every_rank_finished_as_the_reference(events, reference_checksum)
 
 
 @needs_netns
@@ -70,20 +78,12 @@ def test_both_ranks_of_a_node_killed_at_once_come_back_from_the_other_node(tmp_p
     warm spare; both its ranks die, so the second waits for the next spare, and neither node-0 rank
     is left to give state: it comes from node 1."""
     events = tmp_path / "events"
-    keepers = start_keepers(events, steps=STEPS, step_time=0.05)
-    try:
-        kill_and_time(events, rank=0, at_step=8, timeout_s=120, kill=lambda: kill_ranks(events, [0, 1]))
-        assert [k.wait(120) for k in keepers] == [0, 0]
-    finally:
-        stop_sessions(keepers)
-    recorded = list(read_events(events))
+    recorded = run_keepers(events, kill_rank=0, kill=lambda: kill_ranks(events, [0, 1]))
     starts = [e for e in recorded if e["event"] == "start"]
     assert all(len([s for s in starts if s["rank"] == rank]) == 1 for rank in (2, 3)), starts
     assert all(any(s["rank"] == rank and s["restart"] > 0 for s in starts) for rank in (0, 1)), starts
     assert {e["source"] for e in recorded if e["event"] == "state_from_peer"} <= {2, 3}
-    exits = [e for e in recorded if e["event"] == "exit"]
-    assert sorted(e["rank"] for e in exits) == [0, 1, 2, 3] and {e["step"] for e in exits} == {STEPS}
-    assert {e["checksum"] for e in exits} == {reference_checksum}
+    assert_every_rank_finished_as_the_reference(recorded, reference_checksum)
 
 
 def test_a_rank_lost_while_the_others_regroup_opens_one_more_generation_and_the_job_comes_back(
@@ -95,21 +95,15 @@ def test_a_rank_lost_while_the_others_regroup_opens_one_more_generation_and_the_
     join at once and join generation 2, where node 1's next spare takes rank 2's place. Without
     that the join would wait out the 60 s process-group timeout and the job would fail."""
     events = tmp_path / "events"
-    keepers = start_keepers(events, steps=STEPS, step_time=0.05)
-    began = time.monotonic()
 
     def kill_during_the_regroup() -> None:
         kill_ranks(events, [3])
         time.sleep(0.05)
         kill_ranks(events, [2])
 
-    try:
-        kill_and_time(events, rank=3, at_step=8, timeout_s=120, kill=kill_during_the_regroup)
-        assert [k.wait(120) for k in keepers] == [0, 0]
-    finally:
-        stop_sessions(keepers)
+    began = time.monotonic()
+    recorded = run_keepers(events, kill_rank=3, kill=kill_during_the_regroup)
     assert time.monotonic() - began < 60  # no join waited out the process-group timeout
-    recorded = list(read_events(events))
     starts = [e for e in recorded if e["event"] == "start"]
     assert all(len([s for s in starts if s["rank"] == rank]) == 1 for rank in (0, 1)), starts
     replaced = sorted(s["restart"] for s in starts if s["rank"] in (2, 3) and s["restart"] > 0)
@@ -117,9 +111,7 @@ def test_a_rank_lost_while_the_others_regroup_opens_one_more_generation_and_the_
     trained = {e["restart"] for e in recorded if e["event"] == "step" and e["rank"] in (0, 1)}
     assert trained == {0, 2}, trained  # generation 1 never formed: its join gave way to generation 2
     assert {e["source"] for e in recorded if e["event"] == "state_from_peer"} <= {0, 1}
-    exits = [e for e in recorded if e["event"] == "exit"]
-    assert sorted(e["rank"] for e in exits) == [0, 1, 2, 3] and {e["step"] for e in exits} == {STEPS}
-    assert {e["checksum"] for e in exits} == {reference_checksum}
+    assert_every_rank_finished_as_the_reference(recorded, reference_checksum)
 
 
 def test_a_keeper_sigkilled_ends_the_job_on_the_other_node_in_seconds_with_nothing_left(tmp_path):

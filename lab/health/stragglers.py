@@ -181,15 +181,15 @@ def first_slow_network(
             silent = all(rtt >= timeout_s for rtt in window[node][-CUT_PROBES:])
             cut = silent and all(w[-1] < timeout_s for n, w in window.items() if n != node)
             slow = mine >= RATIO * others and mine - others >= NET_MARGIN_S
-            if not (slow or (cut and cut_first)) or (first and not cut):
+            if not (slow or (cut and cut_first)):
                 continue
             steps = [e["step"] for e in events if e["event"] == Event.STEP and e["time"] <= at]
             ranks = sorted({e["rank"] for e in events if e.get("node") == node})
             score = mine / others if others > 0 else float("inf")
             found = SlowNetwork(node, ranks, max(steps, default=None), score, mine, others, medians, cut)
-            if cut == cut_first or not cut_first:
+            if cut or not cut_first:
                 return found
-            first = found
+            first = first or found  # slow, not cut: kept while a later window may show the cut
     return first
 
 

@@ -156,6 +156,7 @@ class Attempt:
         regroup), join that one instead, until a join holds."""
         assert self.store is not None
         while True:
+            # Set before the lookout exists: it may fire at once, and must not shut down what came before.
             self.phase, self._join_began = "joining", lookout.sockets()
             watch = Lookout(self.store, self.generation, self._next_opened)
             before = lookout.sockets()  # the group's connections are those opened after the lookout's

@@ -62,9 +62,9 @@ class Lookout:
         self.opened = threading.Event()
         self._key = f"gen{generation + 1}/open"
         self._on_open = on_open
-        before = sockets()  # a connection of its own (a store client is not shared between threads),
+        # A connection of its own (a store client is not shared between threads), made here, before
+        # the join, so that the group's connections are told apart from it (Attempt._join_newest).
         own = dist.TCPStore(store.host, store.port, is_master=False, timeout=WATCH_LIMIT)
-        self.connection = opened_since(before)  # made here, so that it is told apart from the group's
         threading.Thread(target=self._run, args=(own,), name="lab-inprocess-lookout", daemon=True).start()
 
     def _run(self, own: dist.TCPStore) -> None:
@@ -150,15 +150,12 @@ def _position(thread_id: int) -> tuple[int, int] | None:
 
 def leave_stranded(rank: str, generation: int) -> None:
     """End this process: its main thread waits on a send gloo will never complete."""
-    print(
-        f"[lab.inprocess] rank {rank} ran no Python for {CLOSED_GRACE_S:.0f} s after generation {generation + 1} "
-        f"opened and generation {generation}'s connections closed: a collective that gloo stranded (a send to a "
-        "closed peer) waits for ever; it exits so that its keeper gives its place to a spare",
-        file=sys.stderr,
-        flush=True,
+    _leave(
+        f"rank {rank} ran no Python for {CLOSED_GRACE_S:.0f} s after generation {generation + 1} opened and "
+        f"generation {generation}'s connections closed: a collective that gloo stranded (a send to a closed peer) "
+        "waits for ever; it exits so that its keeper gives its place to a spare",
+        STRANDED_EXIT,
     )
-    sys.stdout.flush()
-    os._exit(STRANDED_EXIT)
 
 
 def leave_abandoned(rank: str, generation: int, cause: str) -> None:
@@ -166,12 +163,16 @@ def leave_abandoned(rank: str, generation: int, cause: str) -> None:
     others will wait for it in the next generation until their timeout. Its keeper gives its
     place to a spare, which joins them. (An exception raised where the loop's generator is
     closed would be printed and ignored.)"""
-    print(
-        f"[lab.inprocess] rank {rank} left its `for attempt in attempts()` loop after generation {generation} ended "
-        f"on a lost peer ({cause}); its peers would wait for it in the next one: it exits 1 so that a spare takes "
-        "its place (train on inside the loop)",
-        file=sys.stderr,
-        flush=True,
+    _leave(
+        f"rank {rank} left its `for attempt in attempts()` loop after generation {generation} ended on a lost "
+        f"peer ({cause}); its peers would wait for it in the next one: it exits 1 so that a spare takes its place "
+        "(train on inside the loop)",
+        1,
     )
+
+
+def _leave(why: str, status: int) -> None:
+    """One line on stderr, then exit at once: the keeper gives this rank's place to a spare."""
+    print(f"[lab.inprocess] {why}", file=sys.stderr, flush=True)
     sys.stdout.flush()
-    os._exit(1)
+    os._exit(status)
