@@ -131,7 +131,8 @@ def choose(
                 IN_PROCESS, asked_why if asked == IN_PROCESS else AUTO_IN_PROCESS
             )
         if asked == IN_PROCESS:
-            raise LabError(f"--recovery in-process: {why_not}; use --recovery restart")
+            instead = TORCHRUN if _needs_torchrun(topology, host, rdzv_asked, drill_needs) else RESTART
+            raise LabError(f"--recovery in-process: {why_not}; use --recovery {instead}")
     style, why = _pick(topology, asked, host, rdzv_set, drill_needs)
     rdzv = LAB_RDZV if style == RESTART else (rdzv_set or host.torchrun_rdzv)
     if host.refusal(rdzv):

@@ -160,7 +160,7 @@ def in_process_refusal(exercise: ModuleType, on_script: bool = False) -> str:
         return "not behind drills on your script yet (lab run --recovery in-process SCRIPT runs it)"
     if not getattr(exercise, "IN_PROCESS_JUDGED", False):
         judged = [d.NAME for d in drills().values() if getattr(d, "IN_PROCESS_JUDGED", False)]
-        return f"{exercise.NAME} does not judge in-process recovery yet ({', '.join(judged)} does)"
+        return f"{exercise.NAME} does not judge in-process recovery yet (only {' and '.join(judged)} do)"
     return ""
 
 

@@ -95,22 +95,34 @@ def test_in_process_renders_a_keeper_per_node_for_a_script_that_opted_in():
 
 
 @pytest.mark.parametrize(
-    ("job", "host", "rdzv", "needs", "script", "reason"),
+    ("job", "host", "rdzv", "needs", "script", "reason", "instead"),
     [
-        (FIXED, KEEPERS, None, None, "lab/workloads/ddp_train.py", "ddp_train.py does not train in lab.inprocess"),
-        (FIXED, KEEPERS, None, None, "/no/such/script.py", "cannot be read"),
-        (FIXED, EVERY, None, None, OPTED_IN, "the anywhere runtime cannot run it"),
-        (ELASTIC, KEEPERS, None, None, OPTED_IN, "elastic"),
-        (FIXED.replace(torch_defaults=True), KEEPERS, None, None, OPTED_IN, "--torch-defaults"),
-        (FIXED, KEEPERS, "c10d", None, OPTED_IN, "--rdzv-backend c10d: the keepers run no rendezvous"),
-        (FIXED, KEEPERS, None, ("torchrun", "this drill loses the store's host"), OPTED_IN, "store's host"),
+        (
+            FIXED,
+            KEEPERS,
+            None,
+            None,
+            "lab/workloads/ddp_train.py",
+            "ddp_train.py does not train in lab.inprocess",
+            "restart",
+        ),
+        (FIXED, KEEPERS, None, None, "/no/such/script.py", "cannot be read", "restart"),
+        (FIXED, EVERY, None, None, OPTED_IN, "the anywhere runtime cannot run it", "restart"),
+        (ELASTIC, KEEPERS, None, None, OPTED_IN, "elastic", "torchrun"),
+        (FIXED.replace(torch_defaults=True), KEEPERS, None, None, OPTED_IN, "--torch-defaults", "torchrun"),
+        (FIXED, KEEPERS, "c10d", None, OPTED_IN, "--rdzv-backend c10d: the keepers run no rendezvous", "torchrun"),
+        (FIXED, KEEPERS, None, ("torchrun", "this drill loses the store's host"), OPTED_IN, "store's host", "torchrun"),
+        (FIXED, KEEPERS, None, ("restart", "this drill times the tuned restart"), OPTED_IN, "tuned restart", "restart"),
     ],
 )
-def test_in_process_is_refused_in_one_line_where_it_cannot_run(job, host, rdzv, needs, script, reason):
+def test_in_process_is_refused_in_one_line_naming_the_style_that_runs(job, host, rdzv, needs, script, reason, instead):
+    """The refusal names the style the job can run instead, and that style is not refused in turn."""
     refusal = recovery.script_refuses_in_process(script)
-    with pytest.raises(LabError, match=r"^--recovery in-process: .*; use --recovery restart$") as refused:
+    with pytest.raises(LabError, match=rf"^--recovery in-process: .*; use --recovery {instead}$") as refused:
         recovery.choose(job, "in-process", host, rdzv_asked=rdzv, drill_needs=needs, in_process_refusal=refusal)
     assert reason in str(refused.value) and "\n" not in str(refused.value)
+    _, runs = recovery.choose(job, instead, host, rdzv_asked=rdzv, drill_needs=needs, in_process_refusal=refusal)
+    assert runs.style == instead
 
 
 def test_in_process_is_refused_where_nothing_said_the_job_can_run_it():
