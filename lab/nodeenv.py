@@ -48,7 +48,9 @@ class NodeEnv:
         "LAB_INPROCESS_STORE", str, "in-process recovery: the keepers' store, HOST:PORT (unset: a torchrun job)"
     )
     inprocess_generation: int | None = wire(
-        "LAB_INPROCESS_GENERATION", int, "in-process recovery: the generation a replacement rank joins (unset: 0)"
+        "LAB_INPROCESS_GENERATION",
+        int,
+        "in-process recovery: a replacement rank's generation (unset: not one)",
     )
     inprocess_beat_fd: int | None = wire(
         "LAB_INPROCESS_BEAT_FD", int, "in-process recovery: the pipe a rank's heartbeat goes down to its keeper"

@@ -130,6 +130,24 @@ def terminate(pids: list[int], grace_s: float, run_dir: str | None = None) -> li
     return pids
 
 
+def stop_children(procs: list[subprocess.Popen], grace_s: float) -> None:
+    """SIGTERM each child, SIGKILL what is left after grace_s. No wait is unbounded: a child
+    still there after that is left to the kernel (a keeper's die with it: PR_SET_PDEATHSIG)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+
+
 def listener_pids(port: int) -> set[int]:
     """The processes with a TCP socket listening on port (those /proc lets this user see)."""
     inodes = set()

@@ -11,13 +11,12 @@
                lab.inprocess's attempts() (the lab's trainer does), on a runtime that runs a
                keeper per node. About 0.4 s.
     auto       (the default) the fastest style the job can survive: in-process where the job
-               can run it and its fault is a death it survives (the drills that judge it, on the
-               lab's trainer: in_process_first); else restart, unless the job is elastic, a drill
-               needs torchrun's rendezvous, the runtime cannot host the lab's, or
-               --rdzv-backend / --torch-defaults chose torchrun's path. `lab up` and `lab run`
-               pick in-process only when asked: a keeper ends a frozen rank (no heartbeat) and
-               recovers, but a rank that hangs in Python while its threads run ends the job at
-               the process-group timeout, with no restart to fall back to (docs/recovery.md).
+               can run it (a script that trains in lab.inprocess's attempts(), on a runtime
+               with keepers; the drills that judge it, on the lab's trainer); else restart,
+               unless the job is elastic, a drill needs torchrun's rendezvous, the runtime
+               cannot host the lab's, or --rdzv-backend / --torch-defaults chose torchrun's
+               path. A hang in-process cannot end (a rank hung in Python, still beating) falls
+               back to a restart of the whole group (lab.inprocess.rounds, docs/recovery.md).
 
 `choose` turns the choice into the topology's rendezvous and says why; every refusal is
 one line naming what to use instead. It knows nothing of runtimes beyond what they declare

@@ -69,6 +69,9 @@ class Report:
         style = self.facts.get("recovery_style")
         if style:
             out.write(f"  recovery style: {style['style']} ({style['why']})\n")
+        fell = self.facts.get("fell_back")
+        if fell:  # in-process recovery met what it cannot survive (lab.exercises.inprocess_verdict)
+            out.write(f"  fell back to: {fell['to']} ({fell['why']})\n")
         recovery = self.facts.get("recovery")
         if recovery:
             out.write(

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,9 +15,11 @@ from pathlib import Path
 import pytest
 from conftest import needs_netns
 
-from lab.bench import gloo_abort, recovery_styles
-from lab.bench.recovery_styles import kill_and_time, start_keepers, steps_done_twice, stop_sessions
+from lab.bench import free_port, gloo_abort, recovery_styles
+from lab.bench.recovery_styles import in_session, kill_and_time, start_keepers, steps_done_twice, stop_sessions
+from lab.health import injected_error
 from lab.health.events import read_agent_events, read_events
+from lab.workloads import script_path
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("recovery-styles")]  # one reference run, once
 STEPS = 24
@@ -135,6 +138,50 @@ def test_a_keeper_sigkilled_ends_the_job_on_the_other_node_in_seconds_with_nothi
     assert children and not [pid for pid in children if Path(f"/proc/{pid}").exists()]
     lost = [a for a in read_agent_events(events) if a["name"] == "lab.keeper_lost"]
     assert [a["event"]["metadata"]["node"] for a in lost] == [1], lost
+
+
+def test_a_rank_hung_in_python_makes_the_keepers_restart_every_rank_from_the_checkpoint(tmp_path):
+    """Issue 31's fault in-process cannot survive: rank 1 waits for ever in Python (SIGRTMIN+7), its
+    threads running, so it still beats and no keeper ends it. Its peers' gloo collectives time out
+    (4 s here), each leaves with status 76, and both keepers agree on one restart of the whole
+    group (lab.inprocess.rounds): every rank, the hung one too, starts afresh, loads the newest
+    checkpoint and trains to the end. (The drill's verdict on the same, bit-identity included, is
+    judged on its recorded run in tests/unit/test_judges.py: hang-rank-in-python.)"""
+    events, ckpt, port, timeout_s = tmp_path / "events", tmp_path / "ckpt", free_port(), 4
+    trainer = [script_path("trainer"), "--steps=30", "--step-time=0.05", "--ckpt-every=5", f"--ckpt-dir={ckpt}"]
+    keepers = [
+        in_session(
+            [
+                *(sys.executable, "-m", "lab.inprocess.keeper", f"--store=127.0.0.1:{port}", f"--node-rank={i}"),
+                *("--nodes=2", "--nproc-per-node=2", "--max-replacements=1", f"--events-dir={events}", "--"),
+                *(*trainer, "--ckpt-shared", f"--events-dir={events}"),
+            ],
+            env={**os.environ, "LAB_PG_TIMEOUT_S": str(timeout_s), "TORCHRUN_LAB_NODE": f"node{i}"},
+        )
+        for i in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while not (events.exists() and any(e["event"] == "step" and e["step"] >= 12 for e in read_events(events))):
+            assert time.monotonic() < deadline, "the job never reached step 12"
+            time.sleep(0.05)
+        pid = next(e["pid"] for e in read_events(events) if e["event"] == "start" and e["rank"] == 1)
+        hung = time.time()
+        os.kill(pid, injected_error.WAIT_SIGNAL)
+        assert [k.wait(120) for k in keepers] == [0, 0]
+    finally:
+        stop_sessions(keepers)
+    rounds = [a for a in read_agent_events(events) if a["name"] == "lab.group_restarted"]
+    assert sorted(a["node"] for a in rounds) == ["node0", "node1"], rounds  # one round, heard on both nodes
+    assert {a["event"]["metadata"]["round"] for a in rounds} == {1}
+    assert min(a["time"] for a in rounds) - hung >= timeout_s * 0.9  # it took the timeout: nothing ended it sooner
+    after = [e for e in read_events(events) if e["time"] > hung]
+    assert sorted(e["rank"] for e in after if e["event"] == "start") == [0, 1, 2, 3]  # afresh, the hung one too
+    loaded = {e["rank"]: e["step"] for e in after if e["event"] == "checkpoint_loaded"}
+    assert sorted(loaded) == [0, 1, 2, 3] and len(set(loaded.values())) == 1 and loaded[0] >= 10, loaded
+    exits = [e for e in after if e["event"] == "exit"]
+    assert sorted(e["rank"] for e in exits) == [0, 1, 2, 3] and {e["step"] for e in exits} == {30}
+    assert len({e["checksum"] for e in exits}) == 1
 
 
 def kill_ranks(events: Path, ranks: list[int]) -> None:

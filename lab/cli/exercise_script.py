@@ -46,6 +46,19 @@ def refuse_script_flags(args: argparse.Namespace) -> None:
         raise LabError(f"{', '.join(given) or 'arguments after --'}: only with --script (your own training script)")
 
 
+def refuse_trainer_flags(args: argparse.Namespace, fault: ModuleType) -> None:
+    """A drill's own flag that acts on the lab's trainer only (not in its SCRIPT_OPTIONS), given
+    with --script: one line, never a flag accepted and then ignored."""
+    for option in exercises.own_options(fault):
+        given = getattr(args, option.name, None)
+        if given not in (None, False, option.default) and option.name not in getattr(fault, "SCRIPT_OPTIONS", ()):
+            raise LabError(
+                f"{option.flag}: {fault.NAME} takes it on the lab's trainer, not on your script "
+                f"({getattr(fault, 'SCRIPT_REFUSES', {}).get(option.name, 'the trainer does what it needs')}); "
+                f"drop {option.flag}, or drop --script"
+            )
+
+
 def own_flags(args: argparse.Namespace, fault: ModuleType | None) -> dict:
     """The drill's own flags as given (the matrix has none: each drill's defaults)."""
     return {o.name: getattr(args, o.name, None) for o in exercises.own_options(fault)} if fault else {}
@@ -93,6 +106,7 @@ def refuse_early(args: argparse.Namespace, faults: list[ModuleType]) -> spec.Scr
         )
     host = runtime.rendezvous()
     for fault in faults:  # every row's flags checked before the first run starts
+        refuse_trainer_flags(args, fault)
         if getattr(fault, "SCRIPT_NEEDS_CKPT_DIR", "") and not the_spec.ckpt_dir:
             raise LabError(fault.SCRIPT_NEEDS_CKPT_DIR)
         options_for(args, fault)

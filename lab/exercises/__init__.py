@@ -14,7 +14,7 @@ A drill is one module of this package, named in CATALOG, with:
   (tests/unit/test_judges.py runs every judge on runs recorded by scripts/record-fixtures.sh);
 - optionally OPTIONS (its own flags, lab.options.Option; read back from options.own by
   name), WORKLOAD (a lab.workloads script other than "trainer") and NEEDS_PROMETHEUS;
-- optionally break_script(drill, target, ckpt_dir) and SCRIPT_RECOVERY: the same fault on
+- optionally break_script(drill, target, ckpt_dir, own) and SCRIPT_RECOVERY: the same fault on
   a user's own script (see lab.exercises.script); without them, NO_SCRIPT: why not (one line);
   SCRIPT_NEEDS_CKPT_DIR: the refusal when its script side needs --ckpt-dir and has none;
 - optionally MIN_NODES: the fewest nodes its fault needs (--nodes below it is refused);

@@ -75,7 +75,7 @@ SCRIPT_RECOVERY = "restart"
 SCRIPT_NEEDS_CKPT_DIR = "corrupt-checkpoint on your script needs --ckpt-dir (where it writes checkpoints)"
 
 
-def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
+def break_script(drill, target: int, ckpt_dir: str | None, own: dict) -> dict:
     """On a user's script (needs --ckpt-dir): truncate its newest checkpoint file, then
     SIGKILL the target rank's worker."""
     if ckpt_dir is None:

@@ -20,6 +20,12 @@ in torchrun's agent) each trainer step registers a deadline with torchelastic's 
 server in its agent (TORCHELASTIC_ENABLE_FILE_TIMER=1), which SIGKILLs the frozen rank once
 the deadline passes: no timeout, no SIGTERM-to-SIGKILL wait.
 
+With `--in-python` the rank hangs in Python instead (SIGRTMIN+7: it waits for ever, as on a
+data loader that never answers), its threads still running: it still beats and its exporter
+still answers. No keeper can tell it from a slow rank, so its peers' collectives time out after
+the 10 s, and in-process recovery falls back to a restart of the whole group from the
+checkpoint (lab.inprocess.rounds); the verdict says it fell back, why, and what it cost.
+
 Look for: the frozen rank's target going down in Prometheus (`up{rank="1"} == 0`); in-process,
 the keeper's "sent no heartbeat" line and the spare's start; under a restart, the peers'
 "Timed out" / gloo errors in the node logs, "will restart worker group", and restart 1's
@@ -35,6 +41,7 @@ from lab.exercises import drill_job, forensics, inprocess_verdict, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import AgentEvent, Event
+from lab.health.injected_error import WAIT_SIGNAL
 from lab.inprocess import heartbeat
 from lab.options import Option
 from lab.report import Report
@@ -52,6 +59,12 @@ IN_PROCESS_JUDGED = True  # its keeper ends the frozen rank (no heartbeat): then
 
 OPTIONS = (
     Option(
+        "--in-python",
+        "the rank hangs in Python (its threads still run and beat) instead of SIGSTOP: in-process "
+        "recovery falls back to a restart of the whole group after the process-group timeout",
+        switch=True,
+    ),
+    Option(
         "--watchdog",
         "torchelastic's file-timer watchdog: the agent SIGKILLs a rank whose step takes longer than "
         "SECONDS, before the process-group timeout (default: off)",
@@ -62,28 +75,51 @@ OPTIONS = (
 )
 
 
+SCRIPT_OPTIONS = ("in_python",)  # --in-python: the lab's watch of a script answers the signal
+SCRIPT_REFUSES = {"watchdog": "the trainer's steps register the watchdog's deadlines; a script registers none"}
+
+
 def topology(options) -> Topology:
     watchdog = options.own.get("watchdog") or 0
     return drill_job(options, max_restarts=1, pg_timeout_s=PG_TIMEOUT_S, step_watchdog_s=watchdog)
+
+
+def injects(options) -> tuple[str, ...]:
+    return ("kill_worker",) if options.own.get("in_python") else INJECTS  # a signal the rank answers
 
 
 def trainer_args(options) -> list[str]:
     return paced_trainer(STEPS, CKPT_EVERY)
 
 
+def hang(drill, target: int, in_python: bool) -> dict:
+    """SIGSTOP the target rank's worker, or (in_python) make it wait for ever in Python."""
+    node, local_rank = drill.locate(target)
+    if in_python:
+        return aimed(drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(WAIT_SIGNAL)), target)
+    return aimed(drill.inject(node, "pause_worker", local_rank=local_rank), target)
+
+
+def hung(seen: Seen) -> dict:
+    """The fault that hung the rank, as injected."""
+    return next(f for f in seen.faults if f["fault"] in ("pause_worker", "kill_worker"))
+
+
 def run(drill, options) -> Report:
-    target = options.target_rank
-    node, local_rank = drill.reach(target, options.at_step)
-    fault = aimed(drill.inject(node, "pause_worker", local_rank=local_rank), target)
+    target, in_python = options.target_rank, bool(options.own.get("in_python"))
+    drill.reach(target, options.at_step)
+    fault = hang(drill, target, in_python)
     time.sleep(FORENSICS_AFTER_S)  # the others are in the next collective by then
     found = forensics.collect(drill.events_dir, drill.topology.world_size)  # before anything tears it down
     drill.progress(f"forensics: {found['finding']}")
     prom = drill.runtime.prometheus
-    seen_down = drill.wait_for(
-        lambda: any(s["value"] == 0 for s in prom.query(f'up{{job="lab-ranks", rank="{target}"}}')) and time.time(),
-        30,
-        f"Prometheus to see rank {target} down",
-    )
+    seen_down = None  # a rank hung in Python still answers Prometheus: its exporter's thread runs
+    if not in_python:
+        seen_down = drill.wait_for(
+            lambda: any(s["value"] == 0 for s in prom.query(f'up{{job="lab-ranks", rank="{target}"}}')) and time.time(),
+            30,
+            f"Prometheus to see rank {target} down",
+        )
     measured = {"forensics": found, "prometheus_saw_it_at": seen_down}
     if not drill.topology.step_watchdog_s:
         return judge(drill.gather(NAME, 240, reference=trainer_args(options), **measured), options)
@@ -106,10 +142,10 @@ def run(drill, options) -> Report:
 
 def judge(seen: Seen, options) -> Report:
     report = seen.new_report()
-    target, fault, found = seen.injected("pause_worker")["rank"], seen.injected("pause_worker"), seen.extra["forensics"]
-    seen_down = seen.extra["prometheus_saw_it_at"]
+    fault, found = hung(seen), seen.extra["forensics"]
+    target, seen_down = fault["rank"], seen.extra["prometheus_saw_it_at"]
     report.facts["forensics"] = found
-    report.facts["seconds_until_prometheus_saw_it"] = seen_down - fault["time"]
+    report.facts["seconds_until_prometheus_saw_it"] = seen_down - fault["time"] if seen_down else None
     report.check(
         "forensics named the frozen rank, and the collective the others wait in",
         found["suspects"] == [target] and bool(found["collective"]),
@@ -117,6 +153,9 @@ def judge(seen: Seen, options) -> Report:
     )
     if seen.topology.step_watchdog_s:
         return judge_watchdog(seen, report)
+    if seen.topology.in_process and seen_down is None:  # in Python: it beats, and no keeper ends it
+        inprocess_verdict.judge_fallback(report, seen, fault["time"], target, PG_TIMEOUT_S)
+        return report
     if seen.topology.in_process:
         return judge_in_process(seen, report)
     events, codes = seen.events, seen.codes
@@ -125,11 +164,12 @@ def judge(seen: Seen, options) -> Report:
     report.facts["restarts"] = observe.restarts(events)
     report.facts["recovery"] = observe.recovery_breakdown(events, seen.agents, fault["time"])
     report.facts["seconds_until_the_timeout_fired"] = detected - fault["time"] if detected else None
-    report.check(
-        "Prometheus saw the frozen rank down before the group restarted",
-        first_step is None or seen_down < first_step,
-        f"{seen_down - fault['time']:.1f} s after the freeze",
-    )
+    if seen_down is not None:
+        report.check(
+            "Prometheus saw the frozen rank down before the group restarted",
+            first_step is None or seen_down < first_step,
+            f"{seen_down - fault['time']:.1f} s after the freeze",
+        )
     waited = report.facts["seconds_until_the_timeout_fired"]
     report.check(
         f"the {PG_TIMEOUT_S} s process-group timeout, not gloo's 30 minutes, ended the wait",
@@ -149,8 +189,8 @@ def judge(seen: Seen, options) -> Report:
     grace = recovery.stop_grace_s(seen.topology)
     waits = "torchrun waits" if grace == recovery.TORCH_STOP_GRACE_S else "the lab's tuned restart waits"
     report.explanation = (
-        f"the peers' all-reduce timed out after the {PG_TIMEOUT_S} s process-group timeout; the frozen "
-        f"worker cannot handle SIGTERM, so its agent waits {grace} s before SIGKILL ({waits} that long), and the "
+        f"the peers' all-reduce timed out after the {PG_TIMEOUT_S} s process-group timeout; the hung "
+        f"worker does not end on SIGTERM, so its agent waits {grace} s before SIGKILL ({waits} that long), and the "
         "other agents wait that long in the next rendezvous round (--watchdog SECONDS ends it sooner)"
     )
     return report
@@ -161,7 +201,7 @@ def judge_watchdog(seen: Seen, report: Report) -> Report:
     the collective); each agent's FileTimerServer SIGKILLs them, and then, in torch 2.13, its own
     agent (file_based_local_timer.py: "Terminating the server process ... because of expired
     timers"). The job ends within seconds; the lab starts it again, as a scheduler would."""
-    watchdog, fault = seen.topology.step_watchdog_s, seen.injected("pause_worker")
+    watchdog, fault = seen.topology.step_watchdog_s, hung(seen)
     ended, first_codes = seen.extra["ended_after_s"], seen.extra["watchdog_codes"]
     report.facts.update(watchdog_s=watchdog, seconds_until_the_agents_ended=round(ended, 2))
     report.check(
@@ -188,7 +228,7 @@ def judge_watchdog(seen: Seen, report: Report) -> Report:
 def judge_in_process(seen: Seen, report: Report) -> Report:
     """--recovery in-process: the frozen rank's keeper hears no heartbeat (lab.inprocess.heartbeat)
     and SIGKILLs it; from there it is a death, survived like kill-worker's."""
-    fault = seen.injected("pause_worker")
+    fault = hung(seen)
     target, limit = fault["rank"], heartbeat.frozen_after(PG_TIMEOUT_S)
     ended = [a for a in seen.agents if a["name"] == AgentEvent.RANK_FROZEN and a["time"] > fault["time"]]
     ended_rank = ended[0]["event"].get("metadata", {}).get("rank") if ended else None
@@ -214,8 +254,8 @@ SCRIPT_RECOVERY = "restart"
 SCRIPT_FORENSICS = True  # the runner asks every rank where it stands while it hangs
 
 
-def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
-    """On a user's script: SIGSTOP the target rank's worker; only the script's own
-    process-group timeout turns the hang into a restart."""
-    node, local_rank = drill.locate(target)
-    return aimed(drill.inject(node, "pause_worker", local_rank=local_rank), target)
+def break_script(drill, target: int, ckpt_dir: str | None, own: dict) -> dict:
+    """On a user's script: SIGSTOP the target rank's worker (or hang it in Python: the lab's
+    watch answers the signal, lab.node.user_script); only the script's own process-group
+    timeout turns the hang into a restart."""
+    return hang(drill, target, bool(own.get("in_python")))

@@ -18,6 +18,11 @@ def breakdown(events: list[dict], fault_time: float) -> dict:
     first = observe.first_time(events, adopted or fault_time, lambda e: e["event"] == Event.STEP)
     spans = [("detect", fault_time, failed), ("regroup", failed, regrouped), ("state_from_peer", regrouped, adopted)]
     spans += [("first_step", adopted, first), ("total", fault_time, first)]
+    return seconds(spans)
+
+
+def seconds(spans: list[tuple[str, float | None, float | None]]) -> dict:
+    """Each named span's length (None where an end was never seen)."""
     return {name: (end - start if start is not None and end is not None else None) for name, start, end in spans}
 
 
@@ -67,3 +72,66 @@ def judge(report, seen, fault_time: float, target_rank: int) -> None:
     lost = report.facts["lost_steps"]
     report.check("lost at most the step in flight", lost is not None and lost <= 1, f"redid {lost} steps")
     observe.judge_reference(report, seen)
+
+
+def fallback_facts(seen, fault_time: float) -> dict:
+    """In-process recovery's fallback after a hang it cannot end (lab.inprocess.rounds): why,
+    when each node's keeper restarted its ranks, the steps redone, and what it cost in seconds
+    from the fault: detect (the round), restart (the group re-formed), first_step, total."""
+    rounds = [a for a in seen.agents if a["name"] == AgentEvent.GROUP_RESTARTED and a["time"] > fault_time]
+    after = [e for e in seen.events if e["time"] > fault_time]
+    loaded = {e["rank"]: e["step"] for e in after if e["event"] == Event.CHECKPOINT_LOADED}
+    reached = max((e["step"] for e in seen.events if e["event"] == Event.STEP and e["time"] < fault_time), default=0)
+    asked = rounds[0]["time"] if rounds else None
+    regrouped = observe.first_time(after, asked or fault_time, lambda e: e["event"] == Event.RENDEZVOUS_DONE)
+    first = observe.first_time(after, asked or fault_time, lambda e: e["event"] == Event.STEP)
+    spans = [("detect", fault_time, asked), ("restart", asked, regrouped), ("first_step", regrouped, first)]
+    spans.append(("total", fault_time, first))
+    return {
+        "to": "restart",
+        "why": rounds[0]["event"].get("metadata", {}).get("why") if rounds else None,
+        "nodes": sorted({a["node"] for a in rounds}),
+        "rounds": sorted({a["event"].get("metadata", {}).get("round") for a in rounds}),
+        "resumed_from": sorted(set(loaded.values())),
+        "loaded_by": sorted(loaded),
+        "lost_steps": reached - min(loaded.values()) if loaded else None,
+        "seconds": seconds(spans),
+    }
+
+
+def judge_fallback(report, seen, fault_time: float, target_rank: int, pg_timeout_s: float) -> None:
+    """A rank that hangs in Python under --recovery in-process: it still beats, so no keeper
+    ends it and no spare can take its place; its peers' collectives time out, and every node's
+    keeper falls back to a restart of the whole group from the checkpoint."""
+    fell = report.facts["fell_back"] = fallback_facts(seen, fault_time)
+    report.facts["recovery"] = fell["seconds"]
+    detect, world = fell["seconds"]["detect"], set(range(seen.topology.world_size))
+    frozen = [a for a in seen.agents if a["name"] == AgentEvent.RANK_FROZEN and a["time"] > fault_time]
+    report.check(
+        f"no keeper took rank {target_rank} for frozen (it still beat); its peers' collectives timed out at the "
+        f"{pg_timeout_s:g} s process-group timeout",
+        not frozen and detect is not None and pg_timeout_s * 0.9 <= detect < pg_timeout_s + 15,
+        f"the restart was asked {detect:.1f} s after the hang" if detect is not None else "no restart was asked",
+    )
+    report.check(
+        "every node's keeper fell back to one restart of the whole group (a spare cannot take a living rank's place)",
+        len(fell["nodes"]) == seen.topology.nodes and len(fell["rounds"]) == 1,
+        f"nodes {fell['nodes']}, rounds {fell['rounds']}: {fell['why']}",
+    )
+    report.check(
+        "every rank started afresh and resumed from the same checkpoint",
+        set(fell["loaded_by"]) == world and len(fell["resumed_from"]) == 1,
+        f"loaded by ranks {fell['loaded_by']}, steps {fell['resumed_from']}; redid {fell['lost_steps']} steps",
+    )
+    report.check("the job succeeded", all(c == 0 for c in seen.codes.values()), f"exit codes {seen.codes}")
+    observe.judge_reference(report, seen)
+    total = fell["seconds"]["total"]
+    report.explanation = (
+        f"rank {target_rank} hung in Python with its threads running, so it kept beating and no keeper could tell it "
+        f"from a slow rank. Its peers' collectives timed out after {pg_timeout_s:g} s and each left (status 76); a "
+        "spare cannot take a living rank's place, so in-process recovery fell back to a restart: every node's keeper "
+        f"stopped its ranks, the hung one with them, and started them afresh from the checkpoint at step "
+        f"{', '.join(map(str, fell['resumed_from'])) or '(none)'}, redoing {fell['lost_steps']} steps. It cost "
+        + (f"{total:.1f} s" if total is not None else "an unknown time")
+        + " from the hang to the first step, most of it the process-group timeout"
+    )

@@ -35,6 +35,7 @@ MIN_NODES = 2  # a node to lose and one to survive it
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 3, 25
 STEPS, CKPT_EVERY = 60, 10
 OPTIONS = (Option("--elastic", "an elastic job (--nnodes=1:N): the survivors carry on without the node", switch=True),)
+SCRIPT_REFUSES = {"elastic": "on your script the drill runs a fixed-size job and brings the node back"}
 
 
 # A node's loss changes the rendezvous' membership, which torch's c10d rendezvous is built for
@@ -134,7 +135,7 @@ def bring_back(drill, node: str, fault: dict) -> None:
 SCRIPT_RECOVERY = "restart"
 
 
-def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
+def break_script(drill, target: int, ckpt_dir: str | None, own: dict) -> dict:
     """On a user's script: SIGKILL a whole node (not node0's rendezvous), and bring it back."""
     target, node = off_the_store_host(drill, target, chosen=False)
     fault = drill.inject(node, "kill_node")

@@ -109,7 +109,7 @@ def judge_torch_defaults(seen: Seen, report: Report) -> Report:
 SCRIPT_RECOVERY = "restart"
 
 
-def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
+def break_script(drill, target: int, ckpt_dir: str | None, own: dict) -> dict:
     """On a user's script (lab.exercises.script): SIGKILL the target rank's worker."""
     node, local_rank = drill.locate(target)
     return aimed(drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL)), target)

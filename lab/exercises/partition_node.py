@@ -105,7 +105,7 @@ def judge(seen: Seen, options) -> Report:
 SCRIPT_RECOVERY = "restart"
 
 
-def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
+def break_script(drill, target: int, ckpt_dir: str | None, own: dict) -> dict:
     """On a user's script: cut the target rank's node off for HOLD_S, then heal it."""
     node, _ = drill.locate(target)
     fault, found = cut_off(drill, node)

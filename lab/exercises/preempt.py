@@ -91,7 +91,7 @@ def judge(seen: Seen, options) -> Report:
 SCRIPT_RECOVERY = "rerun"
 
 
-def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
+def break_script(drill, target: int, ckpt_dir: str | None, own: dict) -> dict:
     """On a user's script: SIGTERM the target rank's node with a grace period; the lab starts
     the job again once it has ended, as a scheduler would."""
     node, _ = drill.locate(target)

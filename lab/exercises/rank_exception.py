@@ -77,6 +77,6 @@ def judge(seen: Seen, options) -> Report:
 SCRIPT_RECOVERY = "restart"
 
 
-def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
+def break_script(drill, target: int, ckpt_dir: str | None, own: dict) -> dict:
     """On a user's script (lab.exercises.script): the target rank raises RuntimeError."""
     return raise_in(drill, target)

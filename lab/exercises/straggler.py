@@ -107,7 +107,7 @@ SCRIPT_RECOVERY = "none"
 SCRIPT_SLOW_S = 10.0
 
 
-def break_script(drill, target: int, ckpt_dir: str | None) -> dict:
+def break_script(drill, target: int, ckpt_dir: str | None, own: dict) -> dict:
     """On a user's script: run the target rank at a quarter speed for SCRIPT_SLOW_S, then
     let it go; the job should slow down and finish without a restart."""
     node, local_rank = drill.locate(target)

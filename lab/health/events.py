@@ -64,6 +64,9 @@ class AgentEvent(StrEnum):
     RANK_FROZEN = "lab.rank_frozen"  # an in-process keeper SIGKILLed a rank whose heartbeat stopped (rank, silent_s)
     KEEPER_LOST = "lab.keeper_lost"  # an in-process keeper no longer heard another node's (node, silent_s)
     RANK_STRANDED = "lab.rank_stranded"  # a rank left a collective gloo stranded; a spare took its place (rank)
+    GROUP_RESTARTED = (
+        "lab.group_restarted"  # in-process fell back: keepers restarted every rank (round, generation, why)
+    )
 
 
 ECHO_PREFIX = "@lab-event "

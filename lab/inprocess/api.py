@@ -32,22 +32,22 @@ and errors propagate as they always did. A script without torchrun at all (no RA
 attempt with no group: `attempt.distributed` is False.
 
 When an attempt ends on a lost peer, the rank shuts down the connections it opened to join
-that group (lookout.shut_down says why: on torch 2.13 a DDP or a comm hook whose all-reduce failed
-keeps the group alive, and a rank waiting on this one would sit out the whole process-group
-timeout).
+that group (lookout.shut_down says why).
 
-A hang is not a death: a rank stuck in a collective keeps its connections open, so its peers
-wait out the process-group timeout and then fail with a timeout, which an attempt does not
-swallow (gloo's abort() does not free a pending collective either: docs/benchmarks.md). A
-frozen rank (stopped, or holding the GIL) stops beating, and its keeper kills it well before
-that (lab.inprocess.heartbeat); a rank that hangs in Python is left to the timeout, and a job
-that may hang so wants --recovery restart.
+A hang is not a death: a hung rank keeps its connections open, so its peers wait out the
+process-group timeout (gloo's abort() does not free a pending collective either:
+docs/benchmarks.md). A frozen rank (stopped, or holding the GIL) stops beating, and its keeper
+kills it well before that (lab.inprocess.heartbeat). A rank that hangs in Python still beats:
+its peers' collectives time out, each leaves with heartbeat.TIMED_OUT_EXIT, and the keepers
+fall back to a restart of the whole group (lab.inprocess.rounds): every rank starts afresh, as
+at the job's start, and loads the script's checkpoint (`attempt.replacement` is False).
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import re
 import socket
 import sys
 import threading
@@ -64,8 +64,10 @@ from lab.inprocess.lookout import Lookout
 from lab.nodeenv import NodeEnv
 
 # What a collective raises when a peer's process is gone (gloo on Linux): the errors an attempt
-# ends quietly on. Anything else (a timeout, the script's own bug) propagates.
+# ends quietly on. A timeout ends the rank (lookout.leave_timed_out); anything else (the
+# script's own bug) propagates.
 PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Connection refused")
+TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)  # gloo's "Timed out waiting", the store's "wait timeout"
 
 
 def attempts() -> Iterator[Attempt]:
@@ -75,11 +77,11 @@ def attempts() -> Iterator[Attempt]:
         yield Attempt(None, wire, generation=0)
         return
     store, store_sockets = _connect(wire)
-    # A replacement joins the newest generation: a second death may have opened one after its own.
-    generation = int(store.add("generation", 0)) if wire.inprocess_generation else 0
+    # The newest generation: a replacement's (a second death may have opened one after its own),
+    # or a restart's (lab.inprocess.rounds); 0 at the job's start.
+    generation = int(store.add("generation", 0))
     # What exists now (torch, the script's imports, its model) is kept out of the collections an
-    # attempt that lost its group runs to free that group: measured, one full collection then took
-    # 0.22-0.30 s of a 0.5 s recovery; with these frozen, 0.04-0.07 s.
+    # attempt that lost its group runs: measured, 0.22-0.30 s of a 0.5 s recovery; frozen, 0.04-0.07 s.
     gc.freeze()
     while True:
         attempt = Attempt(store, wire, generation, store_sockets)
@@ -133,6 +135,12 @@ class Attempt:
     def distributed(self) -> bool:
         return self.in_process or "RANK" in os.environ
 
+    @property
+    def replacement(self) -> bool:
+        """This process took a lost rank's place among survivors: a peer holds the state (adopt
+        hands it over), so it loads no checkpoint. False at the job's start and in a restart."""
+        return self.wire.inprocess_generation is not None
+
     def __enter__(self) -> Attempt:
         if not self.distributed or dist.is_initialized():
             return self
@@ -171,6 +179,8 @@ class Attempt:
                 with self._phase_lock:
                     self.phase = "left"
                 if not watch.opened.wait(self._timeout.total_seconds()):
+                    if TIMED_OUT.search(str(error)):  # a peer that never came: it hangs
+                        lookout.leave_timed_out(os.environ["RANK"], self.generation, "joining", _first_line(error))
                     raise error  # no death behind it: the join failed of its own
             if dist.is_initialized():
                 _destroy_quietly()  # which also sets torch's count of groups back to 0
@@ -212,6 +222,8 @@ class Attempt:
         with self._phase_lock:
             self.phase = "left"
         lost = self.in_process and error is not None and _a_peer_died(error)
+        if self.in_process and not lost and error is not None and TIMED_OUT.search(str(error)):
+            lookout.leave_timed_out(os.environ.get("RANK", "?"), self.generation, "a collective", _first_line(error))
         if lost:
             # The failed frames still hold what holds the group (a DDP model): let them go, so the
             # group's connections close with it and a peer waiting on this rank (not on the dead
@@ -225,8 +237,7 @@ class Attempt:
                 dist.barrier()  # nobody tears down while a peer is still in a collective
             _destroy_quietly()
         if lost:
-            first = str(error).strip().splitlines()[0]
-            self.peer_lost = first.split("] ", 1)[-1][:200]  # without gloo's source-file prefix
+            self.peer_lost = _first_line(error)
         return lost
 
     def next_generation(self) -> int:
@@ -279,6 +290,11 @@ def _forget_failed_join() -> None:
     world = getattr(dist.distributed_c10d, "_world", None)
     if world is not None and not dist.is_initialized():
         world.group_count = 0
+
+
+def _first_line(error: BaseException) -> str:
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return first.split("] ", 1)[-1][:200]  # without gloo's source-file prefix
 
 
 def _a_peer_died(error: BaseException) -> bool:

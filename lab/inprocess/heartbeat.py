@@ -11,8 +11,9 @@ frozen_after(pg_timeout) seconds is frozen: the keeper SIGKILLs it, and what fol
 recovery from a death, well before its peers' timeout.
 
 Not seen this way: a rank that hangs in Python while its threads run (a deadlock on a lock, an
-endless loop). Its peers time out, the job ends, and a restart (--recovery restart) is the
-remedy. A rank is judged only once it has beaten: a process still importing torch is not.
+endless loop). Its peers time out and leave with TIMED_OUT_EXIT, and their keepers fall back to
+a restart of the whole group from its checkpoint (lab.inprocess.rounds). A rank is judged only
+once it has beaten: a process still importing torch is not.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ import time
 # The exit status of a rank that ended itself because gloo stranded it in a collective
 # (lab.inprocess.lookout): EX_TEMPFAIL, the rank did nothing wrong and a spare can take its place.
 STRANDED_EXIT = 75
+# The exit status of a rank whose collective (or join) timed out: a peer is alive but does not
+# take part, as a rank that hangs in Python while its threads still beat does. A spare cannot
+# help (the hung rank holds its place), so its keepers restart the whole group
+# (lab.inprocess.rounds). EX_PROTOCOL.
+TIMED_OUT_EXIT = 76
 BEAT_S = 0.2
 BEAT = struct.Struct("d")  # a beat: when it was sent, time.monotonic()
 MIN_FROZEN_S = 3.0

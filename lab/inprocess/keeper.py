@@ -6,24 +6,23 @@
 What torchrun's agent is to a restart, the keeper is to in-process recovery (`lab up
 --recovery in-process` runs one per node, lab.node.launch). Node 0's keeper hosts the job's
 TCPStore. Each keeper starts its P ranks and one warm spare (lab.inprocess.rank: the script's
-process, with torch imported, waiting for an assignment). It waits on its children, so a
-rank's death is seen the moment it happens: the keeper bumps the job's generation in the
-store, gives the dead rank's place to the spare, opens the new generation (`genG/open`, which
-the surviving ranks wait on: lab.inprocess.api) and starts the next spare; a spare that dies
-while it waits is replaced too. The survivors are never stopped. After K replacements on
-this node (the job's restart budget) a further death ends the job: the keeper stops its
-children and exits 1. It ends with 0 once every rank it holds finished, and stops its
-children when it is stopped (or dies: they get SIGKILL from the kernel, PR_SET_PDEATHSIG).
-A keeper that needs the store after node 0's keeper, its host, is gone says so in one line,
-stops its children and exits 1; and so does one that no longer hears another node's keeper
-(lab.inprocess.roll_call: the keepers beat through the store).
-A frozen rank (SIGSTOP, stuck holding the GIL) is made a dead one: each rank beats down a pipe
-to its keeper, and one silent for a third of the process-group timeout is SIGKILLed
-(lab.inprocess.heartbeat), recorded as a lab.rank_frozen agent event. A rank that ended itself
-because gloo stranded it in a collective (heartbeat.STRANDED_EXIT: lab.inprocess.lookout) is
-replaced like a dead one, recorded as a lab.rank_stranded agent event.
-It records its ranks' pids where the lab's faults look for them (LAB_WORKERS_FILE), with the
-generation as the restart.
+process, with torch imported, waiting for an assignment), and waits on them:
+- a rank that dies: the keeper bumps the job's generation, gives the rank's place to the spare,
+  opens the new generation (`genG/open`, which the survivors wait on: lab.inprocess.api) and
+  starts the next spare (a spare that dies while it waits is replaced too);
+- a frozen rank (SIGSTOP, stuck holding the GIL) stops beating down its pipe
+  (lab.inprocess.heartbeat): SIGKILLed, then replaced (a lab.rank_frozen event);
+- a rank gloo stranded in a collective ends itself (heartbeat.STRANDED_EXIT): replaced (a
+  lab.rank_stranded event);
+- a rank whose collective timed out (heartbeat.TIMED_OUT_EXIT: a peer hangs in Python) cannot
+  be helped by a spare: the keepers restart every rank from the script's checkpoint
+  (lab.inprocess.rounds; a lab.group_restarted event).
+Each counts against the node's budget of K replacements; one more ends the job (exit 1). It
+ends with 0 once every rank it holds finished, and stops its children when stopped (or dead:
+they get SIGKILL from the kernel, PR_SET_PDEATHSIG). One that loses the store (node 0's keeper)
+or no longer hears another node's keeper (lab.inprocess.roll_call) says so in one line, stops
+its children and exits 1. It records its ranks' pids where the lab's faults look for them
+(LAB_WORKERS_FILE), with the generation as the restart.
 """
 
 from __future__ import annotations
@@ -41,9 +40,10 @@ from pathlib import Path
 from lab.health.events import AgentEvent, append_agent_record, node_name
 from lab.inprocess import heartbeat
 from lab.inprocess.roll_call import KeeperLost, RollCall
+from lab.inprocess.rounds import Round, Rounds
 from lab.node import worker_record
 from lab.nodeenv import NodeEnv
-from lab.procs import Stopped, stop_on
+from lab.procs import Stopped, stop_children, stop_on
 
 PR_SET_PDEATHSIG = 1
 
@@ -71,6 +71,8 @@ class Keeper:
         # A keeper is a light loop that never waits on a collective: it is judged sooner than a rank.
         silent_s = min(5.0, self.frozen_after_s)
         self.roll = RollCall(store, args.node_rank, args.nodes, silent_s) if store is not None else None
+        self.rounds = Rounds(store)
+        self.timed_out: set[int] = set()  # ranks that left on a timeout, waiting for the round they asked
 
     def _start(self, extra: list[str], env: dict[str, str]) -> subprocess.Popen:
         read, write = self.ear.new_pipe()
@@ -121,6 +123,43 @@ class Keeper:
         )
         self._start_spare()
 
+    def restart_all(self, heard: Round) -> bool:
+        """The fallback: every rank of this node stopped and started afresh in the round's
+        generation, to load the script's checkpoint (lab.inprocess.rounds). False (the job
+        ends) when this node's budget is spent."""
+        tag = f"[keeper node{self.args.node_rank}]"
+        if self.replacements >= self.args.max_replacements:
+            print(f"{tag} {heard.why}; this node's {self.args.max_replacements} replacement(s) are spent: the job ends")
+            self.stop()
+            return False
+        self.replacements += 1
+        for proc in self.ranks.values():
+            if proc.poll() is None:
+                proc.kill()  # the hung one with the rest: a restart starts every rank afresh
+            proc.wait()
+            self.ear.forget(proc.pid)
+        self.timed_out.clear()
+        self.generation = heard.generation
+        assert self.spare is not None
+        key, spare = self.spare
+        for local_rank in range(self.args.nproc_per_node):
+            rank = self.args.node_rank * self.args.nproc_per_node + local_rank
+            if local_rank == 0:  # the warm spare takes the first place; the others start cold
+                self.store.set(key, f"{rank},{local_rank},{heard.generation},fresh")
+                self.ranks[rank] = spare
+            else:
+                self.ranks[rank] = self._start([], {"RANK": str(rank), "LOCAL_RANK": str(local_rank)})
+        self._record()
+        self._start_spare()
+        print(
+            f"{tag} {heard.why}: a spare cannot take a living rank's place, so this node's ranks restart from "
+            f"the checkpoint in generation {heard.generation} (round {heard.number}; replacement "
+            f"{self.replacements} of {self.args.max_replacements})",
+            flush=True,
+        )
+        self._record_event(AgentEvent.GROUP_RESTARTED, round=heard.number, generation=heard.generation, why=heard.why)
+        return True
+
     def _end_a_frozen_rank(self, done: set[int]) -> None:
         """SIGKILL a rank whose heartbeat has been silent frozen_after_s (lab.inprocess.heartbeat):
         its death closes its connections, and its place goes to the spare like any lost rank's."""
@@ -155,6 +194,11 @@ class Keeper:
                 if proc.returncode == 0:
                     done.add(rank)
                     continue
+                if proc.returncode == heartbeat.TIMED_OUT_EXIT:  # it said why on its own line
+                    if rank not in self.timed_out:
+                        self.timed_out.add(rank)
+                        self.rounds.ask(f"rank {rank}'s collective timed out: a peer hangs, alive but not in it")
+                    continue
                 if proc.returncode == heartbeat.STRANDED_EXIT:  # it said why on its own line
                     self._record_event(AgentEvent.RANK_STRANDED, rank=rank)
                 if self.replacements < self.args.max_replacements:
@@ -168,6 +212,11 @@ class Keeper:
                     self.stop()
                     return 1
             self._end_a_frozen_rank(done)
+            heard = self.rounds.heard() if self.store is not None else None
+            if heard:
+                if not self.restart_all(heard):
+                    return 1
+                done.clear()
             if self.roll:
                 self.roll.tick()
             if self.spare and self.spare[1].poll() is not None:  # a spare that died waiting: a new one
@@ -181,22 +230,8 @@ class Keeper:
         return 0
 
     def stop(self, grace_s: float = 5.0) -> None:
-        """SIGTERM every child, SIGKILL what is left after grace_s. No wait is unbounded: a child
-        still there at the end dies with the keeper anyway (PR_SET_PDEATHSIG)."""
-        procs = [*self.ranks.values(), *([self.spare[1]] if self.spare else [])]
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        deadline = time.monotonic() + grace_s
-        for proc in procs:
-            try:
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                try:
-                    proc.wait(grace_s)
-                except subprocess.TimeoutExpired:
-                    pass
+        """Every child stopped, SIGKILLed after grace_s (lab.procs.stop_children)."""
+        stop_children([*self.ranks.values(), *([self.spare[1]] if self.spare else [])], grace_s)
 
 
 def run_until_stopped(keeper: Keeper) -> int:

@@ -40,7 +40,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from lab.inprocess.heartbeat import STRANDED_EXIT
+from lab.inprocess.heartbeat import STRANDED_EXIT, TIMED_OUT_EXIT
 
 # A lookout waits on the store this long at most; one whose attempt ended normally is left
 # blocked, a daemon thread (waking it early would mean polling, and torch logs every wait
@@ -168,6 +168,17 @@ def leave_abandoned(rank: str, generation: int, cause: str) -> None:
         f"peer ({cause}); its peers would wait for it in the next one: it exits 1 so that a spare takes its place "
         "(train on inside the loop)",
         1,
+    )
+
+
+def leave_timed_out(rank: str, generation: int, what: str, said: str) -> None:
+    """This rank's collective (or join) timed out: some peer lives but takes no part (it hangs
+    in Python, its heartbeat still beating). Exit TIMED_OUT_EXIT: the keepers restart the group."""
+    _leave(
+        f"rank {rank}: {what} in generation {generation} timed out ({said}): a peer is alive but takes no part "
+        "(it hangs); no spare can take a living rank's place, so it exits and the keepers restart the whole group "
+        "from its checkpoint",
+        TIMED_OUT_EXIT,
     )
 
 

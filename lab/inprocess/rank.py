@@ -5,9 +5,11 @@
 The keeper (lab.inprocess.keeper) starts one per rank, with RANK, LOCAL_RANK, WORLD_SIZE and
 LAB_INPROCESS_STORE set, and one spare per node. A spare imports torch and what the script
 imports at its top level (import_what_the_script_imports), connects to the store, and waits
-for 'RANK,LOCAL_RANK,GENERATION' under KEY: the seconds a fresh process would spend are spent
-before anyone needs them. Either way the script then runs as `__main__`, as
-`python SCRIPT ARGS` would run it, in this process (runpy): its exit status is this process's.
+for 'RANK,LOCAL_RANK,GENERATION[,fresh]' under KEY: the seconds a fresh process would spend
+are spent before anyone needs them. A spare replaces a lost rank among survivors, or (fresh)
+starts as at the job's start, in a restart of the whole group (lab.inprocess.rounds). Either
+way the script then runs as `__main__`, as `python SCRIPT ARGS` would run it, in this process
+(runpy): its exit status is this process's.
 """
 
 from __future__ import annotations
@@ -50,18 +52,17 @@ def import_what_the_script_imports(script: str) -> None:
             pass
 
 
-def wait_for_assignment(key: str) -> tuple[str, str, str] | None:
-    """A spare's wait for 'RANK,LOCAL_RANK,GENERATION' under key; None once the store is gone."""
+def wait_for_assignment(key: str) -> list[str] | None:
+    """A spare's wait for 'RANK,LOCAL_RANK,GENERATION[,fresh]' under key; None once the store is gone."""
     wire = NodeEnv.parse()
     host, _, port = (wire.inprocess_store or "").rpartition(":")
     try:
         store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=60))
         while not store.check([key]):
             time.sleep(0.005)  # a spare may wait longer than any store timeout
-        rank, local_rank, generation = store.get(key).decode().split(",")
+        return store.get(key).decode().split(",")
     except (dist.DistNetworkError, RuntimeError):
         return None
-    return rank, local_rank, generation
 
 
 def main(argv: list[str]) -> int:
@@ -74,8 +75,10 @@ def main(argv: list[str]) -> int:
         assignment = wait_for_assignment(argv[1])
         if assignment is None:
             return 0  # the job ended (its store with it) before this spare was needed
-        rank, local_rank, generation = assignment
-        os.environ.update(RANK=rank, LOCAL_RANK=local_rank, **NodeEnv(inprocess_generation=int(generation)).render())
+        rank, local_rank, generation, *fresh = assignment
+        os.environ.update(RANK=rank, LOCAL_RANK=local_rank)
+        if not fresh:  # a replacement: Attempt.replacement, it takes its state from a peer
+            os.environ.update(NodeEnv(inprocess_generation=int(generation)).render())
         os.environ["TORCHELASTIC_RESTART_COUNT"] = generation
         argv = argv[2:]
     if not argv:

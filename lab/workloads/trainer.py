@@ -233,12 +233,12 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
 def held_state(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None, held: Held):
     """The model, optimizer and step this attempt trains from: the newest any rank holds.
 
-    A process's first attempt builds them, from a checkpoint in the job's first generation; a
-    replacement holds nothing and takes a peer's state (lab.inprocess.api: Attempt.adopt)."""
+    A process's first attempt builds them, from a checkpoint (at the job's start, or in a restart
+    of the whole group); a replacement holds nothing and takes a peer's state (Attempt.adopt)."""
     if held.model is None:
         held.model = make_model(args.width).to(ctx.device)
         held.optimizer = torch.optim.SGD(held.model.parameters(), lr=0.01, momentum=0.9)
-        held.step = restore(args, ctx, events, metrics, held.model, held.optimizer) if not attempt.generation else None
+        held.step = None if attempt.replacement else restore(args, ctx, events, metrics, held.model, held.optimizer)
     assert held.optimizer is not None
     step = held.step = attempt.adopt(held.model, held.optimizer, held.step)
     if attempt.adopted_from is not None:

@@ -34,6 +34,8 @@ CASES = {
     "hang-rank": (hang_rank, {}),
     "hang-rank-watchdog": (hang_rank, {}),
     "hang-rank-in-process": (hang_rank, {"recovery": "in-process"}),
+    "hang-rank-in-python": (hang_rank, {"own": {"in_python": True}}),
+    "hang-rank-in-python-restart": (hang_rank, {"recovery": "restart", "own": {"in_python": True}}),
     "partition-node": (partition_node, {}),
     "straggler": (straggler, {}),
     "preempt": (preempt, {}),

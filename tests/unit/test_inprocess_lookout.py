@@ -100,11 +100,16 @@ def test_a_join_waiting_for_a_rank_that_will_never_come_joins_the_next_generatio
     """Rank 1 died before it joined generation 0: rank 0 waits in the join for it. The keeper
     opens generation 1 and a replacement joins that one; rank 0 leaves its join and meets it."""
     survivor = start(store, 0)
+    deadline = time.monotonic() + WAIT_S
+    while not store.check(["generation"]) and time.monotonic() < deadline:
+        time.sleep(0.01)  # it reads the newest generation first: 0 here, so it joins that one
+    time.sleep(0.5)
     open_next(store)
     replacement = start(store, 1, generation=1)
     outs = finish(survivor, replacement)
     assert [r.returncode for r in (survivor, replacement)] == [0, 0], outs
     assert all("finished in generation 1 with 2" in out for out in outs), outs
+    assert "generation 1 opened while it joined generation 0" in outs[0], outs[0]
 
 
 def test_a_rank_stranded_in_its_collective_leaves_and_its_replacement_joins_the_newest_generation(store):

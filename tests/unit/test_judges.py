@@ -11,6 +11,7 @@ import pytest
 from drill_cases import CASES, FIXTURES, failed, judge, recorded_after, seen
 
 from lab import exercises
+from lab.exercises import hang_rank
 from lab.exercises.seen import Seen
 
 # What each recorded run shows, beside its verdict (these moved here from system tests).
@@ -28,6 +29,12 @@ FACTS = {
     "hang-rank-in-process": lambda f: (
         f["seconds_until_the_keeper_ended_it"] < 10 and f["replacements"] == 1 and f["lost_steps"] <= 1
     ),
+    "hang-rank-in-python": lambda f: (
+        f["fell_back"]["to"] == "restart"
+        and f["fell_back"]["lost_steps"] <= 10
+        and f["recovery"]["detect"] >= hang_rank.PG_TIMEOUT_S * 0.9
+    ),
+    "hang-rank-in-python-restart": lambda f: f["restarts"] == 1 and f["seconds_until_prometheus_saw_it"] is None,
     "partition-node": lambda f: f["restarts"] >= 1 and f["forensics"]["finding"],
     "straggler": lambda f: max(f["busy_seconds_per_step"], key=f["busy_seconds_per_step"].get) == 1,
     "preempt": lambda f: f["lost_steps"] == 0 and f["final_weights_match_reference"],

@@ -53,6 +53,43 @@ def test_an_in_process_hang_ended_on_the_wrong_rank_or_too_late_fails():
         assert "SIGKILLed the frozen rank" in failed(judge("hang-rank-in-process", evidence))[0]
 
 
+FELL_BACK = (
+    "every node's keeper fell back to one restart of the whole group (a spare cannot take a living rank's place)"
+)
+
+
+def test_a_python_hang_a_keeper_took_for_frozen_fails_the_timeout_check_alone():
+    """A rank that hangs in Python still beats: a keeper that ended it as frozen would mean the
+    drill hung it some other way, and the fallback it claims was not shown."""
+    evidence = copy.deepcopy(seen("hang-rank-in-python"))
+    fault_time = after_fault(evidence, "kill_worker")
+    evidence.agents.append(
+        {"name": AgentEvent.RANK_FROZEN, "time": fault_time + 3.4, "node": "node0", "event": {"metadata": {"rank": 1}}}
+    )
+    assert failed(judge("hang-rank-in-python", evidence)) == [
+        "no keeper took rank 1 for frozen (it still beat); its peers' collectives timed out at the 10 s "
+        "process-group timeout"
+    ]
+
+
+def test_a_fallback_on_one_node_only_or_a_rank_that_took_a_peers_state_fails():
+    evidence = copy.deepcopy(seen("hang-rank-in-python"))
+    evidence.agents = [a for a in evidence.agents if a["node"] != "node1" or a["name"] != AgentEvent.GROUP_RESTARTED]
+    assert failed(judge("hang-rank-in-python", evidence)) == [FELL_BACK]
+    evidence = copy.deepcopy(seen("hang-rank-in-python"))
+    loaded = recorded_after(evidence, "kill_worker", "checkpoint_loaded")
+    evidence.events.remove(next(e for e in loaded if e["rank"] == 3))  # rank 3 came back some other way
+    assert failed(judge("hang-rank-in-python", evidence)) == [
+        "every rank started afresh and resumed from the same checkpoint"
+    ]
+
+
+def test_a_python_hang_under_a_restart_is_judged_without_prometheus_seeing_it_down():
+    """Its exporter's thread still answers: the restart's verdict has no Prometheus check then."""
+    report = judge("hang-rank-in-python-restart", seen("hang-rank-in-python-restart"))
+    assert report.verdict == "pass" and not any("Prometheus" in c.name for c in report.checks)
+
+
 def test_a_partition_whose_logs_show_no_timeout_and_that_never_finished_fails():
     evidence = seen("partition-node")
     evidence.logs = {node: log.replace("Timed out", "Gave up") for node, log in evidence.logs.items()}

@@ -11,7 +11,9 @@ outside (progress, what it loads, how it exits). Here, on the controller:
 - runner: one run (the reference, or one fault) as a drill of the engine, in a clean working dir;
 - matrix, page: every fault in a row, as matrix.json, matrix.md and a self-contained matrix.html.
 
-A drill module takes part by defining `break_script(drill, target, ckpt_dir)` (inject its
-fault, return the fault record) and SCRIPT_RECOVERY: "restart" (torchrun should restart the
-group), "rerun" (the job ends; the lab starts it again, as after a preemption) or "none".
+A drill module takes part by defining `break_script(drill, target, ckpt_dir, own)` (inject its
+fault, return the fault record; own: its flags, of which SCRIPT_OPTIONS names those it takes
+on a script, and SCRIPT_REFUSES says why the others are refused) and SCRIPT_RECOVERY:
+"restart" (torchrun should restart the group), "rerun" (the job ends; the lab starts it
+again, as after a preemption) or "none".
 """

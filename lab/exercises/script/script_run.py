@@ -99,7 +99,7 @@ class ScriptRun:
             return drill.snapshot(self.NAME, drill.exit_codes(), **unfired, **setup)
         drill.progress(f"fire point: {fire['source']} {fire['unit']} {fire['value']}")
         try:
-            fault = self.fault.break_script(drill, target, str(ckpt) if ckpt else None)
+            fault = self.fault.break_script(drill, target, str(ckpt) if ckpt else None, dict(options.own))
         except LabError as refused:  # nothing left to hit: the script died on its own first?
             if not judge.errors(drill.events(), 0):
                 raise

@@ -1,0 +1,71 @@
+"""A rank whose collective timed out (a peer hangs in Python, still beating) makes its keeper fall
+back to a restart of the whole group (lab.inprocess.rounds). The keeper is real, with a real
+TCPStore; its ranks and spares are small stand-in processes: rank 0 exits with TIMED_OUT_EXIT
+at once, rank 1 hangs (a long sleep) until the round stops it."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from conftest import REPO
+
+KEEPER = textwrap.dedent(
+    """
+    import argparse, subprocess, sys
+    import torch.distributed as dist
+    from lab.inprocess import keeper as k
+    from lab.inprocess.heartbeat import TIMED_OUT_EXIT
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    args = argparse.Namespace(store="-", node_rank=0, nodes=1, nproc_per_node=2, events_dir=sys.argv[1], script=["-"])
+    args.max_replacements = int(sys.argv[2])
+    keeper = k.Keeper(args, store)
+    argvs = iter([
+        ["sh", "-c", f"exit {TIMED_OUT_EXIT}"],  # rank 0: its collective timed out
+        ["sleep", "600"],  # rank 1: the one that hangs
+        ["sleep", "1"],  # the spare: rank 0 in the restart
+        ["sleep", "1"],  # rank 1, started afresh
+        ["sleep", "600"],  # the next spare
+    ])
+
+    def start(extra, env):
+        print("start", extra, sorted(env.items()), flush=True)
+        return subprocess.Popen(next(argvs), preexec_fn=k.die_with_parent)
+
+    keeper._start = start
+    code = k.run_until_stopped(keeper)
+    print("assigned", store.get("spare/node0/0").decode() if store.check(["spare/node0/0"]) else None, flush=True)
+    sys.exit(code)
+    """
+)
+
+
+def run_keeper(events, budget: int) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", KEEPER, str(events), str(budget)], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_timed_out_rank_restarts_every_rank_of_the_node_afresh_and_is_recorded(tmp_path):
+    done = run_keeper(tmp_path, budget=1)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ranks restart from the checkpoint in generation 1 (round 1; replacement 1 of 1)" in done.stdout
+    # The spare takes rank 0 as a fresh start (it loads the checkpoint, not a peer's state), rank 1
+    # starts as at the job's start: neither is told it replaces a rank among survivors.
+    assert "assigned 0,0,1,fresh" in done.stdout, done.stdout
+    restarted = [line for line in done.stdout.splitlines() if line.startswith("start [] ")][2:]
+    assert restarted == ["start [] [('LOCAL_RANK', '1'), ('RANK', '1')]"], done.stdout
+    records = [json.loads(line) for f in tmp_path.glob("agent-*.jsonl") for line in f.read_text().splitlines()]
+    rounds = [r["torchelastic"]["metadata"] for r in records if r["torchelastic"]["name"] == "lab.group_restarted"]
+    assert [(r["round"], r["generation"]) for r in rounds] == [(1, 1)] and "timed out" in rounds[0]["why"]
+
+
+def test_with_the_budget_spent_the_job_ends_in_one_line(tmp_path):
+    done = run_keeper(tmp_path, budget=0)
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = [line for line in done.stdout.splitlines() if "spent" in line]
+    assert said == [
+        "[keeper node0] rank 0's collective timed out: a peer hangs, alive but not in it; "
+        "this node's 0 replacement(s) are spent: the job ends"
+    ]
