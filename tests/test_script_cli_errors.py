@@ -37,6 +37,9 @@ SNAPSHOT = str(REPO / "tests" / "user_scripts" / "snapshot_every_epoch.py")
         (["matrix", "--script", SNAPSHOT, "--faults", "collective-mismatch"], ["collective-mismatch", "hook"]),
         (["run", "collective-mismatch", "--script", SNAPSHOT], ["cannot run on your script", "collective_loop"]),
         (["run", "kill-rendezvous-host", "--script", SNAPSHOT], ["cannot run on your script", "kill-node"]),
+        # A drill's flag that acts on the lab's trainer only is refused on a script, never ignored.
+        (["run", "kill-node", "--script", SNAPSHOT, "--elastic"], ["--elastic", "fixed-size", "drop --elastic"]),
+        (["run", "hang-rank", "--script", SNAPSHOT, "--watchdog", "3"], ["--watchdog", "registers none"]),
     ],
 )
 def test_bad_script_drill_input_is_one_line(lab, args, words):
