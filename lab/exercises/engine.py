@@ -147,10 +147,13 @@ class Drill:
     ) -> Seen:
         """Wait for the job to end (wait_s None: not at all), then gather what it left: the events,
         the agents' records, the exit codes, the node logs (when the judge reads them) and the
-        reference's checksums (when given the trainer's arguments)."""
+        reference's checksums (when given the trainer's arguments, and the job did not fail: a
+        failed job left no final weights to compare, and the reference's run would cost a job)."""
         codes: dict[str, int | None] = dict(self.wait_job(wait_s)) if wait_s is not None else self.exit_codes()
         seen = self.snapshot(exercise, codes, logs=logs, **extra)
-        if reference is not None:
+        if reference is not None and any(code not in (0, None) for code in codes.values()):
+            seen.reference_source = "not run: the job failed, and left no final weights to compare"
+        elif reference is not None:
             checksums, seen.reference_source = self.reference_checksums(reference)
             seen.reference = sorted(checksums)
         return seen
