@@ -11,8 +11,8 @@
                lab.inprocess's attempts() (the lab's trainer does), on a runtime that runs a
                keeper per node. About 0.4 s.
     auto       (the default) the fastest style the job can survive: in-process where the job
-               can run it (a script that trains in lab.inprocess's attempts(), on a runtime
-               with keepers; the drills that judge it, on the lab's trainer); else restart,
+               can run it (the drills that judge it, on the lab's trainer; `lab up` and `lab
+               run` take it only when asked: the keepers export no agent metrics yet); else restart,
                unless the job is elastic, a drill needs torchrun's rendezvous, the runtime
                cannot host the lab's, or --rdzv-backend / --torch-defaults chose torchrun's
                path. A hang in-process cannot end (a rank hung in Python, still beating) falls
@@ -116,13 +116,17 @@ def choose(
     rdzv_asked: --rdzv-backend as given (None: not given). drill_needs: (style, why) when a
     drill's fault needs one style. in_process_refusal: why the job's workload cannot recover
     in-process ("": it can; script_refuses_in_process). in_process_first: auto picks in-process
-    where it runs (a drill whose fault it survives). Refuses, in one line, what cannot run."""
+    where it runs (a drill whose fault it survives). A drill's needs (drill_needs) refuse
+    in-process too, unless the job's workload says it recovers so (in_process_refusal ""): a drill
+    that judges in-process needs the restart style it names only when it restarts. Refuses, in
+    one line, what cannot run."""
     if asked not in CHOICES:
         raise LabError(f"--recovery must be one of {', '.join(CHOICES)}; got {asked!r}")
     # The backend asked for, or set by a drill's job (c10d is what a job gets when nothing is set).
     rdzv_set = rdzv_asked or (None if topology.rdzv_backend == DEFAULT_TORCHRUN_RDZV else topology.rdzv_backend)
     if asked == IN_PROCESS or (asked == AUTO and in_process_first):
-        why_not = _in_process_refusal(topology, host, rdzv_asked if asked == IN_PROCESS else rdzv_set, drill_needs)
+        needs = drill_needs if in_process_refusal else None
+        why_not = _in_process_refusal(topology, host, rdzv_asked if asked == IN_PROCESS else rdzv_set, needs)
         why_not = why_not or in_process_refusal
         if not why_not:
             asked_why = "asked: the survivors stay, a warm spare takes the lost rank's state from a peer"

@@ -19,10 +19,12 @@ A drill is one module of this package, named in CATALOG, with:
   SCRIPT_NEEDS_CKPT_DIR: the refusal when its script side needs --ckpt-dir and has none;
 - optionally MIN_NODES: the fewest nodes its fault needs (--nodes below it is refused);
 - optionally IN_PROCESS_JUDGED = True: its judge knows --recovery in-process (the lost rank
-  replaced by a spare, state from a peer: lab.exercises.inprocess_verdict), and --recovery
-  auto picks it where the job can run it; others refuse it;
+  replaced by a spare, state from a peer, or the keepers' fallback to a restart:
+  lab.exercises.inprocess_verdict), and --recovery auto picks it where the job can run it
+  (unless IN_PROCESS_FIRST = False: only when asked); others refuse it;
 - optionally RECOVERY_NEEDS = (style, why): the recovery style (lab.recovery) its fault is
-  about, where --recovery auto would otherwise pick another; a contrary --recovery is refused;
+  about, where --recovery auto would otherwise pick another; a contrary --recovery is refused
+  (in-process too, unless the drill judges it);
 - INJECTS: the Node faults it uses (and injects(options) where a flag adds one): a runtime
   whose nodes cannot suffer one refuses the drill before it starts (lab.exercises.grid).
 
@@ -149,7 +151,7 @@ def job(
         host,
         drill_needs=recovery_needs(fault),
         in_process_refusal=in_process_refusal(exercise, on_script or hasattr(exercise, "fault")),
-        in_process_first=True,
+        in_process_first=getattr(fault, "IN_PROCESS_FIRST", True),
     )
 
 
@@ -160,7 +162,8 @@ def in_process_refusal(exercise: ModuleType, on_script: bool = False) -> str:
         return "not behind drills on your script yet (lab run --recovery in-process SCRIPT runs it)"
     if not getattr(exercise, "IN_PROCESS_JUDGED", False):
         judged = [d.NAME for d in drills().values() if getattr(d, "IN_PROCESS_JUDGED", False)]
-        return f"{exercise.NAME} does not judge in-process recovery yet (only {' and '.join(judged)} do)"
+        listed = ", ".join(judged[:-1]) + f" and {judged[-1]}" if len(judged) > 1 else "".join(judged)
+        return f"{exercise.NAME} does not judge in-process recovery yet (only {listed} do)"
     return ""
 
 

@@ -154,8 +154,7 @@ def judge(seen: Seen, options) -> Report:
     if seen.topology.step_watchdog_s:
         return judge_watchdog(seen, report)
     if seen.topology.in_process and seen_down is None:  # in Python: it beats, and no keeper ends it
-        inprocess_verdict.judge_fallback(report, seen, fault["time"], target, PG_TIMEOUT_S)
-        return report
+        return judge_python_hang(seen, report)
     if seen.topology.in_process:
         return judge_in_process(seen, report)
     events, codes = seen.events, seen.codes
@@ -246,6 +245,31 @@ def judge_in_process(seen: Seen, report: Report) -> Report:
         f"timeout; its heartbeat thread stopped with it, and after {limit:.1f} s of silence its keeper SIGKILLed it. "
         "Its death closed its connections: the survivors left their all-reduce, a warm spare took its place and its "
         "state from a peer"
+    )
+    return report
+
+
+def judge_python_hang(seen: Seen, report: Report) -> Report:
+    """--in-python under --recovery in-process: it still beats, so no keeper ends it and no spare
+    can take its place; its peers' collectives time out, and the keepers fall back to a restart."""
+    fault = hung(seen)
+    fell = inprocess_verdict.fallback_facts(seen, fault["time"])
+    detect, target = fell["seconds"]["detect"], fault["rank"]
+    frozen = [a for a in seen.agents if a["name"] == AgentEvent.RANK_FROZEN and a["time"] > fault["time"]]
+    report.check(
+        f"no keeper took rank {target} for frozen (it still beat); its peers' collectives timed out at the "
+        f"{PG_TIMEOUT_S} s process-group timeout",
+        not frozen and detect is not None and PG_TIMEOUT_S * 0.9 <= detect < PG_TIMEOUT_S + 15,
+        f"the restart was asked {detect:.1f} s after the hang" if detect is not None else "no restart was asked",
+    )
+    inprocess_verdict.judge_fallback(report, seen, fault["time"])
+    report.explanation = (
+        f"rank {target} hung in Python with its threads running, so it kept beating and no keeper could tell it "
+        f"from a slow rank. Its peers' collectives timed out after {PG_TIMEOUT_S} s and each left (status 76); a "
+        "spare cannot take a living rank's place, so in-process recovery fell back to a restart: every node's keeper "
+        f"stopped its ranks, the hung one with them, and started them afresh from the checkpoint at step "
+        f"{inprocess_verdict.steps_text(fell)}, redoing {fell['lost_steps']} steps. It cost "
+        f"{inprocess_verdict.cost_text(fell)} from the hang to the first step, most of it the process-group timeout"
     )
     return report
 

@@ -10,7 +10,12 @@ after the rendezvous' last call the survivors carry on with fewer ranks (4 -> 2)
 resume from the checkpoint and finish. Their weights differ from a 4-rank run's, as
 they must: the same steps now average two ranks' gradients, not four.
 
-    lab exercise run kill-node [--target-rank 3] [--at-step 25] [--elastic]
+Under `--recovery in-process` (a fixed-size job; asked for, not the default) each node runs a
+keeper, not torchrun's agent: no spare can take a whole node's ranks. The surviving keeper
+hears the lost keeper's silence (5 s), stops its ranks and waits; when the node comes back its
+keeper asks for a round, and every rank restarts from the checkpoint (lab.inprocess.fallback).
+
+    lab exercise run kill-node [--target-rank 3] [--at-step 25] [--elastic | --recovery in-process]
 
 The target rank's node must not be node0, which hosts the c10d rendezvous store:
 that is `kill-rendezvous-host`. Look for: "failed (exitcode" on the survivor, a new
@@ -20,7 +25,7 @@ rendezvous round in its log, and in the events the next round's world size.
 from __future__ import annotations
 
 from lab.errors import LabError
-from lab.exercises import drill_job, observe
+from lab.exercises import drill_job, inprocess_verdict, observe
 from lab.exercises.engine import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import AgentEvent, Event
@@ -41,6 +46,10 @@ SCRIPT_REFUSES = {"elastic": "on your script the drill runs a fixed-size job and
 # A node's loss changes the rendezvous' membership, which torch's c10d rendezvous is built for
 # (and an elastic job needs); the lab's tuned restart assumes every node comes back as it was.
 RECOVERY_NEEDS = ("torchrun", "kill-node drills a node's loss through torch's c10d rendezvous")
+# --recovery in-process (a fixed job): the survivors' keepers stop their ranks and wait for the
+# node's keeper to come back, then every rank restarts from the checkpoint (lab.inprocess.fallback).
+# Only when asked: the keepers hear the loss after 5 s of silence, c10d's agent at once.
+IN_PROCESS_JUDGED, IN_PROCESS_FIRST = True, False
 
 
 def topology(options) -> Topology:
@@ -70,6 +79,8 @@ def run(drill, options) -> Report:
 
 
 def judge(seen: Seen, options) -> Report:
+    if seen.topology.in_process:
+        return judge_in_process(seen)
     report = seen.new_report()
     events, codes, fault = seen.events, seen.codes, seen.injected("kill_node")
     after = [e for e in events if e["time"] > fault["time"]]
@@ -107,6 +118,34 @@ def judge(seen: Seen, options) -> Report:
     return report
 
 
+def judge_in_process(seen: Seen) -> Report:
+    """--recovery in-process: the survivors' keepers heard the node's keeper fall silent, and
+    once it was back every rank restarted from the checkpoint (inprocess_verdict.judge_fallback)."""
+    report, fault = seen.new_report(), seen.injected("kill_node")
+    lost = int(fault["node"].removeprefix("node"))
+    heard = [
+        a
+        for a in seen.agents
+        if a["name"] == AgentEvent.KEEPER_LOST and a["time"] > fault["time"] and a["event"]["metadata"]["node"] == lost
+    ]
+    after = heard[0]["time"] - fault["time"] if heard else None
+    report.check(
+        f"the other keepers heard {fault['node']}'s keeper fall silent and stopped their ranks to wait for it",
+        bool(heard)
+        and {a["node"] for a in heard} == {f"node{n}" for n in range(seen.topology.nodes)} - {fault["node"]},
+        f"heard by {sorted(a['node'] for a in heard)}, {after:.1f} s after the kill" if heard else "no keeper heard it",
+    )
+    fell = inprocess_verdict.judge_fallback(report, seen, fault["time"])
+    report.explanation = (
+        f"{fault['node']} was lost whole, its keeper with its ranks: no spare was left to take their places. The "
+        f"other keepers heard its silence after {after or 0:.1f} s and stopped their ranks, whose group cannot re-form "
+        f"without the lost ones; once the lab started {fault['node']} again, its keeper asked for a round and every "
+        f"rank restarted from the checkpoint at step {inprocess_verdict.steps_text(fell)}, redoing "
+        f"{fell['lost_steps']} steps, {inprocess_verdict.cost_text(fell)} from the kill to the first step"
+    )
+    return report
+
+
 def off_the_store_host(drill, target: int, chosen: bool) -> tuple[int, str]:
     """(rank, its node): the target, moved off node0 unless the user chose it."""
     node, _ = drill.locate(target)
@@ -121,10 +160,11 @@ def off_the_store_host(drill, target: int, chosen: bool) -> tuple[int, str]:
 
 
 def bring_back(drill, node: str, fault: dict) -> None:
-    """Once the surviving agent has noticed, start the dead node again (a replaced machine)."""
+    """Once the surviving agent (or keeper) has noticed, start the dead node again (a replaced machine)."""
+    noticed = AgentEvent.KEEPER_LOST if drill.topology.in_process else AgentEvent.FAILURE_DETECTED
     drill.wait_for(
         lambda: observe.first_time(
-            observe.agent_events(drill.events_dir), fault["time"], lambda r: r["name"] == AgentEvent.FAILURE_DETECTED
+            observe.agent_events(drill.events_dir), fault["time"], lambda r: r["name"] == noticed
         ),
         60,
         "the surviving agent to notice",

@@ -39,8 +39,9 @@ from pathlib import Path
 
 from lab.health.events import AgentEvent, append_agent_record, node_name
 from lab.inprocess import heartbeat
+from lab.inprocess.fallback import Fallback
 from lab.inprocess.roll_call import KeeperLost, RollCall
-from lab.inprocess.rounds import Round, Rounds
+from lab.inprocess.rounds import Rounds
 from lab.node import worker_record
 from lab.nodeenv import NodeEnv
 from lab.procs import Stopped, stop_children, stop_on
@@ -56,7 +57,7 @@ def die_with_parent() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-class Keeper:
+class Keeper(Fallback):
     def __init__(self, args: argparse.Namespace, store):
         self.args, self.store = args, store
         self.world_size = args.nodes * args.nproc_per_node
@@ -88,6 +89,9 @@ class Keeper:
         return proc
 
     def start(self) -> None:
+        if self.rejoin():  # back after its node was lost: its ranks start in the round it asked for
+            self._start_spare()
+            return
         for local_rank in range(self.args.nproc_per_node):
             rank = self.args.node_rank * self.args.nproc_per_node + local_rank
             self.ranks[rank] = self._start([], {"RANK": str(rank), "LOCAL_RANK": str(local_rank)})
@@ -123,43 +127,6 @@ class Keeper:
         )
         self._start_spare()
 
-    def restart_all(self, heard: Round) -> bool:
-        """The fallback: every rank of this node stopped and started afresh in the round's
-        generation, to load the script's checkpoint (lab.inprocess.rounds). False (the job
-        ends) when this node's budget is spent."""
-        tag = f"[keeper node{self.args.node_rank}]"
-        if self.replacements >= self.args.max_replacements:
-            print(f"{tag} {heard.why}; this node's {self.args.max_replacements} replacement(s) are spent: the job ends")
-            self.stop()
-            return False
-        self.replacements += 1
-        for proc in self.ranks.values():
-            if proc.poll() is None:
-                proc.kill()  # the hung one with the rest: a restart starts every rank afresh
-            proc.wait()
-            self.ear.forget(proc.pid)
-        self.timed_out.clear()
-        self.generation = heard.generation
-        assert self.spare is not None
-        key, spare = self.spare
-        for local_rank in range(self.args.nproc_per_node):
-            rank = self.args.node_rank * self.args.nproc_per_node + local_rank
-            if local_rank == 0:  # the warm spare takes the first place; the others start cold
-                self.store.set(key, f"{rank},{local_rank},{heard.generation},fresh")
-                self.ranks[rank] = spare
-            else:
-                self.ranks[rank] = self._start([], {"RANK": str(rank), "LOCAL_RANK": str(local_rank)})
-        self._record()
-        self._start_spare()
-        print(
-            f"{tag} {heard.why}: a spare cannot take a living rank's place, so this node's ranks restart from "
-            f"the checkpoint in generation {heard.generation} (round {heard.number}; replacement "
-            f"{self.replacements} of {self.args.max_replacements})",
-            flush=True,
-        )
-        self._record_event(AgentEvent.GROUP_RESTARTED, round=heard.number, generation=heard.generation, why=heard.why)
-        return True
-
     def _end_a_frozen_rank(self, done: set[int]) -> None:
         """SIGKILL a rank whose heartbeat has been silent frozen_after_s (lab.inprocess.heartbeat):
         its death closes its connections, and its place goes to the spare like any lost rank's."""
@@ -187,7 +154,7 @@ class Keeper:
     def run(self) -> int:
         self.start()
         done: set[int] = set()
-        while len(done) < len(self.ranks):
+        while not self.ranks or len(done) < len(self.ranks):  # none: a keeper back, awaiting its round
             for rank, proc in list(self.ranks.items()):
                 if rank in done or proc.poll() is None:
                     continue
@@ -217,8 +184,13 @@ class Keeper:
                 if not self.restart_all(heard):
                     return 1
                 done.clear()
-            if self.roll:
-                self.roll.tick()
+            try:
+                if self.roll:
+                    self.roll.tick()
+            except KeeperLost as lost:  # its node lost whole: wait for it, then restart from the checkpoint
+                if not self.outlive(lost):
+                    return 1
+                done.clear()
             if self.spare and self.spare[1].poll() is not None:  # a spare that died waiting: a new one
                 print(f"[keeper node{self.args.node_rank}] spare {self.spare[0]} exited ({self.spare[1].returncode})")
                 self.ear.forget(self.spare[1].pid)
@@ -246,11 +218,10 @@ def run_until_stopped(keeper: Keeper) -> int:
     except Stopped as stopped:
         keeper.stop()
         return 128 + stopped.signum
-    except KeeperLost as lost:  # its ranks died with it: this fixed-size job cannot regroup
+    except KeeperLost as lost:  # a second node lost while this keeper waited for the first
         print(
-            f"[keeper node{keeper.args.node_rank}] node {lost.node}'s keeper is gone (no beat for "
-            f"{lost.silent_s:.1f} s): its ranks died with it, and the job cannot regroup without them; "
-            "this node's ranks stop",
+            f"[keeper node{keeper.args.node_rank}] node {lost.node}'s keeper is gone too (no beat for "
+            f"{lost.silent_s:.1f} s): the job ends",
             flush=True,
         )
         keeper._record_event(AgentEvent.KEEPER_LOST, node=lost.node, silent_s=round(lost.silent_s, 3))

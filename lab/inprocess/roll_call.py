@@ -5,8 +5,10 @@ them. The other keepers act only on their own children's deaths, so their ranks 
 a generation nobody opens, for ever: measured, node 1's keeper SIGKILLed and node 0's keeper
 still running 90 s later. So each keeper bumps a counter in the store every BEAT_S and watches
 the others'. One whose counter has not moved for silent_s, and that never said it was done, is
-gone, and the job ends with one line. The counter is a count, not a time: the nodes' clocks
-need not agree, and each keeper times the others on its own clock.
+gone: the others stop their ranks and wait for it to come back (lab.inprocess.fallback), and
+judge it again once its counter moves (a keeper started anew goes on from the stored count).
+The counter is a count, not a time: the nodes' clocks need not agree, and each keeper times
+the others on its own clock.
 
 At the end each keeper says it is done. Node 0's keeper hosts the store, so it waits for the
 others' word (or their silence) before it exits: no keeper then finds the store gone while its
@@ -32,6 +34,7 @@ class RollCall:
         self.store, self.node, self.nodes, self.silent_s, self.clock = store, node, nodes, silent_s, clock
         self.count = 0
         self.heard: dict[int, tuple[bytes, float]] = {}  # node -> (its counter, when this keeper saw it move)
+        self.gone: dict[int, bytes] = {}  # node -> its counter when it was lost: not judged until it moves
         self.next_at = 0.0
 
     @staticmethod
@@ -58,12 +61,19 @@ class RollCall:
             if not self.store.check([self.key(node, "beat")]):
                 continue  # not started yet: a keeper is judged once it has beaten
             value = self.store.get(self.key(node, "beat"))
+            if self.gone.get(node) == value:
+                continue  # still gone: not lost again (lab.inprocess.fallback waits for it)
+            self.gone.pop(node, None)
             last = self.heard.get(node)
             if last is None or last[0] != value:
                 self.heard[node] = (value, now)
             elif now - last[1] >= self.silent_s:
                 return node, now - last[1]
         return None
+
+    def away(self, node: int) -> None:
+        """A lost node's keeper is not judged again until it beats again (its keeper started anew)."""
+        self.gone[node] = self.heard.pop(node)[0]
 
     def finish(self) -> None:
         """Say this keeper is done; node 0's, the store's host, then waits until every other keeper

@@ -22,6 +22,9 @@ FACTS = {
     "rank-exception": lambda f: "RuntimeError" in f["error"] and f["restarts"] == 1 and 0 <= f["lost_steps"] <= 10,
     "kill-node": lambda f: f["world_size_after"] == [4] and f["final_weights_match_reference"],
     "kill-node-elastic": lambda f: f["world_size_after"] == [2],
+    "kill-node-in-process": lambda f: (
+        f["fell_back"]["to"] == "restart" and f["fell_back"]["lost_steps"] <= 10 and f["final_weights_match_reference"]
+    ),
     "kill-rendezvous-host": lambda f: f["lost_steps"] is None,
     "kill-rendezvous-host-etcd": lambda f: f["final_weights_match_reference"] and f["lost_steps"] <= 10,
     "hang-rank": lambda f: f["restarts"] == 1 and f["seconds_until_the_timeout_fired"] < 25,

@@ -53,9 +53,7 @@ def test_an_in_process_hang_ended_on_the_wrong_rank_or_too_late_fails():
         assert "SIGKILLed the frozen rank" in failed(judge("hang-rank-in-process", evidence))[0]
 
 
-FELL_BACK = (
-    "every node's keeper fell back to one restart of the whole group (a spare cannot take a living rank's place)"
-)
+FELL_BACK = "every node's keeper fell back to one restart of the whole group"
 
 
 def test_a_python_hang_a_keeper_took_for_frozen_fails_the_timeout_check_alone():
@@ -82,6 +80,17 @@ def test_a_fallback_on_one_node_only_or_a_rank_that_took_a_peers_state_fails():
     assert failed(judge("hang-rank-in-python", evidence)) == [
         "every rank started afresh and resumed from the same checkpoint"
     ]
+
+
+def test_a_node_loss_no_keeper_heard_or_restarted_on_one_node_only_fails_in_process():
+    evidence = copy.deepcopy(seen("kill-node-in-process"))
+    evidence.agents = [a for a in evidence.agents if a["name"] != AgentEvent.KEEPER_LOST]
+    assert failed(judge("kill-node-in-process", evidence)) == [
+        "the other keepers heard node1's keeper fall silent and stopped their ranks to wait for it"
+    ]
+    evidence = copy.deepcopy(seen("kill-node-in-process"))
+    evidence.agents = [a for a in evidence.agents if a["node"] != "node0" or a["name"] != AgentEvent.GROUP_RESTARTED]
+    assert failed(judge("kill-node-in-process", evidence)) == [FELL_BACK]
 
 
 def test_a_python_hang_under_a_restart_is_judged_without_prometheus_seeing_it_down():

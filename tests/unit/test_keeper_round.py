@@ -28,6 +28,9 @@ KEEPER = textwrap.dedent(
         ["sleep", "1"],  # rank 1, started afresh
         ["sleep", "600"],  # the next spare
     ])
+    if sys.argv[3] == "back":  # its node was in the job before: its beat is in the store
+        store.set("keeper/node0/beat", "41")
+        argvs = iter([["sleep", "1"], ["sleep", "1"], ["sleep", "600"]])  # the spare, rank 1, the next spare
 
     def start(extra, env):
         print("start", extra, sorted(env.items()), flush=True)
@@ -41,10 +44,19 @@ KEEPER = textwrap.dedent(
 )
 
 
-def run_keeper(events, budget: int) -> subprocess.CompletedProcess:
+def run_keeper(events, budget: int, how: str = "hang") -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", KEEPER, str(events), str(budget)], cwd=REPO, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", KEEPER, str(events), str(budget), how],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
+
+
+def rounds_recorded(events) -> list[dict]:
+    records = [json.loads(line) for f in events.glob("agent-*.jsonl") for line in f.read_text().splitlines()]
+    return [r["torchelastic"]["metadata"] for r in records if r["torchelastic"]["name"] == "lab.group_restarted"]
 
 
 def test_a_timed_out_rank_restarts_every_rank_of_the_node_afresh_and_is_recorded(tmp_path):
@@ -56,9 +68,20 @@ def test_a_timed_out_rank_restarts_every_rank_of_the_node_afresh_and_is_recorded
     assert "assigned 0,0,1,fresh" in done.stdout, done.stdout
     restarted = [line for line in done.stdout.splitlines() if line.startswith("start [] ")][2:]
     assert restarted == ["start [] [('LOCAL_RANK', '1'), ('RANK', '1')]"], done.stdout
-    records = [json.loads(line) for f in tmp_path.glob("agent-*.jsonl") for line in f.read_text().splitlines()]
-    rounds = [r["torchelastic"]["metadata"] for r in records if r["torchelastic"]["name"] == "lab.group_restarted"]
+    rounds = rounds_recorded(tmp_path)
     assert [(r["round"], r["generation"]) for r in rounds] == [(1, 1)] and "timed out" in rounds[0]["why"]
+
+
+def test_a_keeper_back_on_a_lost_node_asks_for_a_round_and_starts_its_ranks_in_it(tmp_path):
+    """Its node's beat is in the store: it does not start its ranks in generation 0 (their peers
+    wait in another), it asks for a round, and they start in the round's generation, afresh."""
+    done = run_keeper(tmp_path, budget=1, how="back")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "assigned 0,0,1,fresh" in done.stdout, done.stdout
+    started = [line for line in done.stdout.splitlines() if line.startswith("start ")]
+    assert started[0].startswith("start ['--spare'") and len(started) == 3, started  # the spare first, no rank
+    rounds = rounds_recorded(tmp_path)
+    assert rounds == [{"round": 1, "generation": 1, "why": "node 0's keeper came back after the node was lost"}]
 
 
 def test_with_the_budget_spent_the_job_ends_in_one_line(tmp_path):

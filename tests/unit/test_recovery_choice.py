@@ -72,6 +72,7 @@ def test_a_backend_the_runtime_does_not_run_is_refused():
 KEEPERS = recovery.Host("anywhere", ("c10d", "lab"), no_in_process="")
 ETCD_KEEPERS = recovery.Host("anywhere", ("etcd-v2",), no_in_process="")
 OPTED_IN = "lab/workloads/inprocess_train.py"
+DDP = "lab/workloads/ddp_train.py"  # does not opt in
 
 
 def test_in_process_renders_a_keeper_per_node_for_a_script_that_opted_in():
@@ -111,8 +112,9 @@ def test_in_process_renders_a_keeper_per_node_for_a_script_that_opted_in():
         (ELASTIC, KEEPERS, None, None, OPTED_IN, "elastic", "torchrun"),
         (FIXED.replace(torch_defaults=True), KEEPERS, None, None, OPTED_IN, "--torch-defaults", "torchrun"),
         (FIXED, KEEPERS, "c10d", None, OPTED_IN, "--rdzv-backend c10d: the keepers run no rendezvous", "torchrun"),
-        (FIXED, KEEPERS, None, ("torchrun", "this drill loses the store's host"), OPTED_IN, "store's host", "torchrun"),
-        (FIXED, KEEPERS, None, ("restart", "this drill times the tuned restart"), OPTED_IN, "tuned restart", "restart"),
+        # A drill that needs a style and does not judge in-process (its workload's refusal stands).
+        (FIXED, KEEPERS, None, ("torchrun", "this drill loses the store's host"), DDP, "store's host", "torchrun"),
+        (FIXED, KEEPERS, None, ("restart", "this drill times the tuned restart"), DDP, "tuned restart", "restart"),
     ],
 )
 def test_in_process_is_refused_in_one_line_naming_the_style_that_runs(job, host, rdzv, needs, script, reason, instead):
@@ -123,6 +125,18 @@ def test_in_process_is_refused_in_one_line_naming_the_style_that_runs(job, host,
     assert reason in str(refused.value) and "\n" not in str(refused.value)
     _, runs = recovery.choose(job, instead, host, rdzv_asked=rdzv, drill_needs=needs, in_process_refusal=refusal)
     assert runs.style == instead
+
+
+def test_a_drill_that_judges_in_process_runs_it_when_asked_though_its_restarts_need_torchrun():
+    """kill-node: its restart needs torch's rendezvous (a node comes back), and its judge knows
+    the keepers' fallback; auto keeps torchrun where the drill says in-process is not first."""
+    needs = ("torchrun", "kill-node drills a node's loss through torch's c10d rendezvous")
+    topology, asked = recovery.choose(FIXED, "in-process", KEEPERS, drill_needs=needs, in_process_refusal="")
+    assert (asked.style, recovery.style_of(topology)) == ("in-process", "in-process")
+    topology, auto = recovery.choose(FIXED, "auto", KEEPERS, drill_needs=needs, in_process_refusal="")
+    assert (auto.style, auto.why, topology.rdzv_backend) == ("torchrun", needs[1], "c10d")
+    with pytest.raises(LabError, match="--recovery restart: kill-node drills a node's loss"):
+        recovery.choose(FIXED, "restart", KEEPERS, drill_needs=needs, in_process_refusal="")
 
 
 def test_in_process_is_refused_where_nothing_said_the_job_can_run_it():
@@ -145,7 +159,7 @@ def test_auto_picks_in_process_first_where_it_runs_and_says_so():
         (FIXED.replace(torch_defaults=True), KEEPERS, None, None, "", "torchrun"),
         (FIXED, KEEPERS, "c10d", None, "", "torchrun"),
         (FIXED.replace(rdzv_backend="etcd-v2"), ETCD_KEEPERS, None, None, "", "torchrun"),  # a drill's own backend
-        (FIXED, KEEPERS, None, ("torchrun", "this drill loses the store's host"), "", "torchrun"),
+        (FIXED, KEEPERS, None, ("torchrun", "this drill loses the store's host"), "not judged here", "torchrun"),
     ],
 )
 def test_auto_falls_back_from_in_process_to_what_the_job_can_run(job, host, rdzv, needs, refusal, style):
@@ -181,8 +195,11 @@ def test_drills_that_need_torchruns_rendezvous_get_it_by_default_and_the_rest_th
     }
     assert styles["kill-node"] == styles["kill-rendezvous-host"] == "torchrun"
     assert styles["rank-exception"] == styles["preempt"] == "restart"
-    judged = {name for name, d in exercises.drills().items() if getattr(d, "IN_PROCESS_JUDGED", False)}
-    assert judged and {styles[name] for name in judged} == {"in-process"}  # kill-worker: a death it survives
+    drills = exercises.drills().items()
+    judged = {name for name, d in drills if getattr(d, "IN_PROCESS_JUDGED", False)}
+    first = {name for name, d in drills if getattr(d, "IN_PROCESS_FIRST", True)} & judged
+    assert first and {styles[name] for name in first} == {"in-process"}  # kill-worker: a death it survives
+    assert judged - first == {"kill-node"}  # in-process when asked: torch's rendezvous hears a lost node sooner
     assert {style for name, style in styles.items() if name not in judged} <= {"restart", "torchrun"}
 
 

@@ -42,6 +42,30 @@ def test_a_keeper_that_stops_beating_is_lost_after_silent_s_and_not_before(store
     assert lost.value.node == 1 and lost.value.silent_s >= 3.0
 
 
+def test_a_lost_keeper_is_not_judged_again_until_a_new_one_beats_on_from_its_count(store):
+    """lab.inprocess.fallback waits for a lost node: its silence is not news; a keeper started anew
+    on that node goes on from the stored count, and from then on is judged like any other."""
+    clock0 = Clock()
+    node0, node1 = RollCall(store, 0, 2, 1.0, clock0), RollCall(store, 1, 2, 1.0, Clock())
+    node1.tick()
+    node0.tick()
+    clock0.now += 1.0
+    with pytest.raises(KeeperLost):
+        node0.tick()
+    node0.away(1)
+    for _ in range(10):  # still gone: no second KeeperLost while it is awaited
+        clock0.now += BEAT_S
+        node0.tick()
+    back = RollCall(store, 1, 2, 1.0, Clock())
+    back.count = int(store.get(RollCall.key(1, "beat")))  # as a keeper back on its node does
+    back.tick()
+    clock0.now += BEAT_S
+    node0.tick()  # it moved: heard again
+    clock0.now += 1.0
+    with pytest.raises(KeeperLost):  # and judged again when it falls silent
+        node0.tick()
+
+
 def test_a_keeper_that_never_beat_or_said_it_was_done_is_not_judged(store):
     clock = Clock()
     node0 = RollCall(store, 0, 3, 1.0, clock)

@@ -1,0 +1,127 @@
+"""The keeper's side of in-process recovery's fallback: restart every rank from the checkpoint.
+
+Two faults leave a spare nothing to take over (lab.inprocess.rounds opens the rounds):
+- a rank hangs in Python, still beating: its peers' collectives time out, and each keeper
+  whose rank left with heartbeat.TIMED_OUT_EXIT asks for a round;
+- a node is lost whole, its keeper with its ranks (lab.inprocess.roll_call hears the silence):
+  the other keepers stop their ranks, which have no group to rejoin, and wait for the node's
+  keeper to come back (a runtime or a drill starts it again) and ask for a round; a keeper
+  that starts in a job already under way (its node's beat is in the store) does so at once.
+In a round each keeper stops every rank it holds and starts them afresh in the round's
+generation, as at the job's start: they load the script's checkpoint. Each round counts as one
+replacement of the node's budget and is recorded as a lab.group_restarted agent event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lab.health.events import AgentEvent
+from lab.inprocess import heartbeat
+from lab.inprocess.roll_call import KeeperLost, RollCall
+from lab.inprocess.rounds import Round, Rounds
+
+RETURN_S = 120.0  # how long the keepers wait for a lost node's keeper to come back
+
+
+class Fallback:
+    """Mixed into lab.inprocess.keeper.Keeper, whose children, spare and budget it restarts."""
+
+    # The keeper's, which this part of it uses.
+    args: argparse.Namespace
+    store: Any
+    ranks: dict[int, subprocess.Popen]
+    spare: tuple[str, subprocess.Popen] | None
+    ear: heartbeat.Ear
+    roll: RollCall | None
+    rounds: Rounds
+    replacements: int
+    generation: int
+    timed_out: set[int]
+    _start: Callable[[list[str], dict[str, str]], subprocess.Popen]
+    _record: Callable[[], None]
+    _start_spare: Callable[[], None]
+    _record_event: Callable[..., None]
+    stop: Callable[..., None]
+
+    def restart_all(self, heard: Round) -> bool:
+        """Every rank of this node stopped and started afresh in the round's generation, to
+        load the script's checkpoint. False (the job ends) when this node's budget is spent."""
+        tag = f"[keeper node{self.args.node_rank}]"
+        if self.replacements >= self.args.max_replacements:
+            print(f"{tag} {heard.why}; this node's {self.args.max_replacements} replacement(s) are spent: the job ends")
+            self.stop()
+            return False
+        self.replacements += 1
+        self._kill_ranks()
+        self.generation = heard.generation
+        assert self.spare is not None
+        key, spare = self.spare
+        for local_rank in range(self.args.nproc_per_node):
+            rank = self.args.node_rank * self.args.nproc_per_node + local_rank
+            if local_rank == 0:  # the warm spare takes the first place; the others start cold
+                self.store.set(key, f"{rank},{local_rank},{heard.generation},fresh")
+                self.ranks[rank] = spare
+            else:
+                self.ranks[rank] = self._start([], {"RANK": str(rank), "LOCAL_RANK": str(local_rank)})
+        self._record()
+        self._start_spare()
+        print(
+            f"{tag} {heard.why}: this node's ranks restart from the checkpoint in generation {heard.generation} "
+            f"(round {heard.number}; replacement {self.replacements} of {self.args.max_replacements})",
+            flush=True,
+        )
+        self._record_event(AgentEvent.GROUP_RESTARTED, round=heard.number, generation=heard.generation, why=heard.why)
+        return True
+
+    def _kill_ranks(self) -> None:
+        for proc in self.ranks.values():
+            if proc.poll() is None:
+                proc.kill()  # a hung one with the rest: a restart starts every rank afresh
+            proc.wait()
+            self.ear.forget(proc.pid)
+        self.ranks.clear()
+        self.timed_out.clear()
+
+    def outlive(self, lost: KeeperLost) -> bool:
+        """A node lost whole: stop this node's ranks and wait RETURN_S for its keeper to come back
+        and open a round; then restart from the checkpoint. False (the job ends): the budget is
+        spent, or it did not come back."""
+        tag = f"[keeper node{self.args.node_rank}]"
+        self._record_event(AgentEvent.KEEPER_LOST, node=lost.node, silent_s=round(lost.silent_s, 3))
+        gone = f"node {lost.node}'s keeper is gone (no beat for {lost.silent_s:.1f} s): its ranks died with it"
+        if self.replacements >= self.args.max_replacements:
+            print(f"{tag} {gone}; this node's {self.args.max_replacements} replacement(s) are spent: the job ends")
+            self.stop()
+            return False
+        print(f"{tag} {gone}; this node's ranks stop and wait {RETURN_S:.0f} s for it to come back", flush=True)
+        self._kill_ranks()
+        assert self.roll is not None
+        self.roll.away(lost.node)
+        deadline = time.monotonic() + RETURN_S
+        while time.monotonic() < deadline:
+            heard = self.rounds.heard()
+            if heard:
+                return self.restart_all(heard)
+            self.roll.tick()  # another node lost meanwhile: the job ends (lab.inprocess.keeper)
+            time.sleep(0.05)
+        print(f"{tag} node {lost.node}'s keeper did not come back in {RETURN_S:.0f} s: the job ends", flush=True)
+        self.stop()
+        return False
+
+    def rejoin(self) -> bool:
+        """At start: True when this keeper's node was in the job before (its beat is in the store),
+        so it comes back after the node was lost: it asks for a round instead of starting its
+        ranks in the first generation, and they start in the round's."""
+        beat = RollCall.key(self.args.node_rank, "beat")
+        if self.store is None or not self.store.check([beat]):
+            return False
+        if self.roll:  # its count goes on from its last one: the others see it move at its first beat
+            self.roll.count = int(self.store.get(beat))
+        self.rounds.carried_out = int(self.store.add("rounds", 0))  # the rounds before it left are not its
+        self.rounds.ask(f"node {self.args.node_rank}'s keeper came back after the node was lost")
+        return True
