@@ -11,8 +11,8 @@
                lab.inprocess's attempts() (the lab's trainer does), on a runtime that runs a
                keeper per node. About 0.4 s.
     auto       (the default) the fastest style the job can survive: in-process where the job
-               can run it (the drills that judge it, on the lab's trainer; `lab up` and `lab
-               run` take it only when asked: the keepers export no agent metrics yet); else restart,
+               can run it (a script that trains in lab.inprocess's attempts(), on a runtime
+               with keepers; the drills that judge it, on the lab's trainer); else restart,
                unless the job is elastic, a drill needs torchrun's rendezvous, the runtime
                cannot host the lab's, or --rdzv-backend / --torch-defaults chose torchrun's
                path. A hang in-process cannot end (a rank hung in Python, still beating) falls

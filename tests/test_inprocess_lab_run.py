@@ -1,6 +1,6 @@
 """`lab run --recovery in-process` on netns hosts: a keeper per node, a rank SIGKILLed mid-run,
-its place taken by the warm spare, no step redone, and the weights of a run that lost no rank;
-and the kill-worker drill judging the same."""
+its place taken by the warm spare, no step redone, and the weights of a run that lost no rank
+(which `lab run` recovers in-process by default); and the kill-worker drill judging the same."""
 
 import json
 import os
@@ -76,8 +76,10 @@ def test_a_killed_rank_is_replaced_in_process_and_the_job_ends_bit_identical(lab
     reached = max(e["step"] for e in run if e["event"] == "step" and e["time"] < killed)
     assert handed[0]["step"] >= reached - 1, json.dumps(handed[0])  # at most the step in flight is lost
 
-    reference = lab(*JOB, script, *STEPS)  # the same job, no rank lost
+    # The same job, no rank lost, with no --recovery: auto picks in-process for a script that opted in.
+    reference = lab(*(arg for arg in JOB if arg not in ("--recovery", "in-process")), script, *STEPS)
     assert reference.returncode == 0, reference.stdout[-3000:]
+    assert f"recovery: in-process ({recovery.AUTO_IN_PROCESS})" in reference.stdout
     assert len(checksums(reference.stdout)) == 1 and checksums(output) == checksums(reference.stdout)
     assert left_behind(lab.run_dir, lab_id) == []
 

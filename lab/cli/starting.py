@@ -16,17 +16,20 @@ def start(
 ) -> tuple[Runtime, Topology, Sequence[Node]] | None:
     """Start the job; returns (runtime, topology, nodes), or None after a dry run."""
     runtime = runtimes.from_args(args, run_dir_from_args(args), log=log)
-    # A script recovers in-process only when it trains in lab.inprocess's attempts(): located and read
-    # only when that is asked, so for every other style the style's refusals still come first. Only
-    # when asked: the keepers export no agent metrics yet, which lab up's monitoring reads.
-    located = runtime.locate_script(script) if args.recovery == recovery.IN_PROCESS else None
-    refusal = recovery.script_refuses_in_process(located) if located else ""
+    host = runtime.job_rendezvous()
+    # A script recovers in-process only when it trains in lab.inprocess's attempts(): auto picks it
+    # then (the fastest style; a hang it cannot end falls back to a restart: docs/recovery.md).
+    # Located and read only where in-process may run, so other styles' refusals still come first.
+    maybe = args.recovery == recovery.IN_PROCESS or (args.recovery == recovery.AUTO and not host.no_in_process)
+    located = runtime.locate_script(script) if maybe else None
+    refusal = recovery.script_refuses_in_process(located) if located else recovery.IN_PROCESS_UNSAID
     topology, how = recovery.choose(
         topology_from_args(args),
         args.recovery,
-        runtime.job_rendezvous(),
+        host,
         rdzv_asked=args.rdzv_backend,
         in_process_refusal=refusal,
+        in_process_first=True,
     )
     script = located or runtime.locate_script(script)
     if args.dry_run:

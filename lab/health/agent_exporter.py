@@ -89,13 +89,14 @@ class AgentMetrics(MetricHandler):
     def observe_result(self, worker_group, result) -> None:
         """Count each worker process's exit once, by code (from the agent's RunResult)."""
         for failure in result.failures.values():
-            self._count(failure.pid, failure.exitcode)
+            self.count_exit(failure.pid, failure.exitcode)
         if result.state == WorkerState.SUCCEEDED:
             for worker in worker_group.workers:
                 if worker.global_rank in result.return_values:
-                    self._count(worker.id, 0)
+                    self.count_exit(worker.id, 0)
 
-    def _count(self, pid, exit_code) -> None:
+    def count_exit(self, pid, exit_code) -> None:
+        """One worker process's exit, by its code, counted once."""
         if pid not in self._counted_pids:
             self._counted_pids.add(pid)
             self.worker_exits.labels(str(exit_code)).inc()

@@ -22,6 +22,7 @@ from typing import Any
 
 from lab.health.events import AgentEvent
 from lab.inprocess import heartbeat
+from lab.inprocess.node_health import NodeHealth
 from lab.inprocess.roll_call import KeeperLost, RollCall
 from lab.inprocess.rounds import Round, Rounds
 
@@ -42,6 +43,7 @@ class Fallback:
     replacements: int
     generation: int
     timed_out: set[int]
+    health: NodeHealth
     _start: Callable[[list[str], dict[str, str]], subprocess.Popen]
     _record: Callable[[], None]
     _start_spare: Callable[[], None]
@@ -57,6 +59,7 @@ class Fallback:
             self.stop()
             return False
         self.replacements += 1
+        self.health.restarts(self.replacements)
         self._kill_ranks()
         self.generation = heard.generation
         assert self.spare is not None

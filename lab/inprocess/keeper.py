@@ -40,6 +40,7 @@ from pathlib import Path
 from lab.health.events import AgentEvent, append_agent_record, node_name
 from lab.inprocess import heartbeat
 from lab.inprocess.fallback import Fallback
+from lab.inprocess.node_health import NodeHealth
 from lab.inprocess.roll_call import KeeperLost, RollCall
 from lab.inprocess.rounds import Rounds
 from lab.node import worker_record
@@ -73,6 +74,7 @@ class Keeper(Fallback):
         silent_s = min(5.0, self.frozen_after_s)
         self.roll = RollCall(store, args.node_rank, args.nodes, silent_s) if store is not None else None
         self.rounds = Rounds(store)
+        self.health = NodeHealth(args.max_replacements)  # its agent metrics, where the lab asked for them
         self.timed_out: set[int] = set()  # ranks that left on a timeout, waiting for the round they asked
 
     def _start(self, extra: list[str], env: dict[str, str]) -> subprocess.Popen:
@@ -97,6 +99,7 @@ class Keeper(Fallback):
             self.ranks[rank] = self._start([], {"RANK": str(rank), "LOCAL_RANK": str(local_rank)})
         self._start_spare()
         self._record()
+        self.health.state("HEALTHY")
 
     def _start_spare(self) -> None:
         key = f"spare/node{self.args.node_rank}/{self.spares_started}"
@@ -115,6 +118,7 @@ class Keeper(Fallback):
         key, proc = self.spare
         self.ear.forget(self.ranks[rank].pid)
         self.replacements += 1
+        self.health.restarts(self.replacements)
         self.generation = self.store.add("generation", 1)
         self.store.set(key, f"{rank},{rank % self.args.nproc_per_node},{self.generation}")
         self.store.set(f"gen{self.generation}/open", b"1")
@@ -158,6 +162,7 @@ class Keeper(Fallback):
             for rank, proc in list(self.ranks.items()):
                 if rank in done or proc.poll() is None:
                     continue
+                self.health.exited(proc.pid, proc.returncode)
                 if proc.returncode == 0:
                     done.add(rank)
                     continue
@@ -214,7 +219,9 @@ def run_until_stopped(keeper: Keeper) -> int:
 
     stop_on(signal.SIGTERM, signal.SIGINT)
     try:
-        return keeper.run()
+        code = keeper.run()
+        keeper.health.state("SUCCEEDED" if code == 0 else "FAILED")
+        return code
     except Stopped as stopped:
         keeper.stop()
         return 128 + stopped.signum

@@ -1,0 +1,59 @@
+"""A keeper's node health on Prometheus: the agent metrics torchrun's agent exports
+(lab.health.agent_exporter), so a job that recovers in-process is watched like any other.
+
+What the keeper does maps onto them: its ranks running are the worker group HEALTHY; a
+replacement or a round (lab.inprocess.fallback) is a restart used from its budget
+(--max-replacements); each child's exit is counted by its code; the job's end is SUCCEEDED
+or FAILED. Served only where the lab asked for an agent exporter (LAB_AGENT_METRICS_PORT),
+with the node's round trips to the lab's bridge probed as an agent's are (LAB_NET_PROBE).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from lab.health import agent_exporter, net_probe
+from lab.health.agent_exporter import AgentMetrics
+from lab.health.events import node_name
+from lab.health.rank_exporter import ExporterPortError, register_target
+from lab.nodeenv import NodeEnv
+
+
+class NodeHealth:
+    """The keeper's metrics (a no-op where none are served)."""
+
+    def __init__(self, max_replacements: int):
+        wire, node = NodeEnv.parse(), node_name()
+        self.metrics: AgentMetrics | None = None
+        if wire.net_probe and wire.events_dir:
+            gauge = None
+            if wire.agent_metrics_port:
+                self.metrics = AgentMetrics(node=node, max_restarts=max_replacements)
+                gauge = self.metrics.net_rtt()
+            net_probe.start(wire.net_probe, Path(wire.events_dir), node, gauge)
+        elif wire.agent_metrics_port:
+            self.metrics = AgentMetrics(node=node, max_restarts=max_replacements)
+        if self.metrics is None or not wire.agent_metrics_port:
+            return
+        try:
+            agent_exporter.serve(self.metrics, wire.agent_metrics_port)
+        except ExporterPortError as e:
+            raise SystemExit(f"lab.inprocess.keeper: error: {e}") from None
+        if wire.targets_dir:
+            register_target(wire.targets_dir, f"agent-{node}", wire.agent_metrics_port, {"node": node})
+        print(f"[lab.node.launch] agent metrics on :{wire.agent_metrics_port}/metrics", file=sys.stderr, flush=True)
+
+    def state(self, name: str) -> None:
+        if self.metrics:
+            for state in agent_exporter.STATES:
+                self.metrics.state.labels(state).set(1 if state == name else 0)
+
+    def restarts(self, used: int) -> None:
+        if self.metrics:
+            self.metrics.restarts_used.set(used)
+            self.metrics.restarts_left.set(max(0, self.metrics.max_restarts - used))
+
+    def exited(self, pid: int, code: int) -> None:
+        if self.metrics:
+            self.metrics.count_exit(pid, code)
