@@ -145,10 +145,9 @@ class Drill:
         reference: list[str] | None = None,
         **extra: Any,
     ) -> Seen:
-        """Wait for the job to end (wait_s None: not at all), then gather what it left: the events,
-        the agents' records, the exit codes, the node logs (when the judge reads them) and the
-        reference's checksums (when given the trainer's arguments, and the job did not fail: a
-        failed job left no final weights to compare, and the reference's run would cost a job)."""
+        """Wait for the job to end (wait_s None: not at all), then gather what it left: events,
+        agents' records, exit codes, node logs (when the judge reads them) and, given the trainer's
+        arguments, the reference's checksums (not after a failed job: no final weights to compare)."""
         codes: dict[str, int | None] = dict(self.wait_job(wait_s)) if wait_s is not None else self.exit_codes()
         seen = self.snapshot(exercise, codes, logs=logs, **extra)
         if reference is not None and any(code not in (0, None) for code in codes.values()):

@@ -13,34 +13,32 @@ A script opts in by training inside a loop of attempts:
                 ...                                   # train as usual
                 step += 1
 
-Under `lab up --recovery in-process` each node runs a keeper (lab.inprocess.keeper) instead of
-torchrun's agent. When a rank dies, its keeper opens the next generation within milliseconds;
-each attempt's lookout (lab.inprocess.lookout) sees that and shuts its group's connections
-down, so the collective every other rank is in, or its next one, fails at once ("Connection
-closed by peer"): the `with` block ends quietly, the rank drops the broken group and waits
-while its keeper hands the dead rank's place to a warm spare (a process with torch imported,
-already connected to the store); the loop's next attempt joins the new group, and `adopt`
-hands every rank, the spare included, the model and optimizer of the lowest rank holding the
-newest step. Nothing is read from disk, and at most the step in flight is lost. Keep the model
-and optimizer outside the loop: they are what survives. A rank that dies while the others
-regroup opens one more generation, and a join still waiting for it gives up at once and joins
-that one.
+Under in-process recovery (`lab run`'s default for such a script) each node runs a keeper
+(lab.inprocess.keeper), not torchrun's agent. When a rank dies, its keeper opens the next
+generation within milliseconds; each attempt's lookout (lab.inprocess.lookout) sees that and
+shuts its group's connections down, so the collective every other rank is in, or its next one,
+fails at once ("Connection closed by peer"): the `with` block ends quietly, the rank drops the
+broken group and waits while its keeper hands the dead rank's place to a warm spare (a process
+with torch imported, already connected to the store); the loop's next attempt joins the new
+group, and `adopt` hands every rank, the spare included, the model and optimizer of the lowest
+rank holding the newest step. Nothing is read from disk, and at most the step in flight is
+lost. Keep the model and optimizer outside the loop: they are what survives. A rank that dies
+while the others regroup opens one more generation, and a join still waiting for it gives up at
+once and joins that one.
 
-Under plain torchrun (or `lab up` with another --recovery) there is one attempt: it joins the
-group from torchrun's environment, `adopt` agrees on the step (a no-op after a checkpoint load),
-and errors propagate as they always did. A script without torchrun at all (no RANK) gets one
-attempt with no group: `attempt.distributed` is False.
+Under plain torchrun (or another --recovery) there is one attempt: it joins the group from
+torchrun's environment, `adopt` agrees on the step, and errors propagate as they always did;
+without torchrun (no RANK), one attempt with no group: `attempt.distributed` is False.
 
-When an attempt ends on a lost peer, the rank shuts down the connections it opened to join
-that group (lookout.shut_down says why).
-
-A hang is not a death: a hung rank keeps its connections open, so its peers wait out the
-process-group timeout (gloo's abort() does not free a pending collective either:
-docs/benchmarks.md). A frozen rank (stopped, or holding the GIL) stops beating, and its keeper
-kills it well before that (lab.inprocess.heartbeat). A rank that hangs in Python still beats:
-its peers' collectives time out, each leaves with heartbeat.TIMED_OUT_EXIT, and the keepers
-fall back to a restart of the whole group (lab.inprocess.rounds): every rank starts afresh, as
-at the job's start, and loads the script's checkpoint (`attempt.replacement` is False).
+When an attempt ends on a lost peer, the rank shuts down the connections it opened to join that
+group (lookout.shut_down says why). A hang is not a death: a hung rank keeps its connections
+open, so its peers wait out the process-group timeout (gloo's abort() does not free a pending
+collective either: docs/benchmarks.md). A frozen rank (stopped, or holding the GIL) stops
+beating, and its keeper kills it well before that (lab.inprocess.heartbeat). A rank that hangs
+in Python still beats: its peers' collectives time out, each leaves with
+heartbeat.TIMED_OUT_EXIT, and the keepers fall back to a restart of the whole group
+(lab.inprocess.rounds): every rank starts afresh, as at the job's start, and loads the script's
+checkpoint (`attempt.replacement` is False).
 """
 
 from __future__ import annotations
