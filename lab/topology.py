@@ -274,7 +274,8 @@ class Topology:
         """The keeper's flags for one node (lab.inprocess.keeper), up to the script."""
         store = f"--store={self.rdzv_host}:{self.rdzv_port}"
         shape = [f"--node-rank={node_rank}", f"--nodes={self.nodes}", f"--nproc-per-node={self.nproc_per_node}"]
-        return [store, *shape, f"--max-replacements={self.max_restarts}", "--"]
+        budget = [f"--max-replacements={self.max_restarts}", f"--return-timeout={self.join_timeout_s}"]
+        return [store, *shape, *budget, "--"]
 
     def _watcher(self) -> tuple[str, ...]:
         """What runs a watched script (script_wrapper): lab.node.user_script, as torchrun's --run-path

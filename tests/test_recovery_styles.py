@@ -117,12 +117,14 @@ def test_a_rank_lost_while_the_others_regroup_opens_one_more_generation_and_the_
     assert_every_rank_finished_as_the_reference(recorded, reference_checksum)
 
 
-def test_a_keeper_sigkilled_ends_the_job_on_the_other_node_in_seconds_with_nothing_left(tmp_path):
+def test_a_keeper_sigkilled_and_never_back_ends_the_job_on_the_other_node_with_nothing_left(tmp_path):
     """Issue 31's edge: the keeper itself SIGKILLed. Its ranks die with it (PR_SET_PDEATHSIG); node 0's
-    keeper, which heard it through the store (lab.inprocess.roll_call), stops its own ranks and says
-    why. Before, node 0's ranks waited for a generation nobody opened: still running 90 s later."""
+    keeper, which heard it through the store (lab.inprocess.roll_call), stops its own ranks, waits
+    --return-timeout for it to come back (3 s here; the job's join timeout in a lab), and ends the
+    job. (Before the roll call, node 0's ranks waited for a generation nobody opened: still running
+    90 s later. A keeper that comes back: the next test.)"""
     events = tmp_path / "events"
-    keepers = start_keepers(events, steps=400, step_time=0.05)
+    keepers = start_keepers(events, steps=400, step_time=0.05, keeper_flags=("--return-timeout=3",))
     try:
         deadline = time.monotonic() + 120
         while not (events.exists() and any(e["event"] == "step" and e["step"] >= 8 for e in read_events(events))):
@@ -132,7 +134,7 @@ def test_a_keeper_sigkilled_ends_the_job_on_the_other_node_in_seconds_with_nothi
         children = [int(pid) for pid in subprocess.run(
             ["pgrep", "-P", str(keepers[0].pid)], capture_output=True, text=True
         ).stdout.split()]  # fmt: skip
-        assert keepers[0].wait(30) == 1  # silent_s (5 s at most) after the kill, not the job's 20 s of steps
+        assert keepers[0].wait(30) == 1  # silent_s (5 s at most) and the 3 s wait, not the job's 20 s of steps
     finally:
         stop_sessions(keepers)
     assert children and not [pid for pid in children if Path(f"/proc/{pid}").exists()]

@@ -175,14 +175,16 @@ def bare_trial(tmp: Path) -> tuple[float, dict]:
         stop_sessions(agents)
 
 
-def start_keepers(events: Path, steps: int = STEPS, step_time: float = STEP_TIME) -> list[subprocess.Popen]:
+def start_keepers(
+    events: Path, steps: int = STEPS, step_time: float = STEP_TIME, keeper_flags: tuple[str, ...] = ()
+) -> list[subprocess.Popen]:
     """An in-process-recovery job of 2 x 2 on loopback: one keeper per node, each in its own session."""
     port = free_port()
     return [
         in_session(
             [
                 *(sys.executable, "-m", "lab.inprocess.keeper", f"--store=127.0.0.1:{port}", f"--node-rank={i}"),
-                *("--nodes=2", "--nproc-per-node=2", f"--events-dir={events}"),
+                *("--nodes=2", "--nproc-per-node=2", f"--events-dir={events}", *keeper_flags),
                 *("--", script_path("inprocess_train"), f"--steps={steps}", f"--step-time={step_time}"),
             ]
         )

@@ -26,8 +26,6 @@ from lab.inprocess.node_health import NodeHealth
 from lab.inprocess.roll_call import KeeperLost, RollCall
 from lab.inprocess.rounds import Round, Rounds
 
-RETURN_S = 120.0  # how long the keepers wait for a lost node's keeper to come back
-
 
 class Fallback:
     """Mixed into lab.inprocess.keeper.Keeper, whose children, spare and budget it restarts."""
@@ -91,9 +89,9 @@ class Fallback:
         self.timed_out.clear()
 
     def outlive(self, lost: KeeperLost) -> bool:
-        """A node lost whole: stop this node's ranks and wait RETURN_S for its keeper to come back
-        and open a round; then restart from the checkpoint. False (the job ends): the budget is
-        spent, or it did not come back."""
+        """A node lost whole: stop this node's ranks and wait --return-timeout for its keeper to
+        come back and open a round; then restart from the checkpoint. False (the job ends): the
+        budget is spent, or it did not come back."""
         tag = f"[keeper node{self.args.node_rank}]"
         self._record_event(AgentEvent.KEEPER_LOST, node=lost.node, silent_s=round(lost.silent_s, 3))
         gone = f"node {lost.node}'s keeper is gone (no beat for {lost.silent_s:.1f} s): its ranks died with it"
@@ -101,18 +99,19 @@ class Fallback:
             print(f"{tag} {gone}; this node's {self.args.max_replacements} replacement(s) are spent: the job ends")
             self.stop()
             return False
-        print(f"{tag} {gone}; this node's ranks stop and wait {RETURN_S:.0f} s for it to come back", flush=True)
+        wait_s = self.args.return_timeout
+        print(f"{tag} {gone}; this node's ranks stop and wait {wait_s:g} s for it to come back", flush=True)
         self._kill_ranks()
         assert self.roll is not None
         self.roll.away(lost.node)
-        deadline = time.monotonic() + RETURN_S
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             heard = self.rounds.heard()
             if heard:
                 return self.restart_all(heard)
             self.roll.tick()  # another node lost meanwhile: the job ends (lab.inprocess.keeper)
             time.sleep(0.05)
-        print(f"{tag} node {lost.node}'s keeper did not come back in {RETURN_S:.0f} s: the job ends", flush=True)
+        print(f"{tag} node {lost.node}'s keeper did not come back in {wait_s:g} s: the job ends", flush=True)
         self.stop()
         return False
 

@@ -1,7 +1,7 @@
 """One node of an in-process-recovery job: it starts the node's ranks and replaces a lost one.
 
     python -m lab.inprocess.keeper --store HOST:PORT --node-rank N --nodes M --nproc-per-node P
-        [--max-replacements K] [--events-dir DIR] -- SCRIPT [ARGS...]
+        [--max-replacements K] [--return-timeout S] [--events-dir DIR] -- SCRIPT [ARGS...]
 
 What torchrun's agent is to a restart, the keeper is to in-process recovery (`lab up
 --recovery in-process` runs one per node, lab.node.launch). Node 0's keeper hosts the job's
@@ -252,6 +252,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--nproc-per-node", type=int, default=2)
     p.add_argument("--max-replacements", type=int, default=3, help="ranks this node may replace (the job's budget)")
+    p.add_argument(
+        "--return-timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for a lost node's keeper to come back before the job ends",
+    )
     p.add_argument("--events-dir")
     p.add_argument("script", nargs=argparse.REMAINDER, help="-- then the script and its arguments")
     args = p.parse_args(argv)

@@ -87,6 +87,7 @@ def test_in_process_renders_a_keeper_per_node_for_a_script_that_opted_in():
         "--nodes=2",
         "--nproc-per-node=2",
         "--max-replacements=2",
+        "--return-timeout=120",  # a lost node's keeper is waited for as long as torchrun's join
         "--",
         OPTED_IN,
         "--steps",
