@@ -25,24 +25,20 @@ class NodeHealth:
 
     def __init__(self, max_replacements: int):
         wire, node = NodeEnv.parse(), node_name()
-        self.metrics: AgentMetrics | None = None
+        port = wire.agent_metrics_port or 0  # 0: no agent exporter asked for
+        self.metrics = AgentMetrics(node=node, max_restarts=max_replacements) if port else None
         if wire.net_probe and wire.events_dir:
-            gauge = None
-            if wire.agent_metrics_port:
-                self.metrics = AgentMetrics(node=node, max_restarts=max_replacements)
-                gauge = self.metrics.net_rtt()
+            gauge = self.metrics.net_rtt() if self.metrics else None
             net_probe.start(wire.net_probe, Path(wire.events_dir), node, gauge)
-        elif wire.agent_metrics_port:
-            self.metrics = AgentMetrics(node=node, max_restarts=max_replacements)
-        if self.metrics is None or not wire.agent_metrics_port:
+        if self.metrics is None:
             return
         try:
-            agent_exporter.serve(self.metrics, wire.agent_metrics_port)
+            agent_exporter.serve(self.metrics, port)
         except ExporterPortError as e:
             raise SystemExit(f"lab.inprocess.keeper: error: {e}") from None
         if wire.targets_dir:
-            register_target(wire.targets_dir, f"agent-{node}", wire.agent_metrics_port, {"node": node})
-        print(f"[lab.node.launch] agent metrics on :{wire.agent_metrics_port}/metrics", file=sys.stderr, flush=True)
+            register_target(wire.targets_dir, f"agent-{node}", port, {"node": node})
+        print(f"[lab.node.launch] agent metrics on :{port}/metrics", file=sys.stderr, flush=True)
 
     def state(self, name: str) -> None:
         if self.metrics:
