@@ -108,7 +108,8 @@ def write_report(report: Report, where: Path, run_dir: RunDir, events: list[dict
 
 
 def handle_drill(args: argparse.Namespace) -> int:
-    from lab.exercises.engine import Drill, run_drill
+    from lab.exercises.drill import Drill
+    from lab.exercises.engine import run_drill
 
     run_dir = run_dir_from_args(args)
     where = report_dir(args, run_dir)

@@ -7,7 +7,7 @@ A drill is one module of this package, named in CATALOG, with:
 - DEFAULT_TARGET_RANK, DEFAULT_AT_STEP and STEPS (the run's length: --at-step must be
   below it);
 - topology(options) -> Topology and trainer_args(options) -> list[str]: the job it breaks;
-- run(drill, options) -> Report: the act, given a lab.exercises.engine.Drill: it waits,
+- run(drill, options) -> Report: the act, given a lab.exercises.drill.Drill: it waits,
   injects, and gathers what the job left (Drill.gather -> lab.exercises.seen.Seen), then
   returns judge(seen, options);
 - judge(seen, options) -> Report: the verdict from the evidence alone, no process touched

@@ -20,7 +20,7 @@ import re
 import signal
 
 from lab.exercises import drill_job
-from lab.exercises.engine import aimed
+from lab.exercises.drill import aimed
 from lab.exercises.seen import Seen
 from lab.health.events import Event, ExitReason
 from lab.report import Report

@@ -21,7 +21,7 @@ import signal
 
 from lab.errors import LabError
 from lab.exercises import drill_job, observe
-from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.drill import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event
 from lab.report import Report

@@ -27,7 +27,7 @@ import time
 
 from lab.errors import LabError
 from lab.exercises import drill_job, observe
-from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.drill import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event, read_events
 from lab.node.restart_budget import CRASH_LOOP_EXIT

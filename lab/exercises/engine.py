@@ -2,8 +2,8 @@
 
 The driver brings the lab up, creates a `NodeAgent` actor per node (it owns that node
 through the runtime's Node handle and injects faults there), runs the exercise's
-timeline, and always tears everything down: Ray, every process, every namespace, also
-on failure or Ctrl-C."""
+timeline through a Drill (lab.exercises.drill), and always tears everything down: Ray, every
+process, every namespace, also on failure or Ctrl-C."""
 
 from __future__ import annotations
 
@@ -12,178 +12,25 @@ import shutil
 import signal
 import sys
 import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
-from typing import Any, TextIO, TypeVar
+from typing import TextIO
 
 from lab import exercises, runtimes
 from lab.errors import LabError
-from lab.exercises import DrillOptions, grid, observe, reference_cache
+from lab.exercises import DrillOptions, grid
+from lab.exercises.drill import Drill
 from lab.exercises.node_agent import NodeAgent
 from lab.exercises.ray_logs import ray_notices_to
-from lab.exercises.seen import Seen
-from lab.health.events import Event, read_events
 from lab.recovery import Recovery
 from lab.report import Report
 from lab.rundir import MARKER
 from lab.runtimes.base import Runtime
 from lab.runtimes.monitored import MonitoredRuntime
-from lab.runtimes.ray_runtime import check_reachable, connect, ray_get
+from lab.runtimes.ray_runtime import check_reachable, connect
 from lab.runtimes.tempdirs import ray_session_prefix
 from lab.topology import Topology
 from lab.workloads import script_path
-
-T = TypeVar("T")
-
-
-def paced_trainer(steps: int, ckpt_every: int, step_time: float = 0.1) -> list[str]:
-    """The trainer arguments most drills use: a short run, paced so a drill can act mid-way."""
-    return ["--steps", str(steps), "--ckpt-every", str(ckpt_every), "--step-time", str(step_time)]
-
-
-def aimed(fault: dict[str, Any], rank: int) -> dict[str, Any]:
-    """The fault record (as kept in Drill.faults), marked with the rank it hit."""
-    fault["rank"] = rank
-    return fault
-
-
-@dataclass
-class Drill:
-    """What an exercise's timeline works with: the nodes' agents, the events, the clock."""
-
-    runtime: Runtime  # the runtime the lab runs on (one with DRILLS: local, docker, ray)
-    topology: Topology
-    agents: dict[str, Any]  # node name -> Ray actor handle of its NodeAgent, in node-index order
-    events_dir: Path
-    ckpt_dir: str  # the checkpoints' folder as a node sees it (corrupt-checkpoint reaches in there)
-    ray: Any  # the ray module
-    started: float = field(default_factory=time.time)
-    faults: list[dict[str, Any]] = field(default_factory=list)
-    out: TextIO = sys.stdout
-
-    @property
-    def store_host(self) -> str:
-        """The node that hosts the c10d rendezvous store: node 0 (node0; a pod: torchrun-lab-0)."""
-        return next(iter(self.agents))  # agents are in node-index order
-
-    def new_report(self, exercise: str) -> Report:
-        """The exercise's report; it shares the drill's list of injected faults."""
-        return Report(exercise, self.runtime.name, self.topology.world_size, faults=self.faults)
-
-    def progress(self, message: str) -> None:
-        try:
-            self.out.write(f"[{time.time() - self.started:6.1f}s] {message}\n")
-            self.out.flush()
-        except BrokenPipeError:  # the reader went away (`| head`): the drill, and its teardown, go on
-            self.out = open(os.devnull, "w")
-
-    def events(self) -> list[dict]:
-        return list(read_events(self.events_dir)) if self.events_dir.exists() else []
-
-    def wait_for(self, condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
-        self.progress(f"waiting for {what}")
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            value = condition()
-            if value:
-                return value
-            time.sleep(0.05)
-        raise LabError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-
-    def last_step(self, rank: int) -> int:
-        steps = [e["step"] for e in self.events() if e["event"] == Event.STEP and e["rank"] == rank]
-        return max(steps, default=0)
-
-    def reach(self, rank: int, step: int, timeout_s: float = 120) -> tuple[str, int]:
-        """Wait until `rank` has completed `step`; return where it runs: (node name, local rank)."""
-        self.wait_for(lambda: self.last_step(rank) >= step, timeout_s, f"rank {rank} at step {step}")
-        return self.locate(rank)
-
-    def locate(self, rank: int) -> tuple[str, int]:
-        """(node name, local rank) where a global rank runs now."""
-        starts = [e for e in self.events() if e["event"] == Event.START and e["rank"] == rank]
-        if not starts:
-            raise LabError(f"rank {rank} has not started")
-        return starts[-1]["node"], starts[-1]["local_rank"]
-
-    def inject(self, node: str, fault: str, **kwargs: Any) -> dict[str, Any]:
-        try:
-            record = ray_get(self.agents[node].inject.remote(fault, **kwargs), 120, f"{fault} on {node}")
-        except self.ray.exceptions.RayTaskError as e:
-            if isinstance(e.cause, LabError):  # a fault this runtime cannot inject, say: one line
-                raise LabError(f"{fault} on {node}: {e.cause}") from None
-            raise
-        self.faults.append(record)
-        self.progress(f"injected {fault} on {node} {kwargs or ''}".rstrip())
-        return record
-
-    def exit_codes(self) -> dict[str, int | None]:
-        """Each node's exit status now (None: still running)."""
-        return {
-            name: ray_get(agent.exit_code.remote(), 60, f"{name}'s exit status") for name, agent in self.agents.items()
-        }
-
-    def wait_job(self, timeout_s: float) -> dict[str, int]:
-        def codes() -> dict[str, int] | None:
-            found = self.exit_codes()
-            return found if all(c is not None for c in found.values()) else None  # type: ignore[return-value]
-
-        return self.wait_for(codes, timeout_s, "the job to end")
-
-    def node_logs(self) -> dict[str, str]:
-        return {n.name: n.log_path.read_text(errors="replace") for n in self.runtime.attach()}
-
-    def gather(
-        self,
-        exercise: str,
-        wait_s: float | None,
-        *,
-        logs: bool = False,
-        reference: list[str] | None = None,
-        **extra: Any,
-    ) -> Seen:
-        """Wait for the job to end (wait_s None: not at all), then gather what it left: events,
-        agents' records, exit codes, node logs (when the judge reads them) and, given the trainer's
-        arguments, the reference's checksums (not after a failed job: no final weights to compare)."""
-        codes: dict[str, int | None] = dict(self.wait_job(wait_s)) if wait_s is not None else self.exit_codes()
-        seen = self.snapshot(exercise, codes, logs=logs, **extra)
-        if reference is not None and any(code not in (0, None) for code in codes.values()):
-            seen.reference_source = "not run: the job failed, and left no final weights to compare"
-        elif reference is not None:
-            checksums, seen.reference_source = self.reference_checksums(reference)
-            seen.reference = sorted(checksums)
-        return seen
-
-    def snapshot(self, exercise: str, codes: dict[str, int | None], *, logs: bool = False, **extra: Any) -> Seen:
-        """What the job shows now, with the exit codes the caller waited for."""
-        seen = Seen(exercise, self.runtime.name, self.topology, faults=self.faults, codes=codes, extra=extra)
-        seen.events, seen.agents = self.events(), observe.agent_events(self.events_dir)
-        seen.logs = self.node_logs() if logs else {}
-        return seen
-
-    def reference_checksums(self, trainer_args: list[str]) -> tuple[set[str], str]:
-        """Final weights of an uninterrupted, unpaced run of the same job, in its own directories,
-        and where they came from: "ran", or "cached" (an identical job's, lab.exercises.reference_cache)."""
-        args = [*trainer_args, "--step-time", "0"]
-        key = reference_cache.job_key(self.topology, "trainer", args) if self.runtime.HOST_CODE else None
-        cached = reference_cache.recall(key) if key else None
-        if cached:
-            self.progress(f"the uninterrupted reference: an identical job's, from {reference_cache.cache_dir()}")
-            return cached, "cached"
-        self.progress("running the uninterrupted reference")
-        events = self.rerun(args, fresh="reference")
-        self.wait_job(240)
-        found = observe.final_checksums(list(read_events(events)))
-        if key:
-            reference_cache.remember(key, found)
-        return found, "ran"
-
-    def rerun(self, trainer_args: list[str], fresh: str | None = None) -> Path:
-        """Start the trainer again on the same hosts (they stay up between runs); see Runtime.rerun."""
-        return self.runtime.rerun(self.topology, script_path("trainer"), trainer_args, fresh)
 
 
 def start_ray(ray_address: str | None, ray_tmp: str) -> None:

@@ -38,7 +38,7 @@ import time
 
 from lab import recovery
 from lab.exercises import drill_job, forensics, inprocess_verdict, observe
-from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.drill import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import AgentEvent, Event
 from lab.health.injected_error import WAIT_SIGNAL

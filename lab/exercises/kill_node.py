@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from lab.errors import LabError
 from lab.exercises import drill_job, inprocess_verdict, observe
-from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.drill import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import AgentEvent, Event
 from lab.options import Option

@@ -28,7 +28,7 @@ import re
 import time
 
 from lab.exercises import drill_job, observe
-from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.drill import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event
 from lab.options import RDZV_BACKEND

@@ -23,7 +23,7 @@ import re
 import time
 
 from lab.exercises import drill_job, forensics, observe
-from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.drill import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import AgentEvent
 from lab.report import Report

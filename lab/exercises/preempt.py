@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from lab.exercises import drill_job, observe
-from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.drill import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event, ExitReason
 from lab.report import Report

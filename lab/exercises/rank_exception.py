@@ -18,7 +18,7 @@ in the events, the rank's exit record with the error, then restart 1's checkpoin
 from __future__ import annotations
 
 from lab.exercises import drill_job, observe
-from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.drill import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health import injected_error
 from lab.health.events import Event, ExitReason

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 
 from lab.exercises import drill_job
-from lab.exercises.engine import aimed, paced_trainer
+from lab.exercises.drill import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event
 from lab.report import Report

@@ -42,8 +42,7 @@ class AgentMetrics(MetricHandler):
         self.state = Gauge(
             "lab_agent_worker_group_state", "1 for the worker group's current state.", ["state"], registry=r
         )
-        for state in STATES:
-            self.state.labels(state).set(1 if state == "INIT" else 0)
+        self.set_state("INIT")
         self.restarts_used = Gauge("lab_agent_restarts_used", "Worker-group restarts used so far.", registry=r)
         self.restarts_left = Gauge("lab_agent_restarts_remaining", "Worker-group restarts left.", registry=r)
         self.restarts_left.set(max_restarts)
@@ -68,16 +67,22 @@ class AgentMetrics(MetricHandler):
             registry=self.registry,
         )
 
+    def set_state(self, current: str) -> None:
+        """The worker group's state: 1 for it, 0 for every other."""
+        for state in STATES:
+            self.state.labels(state).set(1 if state == current else 0)
+
+    def set_restarts_used(self, used: float) -> None:
+        self.restarts_used.set(used)
+        self.restarts_left.set(self.max_restarts - used)
+
     # -- torchelastic's metrics stream -------------------------------------------------
     def emit(self, metric_data: MetricData) -> None:
         name, value = metric_data.name, metric_data.value
         if name.startswith("workers.") and name.endswith(".remaining_restarts"):
-            self.restarts_left.set(value)
-            self.restarts_used.set(self.max_restarts - value)
+            self.set_restarts_used(self.max_restarts - value)
         elif name.startswith("workers.") and name.rsplit(".", 1)[1].upper() in STATES:
-            current = name.rsplit(".", 1)[1].upper()
-            for state in STATES:
-                self.state.labels(state).set(1 if state == current else 0)
+            self.set_state(name.rsplit(".", 1)[1].upper())
         elif name == "SimpleElasticAgent._rendezvous.success":
             self.rendezvous.inc()
         elif name == "SimpleElasticAgent._rendezvous.failure":

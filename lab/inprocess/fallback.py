@@ -52,9 +52,7 @@ class Fallback:
         """Every rank of this node stopped and started afresh in the round's generation, to
         load the script's checkpoint. False (the job ends) when this node's budget is spent."""
         tag = f"[keeper node{self.args.node_rank}]"
-        if self.replacements >= self.args.max_replacements:
-            print(f"{tag} {heard.why}; this node's {self.args.max_replacements} replacement(s) are spent: the job ends")
-            self.stop()
+        if self._spent(heard.why):
             return False
         self.replacements += 1
         self.health.restarts(self.replacements)
@@ -79,6 +77,17 @@ class Fallback:
         self._record_event(AgentEvent.GROUP_RESTARTED, round=heard.number, generation=heard.generation, why=heard.why)
         return True
 
+    def _spent(self, why: str) -> bool:
+        """True, once it has said so and stopped its children, when this node's budget is spent."""
+        if self.replacements < self.args.max_replacements:
+            return False
+        print(
+            f"[keeper node{self.args.node_rank}] {why}; this node's {self.args.max_replacements} replacement(s) "
+            "are spent: the job ends"
+        )
+        self.stop()
+        return True
+
     def _kill_ranks(self) -> None:
         for proc in self.ranks.values():
             if proc.poll() is None:
@@ -95,9 +104,7 @@ class Fallback:
         tag = f"[keeper node{self.args.node_rank}]"
         self._record_event(AgentEvent.KEEPER_LOST, node=lost.node, silent_s=round(lost.silent_s, 3))
         gone = f"node {lost.node}'s keeper is gone (no beat for {lost.silent_s:.1f} s): its ranks died with it"
-        if self.replacements >= self.args.max_replacements:
-            print(f"{tag} {gone}; this node's {self.args.max_replacements} replacement(s) are spent: the job ends")
-            self.stop()
+        if self._spent(gone):
             return False
         wait_s = self.args.return_timeout
         print(f"{tag} {gone}; this node's ranks stop and wait {wait_s:g} s for it to come back", flush=True)

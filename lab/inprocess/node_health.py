@@ -42,13 +42,11 @@ class NodeHealth:
 
     def state(self, name: str) -> None:
         if self.metrics:
-            for state in agent_exporter.STATES:
-                self.metrics.state.labels(state).set(1 if state == name else 0)
+            self.metrics.set_state(name)
 
     def restarts(self, used: int) -> None:
         if self.metrics:
-            self.metrics.restarts_used.set(used)
-            self.metrics.restarts_left.set(max(0, self.metrics.max_restarts - used))
+            self.metrics.set_restarts_used(used)
 
     def exited(self, pid: int, code: int) -> None:
         if self.metrics:
