@@ -121,6 +121,17 @@ class Drill:
 
         return self.wait_for(codes, timeout_s, "the job to end")
 
+    def wait_failed(self, timeout_s: float) -> dict[str, int | None]:
+        """Wait until a node has failed, or every node ended: a fixed-size job with a failed node
+        cannot finish, while its other nodes may wait out a long timeout before they notice."""
+
+        def codes() -> dict[str, int | None] | None:
+            found = self.exit_codes()
+            ended = [c for c in found.values() if c is not None]
+            return found if len(ended) == len(found) or any(c != 0 for c in ended) else None
+
+        return self.wait_for(codes, timeout_s, "a node to fail")
+
     def node_logs(self) -> dict[str, str]:
         return {n.name: n.log_path.read_text(errors="replace") for n in self.runtime.attach()}
 

@@ -131,6 +131,16 @@ def test_torch_defaults_without_the_upstream_failure_fails():
     ]
 
 
+def test_torch_defaults_counts_a_node_still_waiting_as_not_failed():
+    """The drill stops waiting once a node failed (the other may sit in gloo's connect for a
+    minute); a node still running, or one that ended well, is no failure of the job."""
+    evidence = seen("kill-worker-torch-defaults")
+    evidence.codes = {"node0": None, "node1": 1}
+    assert failed(judge("kill-worker-torch-defaults", evidence)) == []
+    evidence.codes = {"node0": None, "node1": 0}
+    assert failed(judge("kill-worker-torch-defaults", evidence)) == ["with torch's defaults the job fails"]
+
+
 def test_kill_node_that_came_back_with_fewer_ranks_fails():
     evidence = seen("kill-node")
     for e in recorded_after(evidence, "kill_node", "rendezvous_done"):
