@@ -39,6 +39,8 @@ class Fault:
     detail: bool = True  # the workload runs under TORCH_DISTRIBUTED_DEBUG=DETAIL
     settled: bool = True  # False: the evidence cannot say which rank; a right card names none, and says the class
     cuts_node: bool = False  # not a signal: the rank's node is cut off the network (Node.partition)
+    kills_store: bool = False  # not a signal: node 0's agent, the rendezvous store's host, is SIGKILLed
+    resumes: bool = False  # not a signal: the job ends at the step, its newest checkpoint is damaged, it runs again
     needs_hosts: str = ""  # the only kind of hosts it can be made on ("": any)
 
 
@@ -116,6 +118,28 @@ FAULTS = (
         save_every=1,
         writer_only=True,
     ),
+    Fault(
+        "corrupt-checkpoint",
+        0,
+        "corrupt-checkpoint",
+        "the job ends at the step, its newest checkpoint is cut in half (a crash mid-save), and it is run again to "
+        "resume: the trainer checks a digest, sets the file aside and resumes from the one before; a script's "
+        "torch.load raises on every rank (each reads the same file), so a right card names no rank with "
+        "confidence, and the class; the cell's rank is unused",
+        survived_by=("trainer",),
+        save_every=1,
+        settled=False,
+        resumes=True,
+    ),
+    Fault(
+        "store-lost",
+        0,
+        "store-lost",
+        "node 0's agent, host of the lab's rendezvous store, SIGKILLed (its ranks die with it): no rank failed of "
+        "its own, so a right card names no rank with confidence, and the lost store; the cell's rank is unused",
+        settled=False,
+        kills_store=True,
+    ),
 )
 FAULT_NAMES = tuple(f.name for f in FAULTS)
 
@@ -134,9 +158,14 @@ def named(card: Card) -> Named:
     first = card.first
     if first is None and card.failed_write and card.failed_write.disk_full:  # the trainer saved on without it
         return Named(card.failed_write.rank, "disk-full", card.failed_write.step)
+    if first is None and card.set_aside:  # the trainer resumed from the checkpoint before it
+        return Named(None, "corrupt-checkpoint", card.set_aside.step)
     cut = card.slow_network if card.slow_network and card.slow_network.cut else None
     if cut and (first is None or first.consequence or not card.certain):  # no rank failed of its own
         return Named(None, "partition", cut.step, tuple(cut.ranks))
+    lost = card.store_loss
+    if lost and not lost.went_on and (first is None or first.consequence or not card.certain):
+        return Named(None, "store-lost", lost.at_step)  # a coordinator failed, no rank of its own
     if first is None and card.straggler:  # nothing failed, and one rank slowed the rest
         return Named(card.straggler.rank, "slow", card.straggler.since)
     if first is None:
@@ -149,7 +178,7 @@ def named(card: Card) -> Named:
 
 def kind_of(how: str) -> str:
     """The class of fault a card's "how" says: killed, oom, crashed, terminated, exception, exited,
-    diverged, mismatch, disk-full."""
+    diverged, mismatch, disk-full, corrupt-checkpoint."""
     if "OOM killer" in how:
         return "oom"
     if how.endswith("(a collective mismatch)"):  # gloo's abort without DETAIL (lab.mismatch)
@@ -164,6 +193,8 @@ def kind_of(how: str) -> str:
         return "mismatch"
     if how.endswith("disk full"):  # lab.disk_full
         return "disk-full"
+    if how.endswith("a damaged checkpoint"):  # lab.bad_checkpoint
+        return "corrupt-checkpoint"
     if how.startswith("raised FloatingPointError"):  # what a loss check raises on NaN or inf
         return "diverged"
     if how.startswith("raised "):
@@ -224,6 +255,6 @@ class Grade:
 def grade(target: str, fault: Fault, rank: int, step: int, card: Card) -> Grade:
     said = named(card)
     kind = said.kind
-    if not fault.settled and said.rank is None and card.first is not None:
+    if not fault.settled and said.kind == "unknown" and said.rank is None and card.first is not None:
         kind = kind_of(card.first.how)  # the class the first failure's own words name, with no rank
     return Grade(target, fault.name, rank, step, said.rank, kind, said.step, fault.expect, fault.settled, said.ranks)

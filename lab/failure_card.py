@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from lab.bad_checkpoint import SetAside
 from lab.disk_full import FailedWrite
 from lab.health.stragglers import SlowNetwork, Straggler
 from lab.lost_store import StoreLoss
@@ -39,6 +40,7 @@ class Card:
     slow_network: SlowNetwork | None = None  # the node whose network did
     store_loss: StoreLoss | None = None  # the rendezvous store, lost mid-run (lab.lost_store)
     failed_write: FailedWrite | None = None  # a checkpoint a rank could not write and trained on without
+    set_aside: SetAside | None = None  # a damaged checkpoint a rank found on resume and resumed without
 
     def to_json(self) -> dict:
         return {
@@ -51,10 +53,11 @@ class Card:
             "slow_network": asdict(self.slow_network) if self.slow_network else None,
             "store_loss": asdict(self.store_loss) if self.store_loss else None,
             "failed_write": asdict(self.failed_write) if self.failed_write else None,
+            "set_aside": asdict(self.set_aside) if self.set_aside else None,
         }
 
     def text(self) -> str:
-        found = (self.store_loss, self.failed_write, self.straggler, self.slow_network)
+        found = (self.store_loss, self.failed_write, self.set_aside, self.straggler, self.slow_network)
         findings = "".join(f"{s.text()}\n" for s in found if s)
         if self.first is None:
             notes = "".join(f"note: {n}\n" for n in self.notes)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import disk_full
+from lab import bad_checkpoint, disk_full
 from lab.card_notes import hung_ranks, note_no_cause, note_the_first_error
 from lab.failure_card import Card, RankFailure
 from lab.health import net_probe
@@ -65,6 +65,7 @@ class Evidence:
     slow_network: SlowNetwork | None = None
     store_loss: StoreLoss | None = None
     failed_write: disk_full.FailedWrite | None = None
+    set_aside: bad_checkpoint.SetAside | None = None
     native: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # node -> its log's native aborts
 
 
@@ -87,6 +88,7 @@ def read_evidence(run_dir: Path) -> Evidence:
             found.steps[e["rank"]] = max(found.steps.get(e["rank"], e["step"]), e["step"])
     found.straggler = first_named(ranks)
     found.failed_write = disk_full.first_failed_write(ranks)
+    found.set_aside = bad_checkpoint.first_set_aside(ranks)
     found.slow_network = first_slow_network(read_probes(events_dir, skipped), ranks, net_probe.TIMEOUT_S)
     steps = [(e["time"], e["step"]) for e in ranks if e["event"] == Event.STEP]
     found.store_loss = store_lost(every_agent_event, steps, run_dir / "nodes")
@@ -132,6 +134,8 @@ def how_it_failed(failure: RankFailure, terminated: set[int]) -> tuple[str, bool
     if failure.error and (failure.exit_code or 0) > 0:
         if disk_full.full(failure.error):
             return disk_full.how(failure.error), False
+        if bad_checkpoint.damaged(failure.error):
+            return bad_checkpoint.how(failure.error), False
         return f"raised {failure.error.split(':')[0]}", consequence
     if failure.error and not CONSEQUENCE.search(failure.error) and failure.pid in terminated:
         return f"raised {failure.error.split(':')[0]}, then was {stopped}", False
@@ -148,6 +152,7 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     rounds = max(per_node.values(), default=0)
     result = Card(first=None, rounds=rounds, straggler=found.straggler, slow_network=found.slow_network)
     result.store_loss, result.failed_write = found.store_loss, found.failed_write
+    result.set_aside = found.set_aside
     if found.skipped:
         result.notes.append(
             f"left out what is not a record of this lab's (a torn last line, another program's output, an older "
@@ -172,6 +177,10 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
             f"ranks {', '.join(str(f.rank) for f in causes)} exited without saying why, and agents notice exits "
             "in their own time: which one failed first is unknown (the earliest noticed is shown)"
         )
+    damaged = [f.rank for f in said if bad_checkpoint.damaged(f.error)]
+    if len(damaged) > 1:  # each read the same file: no rank of them is the cause
+        result.certain = False
+        result.notes.append(bad_checkpoint.note(damaged))
     result.then = [f for f in failures if f is not result.first][:8]
     # A rank its own agent noticed late (a kill, a hang stopped at last) failed no later than the
     # first of those that failed of it: the others' times are then never before it.

@@ -30,6 +30,7 @@ LAYERS = [
         "lab.evidence",
         "lab.lost_store",
         "lab.disk_full",
+        "lab.bad_checkpoint",
         "lab.card_notes",
     ),
     ("lab.runtimes", "lab.user_image"),

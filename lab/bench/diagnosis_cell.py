@@ -32,6 +32,7 @@ PG_TIMEOUT_S, STEP_TIME, STEPS = 8, 0.05, 400
 TRUTH = "truth.json"  # in a kept cell's evidence: what was injected, where and when
 KERNEL_LOG = "kernel.log"  # and the kernel's lines on the rank, if it killed it
 START_S = 120.0  # from `up` until the target rank completes the cell's step
+SCRIPT_RESUMES = "--snapshot-every"  # plain_train's snapshot: rank 0 writes it, every rank resumes from it
 SLOWED_STEPS = 30  # a straggler: the steps after the fault within which it must be named (the goal's 20, and more)
 
 
@@ -62,9 +63,9 @@ def cell_topology(**more) -> Topology:
     )
 
 
-def job(cell: Cell, workdir: Path) -> tuple[Topology, str, list[str]]:
+def job(cell: Cell, workdir: Path, steps: int = STEPS) -> tuple[Topology, str, list[str]]:
     topology = cell_topology(pg_timeout_s=PG_TIMEOUT_S)
-    paced = ["--steps", str(STEPS), "--step-time", str(STEP_TIME)]
+    paced = ["--steps", str(steps), "--step-time", str(STEP_TIME)]
     if cell.fault.workload:  # a fault the trainer has no hook for (lab.diagnosis.Fault.workload)
         debug = "DETAIL" if cell.fault.detail else topology.distributed_debug
         return topology.replace(distributed_debug=debug), script_path(cell.fault.workload), paced
@@ -72,7 +73,7 @@ def job(cell: Cell, workdir: Path) -> tuple[Topology, str, list[str]]:
     if cell.target == "trainer":
         return topology, script_path("trainer"), [*paced, "--ckpt-every", str(every), "--check-loss"]
     watched = topology.replace(script_wrapper=("--workdir", str(workdir)))
-    saves = ["--save-every", str(every)] if every else []
+    saves = [SCRIPT_RESUMES if cell.fault.resumes else "--save-every", str(every)] if every else []
     return watched, script_path("plain_train"), [*paced, "--timeout-s", str(PG_TIMEOUT_S), *saves]
 
 
@@ -94,6 +95,13 @@ def reached(events_dir: Path, rank: int, step: int, stop: threading.Event) -> tu
     raise LabError(f"rank {rank} never reached step {step} in {START_S:.0f} s: see {events_dir.parent}")
 
 
+def last_step_on(events_dir: Path, node: str, otherwise: int) -> int:
+    """The last step any rank of the node completed (otherwise: when none did)."""
+    events = list(read_events(events_dir))
+    ranks = {e["rank"] for e in events if e["event"] == Event.START and e.get("node") == node}
+    return max((e["step"] for e in events if e["event"] == Event.STEP and e["rank"] in ranks), default=otherwise)
+
+
 def ended(nodes, stop: threading.Event) -> bool:
     """The job ended (every node exited) within three process-group timeouts and half a minute."""
     deadline = time.monotonic() + 3 * PG_TIMEOUT_S + 30
@@ -112,7 +120,7 @@ def slowed_for(events_dir: Path, at: int, stop: threading.Event) -> bool:
     while time.monotonic() < deadline:
         events = list(read_events(events_dir))
         furthest = max((e["step"] for e in events if e["event"] == Event.STEP), default=0)
-        failed_save = any(e["event"] == Event.CHECKPOINT_FAILED for e in events)
+        failed_save = any(e["event"] in (Event.CHECKPOINT_FAILED, Event.CHECKPOINT_INVALID) for e in events)
         if stragglers.first_named(events) or failed_save or furthest > at + SLOWED_STEPS:
             break
         waiting(stop, 0.2)
@@ -125,17 +133,19 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event
     runtime = runtimes.create("local", run_dir, log=lambda m: None, hosts=hosts, monitoring="off")
     runtimes.begin_job(runtime, lambda m: None)
     try:
-        topology, script, args = job(cell, run_dir.path / "work")
+        workdir = run_dir.path / "work"
+        topology, script, args = job(cell, workdir, steps=cell.step if cell.fault.resumes else STEPS)
         topology, nodes = runtime.up(topology, script, args)
         at, start = reached(run_dir.path / "events", cell.rank, cell.step, stop)
         with memory_cage(start["pid"], cell.name) if cell.fault.caged else contextlib.nullcontext():
-            node = next(n for n in nodes if n.name == start["node"])
-            if cell.fault.cuts_node:
-                node.partition()  # its netns goes with `down`, and its rules with it
+            if cell.fault.resumes:
+                resume_damaged(cell, runtime, topology, workdir, stop)
             else:
-                node.kill_worker(start["local_rank"], cell.fault.signal)
+                inject(cell, nodes, start)
             goes_on = not cell.fault.ends_job or cell.target in cell.fault.survived_by
             finished = slowed_for(run_dir.path / "events", at, stop) if goes_on else ended(nodes, stop)
+        if cell.fault.kills_store:  # the step it landed in: node 0's ranks died with their agent
+            at = last_step_on(run_dir.path / "events", nodes[0].name, at)
         kernel = kernel_log()
         card = why.card(run_dir.path, kernel=lambda: kernel)
         if keep:
@@ -144,6 +154,34 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event
         runtime.down(grace_s=5)
         run_dir.release()
     return grade(cell.target, cell.fault, cell.rank, at, card), {"card": card.text(), "job_ended": finished}
+
+
+def inject(cell: Cell, nodes, start: dict) -> None:
+    """The cell's fault, on the job as it runs: a signal to the rank, or its node's own fault."""
+    node = next(n for n in nodes if n.name == start["node"])
+    if cell.fault.cuts_node:
+        node.partition()  # its netns goes with `down`, and its rules with it
+    elif cell.fault.kills_store:
+        nodes[0].kill_agent()  # the lab's rendezvous store lives in node 0's agent
+    else:
+        node.kill_worker(start["local_rank"], cell.fault.signal)
+
+
+def resume_damaged(cell: Cell, runtime, topology: Topology, workdir: Path, stop: threading.Event) -> None:
+    """The job, run up to the cell's step, ends; its newest checkpoint is cut in half (as a crash
+    mid-save leaves it, where saves are not atomic) and the job runs again to resume from it."""
+    nodes = runtime.attach()
+    if not ended(nodes, stop) or any(node.exit_code() != 0 for node in nodes):
+        raise LabError(f"the job before the damage did not end well: {[n.exit_code() for n in nodes]}")
+    if cell.target == "trainer":
+        from lab.workloads import checkpoint  # torch: not for the CLI's parser, which imports this module
+
+        checkpoint.corrupt_newest(Path(runtime.checkpoint_dir()))
+    else:
+        snapshot = workdir / "snapshot.pt"
+        snapshot.write_bytes(snapshot.read_bytes()[: snapshot.stat().st_size // 2])
+    _, script, args = job(cell, workdir)
+    runtime.rerun(topology, script, args)
 
 
 def cell_truth(cell: Cell) -> dict:
