@@ -52,6 +52,11 @@ class NodeEnv:
         int,
         "in-process recovery: a replacement rank's generation (unset: not one)",
     )
+    inprocess_join_timeout_s: float | None = wire(
+        "LAB_INPROCESS_JOIN_TIMEOUT_S",
+        float,
+        "in-process recovery: how long a rank waits for the others to come to a generation (unset: 120)",
+    )
     inprocess_beat_fd: int | None = wire(
         "LAB_INPROCESS_BEAT_FD", int, "in-process recovery: the pipe a rank's heartbeat goes down to its keeper"
     )

@@ -200,6 +200,32 @@ def test_a_rank_hung_in_python_makes_the_keepers_restart_every_rank_from_the_che
     assert min(a["time"] for a in rounds) - hung >= timeout_s * 0.9  # it took the timeout: nothing ended it sooner
 
 
+def test_a_rank_later_to_its_group_than_the_collectives_timeout_is_waited_for(tmp_path):
+    """A rank may come to a generation long after the others (a fresh one starting under load, as
+    a round restarts every rank): the others wait for it as long as a rendezvous waits for its
+    nodes (the keepers' --return-timeout), not the collectives' timeout. Seen under load in the
+    suite: the others' join timed out, they asked for a round, and its fresh ranks, as slow, spent
+    the budget. Here the last rank comes 5 s late to a job whose collectives time out after 2 s."""
+    port, out = free_port(), tmp_path / "out"
+    out.mkdir()
+    script = [str(Path(__file__).parent / "user_scripts" / "late_to_join.py"), "5", str(out)]
+    keepers = [
+        in_session(
+            [
+                *(sys.executable, "-m", "lab.inprocess.keeper", f"--store=127.0.0.1:{port}", f"--node-rank={node}"),
+                *("--nodes=2", "--nproc-per-node=1", "--max-replacements=0", "--return-timeout=30", "--", *script),
+            ],
+            env={**os.environ, "LAB_PG_TIMEOUT_S": "2"},
+        )
+        for node in range(2)
+    ]
+    try:
+        assert [k.wait(60) for k in keepers] == [0, 0]
+    finally:
+        stop_sessions(keepers)
+    assert sorted((p.name, p.read_text()) for p in out.iterdir()) == [("rank0", "2\n"), ("rank1", "2\n")]
+
+
 def test_a_node_lost_whole_and_started_again_restarts_every_rank_from_the_checkpoint(tmp_path):
     """Issue 31's other fault no spare survives: node 1's keeper SIGKILLed, its ranks with it. Node 0's
     keeper hears the silence, stops its ranks and waits; node 1's keeper started again (the same

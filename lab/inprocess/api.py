@@ -30,19 +30,18 @@ Under plain torchrun (or another --recovery) there is one attempt: it joins the 
 torchrun's environment, `adopt` agrees on the step, and errors propagate as they always did;
 without torchrun (no RANK), one attempt with no group: `attempt.distributed` is False.
 
-When an attempt ends on a lost peer, the rank shuts down the connections it opened to join that
-group (lookout.shut_down says why). A hang is not a death: a hung rank keeps its connections
-open, so its peers wait out the process-group timeout (gloo's abort() does not free a pending
-collective either: docs/benchmarks.md). A frozen rank (stopped, or holding the GIL) stops
-beating, and its keeper kills it well before that (lab.inprocess.heartbeat). A rank that hangs
-in Python still beats: its peers' collectives time out, each leaves with
-heartbeat.TIMED_OUT_EXIT, and the keepers fall back to a restart of the whole group
-(lab.inprocess.rounds): every rank starts afresh, as at the job's start, and loads the script's
-checkpoint (`attempt.replacement` is False).
+A hang is not a death: a hung rank keeps its connections open, so its peers wait out the
+process-group timeout (gloo's abort() does not free a pending collective either). A frozen rank
+(stopped, or holding the GIL) stops beating, and its keeper kills it well before that
+(lab.inprocess.heartbeat). A rank hung in Python still beats: its peers' collectives time out,
+each leaves with heartbeat.TIMED_OUT_EXIT, and the keepers restart the whole group
+(lab.inprocess.rounds): every rank starts afresh and loads the script's checkpoint
+(`attempt.replacement` is False).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import re
@@ -61,9 +60,8 @@ from lab.inprocess import lookout
 from lab.inprocess.lookout import Lookout
 from lab.nodeenv import NodeEnv
 
-# What a collective raises when a peer's process is gone (gloo on Linux): the errors an attempt
-# ends quietly on. A timeout ends the rank (lookout.leave_timed_out); anything else (the
-# script's own bug) propagates.
+# What a collective raises when a peer's process is gone (gloo on Linux): an attempt ends quietly on these.
+# A timeout ends the rank (lookout.leave_timed_out); anything else (the script's own bug) propagates.
 PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Connection refused")
 TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)  # gloo's "Timed out waiting", the store's "wait timeout"
 
@@ -200,6 +198,10 @@ class Attempt:
         os.environ["TORCHELASTIC_RESTART_COUNT"] = str(self.generation)
         prefixed = dist.PrefixStore(f"gen{self.generation}/", self.store)
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        # All come first, however late a fresh one starts: init_process_group waits the collectives' timeout.
+        if prefixed.add("came", 1) == world:
+            prefixed.set("all-came", "1")
+        prefixed.wait(["all-came"], timedelta(seconds=self.wire.inprocess_join_timeout_s or 120))
         try:
             dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world, timeout=self._timeout)
         finally:
@@ -274,10 +276,8 @@ class Attempt:
 
 
 def _destroy_quietly() -> None:
-    try:
+    with contextlib.suppress(RuntimeError):  # a group whose peer died may refuse a clean teardown
         dist.destroy_process_group()
-    except RuntimeError:
-        pass  # a group whose peer died may refuse a clean teardown; it is gone either way
 
 
 def _forget_failed_join() -> None:

@@ -79,7 +79,12 @@ class Keeper(Fallback):
 
     def _start(self, extra: list[str], env: dict[str, str]) -> subprocess.Popen:
         read, write = self.ear.new_pipe()
-        wire = NodeEnv(inprocess_store=self.args.store, events_dir=self.args.events_dir, inprocess_beat_fd=write)
+        wire = NodeEnv(
+            inprocess_store=self.args.store,
+            events_dir=self.args.events_dir,
+            inprocess_beat_fd=write,
+            inprocess_join_timeout_s=self.args.return_timeout,  # as long as a rendezvous waits for its nodes
+        )
         env = {**os.environ, **env, **wire.render(), "WORLD_SIZE": str(self.world_size)}
         env.update(LOCAL_WORLD_SIZE=str(self.args.nproc_per_node), GROUP_RANK=str(self.args.node_rank))
         argv = [sys.executable, "-m", "lab.inprocess.rank", *extra, *self.args.script]
