@@ -19,6 +19,10 @@ def main() -> None:
     # separately, and two ranks' lines can run together.
     sys.stdout.write(f"rank {dist.get_rank()} of {dist.get_world_size()}: process group ready\n")
     sys.stdout.flush()
+    # Leave together: init_process_group returns on a rank once its own connections are up, and
+    # one that left at once could close them under a peer still connecting (seen under load:
+    # "connectFullMesh failed ... Connection closed by peer").
+    dist.barrier()
     dist.destroy_process_group()
 
 
