@@ -95,11 +95,9 @@ def reached(events_dir: Path, rank: int, step: int, stop: threading.Event) -> tu
     raise LabError(f"rank {rank} never reached step {step} in {START_S:.0f} s: see {events_dir.parent}")
 
 
-def last_step_on(events_dir: Path, node: str, otherwise: int) -> int:
-    """The last step any rank of the node completed (otherwise: when none did)."""
-    events = list(read_events(events_dir))
-    ranks = {e["rank"] for e in events if e["event"] == Event.START and e.get("node") == node}
-    return max((e["step"] for e in events if e["event"] == Event.STEP and e["rank"] in ranks), default=otherwise)
+def furthest_step(events_dir: Path) -> int:
+    """The furthest step any rank has completed."""
+    return max((e["step"] for e in read_events(events_dir) if e["event"] == Event.STEP), default=0)
 
 
 def ended(nodes, stop: threading.Event) -> bool:
@@ -141,11 +139,11 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event
             if cell.fault.resumes:
                 resume_damaged(cell, runtime, topology, workdir, stop)
             else:
+                if cell.fault.kills_store:  # a job's fault, not a rank's: the job's step when it landed
+                    at = furthest_step(run_dir.path / "events")
                 inject(cell, nodes, start)
             goes_on = not cell.fault.ends_job or cell.target in cell.fault.survived_by
             finished = slowed_for(run_dir.path / "events", at, stop) if goes_on else ended(nodes, stop)
-        if cell.fault.kills_store:  # the step it landed in: node 0's ranks died with their agent
-            at = last_step_on(run_dir.path / "events", nodes[0].name, at)
         kernel = kernel_log()
         card = why.card(run_dir.path, kernel=lambda: kernel)
         if keep:

@@ -2,9 +2,10 @@
 step (or none: a clean run), and what lab.health.stragglers names from the events it recorded:
 a straggling rank (busy time), or a node with a slow network (round trips, lab.health.net_probe).
 
-A slowed rank stays slow to the end of the job, AFTER steps later. The cell is judged on the
-step it was named at: within GOAL_STEPS steps of the slowdown is in time; a rank named before
-the slowdown, or in a clean run, is a false alarm.
+A slowed rank stays slow to the end of the job, AFTER steps later, or until the finding its way
+calls for is named (nothing later changes the verdict: it is drawn from the first). The cell is
+judged on the step it was named at: within GOAL_STEPS steps of the slowdown is in time; a rank
+named before the slowdown, or in a clean run, is a false alarm. A clean run runs to its end.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,9 +111,10 @@ def job(cell: Cell) -> tuple[Topology, str, list[str]]:
     )
 
 
-def ended(nodes, stop: threading.Event) -> None:
+def ended(nodes, stop: threading.Event, named: Callable[[], object] = lambda: None) -> None:
+    """The job ended by itself, or `named` found what the cell waits for."""
     deadline = time.monotonic() + END_S
-    while any(node.exit_code() is None for node in nodes):
+    while any(node.exit_code() is None for node in nodes) and not named():
         if time.monotonic() > deadline:
             raise LabError(f"the job did not end within {END_S:.0f} s of the slowdown")
         waiting(stop, 0.2)
@@ -144,7 +147,9 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, stop: threading.Event) -> Outcom
         if cell.rank is not None:
             slowed_at, start = reached(run_dir.path / "events", cell.rank, cell.step, stop)
             slow_down(cell, start, nodes, cages)
-        ended(nodes, stop)
+            ended(nodes, stop, lambda: its_kind_named(cell, run_dir.path / "events"))
+        else:
+            ended(nodes, stop)
         named = what_was_named(cell, run_dir.path / "events")
     finally:
         runtime.down(grace_s=5)
@@ -153,10 +158,21 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, stop: threading.Event) -> Outcom
     return Outcome(cell, slowed_at, named)
 
 
+def findings(events_dir: Path) -> tuple[stragglers.Straggler | None, stragglers.SlowNetwork | None]:
+    """The first straggling rank and the first slow network named in the events, if any."""
+    events = list(read_events(events_dir))
+    network = stragglers.first_slow_network(read_probes(events_dir), events, net_probe.TIMEOUT_S, cut_first=False)
+    return stragglers.first_named(events), network
+
+
+def its_kind_named(cell: Cell, events_dir: Path) -> bool:
+    """The finding the cell's way calls for (a slow network for a network way) is named."""
+    rank, network = findings(events_dir)
+    return bool(network if cell.way in NETWORK_WAYS else rank)
+
+
 def what_was_named(cell: Cell, events_dir: Path) -> stragglers.Straggler | stragglers.SlowNetwork | None:
     """The cell's kind of finding first (a slow network for a network way), else the other kind:
     a clean run names neither."""
-    events = list(read_events(events_dir))
-    rank = stragglers.first_named(events)
-    network = stragglers.first_slow_network(read_probes(events_dir), events, net_probe.TIMEOUT_S, cut_first=False)
+    rank, network = findings(events_dir)
     return (network or rank) if cell.way in NETWORK_WAYS else (rank or network)

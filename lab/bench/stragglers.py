@@ -123,7 +123,8 @@ def table(outcomes: list[Outcome], hosts: str, minutes: float, unmeasured: list[
     clean = [o for o in outcomes if o.cell.rank is None]
     lines = [
         f"One rank of a 2 x 2 run of the lab's trainer ({hosts} hosts, {STEP_TIME:g} s a step) slowed after a "
-        f"step and kept slow for {AFTER} steps; `lab why` names a straggler when its busy time outside the "
+        f"step and kept slow for up to {AFTER} steps (the cell ends once its finding is named); `lab why` "
+        f"names a straggler when its busy time outside the "
         f"all-reduce, over {WINDOW} steps less the slowest, is {RATIO:g}x the other ranks' and {MARGIN_S:g} s "
         f"longer (lab.health.stragglers). A slow network is named on its node: its round trip to the lab's bridge "
         f"(lab.health.net_probe, twice a second), median of {NET_WINDOW}, {RATIO:g}x the other nodes' and "
