@@ -165,3 +165,8 @@ def test_only_a_thread_waiting_inside_a_collective_is_judged_stranded(store):
     assert time.monotonic() - began < lookout.STRANDED_AFTER_S
     began = time.monotonic()
     assert not lookout.stranded(asleep.ident, lambda: time.monotonic() - began < 3, {})
+    # Fill the barrier at last, from a client of its own: the thread ends in this test, not as an
+    # unhandled timeout 30 s later in whichever test then runs on this worker.
+    barrier(dist.TCPStore("127.0.0.1", store.port, is_master=False), 2, "never/", 30)
+    waiting.join(10)
+    assert not waiting.is_alive()
