@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from lab.health.events import Event
+from lab.health.events import Event, earliest
 
 DAMAGED = re.compile(
     r"PytorchStreamReader failed reading|failed finding central directory|UnpicklingError|invalid load key"
@@ -64,10 +64,9 @@ class SetAside:
 
 def first_set_aside(ranks: Iterable[dict]) -> SetAside | None:
     """The earliest `lab.checkpoint_invalid` record of any rank."""
-    invalid = sorted((e for e in ranks if e["event"] == Event.CHECKPOINT_INVALID), key=lambda e: e["time"])
-    if not invalid:
+    e = earliest(ranks, Event.CHECKPOINT_INVALID)
+    if e is None:
         return None
-    e = invalid[0]
     path = str(e.get("path", ""))
     step = STEP_IN_NAME.search(path)
     return SetAside(e["rank"], str(e.get("node", "")), int(step[1]) if step else None, path, str(e.get("reason", "")))

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from lab.health.events import Event
+from lab.health.events import Event, earliest
 
 TORCH_WORDS = re.compile(
     r"PytorchStreamWriter failed writing|unexpected pos \d+ vs \d+|basic_ios::clear: iostream error"
@@ -69,8 +69,7 @@ class FailedWrite:
 
 def first_failed_write(ranks: Iterable[dict]) -> FailedWrite | None:
     """The earliest `lab.checkpoint_failed` record of any rank."""
-    failed = sorted((e for e in ranks if e["event"] == Event.CHECKPOINT_FAILED), key=lambda e: e["time"])
-    if not failed:
+    e = earliest(ranks, Event.CHECKPOINT_FAILED)
+    if e is None:
         return None
-    e = failed[0]
     return FailedWrite(e["rank"], str(e.get("node", "")), int(e.get("step", 0)), str(e.get("reason", "")))

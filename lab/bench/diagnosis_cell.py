@@ -12,6 +12,7 @@ import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,9 +96,9 @@ def reached(events_dir: Path, rank: int, step: int, stop: threading.Event) -> tu
     raise LabError(f"rank {rank} never reached step {step} in {START_S:.0f} s: see {events_dir.parent}")
 
 
-def furthest_step(events_dir: Path) -> int:
+def furthest_step(events: Iterable[dict]) -> int:
     """The furthest step any rank has completed."""
-    return max((e["step"] for e in read_events(events_dir) if e["event"] == Event.STEP), default=0)
+    return max((e["step"] for e in events if e["event"] == Event.STEP), default=0)
 
 
 def ended(nodes, stop: threading.Event) -> bool:
@@ -117,7 +118,7 @@ def slowed_for(events_dir: Path, at: int, stop: threading.Event) -> bool:
     deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
         events = list(read_events(events_dir))
-        furthest = max((e["step"] for e in events if e["event"] == Event.STEP), default=0)
+        furthest = furthest_step(events)
         failed_save = any(e["event"] in (Event.CHECKPOINT_FAILED, Event.CHECKPOINT_INVALID) for e in events)
         if stragglers.first_named(events) or failed_save or furthest > at + SLOWED_STEPS:
             break
@@ -140,7 +141,7 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event
                 resume_damaged(cell, runtime, topology, workdir, stop)
             else:
                 if cell.fault.kills_store:  # a job's fault, not a rank's: the job's step when it landed
-                    at = furthest_step(run_dir.path / "events")
+                    at = furthest_step(read_events(run_dir.path / "events"))
                 inject(cell, nodes, start)
             goes_on = not cell.fault.ends_job or cell.target in cell.fault.survived_by
             finished = slowed_for(run_dir.path / "events", at, stop) if goes_on else ended(nodes, stop)

@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,11 @@ def error_text(error: BaseException) -> str:
     """An exit record's `error`: the exception's type and the first line of its message."""
     first_line = (str(error).strip().splitlines() or [""])[0]
     return f"{type(error).__name__}: {first_line}"[:300]
+
+
+def earliest(records: Iterable[dict], event: str) -> dict | None:
+    """The earliest record of the event, of any rank (None: there is none)."""
+    return min((e for e in records if e["event"] == event), key=lambda e: e["time"], default=None)
 
 
 def restarted_at(events: list[dict], fault_time: float) -> float | None:

@@ -23,7 +23,6 @@ from lab.diagnosis import FAULTS, Grade, Named, grade, kind_of, named
 from lab.errors import LabError
 from lab.failure_card import Card, RankFailure
 from lab.health.stragglers import SlowNetwork, Straggler
-from lab.lost_store import StoreLoss
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnosis"
 CELLS = sorted(p.parent for p in FIXTURES.glob("*/truth.json"))
@@ -258,33 +257,6 @@ def test_a_cut_node_is_named_by_its_ranks_when_no_rank_failed_of_its_own():
     assert named(slow).kind == "unknown"  # a slow link is not a cut one
     killed = Card(first=failure(2, "killed by SIGKILL"), slow_network=cut_off("node1", [2, 3]))
     assert named(killed) == Named(2, "killed", 5)  # a rank that failed of its own comes first
-
-
-def test_a_lost_store_is_named_with_no_rank_and_only_when_no_rank_failed_of_its_own():
-    """Node 0's agent killed: node1's ranks lose their peers (consequences), node 0's die with
-    their agent unreported. A right card names no rank, and the lost store; one naming a rank is
-    not right; a store the agents trained on without (etcd) is no failure to name."""
-    fault = BY_NAME["store-lost"]
-    lost = StoreLoss("the lab's rendezvous store is gone", ["node1"], False, 21, True, {"node0": "SIGKILL"})
-    lost_peer = failure(2, "raised RuntimeError", consequence=True)
-    card = Card(first=lost_peer, certain=False, store_loss=lost)
-    assert named(card) == Named(None, "store-lost", 21)
-    result = grade("script", fault, 1, 20, card)
-    assert result.right and result.step_ok and result.unknown and not result.wrong_rank
-    killed = Card(first=failure(2, "killed by SIGKILL"), store_loss=lost)
-    assert named(killed) == Named(2, "killed", 5) and not grade("trainer", fault, 1, 5, killed).right
-    went_on = StoreLoss("etcd is gone", ["node0", "node1"], True, 21)
-    assert named(Card(first=None, store_loss=went_on)).kind == "unknown"
-
-
-@pytest.mark.parametrize("kept", ["c10d-local-0", "lab-store-local-0"])
-def test_a_store_killed_by_the_coordinators_bench_is_graded_right(kept):
-    """The coordinators bench's recorded cells (tests/fixtures/coordinators), graded as this
-    bench grades a store-lost cell: its truth holds the step rank 0 had completed when killed."""
-    folder = FIXTURES.parent / "coordinators" / kept
-    card = why.card(folder, kernel=lambda: "")
-    result = grade("trainer", BY_NAME["store-lost"], 0, 20, card)
-    assert result.right and result.named_kind == "store-lost" and result.named_rank is None, card.text()
 
 
 def test_a_node_fault_is_refused_where_the_hosts_cannot_take_it():

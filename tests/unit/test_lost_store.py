@@ -4,8 +4,9 @@ says (lab.lost_store) and the coordinators bench's verdict (lab.bench.coordinato
 The cards are drawn from cells of `lab bench coordinators` kept by scripts/record-fixtures.sh
 (tests/fixtures/coordinators/: a 2 x 2 trainer job on loopback hosts whose store was SIGKILLed
 after step 20: node 0's agent under c10d and under the lab's backend, the lab's etcd under
-etcd-v2), each beside the verdict the bench gave it. The agent-side tests use real torch
-stores, exceptions and event records, in this process."""
+etcd-v2), each beside the verdict the bench gave it; how `lab bench diagnosis` grades a card on
+a lost store (lab.diagnosis). The agent-side tests use real torch stores, exceptions and event
+records, in this process."""
 
 from __future__ import annotations
 
@@ -21,8 +22,11 @@ from torch.distributed.elastic.rendezvous import RendezvousConnectionError
 
 from lab import why
 from lab.bench.coordinator_cell import COORDINATORS, KILL_AT, Cell, judged
+from lab.diagnosis import FAULTS, Named, grade, named
+from lab.failure_card import Card, RankFailure
 from lab.health.agent_exporter import EVENT_HANDLER, EventFileHandler
 from lab.health.events import AgentEvent, read_agent_events
+from lab.lost_store import StoreLoss
 from lab.node import store_loss
 from lab.node.fast_rendezvous import FastRendezvous
 
@@ -185,3 +189,39 @@ def test_the_lab_store_names_itself_when_its_host_is_gone(agent_events):
         handler.next_rendezvous()
     said = [r["message"] for r in read_agent_events(agent_events)]
     assert said and all(m.startswith("RendezvousConnectionError: the lab's rendezvous store") for m in said)
+
+
+STORE_LOST = next(f for f in FAULTS if f.name == "store-lost")
+
+
+def rank_failure(rank: int, how: str, *, consequence: bool = False) -> RankFailure:
+    found = RankFailure(rank, "node0", rank, 0.0, 1, how=how, consequence=consequence)
+    found.last_step = 5
+    return found
+
+
+def test_a_lost_store_is_named_with_no_rank_and_only_when_no_rank_failed_of_its_own():
+    """Node 0's agent killed: node1's ranks lose their peers (consequences), node 0's die with
+    their agent unreported. A right card names no rank, and the lost store; one naming a rank is
+    not right; a store the agents trained on without (etcd) is no failure to name."""
+    fault = STORE_LOST
+    lost = StoreLoss("the lab's rendezvous store is gone", ["node1"], False, 21, True, {"node0": "SIGKILL"})
+    lost_peer = rank_failure(2, "raised RuntimeError", consequence=True)
+    card = Card(first=lost_peer, certain=False, store_loss=lost)
+    assert named(card) == Named(None, "store-lost", 21)
+    result = grade("script", fault, 1, 20, card)
+    assert result.right and result.step_ok and result.unknown and not result.wrong_rank
+    killed = Card(first=rank_failure(2, "killed by SIGKILL"), store_loss=lost)
+    assert named(killed) == Named(2, "killed", 5) and not grade("trainer", fault, 1, 5, killed).right
+    went_on = StoreLoss("etcd is gone", ["node0", "node1"], True, 21)
+    assert named(Card(first=None, store_loss=went_on)).kind == "unknown"
+
+
+@pytest.mark.parametrize("kept", ["c10d-local-0", "lab-store-local-0"])
+def test_a_store_killed_by_the_coordinators_bench_is_graded_right(kept):
+    """The coordinators bench's recorded cells (tests/fixtures/coordinators), graded as `lab bench
+    diagnosis` grades a store-lost cell: the coordinators bench killed the store after step 20."""
+    folder = KEPT / kept
+    card = why.card(folder, kernel=lambda: "")
+    result = grade("trainer", STORE_LOST, 0, 20, card)
+    assert result.right and result.named_kind == "store-lost" and result.named_rank is None, card.text()
