@@ -13,6 +13,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Protocol
 
 from lab.rundir import MARKER, NODE_MARKER
 
@@ -130,7 +131,20 @@ def terminate(pids: list[int], grace_s: float, run_dir: str | None = None) -> li
     return pids
 
 
-def stop_children(procs: list[subprocess.Popen], grace_s: float) -> None:
+class Child(Protocol):
+    """A child process as the lab holds one: a subprocess.Popen, or a rank forked from a node's
+    fork server (lab.inprocess.forked.ForkedRank), which has the same shape."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def kill(self) -> None: ...
+    def terminate(self) -> None: ...
+
+
+def stop_children(procs: list[Child], grace_s: float) -> None:
     """SIGTERM each child, SIGKILL what is left after grace_s. No wait is unbounded: a child
     still there after that is left to the kernel (a keeper's die with it: PR_SET_PDEATHSIG)."""
     for proc in procs:

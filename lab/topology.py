@@ -275,7 +275,8 @@ class Topology:
         store = f"--store={self.rdzv_host}:{self.rdzv_port}"
         shape = [f"--node-rank={node_rank}", f"--nodes={self.nodes}", f"--nproc-per-node={self.nproc_per_node}"]
         budget = [f"--max-replacements={self.max_restarts}", f"--return-timeout={self.join_timeout_s}"]
-        return [store, *shape, *budget, "--"]
+        preload = ["--preload"] if self.preloads_workers else []  # ranks and spares forked with torch loaded
+        return [store, *shape, *budget, *preload, "--"]
 
     def _watcher(self) -> tuple[str, ...]:
         """What runs a watched script (script_wrapper): lab.node.user_script, as torchrun's --run-path

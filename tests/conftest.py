@@ -38,10 +38,17 @@ needs_netns = pytest.mark.skipif(
 
 @pytest.fixture(scope="session", autouse=True)
 def reference_cache(tmp_path_factory):
-    """The drills' reference checksums (lab.exercises.reference_cache) shared by this session's
-    tests, and only theirs: never the user's ~/.cache, never an earlier session's."""
+    """The drills' reference checksums (lab.exercises.reference_cache) shared by this run's
+    tests, and only theirs: never the user's ~/.cache, never an earlier run's. Under xdist the
+    run's workers share one (their basetemps' parent is the run's): a reference one worker ran
+    is not run again by the other (entries are written atomically, lab.files)."""
     before = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent / "xdg-cache"
+        shared.mkdir(mode=0o700, exist_ok=True)
+    else:
+        shared = tmp_path_factory.mktemp("xdg-cache")
+    os.environ["XDG_CACHE_HOME"] = str(shared)
     yield
     if before is None:
         os.environ.pop("XDG_CACHE_HOME", None)

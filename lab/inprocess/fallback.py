@@ -15,7 +15,6 @@ replacement of the node's budget and is recorded as a lab.group_restarted agent 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +24,7 @@ from lab.inprocess import heartbeat
 from lab.inprocess.node_health import NodeHealth
 from lab.inprocess.roll_call import KeeperLost, RollCall
 from lab.inprocess.rounds import Round, Rounds
+from lab.procs import Child
 
 
 class Fallback:
@@ -33,8 +33,8 @@ class Fallback:
     # The keeper's, which this part of it uses.
     args: argparse.Namespace
     store: Any
-    ranks: dict[int, subprocess.Popen]
-    spare: tuple[str, subprocess.Popen] | None
+    ranks: dict[int, Child]
+    spare: tuple[str, Child] | None
     ear: heartbeat.Ear
     roll: RollCall | None
     rounds: Rounds
@@ -42,7 +42,7 @@ class Fallback:
     generation: int
     timed_out: set[int]
     health: NodeHealth
-    _start: Callable[[list[str], dict[str, str]], subprocess.Popen]
+    _start: Callable[[list[str], dict[str, str]], Child]
     _record: Callable[[], None]
     _start_spare: Callable[[], None]
     _record_event: Callable[..., None]

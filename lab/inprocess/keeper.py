@@ -1,12 +1,13 @@
 """One node of an in-process-recovery job: it starts the node's ranks and replaces a lost one.
 
     python -m lab.inprocess.keeper --store HOST:PORT --node-rank N --nodes M --nproc-per-node P
-        [--max-replacements K] [--return-timeout S] [--events-dir DIR] -- SCRIPT [ARGS...]
+        [--max-replacements K] [--return-timeout S] [--events-dir DIR] [--preload] -- SCRIPT [ARGS...]
 
 What torchrun's agent is to a restart, the keeper is to in-process recovery (`lab up
 --recovery in-process` runs one per node, lab.node.launch). Node 0's keeper hosts the job's
 TCPStore. Each keeper starts its P ranks and one warm spare (lab.inprocess.rank: the script's
-process, with torch imported, waiting for an assignment), and waits on them:
+process, with torch imported, waiting for an assignment; forked from a server with torch loaded
+under --preload, lab.inprocess.forked), and waits on them:
 - a rank that dies: the keeper bumps the job's generation, gives the rank's place to the spare,
   opens the new generation (`genG/open`, which the survivors wait on: lab.inprocess.api) and
   starts the next spare (a spare that dies while it waits is replaced too);
@@ -40,12 +41,13 @@ from pathlib import Path
 from lab.health.events import AgentEvent, append_agent_record, node_name
 from lab.inprocess import heartbeat
 from lab.inprocess.fallback import Fallback
+from lab.inprocess.forked import ForkedRank, start_server
 from lab.inprocess.node_health import NodeHealth
 from lab.inprocess.roll_call import KeeperLost, RollCall
 from lab.inprocess.rounds import Rounds
 from lab.node import worker_record
 from lab.nodeenv import NodeEnv
-from lab.procs import Stopped, stop_children, stop_on
+from lab.procs import Child, Stopped, stop_children, stop_on
 
 PR_SET_PDEATHSIG = 1
 
@@ -62,8 +64,8 @@ class Keeper(Fallback):
     def __init__(self, args: argparse.Namespace, store):
         self.args, self.store = args, store
         self.world_size = args.nodes * args.nproc_per_node
-        self.ranks: dict[int, subprocess.Popen] = {}  # rank -> its process
-        self.spare: tuple[str, subprocess.Popen] | None = None
+        self.ranks: dict[int, Child] = {}  # rank -> its process
+        self.spare: tuple[str, Child] | None = None
         self.spares_started = self.replacements = self.generation = 0
         wire = NodeEnv.parse()
         self.workers_file = wire.workers_file
@@ -77,7 +79,7 @@ class Keeper(Fallback):
         self.health = NodeHealth(args.max_replacements)  # its agent metrics, where the lab asked for them
         self.timed_out: set[int] = set()  # ranks that left on a timeout, waiting for the round they asked
 
-    def _start(self, extra: list[str], env: dict[str, str]) -> subprocess.Popen:
+    def _start(self, extra: list[str], env: dict[str, str]) -> Child:
         read, write = self.ear.new_pipe()
         wire = NodeEnv(
             inprocess_store=self.args.store,
@@ -87,11 +89,14 @@ class Keeper(Fallback):
         )
         env = {**os.environ, **env, **wire.render(), "WORLD_SIZE": str(self.world_size)}
         env.update(LOCAL_WORLD_SIZE=str(self.args.nproc_per_node), GROUP_RANK=str(self.args.node_rank))
-        argv = [sys.executable, "-m", "lab.inprocess.rank", *extra, *self.args.script]
-        try:
-            proc = subprocess.Popen(argv, env=env, preexec_fn=die_with_parent, pass_fds=(write,))
-        finally:
-            os.close(write)
+        if self.args.preload:  # forked with torch loaded (lab.inprocess.forked); it closes write
+            proc: Child = ForkedRank([*extra, *self.args.script], env, write)
+        else:
+            argv = [sys.executable, "-m", "lab.inprocess.rank", *extra, *self.args.script]
+            try:
+                proc = subprocess.Popen(argv, env=env, preexec_fn=die_with_parent, pass_fds=(write,))
+            finally:
+                os.close(write)
         self.ear.listen(proc.pid, read)
         return proc
 
@@ -165,24 +170,25 @@ class Keeper(Fallback):
         done: set[int] = set()
         while not self.ranks or len(done) < len(self.ranks):  # none: a keeper back, awaiting its round
             for rank, proc in list(self.ranks.items()):
-                if rank in done or proc.poll() is None:
+                code = None if rank in done else proc.poll()
+                if code is None:
                     continue
-                self.health.exited(proc.pid, proc.returncode)
-                if proc.returncode == 0:
+                self.health.exited(proc.pid, code)
+                if code == 0:
                     done.add(rank)
                     continue
-                if proc.returncode == heartbeat.TIMED_OUT_EXIT:  # it said why on its own line
+                if code == heartbeat.TIMED_OUT_EXIT:  # it said why on its own line
                     if rank not in self.timed_out:
                         self.timed_out.add(rank)
                         self.rounds.ask(f"rank {rank}'s collective timed out: a peer hangs, alive but not in it")
                     continue
-                if proc.returncode == heartbeat.STRANDED_EXIT:  # it said why on its own line
+                if code == heartbeat.STRANDED_EXIT:  # it said why on its own line
                     self._record_event(AgentEvent.RANK_STRANDED, rank=rank)
                 if self.replacements < self.args.max_replacements:
-                    self.replace(rank, proc.returncode)
+                    self.replace(rank, code)
                 else:
                     print(
-                        f"[keeper node{self.args.node_rank}] rank {rank} exited ({proc.returncode}) and "
+                        f"[keeper node{self.args.node_rank}] rank {rank} exited ({code}) and "
                         f"this node's {self.args.max_replacements} replacement(s) are spent: the job ends",
                         flush=True,
                     )
@@ -264,6 +270,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="seconds to wait for a lost node's keeper to come back before the job ends",
     )
     p.add_argument("--events-dir")
+    p.add_argument(
+        "--preload",
+        action="store_true",
+        help="fork ranks and spares from a server with torch imported (lab.inprocess.forked), not fresh interpreters",
+    )
     p.add_argument("script", nargs=argparse.REMAINDER, help="-- then the script and its arguments")
     args = p.parse_args(argv)
     args.script = args.script[1:] if args.script[:1] == ["--"] else args.script
@@ -276,6 +287,8 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     import torch.distributed as dist
 
+    if args.preload:  # now: torch is loaded, and no thread is running yet (the store starts some)
+        start_server()
     host, _, port = args.store.rpartition(":")
     store = dist.TCPStore(
         host, int(port), is_master=args.node_rank == 0, timeout=timedelta(seconds=120), wait_for_workers=False

@@ -88,12 +88,15 @@ def test_in_process_renders_a_keeper_per_node_for_a_script_that_opted_in():
         "--nproc-per-node=2",
         "--max-replacements=2",
         "--return-timeout=120",  # a lost node's keeper is waited for as long as torchrun's join
+        "--preload",  # ranks and spares fork from a server with torch loaded (worker_start auto)
         "--",
         OPTED_IN,
         "--steps",
         "9",
     ]
     assert not any(a.startswith("--rdzv") for a in argv)
+    # --worker-start spawn (lab run's default): each a fresh interpreter, as torchrun's would be.
+    assert "--preload" not in topology.replace(worker_start="spawn").launch_argv(1, OPTED_IN, [])
 
 
 @pytest.mark.parametrize(
