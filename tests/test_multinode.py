@@ -96,7 +96,8 @@ def test_loopback_nodes_run_the_trainer_with_exporters(lab):
 
 def test_preloaded_workers_run_a_script_like_python_does(lab):
     """Under --worker-start preload (torchrun's --run-path) a script still imports the module
-    next to it, and ending with sys.exit(None) ends the job instead of hanging its agent."""
+    next to it, may choose its own multiprocessing start method, and ending with sys.exit(None)
+    ends the job instead of hanging its agent."""
     out = lab(
         "run",
         "--worker-start",

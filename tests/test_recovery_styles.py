@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import needs_netns
 
+from lab import procs
 from lab.bench import free_port, gloo_abort, recovery_styles
 from lab.bench.recovery_styles import in_session, kill_and_time, start_keepers, steps_done_twice, stop_sessions
 from lab.health import injected_error
@@ -26,11 +27,15 @@ STEPS = 24
 
 
 def run_keepers(
-    events: Path, kill_rank: int | None = None, at_step: int = 8, kill: Callable[[], object] | None = None
+    events: Path,
+    kill_rank: int | None = None,
+    at_step: int = 8,
+    kill: Callable[[], object] | None = None,
+    keeper_flags: tuple[str, ...] = (),
 ) -> list[dict]:
     """A 2 x 2 in-process job on loopback; SIGKILL kill_rank at at_step (or call kill() then). Its
     events, once it ends."""
-    keepers = start_keepers(events, steps=STEPS, step_time=0.05)
+    keepers = start_keepers(events, steps=STEPS, step_time=0.05, keeper_flags=keeper_flags)
     try:
         if kill_rank is not None:
             kill_and_time(events, rank=kill_rank, at_step=at_step, timeout_s=120, kill=kill)
@@ -55,9 +60,13 @@ def reference_checksum(tmp_path_factory):
     return checksums.pop()
 
 
-@pytest.mark.parametrize("kill_rank", [0, 3])  # node 0's first rank (the usual source of state), node 1's last
-def test_in_process_recovery_keeps_the_survivors_and_loses_no_step(tmp_path, kill_rank, reference_checksum):
-    events = run_keepers(tmp_path / "events", kill_rank)
+# Node 0's first rank (the usual source of state), node 1's last; the second with its ranks and
+# spares forked from the node's fork server (--preload), judged against the spawned reference.
+@pytest.mark.parametrize(("kill_rank", "keeper_flags"), [(0, ()), (3, ("--preload",))], ids=["0", "3-forked"])
+def test_in_process_recovery_keeps_the_survivors_and_loses_no_step(
+    tmp_path, kill_rank, keeper_flags, reference_checksum
+):
+    events = run_keepers(tmp_path / "events", kill_rank, keeper_flags=keeper_flags)
     starts = [e for e in events if e["event"] == "start"]
     # The survivors started once and were never replaced; the lost rank's place went to a spare.
     for rank in {0, 1, 2, 3} - {kill_rank}:
@@ -117,27 +126,39 @@ def test_a_rank_lost_while_the_others_regroup_opens_one_more_generation_and_the_
     assert_every_rank_finished_as_the_reference(recorded, reference_checksum)
 
 
-def test_a_keeper_sigkilled_and_never_back_ends_the_job_on_the_other_node_with_nothing_left(tmp_path):
-    """Issue 31's edge: the keeper itself SIGKILLed. Its ranks die with it (PR_SET_PDEATHSIG); node 0's
-    keeper, which heard it through the store (lab.inprocess.roll_call), stops its own ranks, waits
-    --return-timeout for it to come back (3 s here; the job's join timeout in a lab), and ends the
-    job. (Before the roll call, node 0's ranks waited for a generation nobody opened: still running
-    90 s later. A keeper that comes back: the next test.)"""
+def descendants(pid: int) -> list[int]:
+    """pid's children, theirs, and so on (a forked rank is its keeper's fork server's child)."""
+    children = [
+        int(c) for c in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    ]
+    return [grand for child in children for grand in (child, *descendants(child))]
+
+
+@pytest.mark.parametrize("keeper_flags", [(), ("--preload",)], ids=["spawned", "forked"])
+def test_a_keeper_sigkilled_and_never_back_ends_the_job_on_the_other_node_with_nothing_left(tmp_path, keeper_flags):
+    """Issue 31's edge: the keeper itself SIGKILLed. Its ranks die with it (PR_SET_PDEATHSIG: spawned,
+    their parent is the keeper; forked, the node's fork server, which leaves when the keeper does);
+    node 0's keeper, which heard it through the store (lab.inprocess.roll_call), stops its own ranks,
+    waits --return-timeout for it to come back (3 s here; the job's join timeout in a lab), and ends
+    the job. (Before the roll call, node 0's ranks waited for a generation nobody opened: still
+    running 90 s later. A keeper that comes back: the next test.)"""
     events = tmp_path / "events"
-    keepers = start_keepers(events, steps=400, step_time=0.05, keeper_flags=("--return-timeout=3",))
+    keepers = start_keepers(events, steps=400, step_time=0.05, keeper_flags=("--return-timeout=3", *keeper_flags))
     try:
         deadline = time.monotonic() + 120
         while not (events.exists() and any(e["event"] == "step" and e["step"] >= 8 for e in read_events(events))):
             assert time.monotonic() < deadline, "the job never reached step 8"
             time.sleep(0.05)
+        under = {node: descendants(keeper.pid) for node, keeper in enumerate(keepers)}
         keepers[1].kill()
-        children = [int(pid) for pid in subprocess.run(
-            ["pgrep", "-P", str(keepers[0].pid)], capture_output=True, text=True
-        ).stdout.split()]  # fmt: skip
         assert keepers[0].wait(30) == 1  # silent_s (5 s at most) and the 3 s wait, not the job's 20 s of steps
+        keepers[1].wait(10)
+        assert procs.wait_gone(under[1], 10) == [], "node 1's ranks outlived their SIGKILLed keeper"
     finally:
         stop_sessions(keepers)
-    assert children and not [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    # Each node: 2 ranks and a spare (forked: with the fork server and its resource tracker); none left.
+    assert all(len(pids) >= 3 for pids in under.values()), under
+    assert procs.wait_gone(under[0] + under[1], 10) == []  # a zombie counts as gone: init reaps it
     lost = [a for a in read_agent_events(events) if a["name"] == "lab.keeper_lost"]
     assert [a["event"]["metadata"]["node"] for a in lost] == [1], lost
 

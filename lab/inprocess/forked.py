@@ -88,6 +88,9 @@ def _run_rank(argv: list[str], env: dict[str, str], beat: Connection, server: in
         signal.signal(sig, signal.SIG_DFL)
     beat_fd = os.dup(beat.fileno())
     beat.close()
+    # multiprocessing set its start method in this child, from the keeper's: a fresh interpreter has
+    # none, and a script may set its own (set_start_method("spawn") would raise otherwise).
+    multiprocessing.set_start_method(None, force=True)
     os.environ.clear()
     os.environ.update({**env, **NodeEnv(inprocess_beat_fd=beat_fd).render()})
     from lab.inprocess import rank

@@ -75,9 +75,13 @@ def run_script_path(training_script: str, *training_script_args: str) -> None:
     SystemExit(0) as a return; any other SystemExit ends the worker without a return value,
     and the agent then waits for that value forever (the job hangs after it finished).
     """
+    import multiprocessing
     import runpy
 
     sys.argv = [training_script, *training_script_args]
+    # multiprocessing set its start method in the forked worker, from the agent's: a fresh
+    # interpreter has none, and a script may set its own (set_start_method would raise otherwise).
+    multiprocessing.set_start_method(None, force=True)
     try:
         if training_script == WATCHER:  # it puts the user's script's folder on sys.path itself
             runpy.run_module(WATCHER, run_name="__main__", alter_sys=True)

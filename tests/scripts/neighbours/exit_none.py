@@ -1,5 +1,7 @@
-"""Imports a module next to it and ends with sys.exit(main()), main returning None."""
+"""Imports a module next to it, chooses its own multiprocessing start method (as a script that
+starts processes of its own may), and ends with sys.exit(main()), main returning None."""
 
+import multiprocessing
 import os
 import sys
 
@@ -11,4 +13,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    multiprocessing.set_start_method("spawn")  # raises where a start method was already set
     sys.exit(main())
