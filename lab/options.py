@@ -138,9 +138,9 @@ TORCH_DEFAULTS = Option(
 WORKER_START = Option(
     "--worker-start",
     "preload: workers fork from a server that imported torch once per node "
-    "(torchrun's --run-path --start-method=forkserver); spawn: torchrun's "
-    "default, a fresh interpreter per worker; auto: preload unless "
-    "--torch-defaults (default %(default)s)",
+    "(torchrun's --run-path --start-method=forkserver; in-process, the keeper's "
+    "ranks and spares); spawn: torchrun's default, a fresh interpreter per "
+    "worker; auto: preload unless --torch-defaults (default %(default)s)",
     "auto",
     choices=WORKER_STARTS,
 )

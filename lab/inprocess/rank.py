@@ -52,15 +52,26 @@ def import_what_the_script_imports(script: str) -> None:
             pass
 
 
+# A spare waits in the store's own wait, which wakes the moment its key is set and costs nothing
+# meanwhile (polling it every 5 ms took a tenth of a core per spare). A spare may wait longer than
+# any timeout, so the wait is renewed; each lapse leaves one line of torch's in the node's log.
+ASSIGNMENT_WAIT_S = 600.0
+
+
 def wait_for_assignment(key: str) -> list[str] | None:
     """A spare's wait for 'RANK,LOCAL_RANK,GENERATION[,fresh]' under key; None once the store is gone."""
     wire = NodeEnv.parse()
     host, _, port = (wire.inprocess_store or "").rpartition(":")
     try:
         store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=60))
-        while not store.check([key]):
-            time.sleep(0.005)  # a spare may wait longer than any store timeout
-        return store.get(key).decode().split(",")
+        while True:
+            asked = time.monotonic()
+            try:
+                store.wait([key], timedelta(seconds=ASSIGNMENT_WAIT_S))
+                return store.get(key).decode().split(",")
+            except dist.DistStoreError:
+                if time.monotonic() - asked < ASSIGNMENT_WAIT_S / 2:
+                    return None  # not the wait lapsing: the store is gone
     except (dist.DistNetworkError, RuntimeError):
         return None
 

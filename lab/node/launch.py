@@ -122,6 +122,9 @@ def main(argv: list[str] | None = None) -> None:
             "(pytorch/pytorch#135712); expect a restarted group to fail in connectFullMesh"
         )
     if flags.in_process:
+        from lab.node.preload import before_torch
+
+        before_torch(torchrun_argv)  # the keeper's ranks get torchrun's 1 thread each (its flags say how many)
         from lab.inprocess import keeper
 
         log(
