@@ -52,9 +52,10 @@ def import_what_the_script_imports(script: str) -> None:
             pass
 
 
-# A spare waits in the store's own wait, which wakes the moment its key is set and costs nothing
-# meanwhile (polling it every 5 ms took a tenth of a core per spare). A spare may wait longer than
-# any timeout, so the wait is renewed; each lapse leaves one line of torch's in the node's log.
+# A spare waits in the store's own wait, which wakes the moment its key is set and sleeps
+# meanwhile, where a check every 5 ms kept the spare and the store's server (node 0's keeper)
+# busy for as long as the job ran. A spare may wait longer than any timeout, so the wait is
+# renewed; each lapse leaves one line of torch's in the node's log.
 ASSIGNMENT_WAIT_S = 600.0
 
 
