@@ -178,7 +178,8 @@ def bare_trial(tmp: Path) -> tuple[float, dict]:
 def start_keepers(
     events: Path, steps: int = STEPS, step_time: float = STEP_TIME, keeper_flags: tuple[str, ...] = ()
 ) -> list[subprocess.Popen]:
-    """An in-process-recovery job of 2 x 2 on loopback: one keeper per node, each in its own session."""
+    """An in-process-recovery job of 2 x 2 on loopback: one keeper per node, each in its own session,
+    its ranks on one OpenMP thread each, as lab.node.launch starts a keeper of several ranks."""
     port = free_port()
     return [
         in_session(
@@ -186,10 +187,17 @@ def start_keepers(
                 *(sys.executable, "-m", "lab.inprocess.keeper", f"--store=127.0.0.1:{port}", f"--node-rank={i}"),
                 *("--nodes=2", "--nproc-per-node=2", f"--events-dir={events}", *keeper_flags),
                 *("--", script_path("inprocess_train"), f"--steps={steps}", f"--step-time={step_time}"),
-            ]
+            ],
+            env=one_thread_each(),
         )
         for i in range(2)
     ]
+
+
+def one_thread_each() -> dict[str, str]:
+    """This environment, with OMP_NUM_THREADS=1 unless it is set: what lab.node.launch gives a keeper
+    of several ranks (lab.node.preload.before_torch), whose ranks otherwise spin a thread per core."""
+    return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
 
 
 def trial(style: str, tmp: Path, hosts: str, runtime_name: str) -> tuple[float, dict]:
