@@ -8,6 +8,7 @@ that mark: it works after a crash and from another shell.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -142,6 +143,17 @@ class Child(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
     def kill(self) -> None: ...
     def terminate(self) -> None: ...
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child (before exec, or first thing after a fork): SIGKILL when its parent goes, however
+    it goes; and the default SIGTERM and SIGINT, whatever the parent's handler made of them."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def stop_children(procs: list[Child], grace_s: float) -> None:

@@ -17,7 +17,6 @@ when its keeper goes.
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import signal
@@ -26,11 +25,10 @@ import sys
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection
 
-from lab.node.fork_server import fork_server_here
+from lab.node.fork_server import forget_start_method, fork_server_here
 from lab.node.preload import PRELOAD_MODULES
 from lab.nodeenv import NodeEnv
-
-PR_SET_PDEATHSIG = 1
+from lab.procs import die_with_parent
 
 
 def start_server() -> int:
@@ -81,16 +79,12 @@ class ForkedRank:
 def _run_rank(argv: list[str], env: dict[str, str], beat: Connection, server: int) -> None:
     """In the forked child: die with the server, the default SIGTERM and SIGINT, the rank's own
     environment and heartbeat pipe; then the rank, whose exit status is this process's."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    die_with_parent()
     if os.getppid() != server:  # the server went before the request above was in place
         os._exit(1)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, signal.SIG_DFL)
     beat_fd = os.dup(beat.fileno())
     beat.close()
-    # multiprocessing set its start method in this child, from the keeper's: a fresh interpreter has
-    # none, and a script may set its own (set_start_method("spawn") would raise otherwise).
-    multiprocessing.set_start_method(None, force=True)
+    forget_start_method()
     os.environ.clear()
     os.environ.update({**env, **NodeEnv(inprocess_beat_fd=beat_fd).render()})
     from lab.inprocess import rank

@@ -29,7 +29,6 @@ its children and exits 1. It records its ranks' pids where the lab's faults look
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import signal
 import subprocess
@@ -47,17 +46,7 @@ from lab.inprocess.roll_call import KeeperLost, RollCall
 from lab.inprocess.rounds import Rounds
 from lab.node import worker_record
 from lab.nodeenv import NodeEnv
-from lab.procs import Child, Stopped, stop_children, stop_on
-
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the keeper goes, however it goes; and the default
-    SIGTERM and SIGINT, whatever the keeper's handler had made of them when it forked."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, signal.SIG_DFL)
+from lab.procs import Child, Stopped, die_with_parent, stop_children, stop_on
 
 
 class Keeper(Fallback):

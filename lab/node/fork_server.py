@@ -59,6 +59,15 @@ def fork_server_here(preload: list[str] | None = None) -> int:
     return pid
 
 
+def forget_start_method() -> None:
+    """In a process forked from the server: multiprocessing set its start method from the
+    parent's; a fresh interpreter has none, and a script may set its own (set_start_method
+    would raise "context has already been set" otherwise)."""
+    import multiprocessing
+
+    multiprocessing.set_start_method(None, force=True)
+
+
 def _serve(listener: socket.socket, alive_r: int, alive_w: int, preload: list[str]) -> None:
     """The child: multiprocessing's server loop, until the agent's end of the pipe closes."""
     code = 0

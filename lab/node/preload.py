@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 
-from lab.node.fork_server import fork_server_here
+from lab.node.fork_server import forget_start_method, fork_server_here
 from lab.topology import WATCHER
 
 # What the fork server imports once per node, so that its workers start with it loaded:
@@ -78,13 +78,10 @@ def run_script_path(training_script: str, *training_script_args: str) -> None:
     SystemExit(0) as a return; any other SystemExit ends the worker without a return value,
     and the agent then waits for that value forever (the job hangs after it finished).
     """
-    import multiprocessing
     import runpy
 
     sys.argv = [training_script, *training_script_args]
-    # multiprocessing set its start method in the forked worker, from the agent's: a fresh
-    # interpreter has none, and a script may set its own (set_start_method would raise otherwise).
-    multiprocessing.set_start_method(None, force=True)
+    forget_start_method()
     try:
         if training_script == WATCHER:  # it puts the user's script's folder on sys.path itself
             runpy.run_module(WATCHER, run_name="__main__", alter_sys=True)
