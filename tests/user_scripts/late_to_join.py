@@ -1,6 +1,6 @@
 """An in-process script whose last rank comes to its first group late, later than the collectives'
 timeout (a slow start: a cold container, a slow import, a loaded machine after a round restarts
-every rank). tests/test_recovery_styles.py runs it under the keepers.
+every rank). tests/test_keeper_fallback.py runs it under the keepers.
 
     late_to_join.py LATE_S OUT_DIR     # each rank writes OUT_DIR/rankN: the all-reduce's sum
 """
