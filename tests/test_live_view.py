@@ -77,8 +77,11 @@ def test_status_watch_shows_the_restart_count_rise_during_a_kill_worker_drill(tm
     env = {**os.environ, "LAB_RUN_DIR": str(run_dir), "COLUMNS": "120", "LINES": "60"}
     # As from a terminal: a suite started in the background has SIGINT ignored, which the watch
     # would inherit, and then no Ctrl-C this test sends would reach it (as Lab.popen, conftest.py).
+    # The terminal echoes the Ctrl-C as "^C" wherever the watch's output stands, which may be
+    # inside a box-drawing character's three bytes (a CI run read b"\xe2" "^C" b"\x94\x80"):
+    # undecodable bytes read as U+FFFD rather than ending the test.
     watch = pexpect.spawn(sys.executable, ["-m", "lab", "status", "--watch"], env=env, cwd=str(REPO),
-                          dimensions=(60, 120), encoding="utf-8", timeout=120,
+                          dimensions=(60, 120), encoding="utf-8", codec_errors="replace", timeout=120,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     drill = subprocess.Popen([sys.executable, "-m", "lab", "exercise", "run", "kill-worker"], env=env, cwd=REPO,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
