@@ -10,6 +10,13 @@ from typing import TextIO
 from lab.node.restart_budget import CRASH_LOOP_EXIT
 from lab.runtimes.base import Node
 
+# After a node of a fixed-size job fails, how long the others get to end on their own. A peer's
+# own failure follows within seconds (a collective's closed connection, a rendezvous closed by
+# the failed agent); past that they only wait for a node that will not come back, until the
+# process-group timeout or torchrun's 5-minute exit barrier. It was 30 s, and every failed
+# `lab run` or `lab up` of a fixed-size job ended that much later.
+FIXED_JOB_GRACE_S = 10.0
+
 
 class LogFollower:
     """Prints each node's new output lines, prefixed with the node's name.
@@ -74,7 +81,7 @@ def wait(
     follower: LogFollower | None = None,
     *,
     poll_s: float = 0.2,
-    failure_grace_s: float | None = 30.0,
+    failure_grace_s: float | None = FIXED_JOB_GRACE_S,
     log=print,
 ) -> dict[str, int]:
     """Block until every node's agent has exited; return each node's exit status.
@@ -113,8 +120,9 @@ def wait(
 
 
 def failure_grace_s(topology) -> float | None:
-    """How long the other nodes get after one fails: 30 s for fixed-size jobs, forever for elastic ones."""
-    return None if topology.min_nodes else 30.0
+    """How long the other nodes get after one fails: FIXED_JOB_GRACE_S for fixed-size jobs,
+    forever for elastic ones."""
+    return None if topology.min_nodes else FIXED_JOB_GRACE_S
 
 
 def job_status(codes: dict[str, int]) -> int:
