@@ -20,10 +20,12 @@ the command line is the keeper's.
 
 Two more things make a restart faster, both printed when they apply:
 
-- The agent imports torch._dynamo in a background thread once its workers run. torch's log formatter
+- The agent has torch._dynamo loaded before its first worker fails. torch's log formatter
   (TorchLogsFormatter) imports it the first time a torch logger formats an exception, and
   torchelastic logs every worker failure with its exception: without this the agent spends
-  0.7 s of every first restart importing it between seeing the failure and acting on it.
+  0.7 s of every first restart importing it between seeing the failure and acting on it. An
+  agent that preloads its workers imports it before it forks their server (lab/node/preload.py);
+  one that spawns them imports it in a background thread once they run.
 - `--rdzv-backend=lab` selects the lab's own rendezvous for fixed-size jobs, registered
   here through torch's registry for out-of-tree backends (lab/node/fast_rendezvous.py),
   and a 5 s SIGTERM-to-SIGKILL wait before a restart instead of torch's 30 s
@@ -206,9 +208,13 @@ AGENT_PREIMPORTS = ("torch._dynamo",)
 def preimport_for_agent(log) -> None:
     """Import AGENT_PREIMPORTS in a thread, once the workers run. Not earlier: the agent's
     main thread then only watches its workers and imports nothing, so the two threads
-    never import the same modules at once (circular imports across threads can deadlock)."""
+    never import the same modules at once (circular imports across threads can deadlock).
+    An agent that preloads its workers has them already (lab.node.preload)."""
     import importlib
     import threading
+
+    if all(name in sys.modules for name in AGENT_PREIMPORTS):
+        return
 
     def load() -> None:
         try:

@@ -2,10 +2,9 @@
 
 torchrun runs a --run-path script in a process forked from a multiprocessing fork server
 when --start-method=forkserver. `lab.node.launch --preload-workers` has the agent fork
-that server from itself once torch is loaded, before it starts torchrun
-(lab/node/fork_server.py); the server then imports what a DDP trainer pulls in lazily,
-while the agent joins the rendezvous. torch is imported once per node, and every worker,
-first or restarted, is forked with all of it loaded. The server outlives restarts, so a
+that server from itself before it starts torchrun (lab/node/fork_server.py), once it has
+imported torch and what a DDP trainer pulls in lazily. torch is imported once per node,
+and every worker, first or restarted, is forked with all of it loaded. The server outlives restarts, so a
 restarted worker starts in a fifth of a second instead of seconds. Measured in
 docs/benchmarks.md (startup) and docs/exercises.md (Measured).
 """
@@ -49,9 +48,18 @@ def before_torch(torchrun_argv: list[str]) -> None:
 
 def preload_workers(torchrun_argv: list[str], log) -> None:
     """Fork the node's fork server from the agent (lab/node/fork_server.py), before torchrun
-    starts: torch is imported once per node, not twice. The server imports the rest of the
-    preload list itself (torch._dynamo alone is about a second) while the agent goes on to
-    the rendezvous; a worker asked for meanwhile waits in the server's queue."""
+    starts, with the whole preload list imported: torch and torch._dynamo are imported once
+    per node, not once by the agent and again by its server.
+
+    The agent needs torch._dynamo too: torch's log formatter imports it at the first worker
+    failure (see lab.node.launch). When the server imported the list itself after the fork,
+    alongside the agent's rendezvous, the agent imported torch._dynamo a second time in the
+    background while its workers ran. Side by side (docs/exercises.md, "Where the seconds
+    went"): on an idle machine the first step comes 0.3 s later this way and the job ends at
+    the same time, with 0.8 CPU-seconds less; beside a busy core, the first step comes at the
+    same time and the job ends 1.4 s sooner."""
+    import importlib
+
     import torch.distributed.run as torch_run
 
     args = torch_run.parse_args(torchrun_argv)
@@ -61,11 +69,10 @@ def preload_workers(torchrun_argv: list[str], log) -> None:
         )
     # torchrun's config_from_args reads this module attribute when it builds the entrypoint.
     torch_run.run_script_path = run_script_path
-    fork_server_here(PRELOAD_MODULES)
-    log(
-        "[lab.node.launch] workers fork from a server forked from the agent with torch loaded; it imports "
-        f"{', '.join(PRELOAD_MODULES[1:])} while the agent joins the rendezvous"
-    )
+    for name in PRELOAD_MODULES:
+        importlib.import_module(name)
+    fork_server_here(PRELOAD_MODULES)  # already loaded: the server serves at once
+    log(f"[lab.node.launch] workers fork from a server forked from the agent with {', '.join(PRELOAD_MODULES)} loaded")
 
 
 def run_script_path(training_script: str, *training_script_args: str) -> None:
