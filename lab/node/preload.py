@@ -4,9 +4,9 @@ torchrun runs a --run-path script in a process forked from a multiprocessing for
 when --start-method=forkserver. `lab.node.launch --preload-workers` has the agent fork
 that server from itself before it starts torchrun (lab/node/fork_server.py), once it has
 imported torch and what a DDP trainer pulls in lazily. torch is imported once per node,
-and every worker, first or restarted, is forked with all of it loaded. The server outlives restarts, so a
-restarted worker starts in a fifth of a second instead of seconds. Measured in
-docs/benchmarks.md (startup) and docs/exercises.md (Measured).
+and every worker, first or restarted, is forked with all of it loaded. The server outlives
+restarts, so a restarted worker starts in a fifth of a second instead of seconds. Measured
+in docs/benchmarks.md (startup) and docs/exercises.md (Measured).
 """
 
 from __future__ import annotations
