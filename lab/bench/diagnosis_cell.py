@@ -64,6 +64,21 @@ def cell_topology(**more) -> Topology:
     )
 
 
+def up_on_its_own_port(runtime, topology: Topology, script: str, args: list[str], tries: int = 3):
+    """runtime.up of a cell's job. Its rendezvous port is the bench's own pick: a port found free
+    can be taken before the lab checks it (on loopback hosts, by anything else on the machine;
+    a CI run's stragglers bench was refused 61921, held by no listener /proc showed), and then
+    the cell picks another, as the lab does for a Prometheus port it chose."""
+    for _ in range(tries - 1):
+        try:
+            return runtime.up(topology, script, args)
+        except LabError as e:
+            if not str(e).startswith("rendezvous port"):
+                raise
+            topology = topology.replace(rdzv_port=free_port())
+    return runtime.up(topology, script, args)
+
+
 def job(cell: Cell, workdir: Path, steps: int = STEPS) -> tuple[Topology, str, list[str]]:
     topology = cell_topology(pg_timeout_s=PG_TIMEOUT_S)
     paced = ["--steps", str(steps), "--step-time", str(STEP_TIME)]
@@ -134,7 +149,7 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event
     try:
         workdir = run_dir.path / "work"
         topology, script, args = job(cell, workdir, steps=cell.step if cell.fault.resumes else STEPS)
-        topology, nodes = runtime.up(topology, script, args)
+        topology, nodes = up_on_its_own_port(runtime, topology, script, args)
         at, start = reached(run_dir.path / "events", cell.rank, cell.step, stop)
         with memory_cage(start["pid"], cell.name) if cell.fault.caged else contextlib.nullcontext():
             if cell.fault.resumes:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from lab import runtimes
 from lab.bench.cages import cpu_cage
-from lab.bench.diagnosis_cell import cell_topology, reached, waiting
+from lab.bench.diagnosis_cell import cell_topology, reached, up_on_its_own_port, waiting
 from lab.errors import LabError
 from lab.health import injected_error, net_probe, stragglers
 from lab.health.events import read_events, read_probes
@@ -143,7 +143,7 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, stop: threading.Event) -> Outcom
     cages = contextlib.ExitStack()
     slowed_at = None
     try:
-        _topology, nodes = runtime.up(*job(cell))
+        _topology, nodes = up_on_its_own_port(runtime, *job(cell))
         if cell.rank is not None:
             slowed_at, start = reached(run_dir.path / "events", cell.rank, cell.step, stop)
             slow_down(cell, start, nodes, cages)

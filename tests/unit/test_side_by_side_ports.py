@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.bench.diagnosis_cell import up_on_its_own_port
 from lab.errors import LabError
 from lab.health.prometheus import first_free_port
 from lab.rundir import RunDir
@@ -74,3 +75,29 @@ def test_a_lab_with_etcd_serves_on_the_next_free_port_and_says_so(tmp_path):
     me = open("/proc/self/comm").read().strip()  # pytest, or python in an xdist worker
     moved = f"port {port} is taken (by {me} pid {os.getpid()}, not a lab): etcd serves on {plan.topology.rdzv_port}"
     assert moved in said, said
+
+
+class PlanOnly:
+    """A runtime whose up is the local runtime's real refusals and plan, with no node started."""
+
+    def __init__(self, runtime: LocalRuntime):
+        self.runtime = runtime
+
+    def up(self, topology: Topology, script: str, args: list[str]):
+        plan = self.runtime.prepare(topology, script, args)
+        return plan.topology, plan.nodes
+
+
+def test_a_bench_cells_rendezvous_port_taken_before_the_start_is_picked_again(tmp_path):
+    runtime = PlanOnly(LocalRuntime(RunDir(tmp_path / "run"), hosts="loopback", monitoring="off"))
+    taken = free_etcd_port(34400)
+    with listening("0.0.0.0", taken):  # anything else on the machine, between the pick and the check
+        topology, _ = up_on_its_own_port(runtime, QUIET.replace(rdzv_port=taken), TRAINER, [])
+    assert topology.rdzv_port != taken
+
+
+def test_a_bench_cell_gives_up_on_any_other_refusal(tmp_path):
+    runtime = PlanOnly(LocalRuntime(RunDir(tmp_path / "run"), hosts="loopback", monitoring="off"))
+    exporter = first_free_port(34900)
+    with listening("0.0.0.0", exporter), pytest.raises(LabError, match=f"exporter port 0.0.0.0:{exporter}"):
+        up_on_its_own_port(runtime, QUIET.replace(agent_metrics_port=exporter), TRAINER, [])
