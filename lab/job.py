@@ -13,9 +13,7 @@ from lab.runtimes.base import Node
 # After a node of a fixed-size job fails, how long the others get to end on their own. A peer
 # whose workers were in a collective with the lost node fails at once (gloo sees the closed
 # connections); past that the others only wait for a node that will not come back, until the
-# process-group timeout or torchrun's 5-minute exit barrier. It was 30 s, and every failed
-# `lab run` or `lab up` of a fixed-size job ended 20 s later (tests/test_multinode.py's
-# failed node: 42 s, now 20 s).
+# process-group timeout or torchrun's 5-minute exit barrier.
 FIXED_JOB_GRACE_S = 10.0
 
 

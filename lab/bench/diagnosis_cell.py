@@ -25,6 +25,7 @@ from lab.health import stragglers
 from lab.health.events import Event, read_events
 from lab.kernel_log import kernel_log
 from lab.rundir import RunDir
+from lab.runtimes.ports import PortInUse
 from lab.topology import Topology
 from lab.workloads import script_path
 
@@ -72,8 +73,8 @@ def up_on_its_own_port(runtime, topology: Topology, script: str, args: list[str]
     for _ in range(tries - 1):
         try:
             return runtime.up(topology, script, args)
-        except LabError as e:
-            if not str(e).startswith("rendezvous port"):
+        except PortInUse as e:
+            if e.option != "--rdzv-port":
                 raise
             topology = topology.replace(rdzv_port=free_port())
     return runtime.up(topology, script, args)

@@ -52,12 +52,9 @@ def preload_workers(torchrun_argv: list[str], log) -> None:
     per node, not once by the agent and again by its server.
 
     The agent needs torch._dynamo too: torch's log formatter imports it at the first worker
-    failure (see lab.node.launch). When the server imported the list itself after the fork,
-    alongside the agent's rendezvous, the agent imported torch._dynamo a second time in the
-    background while its workers ran. Side by side (docs/exercises.md, "Where the seconds
-    went"): on an idle machine the first step comes 0.3 s later this way and the job ends at
-    the same time, with 0.8 CPU-seconds less; beside a busy core, the first step comes at the
-    same time and the job ends 1.4 s sooner."""
+    failure (see lab.node.launch). Imported before the fork, the server has it as well; what
+    that costs and saves against the server importing it after: docs/exercises.md ("Where
+    the seconds went")."""
     import importlib
 
     import torch.distributed.run as torch_run
@@ -71,7 +68,7 @@ def preload_workers(torchrun_argv: list[str], log) -> None:
     torch_run.run_script_path = run_script_path
     for name in PRELOAD_MODULES:
         importlib.import_module(name)
-    fork_server_here(PRELOAD_MODULES)  # already loaded: the server serves at once
+    fork_server_here()  # with everything loaded: nothing left for the server to import
     log(f"[lab.node.launch] workers fork from a server forked from the agent with {', '.join(PRELOAD_MODULES)} loaded")
 
 

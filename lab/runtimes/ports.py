@@ -28,9 +28,17 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+class PortInUse(LabError):
+    """A port the lab needs is taken; `option` names the flag that picks another."""
+
+    def __init__(self, host: str, port: int, what: str, option: str):
+        super().__init__(f"{what} {host}:{port} is already in use{holder(port)}; pick another with {option}")
+        self.port, self.option = port, option
+
+
 def ensure_port_free(host: str, port: int, what: str, option: str) -> None:
     if not port_free(host, port):
-        raise LabError(f"{what} {host}:{port} is already in use{holder(port)}; pick another with {option}")
+        raise PortInUse(host, port, what, option)
 
 
 def free_etcd_port(port: int, tries: int = 50) -> int:
