@@ -21,8 +21,15 @@ from lab.runtimes.local import LocalRuntime
 from lab.runtimes.ports import free_etcd_port
 from lab.topology import Topology
 
-# A job that listens on no fixed port but its rendezvous, and that on a port free now.
-QUIET = Topology(agent_metrics_port=0, rank_metrics_port=0, rdzv_port=free_etcd_port(33400))
+# Every port here is below the kernel's range for outgoing connections' source ports
+# (/proc/sys/net/ipv4/ip_local_port_range, 32768 up): a port in it can be taken by any
+# connection on the machine between a test's pick and its use, as CI once took 33400.
+
+
+def quiet() -> Topology:
+    """A job that listens on no fixed port but its rendezvous, and that on a port free now."""
+    return Topology(agent_metrics_port=0, rank_metrics_port=0, rdzv_port=free_etcd_port(30400))
+
 TRAINER = str(Path(__file__).resolve().parents[2] / "lab" / "workloads" / "trainer.py")
 
 
@@ -49,7 +56,7 @@ def test_a_prometheus_port_the_lab_chose_is_chosen_again_when_taken_before_the_s
     runtime = LocalRuntime(RunDir(tmp_path / "run"), hosts="loopback", monitoring="on", log=lambda m: None)
     chosen = runtime.prometheus.port
     with listening("127.0.0.1", chosen):  # another lab, starting at the same moment
-        plan = runtime.prepare(QUIET, TRAINER, [])
+        plan = runtime.prepare(quiet(), TRAINER, [])
     assert runtime.prometheus.port > chosen and plan.prometheus.endswith(f":{runtime.prometheus.port}")
 
 
@@ -60,7 +67,7 @@ def test_a_prometheus_port_the_user_chose_is_refused_in_one_line_when_taken(tmp_
         listening("127.0.0.1", port),
         pytest.raises(LabError, match=f"Prometheus port 127.0.0.1:{port} is already in use"),
     ):
-        runtime.prepare(QUIET, TRAINER, [])
+        runtime.prepare(quiet(), TRAINER, [])
 
 
 @pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd-server is not installed (make host-deps)")
@@ -90,14 +97,14 @@ class PlanOnly:
 
 def test_a_bench_cells_rendezvous_port_taken_before_the_start_is_picked_again(tmp_path):
     runtime = PlanOnly(LocalRuntime(RunDir(tmp_path / "run"), hosts="loopback", monitoring="off"))
-    taken = free_etcd_port(34400)
+    taken = free_etcd_port(30600)
     with listening("0.0.0.0", taken):  # anything else on the machine, between the pick and the check
-        topology, _ = up_on_its_own_port(runtime, QUIET.replace(rdzv_port=taken), TRAINER, [])
+        topology, _ = up_on_its_own_port(runtime, quiet().replace(rdzv_port=taken), TRAINER, [])
     assert topology.rdzv_port != taken
 
 
 def test_a_bench_cell_gives_up_on_any_other_refusal(tmp_path):
     runtime = PlanOnly(LocalRuntime(RunDir(tmp_path / "run"), hosts="loopback", monitoring="off"))
-    exporter = first_free_port(34900)
+    exporter = first_free_port(30900)
     with listening("0.0.0.0", exporter), pytest.raises(LabError, match=f"exporter port 0.0.0.0:{exporter}"):
-        up_on_its_own_port(runtime, QUIET.replace(agent_metrics_port=exporter), TRAINER, [])
+        up_on_its_own_port(runtime, quiet().replace(agent_metrics_port=exporter), TRAINER, [])
