@@ -99,7 +99,7 @@ def reader(tmp_path):
     xdg.mkdir(mode=0o700)
     env = {k: v for k, v in os.environ.items() if k != "LAB_RUN_DIR"}
     env.update(HOME=str(home), XDG_RUNTIME_DIR=str(xdg))
-    shell = Shell(env)
+    shell = Shell(env, tmp_path / "tmp")
     try:
         yield shell
     finally:
@@ -107,15 +107,22 @@ def reader(tmp_path):
 
 
 class Shell:
-    def __init__(self, env: dict[str, str]):
+    def __init__(self, env: dict[str, str], torchrun_tmp: Path):
         self.env = env
         self.run_dir = Path(env["XDG_RUNTIME_DIR"]) / "torchrun-lab"  # the default run dir
+        # A plain torchrun keeps its log dir (torchelastic_*) in TMPDIR: the reader's own, not
+        # the machine's /tmp. Only for torchrun: the lab's Ray sockets need the short /tmp paths.
+        self.torchrun_tmp = torchrun_tmp
 
     def __call__(self, command: str, timeout: float = 900) -> subprocess.CompletedProcess:
         if command.startswith("lab "):
             command = ".venv/bin/" + command
+        env = self.env
+        if command.startswith(".venv/bin/torchrun "):
+            self.torchrun_tmp.mkdir(exist_ok=True)
+            env = {**env, "TMPDIR": str(self.torchrun_tmp)}
         return subprocess.run(
-            ["bash", "-c", command], cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout
+            ["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
         )
 
     def ok(self, command: str, timeout: float = 900) -> subprocess.CompletedProcess:
