@@ -24,7 +24,8 @@ pytestmark = pytest.mark.slow
 
 def trainer_keeper(events: Path, port: int, node: int, timeout_s: float = 60) -> subprocess.Popen:
     """Node `node` of a 2 x 2 in-process job of the lab's trainer (30 steps, a checkpoint every 5
-    in one shared folder), its keeper in a session of its own."""
+    in one shared folder), its keeper in a session of its own, its output in keeper<node>.log
+    beside the events (keeper_logs, for a keeper that ends otherwise than expected)."""
     trainer = [script_path("trainer"), "--steps=30", "--step-time=0.05", "--ckpt-every=5", "--ckpt-shared"]
     return in_session(
         [
@@ -37,7 +38,12 @@ def trainer_keeper(events: Path, port: int, node: int, timeout_s: float = 60) ->
             "LAB_PG_TIMEOUT_S": str(timeout_s),
             "TORCHRUN_LAB_NODE": f"node{node}",
         },
+        log=events.parent / f"keeper{node}.log",
     )
+
+
+def keeper_logs(events: Path) -> str:
+    return "\n".join(f"-- {log.name}:\n{log.read_text()[-4000:]}" for log in sorted(events.parent.glob("keeper*.log")))
 
 
 def wait_for_step(events: Path, step: int) -> None:
@@ -77,7 +83,7 @@ def test_a_rank_hung_in_python_makes_the_keepers_restart_every_rank_from_the_che
         pid = next(e["pid"] for e in read_events(events) if e["event"] == "start" and e["rank"] == 1)
         hung = time.time()
         os.kill(pid, injected_error.WAIT_SIGNAL)
-        assert [k.wait(120) for k in keepers] == [0, 0]
+        assert [k.wait(120) for k in keepers] == [0, 0], keeper_logs(events)
     finally:
         stop_sessions(keepers)
     rounds = assert_every_rank_restarted_from_one_checkpoint(events, hung)
@@ -127,7 +133,7 @@ def test_a_node_lost_whole_and_started_again_restarts_every_rank_from_the_checkp
             assert time.monotonic() < deadline, "node 0's keeper never heard node 1's go"
             time.sleep(0.1)
         keepers.append(trainer_keeper(events, port, 1))
-        assert [keepers[0].wait(120), keepers[2].wait(120)] == [0, 0]
+        assert [keepers[0].wait(120), keepers[2].wait(120)] == [0, 0], keeper_logs(events)
     finally:
         stop_sessions(keepers)
     rounds = assert_every_rank_restarted_from_one_checkpoint(events, killed)

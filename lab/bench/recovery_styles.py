@@ -139,8 +139,10 @@ def lab_trial(tmp: Path, hosts: str, style: str, runtime_name: str) -> tuple[flo
         run_dir.release()
 
 
-def in_session(argv: list[str], env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+def in_session(argv: list[str], env: dict | None = None, log: Path | None = None) -> subprocess.Popen:
+    """argv in a session of its own; its output to `log` (appended), or nowhere."""
+    with open(log or os.devnull, "ab") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def stop_sessions(procs: list[subprocess.Popen]) -> None:

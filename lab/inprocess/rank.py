@@ -3,13 +3,16 @@
     python -m lab.inprocess.rank [--spare KEY] SCRIPT [ARGS...]
 
 The keeper (lab.inprocess.keeper) starts one per rank, with RANK, LOCAL_RANK, WORLD_SIZE and
-LAB_INPROCESS_STORE set, and one spare per node. A spare imports torch and what the script
-imports at its top level (import_what_the_script_imports), connects to the store, and waits
-for 'RANK,LOCAL_RANK,GENERATION[,fresh]' under KEY: the seconds a fresh process would spend
-are spent before anyone needs them. A spare replaces a lost rank among survivors, or (fresh)
-starts as at the job's start, in a restart of the whole group (lab.inprocess.rounds). Either
-way the script then runs as `__main__`, as `python SCRIPT ARGS` would run it, in this process
-(runpy): its exit status is this process's.
+LAB_INPROCESS_STORE set, and one spare per node. Every one imports torch and what the script
+imports at its top level (import_what_the_script_imports) before the script runs, so before it
+joins its group: the join waits for a late rank as long as a rendezvous waits for a node, while
+its peers' first collective after the join waits only the process-group timeout (cold ranks of
+a round that imported torch._dynamo after the join were more than 4 s late to it under load).
+A spare then connects to the store and waits for 'RANK,LOCAL_RANK,GENERATION[,fresh]' under
+KEY: the seconds a fresh process would spend are spent before anyone needs them. A spare
+replaces a lost rank among survivors, or (fresh) starts as at the job's start, in a restart of
+the whole group (lab.inprocess.rounds). Either way the script then runs as `__main__`, as
+`python SCRIPT ARGS` would run it, in this process (runpy): its exit status is this process's.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from lab.nodeenv import NodeEnv
 
 
 def import_what_the_script_imports(script: str) -> None:
-    """A spare's head start: the modules the script imports at its top level, and torch._dynamo
+    """A rank's head start: the modules the script imports at its top level, and torch._dynamo
     (an optimizer's constructor imports it: 0.8 s here). One that fails to import is left for
     the script to fail on, in its own words."""
     try:
@@ -81,9 +84,12 @@ def main(argv: list[str]) -> int:
     beat_fd = NodeEnv.parse().inprocess_beat_fd
     if beat_fd is not None:  # torch is imported by now: from here on, silence means frozen
         heartbeat.start_beating(beat_fd)
+    script = argv[2:3] if argv[:1] == ["--spare"] else argv[:1]
+    if script:
+        # As `python SCRIPT` puts it first: the script's own modules, not same-named others.
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script[0])))
+        import_what_the_script_imports(script[0])
     if argv[:1] == ["--spare"]:
-        if len(argv) > 2:
-            import_what_the_script_imports(argv[2])
         assignment = wait_for_assignment(argv[1])
         if assignment is None:
             return 0  # the job ended (its store with it) before this spare was needed
@@ -97,7 +103,6 @@ def main(argv: list[str]) -> int:
         print("lab.inprocess.rank: error: no script given", file=sys.stderr)
         return 2
     sys.argv = list(argv)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
     try:
         runpy.run_path(argv[0], run_name="__main__")
     except SystemExit as e:

@@ -30,6 +30,7 @@ def quiet() -> Topology:
     """A job that listens on no fixed port but its rendezvous, and that on a port free now."""
     return Topology(agent_metrics_port=0, rank_metrics_port=0, rdzv_port=free_etcd_port(30400))
 
+
 TRAINER = str(Path(__file__).resolve().parents[2] / "lab" / "workloads" / "trainer.py")
 
 
