@@ -53,16 +53,18 @@ lint: venv ## ruff (lint and format) and mypy, as configured in pyproject.toml
 	$(BIN)/mypy
 
 # The fast tier (units on recorded runs, goldens, the CLI's refusals) runs on both cores. The
-# system tier (real jobs, containers, Ray) runs two tests at a time too: each test's lab is its
-# own (run dir, hosts, subnet), its leak checks count only that lab's, and tests that share a
-# fixed resource (loopback ports, the test Ray cluster) share an xdist group. A test that
+# system tier (real jobs, containers, Ray) runs three tests at a time on the two cores: much of
+# a system test is waiting (a timeout to fire, a container, a paced step), and a third test
+# fills it (16 min against 18 at two, measured side by side). Each test's lab is its own (run
+# dir, hosts, subnet), its leak checks count only that lab's, and tests that share a fixed
+# resource (loopback ports, the test Ray cluster) share an xdist group. A test that
 # counts what is left on the whole machine (marked alone) runs last, with nothing beside it.
 # The images build beside the system tier's first tests (scripts/with-images-building.sh).
 FAST := -m "not slow and not docker"
 SYSTEM := -m "(slow or docker) and not alone"
 test: venv host-deps lint ## the whole test suite (what CI runs)
 	$(BIN)/pytest -q -n 2 --dist worksteal $(FAST)
-	scripts/with-images-building.sh $(BIN)/pytest -q -n 2 --dist loadgroup $(SYSTEM) --durations=30
+	scripts/with-images-building.sh $(BIN)/pytest -q -n 3 --dist loadgroup $(SYSTEM) --durations=30
 	$(BIN)/pytest -q -m alone
 
 test-cuda-image: venv host-deps ## build the cuda image (about 3 GB of wheels, minutes) and check what it carries; not in make test
