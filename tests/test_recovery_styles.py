@@ -5,8 +5,10 @@ abort finding the docs state."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -141,7 +143,12 @@ def test_a_keeper_sigkilled_and_never_back_ends_the_job_on_the_other_node_with_n
     node 1's ranks started 4 s after node 0's in a loaded CI run, and the job never began.)
     """
     events = tmp_path / "events"
-    keepers = start_keepers(events, steps=400, step_time=0.05, keeper_flags=("--return-timeout=15", *keeper_flags))
+    # A short TMPDIR of the test's own (a socket's path must stay under 108 bytes): the SIGKILLed
+    # keeper's fork server cannot remove its pymp-* folder, which stayed in /tmp after every run.
+    sockets = Path(tempfile.mkdtemp(prefix="tlab-k-"))
+    keepers = start_keepers(
+        events, steps=400, step_time=0.05, keeper_flags=("--return-timeout=15", *keeper_flags), tmpdir=sockets
+    )
     try:
         deadline = time.monotonic() + 120
         while not (events.exists() and any(e["event"] == "step" and e["step"] >= 8 for e in read_events(events))):
@@ -154,6 +161,7 @@ def test_a_keeper_sigkilled_and_never_back_ends_the_job_on_the_other_node_with_n
         assert procs.wait_gone(under[1], 10) == [], "node 1's ranks outlived their SIGKILLed keeper"
     finally:
         stop_sessions(keepers)
+        shutil.rmtree(sockets, ignore_errors=True)
     # Each node: 2 ranks and a spare (forked: with the fork server and its resource tracker); none left.
     assert all(len(pids) >= 3 for pids in under.values()), under
     assert procs.wait_gone(under[0] + under[1], 10) == []  # a zombie counts as gone: init reaps it

@@ -178,11 +178,18 @@ def bare_trial(tmp: Path) -> tuple[float, dict]:
 
 
 def start_keepers(
-    events: Path, steps: int = STEPS, step_time: float = STEP_TIME, keeper_flags: tuple[str, ...] = ()
+    events: Path,
+    steps: int = STEPS,
+    step_time: float = STEP_TIME,
+    keeper_flags: tuple[str, ...] = (),
+    tmpdir: Path | None = None,
 ) -> list[subprocess.Popen]:
     """An in-process-recovery job of 2 x 2 on loopback: one keeper per node, each in its own session,
-    its ranks on one OpenMP thread each, as lab.node.launch starts a keeper of several ranks."""
+    its ranks on one OpenMP thread each, as lab.node.launch starts a keeper of several ranks; with
+    tmpdir, their TMPDIR, as a lab's node has its own (a SIGKILLed keeper's fork server leaves its
+    socket's folder there)."""
     port = free_port()
+    env = {**one_thread_each(), **({"TMPDIR": str(tmpdir)} if tmpdir else {})}
     return [
         in_session(
             [
@@ -190,7 +197,7 @@ def start_keepers(
                 *("--nodes=2", "--nproc-per-node=2", f"--events-dir={events}", *keeper_flags),
                 *("--", script_path("inprocess_train"), f"--steps={steps}", f"--step-time={step_time}"),
             ],
-            env=one_thread_each(),
+            env=env,
         )
         for i in range(2)
     ]
