@@ -21,21 +21,33 @@ CHILD = textwrap.dedent(
     from lab.health import injected_error
     injected_error.install()
     out = Path(sys.argv[1])
-    signal.signal(signal.SIGTERM, lambda *_: (out / "handled").write_text("SIGTERM"))
+    def put(name, text):  # whole or not at all: a reader never sees the file half written
+        (out / f".{name}").write_text(text)
+        (out / f".{name}").replace(out / name)
+    signal.signal(signal.SIGTERM, lambda *_: put("handled", "SIGTERM"))
+    wait = signal.getsignal(injected_error.WAIT_SIGNAL)  # the fault's own handler, marked on its way in
+    signal.signal(injected_error.WAIT_SIGNAL, lambda *a: (put("waiting", "1"), wait(*a)))
     def tick():
         while True:
-            (out / "thread").write_text(str(time.monotonic()))
+            put("thread", str(time.monotonic()))
             time.sleep(0.05)
     threading.Thread(target=tick, daemon=True).start()
     while True:
-        (out / "main").write_text(str(time.monotonic()))
+        put("main", str(time.monotonic()))
         time.sleep(0.05)
     """
 )
 
 
 def newest(path: Path) -> float:
-    return float(path.read_text() or 0)
+    return float(path.read_text())
+
+
+def until(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
 
 
 def wait_for(path: Path, seconds: float = 20.0) -> None:
@@ -53,12 +65,10 @@ def test_the_main_thread_waits_for_ever_and_the_rest_of_the_rank_runs(tmp_path):
         wait_for(tmp_path / "main")
         wait_for(tmp_path / "thread")
         child.send_signal(injected_error.WAIT_SIGNAL)
-        time.sleep(0.3)
-        stopped_at = newest(tmp_path / "main")
-        thread_at = newest(tmp_path / "thread")
-        time.sleep(0.5)
+        wait_for(tmp_path / "waiting")  # the main thread is in the handler: its loop writes no more
+        stopped_at, thread_at = newest(tmp_path / "main"), newest(tmp_path / "thread")
+        until(lambda: newest(tmp_path / "thread") > thread_at + 0.5, 20.0, "the other thread stopped too")
         assert newest(tmp_path / "main") == stopped_at  # the loop never came back
-        assert newest(tmp_path / "thread") > thread_at + 0.2  # the other thread ran on
         child.send_signal(signal.SIGTERM)
         wait_for(tmp_path / "handled", 5.0)  # the handler ran inside the wait
         assert child.poll() is None and newest(tmp_path / "main") == stopped_at  # and it waits on
