@@ -52,18 +52,18 @@ lint: venv ## ruff (lint and format) and mypy, as configured in pyproject.toml
 	$(BIN)/ruff format --check lab tests
 	$(BIN)/mypy
 
-# The fast tier (units on recorded runs, goldens, the CLI's refusals) runs on both cores. The
-# system tier (real jobs, containers, Ray) runs three tests at a time on the two cores: much of
-# a system test is waiting (a timeout to fire, a container, a paced step), and a third test
-# fills it (16 min against 18 at two, measured side by side). Each test's lab is its own (run
-# dir, hosts, subnet), its leak checks count only that lab's, and tests that share a fixed
-# resource (loopback ports, the test Ray cluster) share an xdist group. A test that
+# Both tiers run three tests at a time on the two cores: much of a test is waiting (a timeout
+# to fire, a container, a paced step), and a third test fills it. Measured side by side: the
+# fast tier (units on recorded runs, goldens, the CLI's refusals) 53-55 s against 60-61 s at
+# two, the system tier (real jobs, containers, Ray) 16 min against 18. Each system test's lab
+# is its own (run dir, hosts, subnet), its leak checks count only that lab's, and tests that
+# share a fixed resource (loopback ports, the test Ray cluster) share an xdist group. A test that
 # counts what is left on the whole machine (marked alone) runs last, with nothing beside it.
 # The images build beside the system tier's first tests (scripts/with-images-building.sh).
 FAST := -m "not slow and not docker"
 SYSTEM := -m "(slow or docker) and not alone"
 test: venv host-deps lint ## the whole test suite (what CI runs)
-	$(BIN)/pytest -q -n 2 --dist worksteal $(FAST)
+	$(BIN)/pytest -q -n 3 --dist worksteal $(FAST)
 	scripts/with-images-building.sh $(BIN)/pytest -q -n 3 --dist loadgroup $(SYSTEM) --durations=30
 	$(BIN)/pytest -q -m alone
 
@@ -71,7 +71,7 @@ test-cuda-image: venv host-deps ## build the cuda image (about 3 GB of wheels, m
 	LAB_BUILD_CUDA_IMAGE=1 $(BIN)/pytest -q tests/test_docker_images.py -k cuda_image
 
 test-fast: venv lint ## the quick inner loop: no multi-process jobs, no containers
-	$(BIN)/pytest -q -n 2 --dist worksteal $(FAST)
+	$(BIN)/pytest -q -n 3 --dist worksteal $(FAST)
 
 soak: venv host-deps ## 20 kill-worker + 5 kill-node drills on netns hosts, 5 kill-node in containers; count leaks (about 25 min)
 	@if docker info >/dev/null 2>&1; then TARGETS=cpu scripts/build-images.sh; fi
