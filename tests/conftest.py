@@ -109,9 +109,22 @@ def lab(tmp_path):
             handle("down", timeout=120)
 
 
+@pytest.fixture
+def short_tmpdir():
+    """A TMPDIR of the test's own for processes it starts bare, where no lab gives them one
+    (torchrun's torchelastic_* log dir, multiprocessing's pymp-* socket folder, which a SIGKILLed
+    process cannot remove). Short and in the system temp dir: a socket's path must stay under
+    108 bytes, which one under a pytest tmp_path can pass. Removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="tlab-t-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def left_behind(run_dir: Path, lab_id: str) -> list[str]:
     """What one lab still has running or lying about: its marked processes, hosts, firewall
-    rules, Ray session and Ray's processes. Only that lab's: the system tier runs two tests
+    rules, Ray session and Ray's processes. Only that lab's: the system tier runs several tests
     at a time, so another test's lab may well be up."""
     found = [f"process {pid}" for pid in procs.marked_pids(str(run_dir.resolve()))]
     found += netns.leftovers(lab_id)

@@ -5,10 +5,8 @@ abort finding the docs state."""
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -134,7 +132,9 @@ def descendants(pid: int) -> list[int]:
 
 
 @pytest.mark.parametrize("keeper_flags", [(), ("--preload",)], ids=["spawned", "forked"])
-def test_a_keeper_sigkilled_and_never_back_ends_the_job_on_the_other_node_with_nothing_left(tmp_path, keeper_flags):
+def test_a_keeper_sigkilled_and_never_back_ends_the_job_on_the_other_node_with_nothing_left(
+    tmp_path, short_tmpdir, keeper_flags
+):
     """Issue 31's edge: the keeper itself SIGKILLed. Its ranks die with it (PR_SET_PDEATHSIG: spawned,
     their parent is the keeper; forked, the node's fork server, which leaves when the keeper does);
     node 0's keeper, which heard it through the store (lab.inprocess.roll_call), stops its own ranks,
@@ -143,11 +143,9 @@ def test_a_keeper_sigkilled_and_never_back_ends_the_job_on_the_other_node_with_n
     node 1's ranks started 4 s after node 0's in a loaded CI run, and the job never began.)
     """
     events = tmp_path / "events"
-    # A short TMPDIR of the test's own (a socket's path must stay under 108 bytes): the SIGKILLed
-    # keeper's fork server cannot remove its pymp-* folder, which stayed in /tmp after every run.
-    sockets = Path(tempfile.mkdtemp(prefix="tlab-k-"))
+    # The SIGKILLed keeper's fork server leaves its pymp-* folder: in the test's TMPDIR, not /tmp.
     keepers = start_keepers(
-        events, steps=400, step_time=0.05, keeper_flags=("--return-timeout=15", *keeper_flags), tmpdir=sockets
+        events, steps=400, step_time=0.05, keeper_flags=("--return-timeout=15", *keeper_flags), tmpdir=short_tmpdir
     )
     try:
         deadline = time.monotonic() + 120
@@ -161,7 +159,6 @@ def test_a_keeper_sigkilled_and_never_back_ends_the_job_on_the_other_node_with_n
         assert procs.wait_gone(under[1], 10) == [], "node 1's ranks outlived their SIGKILLed keeper"
     finally:
         stop_sessions(keepers)
-        shutil.rmtree(sockets, ignore_errors=True)
     # Each node: 2 ranks and a spare (forked: with the fork server and its resource tracker); none left.
     assert all(len(pids) >= 3 for pids in under.values()), under
     assert procs.wait_gone(under[0] + under[1], 10) == []  # a zombie counts as gone: init reaps it

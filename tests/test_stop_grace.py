@@ -19,14 +19,13 @@ pytestmark = pytest.mark.slow
 LOGGED = re.compile(r"^[WE]\d{4} (\d\d:\d\d:\d\d\.\d+) .*?\] (Terminating process|Unable to shutdown process)", re.M)
 
 
-def test_a_frozen_worker_costs_the_tuned_restart_its_grace_not_torchs_30_s(tmp_path):
+def test_a_frozen_worker_costs_the_tuned_restart_its_grace_not_torchs_30_s(short_tmpdir):
     argv = [sys.executable, "-m", "lab.node.launch", "--preload-workers", "--nnodes=1", "--nproc-per-node=2"]
-    # torchrun's log dir and the fork server's socket dir in the test's own folder, as a lab's
-    # node has them in its own (else /tmp/torchelastic_* and /tmp/pymp-* stayed after every run).
-    argv += [f"--log-dir={tmp_path / 'torchelastic'}"]
     argv += ["--rdzv-backend=lab", f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--rdzv-conf=node_rank=0"]
     argv += ["--max-restarts=1", "--run-path", "--start-method=forkserver", "tests/scripts/freeze_rank1.py"]
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    # torchrun's log dir and the fork server's socket folder in a TMPDIR of the test's own, as a
+    # lab's node has its own (else /tmp/torchelastic_* and /tmp/pymp-* stayed after every run).
+    env = {**os.environ, "TMPDIR": str(short_tmpdir)}
     out = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     logs = out.stdout + out.stderr
     assert out.returncode == 0, logs[-3000:]

@@ -84,12 +84,13 @@ def main(argv: list[str]) -> int:
     beat_fd = NodeEnv.parse().inprocess_beat_fd
     if beat_fd is not None:  # torch is imported by now: from here on, silence means frozen
         heartbeat.start_beating(beat_fd)
-    script = argv[2:3] if argv[:1] == ["--spare"] else argv[:1]
+    spare = argv[:1] == ["--spare"]
+    script = argv[2:3] if spare else argv[:1]
     if script:
         # As `python SCRIPT` puts it first: the script's own modules, not same-named others.
         sys.path.insert(0, os.path.dirname(os.path.abspath(script[0])))
         import_what_the_script_imports(script[0])
-    if argv[:1] == ["--spare"]:
+    if spare:
         assignment = wait_for_assignment(argv[1])
         if assignment is None:
             return 0  # the job ended (its store with it) before this spare was needed

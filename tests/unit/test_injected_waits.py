@@ -12,6 +12,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from conftest import wait_for as wait_until
+
 from lab.health import injected_error
 
 CHILD = textwrap.dedent(
@@ -43,13 +45,6 @@ def newest(path: Path) -> float:
     return float(path.read_text())
 
 
-def until(condition, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
 def wait_for(path: Path, seconds: float = 20.0) -> None:
     deadline = time.monotonic() + seconds
     while not (path.exists() and path.read_text()):
@@ -67,7 +62,7 @@ def test_the_main_thread_waits_for_ever_and_the_rest_of_the_rank_runs(tmp_path):
         child.send_signal(injected_error.WAIT_SIGNAL)
         wait_for(tmp_path / "waiting")  # the main thread is in the handler: its loop writes no more
         stopped_at, thread_at = newest(tmp_path / "main"), newest(tmp_path / "thread")
-        until(lambda: newest(tmp_path / "thread") > thread_at + 0.5, 20.0, "the other thread stopped too")
+        wait_until(lambda: newest(tmp_path / "thread") > thread_at + 0.5, 20.0, "the other thread to run on")
         assert newest(tmp_path / "main") == stopped_at  # the loop never came back
         child.send_signal(signal.SIGTERM)
         wait_for(tmp_path / "handled", 5.0)  # the handler ran inside the wait
