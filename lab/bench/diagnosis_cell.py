@@ -27,7 +27,7 @@ from lab.kernel_log import kernel_log
 from lab.rundir import RunDir
 from lab.runtimes.ports import PortInUse
 from lab.topology import Topology
-from lab.workloads import script_path
+from lab.workloads import checkpoint_files, script_path
 
 NODES, NPROC = 2, 2
 PG_TIMEOUT_S, STEP_TIME, STEPS = 8, 0.05, 400
@@ -189,9 +189,7 @@ def resume_damaged(cell: Cell, runtime, topology: Topology, workdir: Path, stop:
     if not ended(nodes, stop) or any(node.exit_code() != 0 for node in nodes):
         raise LabError(f"the job before the damage did not end well: {[n.exit_code() for n in nodes]}")
     if cell.target == "trainer":
-        from lab.workloads import checkpoint  # torch: not for the CLI's parser, which imports this module
-
-        checkpoint.corrupt_newest(Path(runtime.checkpoint_dir()))
+        checkpoint_files.corrupt_newest(Path(runtime.checkpoint_dir()))
     else:
         snapshot = workdir / "snapshot.pt"
         snapshot.write_bytes(snapshot.read_bytes()[: snapshot.stat().st_size // 2])

@@ -24,6 +24,7 @@ from lab.runtimes import state as runstate
 from lab.runtimes.faults import Faults, FaultUnsupported
 from lab.runtimes.plan import LaunchPlan
 from lab.topology import Topology
+from lab.workloads import checkpoint_files  # no torch: a drill damages files while it holds a worker stopped
 
 Log = Callable[[str], None]
 WORKERS_FILE = "workers.json"  # in the node's directory; lab.node.launch writes it (LAB_WORKERS_FILE)
@@ -87,11 +88,9 @@ class NodeFiles:
         return self.dir / WORKERS_FILE
 
     def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
-        from lab.workloads import checkpoint
-
         try:
-            return str(checkpoint.corrupt_newest(Path(directory), mode))
-        except (checkpoint.CheckpointError, ValueError) as e:
+            return str(checkpoint_files.corrupt_newest(Path(directory), mode))
+        except (checkpoint_files.CheckpointError, ValueError) as e:
             raise FaultUnsupported(str(e)) from None
 
 

@@ -129,8 +129,8 @@ class PodNode(Node):
 
     def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
         code = (
-            "from pathlib import Path; from lab.workloads import checkpoint; "
-            f"print(checkpoint.corrupt_newest(Path({directory!r}), {mode!r}))"
+            "from pathlib import Path; from lab.workloads import checkpoint_files; "  # no torch (its docstring)
+            f"print(checkpoint_files.corrupt_newest(Path({directory!r}), {mode!r}))"
         )
         return self._in_pod(code)
 

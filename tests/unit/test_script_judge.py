@@ -224,6 +224,23 @@ def test_the_cause_is_named_before_the_peers_it_took_down_however_many_reported_
     assert f"snapshot_every_epoch.py:{load_line})" in report.facts["finding"]
 
 
+def test_peers_that_time_out_while_the_drill_holds_the_target_are_the_faults_doing():
+    """Recorded from a CI run of the matrix that failed on it: corrupt-checkpoint held rank 1
+    stopped 12.5 s before its kill (the damage imported torch on a loaded machine, since mended:
+    tests/unit/test_checkpoint_damage.py), and its peers' 10 s collective timeout fired first. The
+    fault began at the hold: the verdict is the damaged load's, as when the kill follows at once,
+    not "the script failed before the fault"."""
+    evidence = seen("corrupt-held-long")
+    held, killed = evidence.injected("pause_worker")["time"], evidence.extra["fault"]["time"]
+    timeouts = [e["time"] for e in evidence.events if "Timed out" in e.get("error", "")]
+    assert timeouts and held < min(timeouts) < killed  # the recording is the case it stands for
+    report = judge.judge(evidence)
+    assert failed(report) == failed(judge.judge(seen("corrupt-crowded")))
+    load_line = next(i for i, text in enumerate(SNAPSHOT_SCRIPT.read_text().splitlines(), 1) if "torch.load(" in text)
+    assert report.facts["errors_after_fault"][0].startswith("RuntimeError: PytorchStreamReader failed")
+    assert f"snapshot_every_epoch.py:{load_line})" in report.facts["finding"]
+
+
 def test_the_wall_clock_fire_point_counts_from_the_process_group_not_the_import():
     """A loaded machine spends many seconds importing torch: timed from the workers' start, a
     wall-time fault hit a worker that had not begun (seen live: no checkpoint, no signal handler)."""

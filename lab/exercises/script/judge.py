@@ -33,6 +33,13 @@ def errors(events: list[dict], since: float, until: float = float("inf")) -> lis
     return sorted(seen, key=lambda text: bool(CONSEQUENCE.search(text)))[:3]  # stable: in time order
 
 
+def fault_began(seen: Seen) -> float:
+    """When the drill first touched the job: a fault of several steps (corrupt-checkpoint holds its
+    target stopped, damages, then kills) began at the first. What the job died of from then on,
+    a peer's timeout while the target was held say, is the fault's doing, not the script's."""
+    return min(f["time"] for f in [*seen.faults, seen.extra["fault"]])
+
+
 def failed_before(events: list[dict], fault_time: float) -> str:
     """How the script failed before the fault, or "": a rank's error, or a restart already."""
     early = errors(events, 0, fault_time)
@@ -159,11 +166,12 @@ def judge_fault(report: Report, seen: Seen) -> None:
         facts["rerun"] = True
     facts["progress"] = {"source": source, "unit": unit, "fired_at": fire}
     facts["restarts"] = observe.restarts(events)
-    facts["errors_after_fault"] = errors(events, fault["time"])
+    began = fault_began(seen)
+    facts["errors_after_fault"] = errors(events, began)
     loaded = [e["path"] for e in events if e["event"] == Event.LOADED and e["rank"] == 0 and e["time"] > fault["time"]]
     facts["loaded_after_fault"] = loaded[:3]
     facts["recovery"] = None if recovery == "none" else observe.recovery_breakdown(events, seen.agents, fault["time"])
-    early = failed_before(events, fault["time"])
+    early = failed_before(events, began)
     if early:  # what followed is not the fault's doing: judge nothing else
         detail = f"the script failed before the fault: {explained(early, seen.extra)}"
         report.check("the script ran until the fault", False, detail)

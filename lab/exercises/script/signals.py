@@ -14,6 +14,7 @@ from typing import Any
 
 from lab.errors import LabError
 from lab.health.events import Event, restarted_at
+from lab.workloads.checkpoint_files import newest_file
 
 STEP_SOURCES = ("helper", "output")  # lab.progress.step, then the regex on the output
 FIRE_POINT_TIMEOUT_S = 300.0  # from the start until the fault's step: a script that never gets there
@@ -99,8 +100,6 @@ def rates(events: list[dict], faults: list[dict], source: str, unit: str) -> dic
 
 
 def has_checkpoint(directory: Path | None) -> bool:
-    from lab.workloads.checkpoint import newest_file  # imports torch: not at the CLI's start
-
     return directory is not None and directory.is_dir() and newest_file(directory) is not None
 
 
