@@ -28,7 +28,8 @@ A drill is one module of this package, named in CATALOG, with:
 - INJECTS: the Node faults it uses (and injects(options) where a flag adds one): a runtime
   whose nodes cannot suffer one refuses the drill before it starts (lab.exercises.grid).
 
-`options` is a frozen DrillOptions, never the command line itself.
+`options` is a frozen DrillOptions, never the command line itself. Each module is checked as
+the catalogue loads it (lab.exercises.traits): a missing or misspelt trait is a one-line error.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import Any
 
 from lab import recovery
 from lab.errors import LabError
+from lab.exercises import traits
 from lab.options import Option
 from lab.topology import Topology
 
@@ -84,6 +86,7 @@ def drills() -> dict[str, ModuleType]:
     found = {}
     for name in CATALOG:
         module = importlib.import_module(f"{__name__}.{name}")
+        traits.check(module)
         found[module.NAME] = module
     return found
 
