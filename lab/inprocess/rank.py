@@ -3,9 +3,9 @@
     python -m lab.inprocess.rank [--spare KEY] SCRIPT [ARGS...]
 
 The keeper (lab.inprocess.keeper) starts one per rank, with RANK, LOCAL_RANK, WORLD_SIZE and
-LAB_INPROCESS_STORE set, and one spare per node. Every one imports torch and what the script
-imports at its top level (import_what_the_script_imports) before the script runs, so before it
-joins its group: the join waits for a late rank as long as a rendezvous waits for a node, while
+LAB_INPROCESS_STORE set, and one spare per node. Every one imports torch and the installed
+modules the script imports at its top level (import_what_the_script_imports) before the script
+runs, so before it joins its group: the join waits for a late rank as long as a rendezvous waits for a node, while
 its peers' first collective after the join waits only the process-group timeout (cold ranks of
 a round that imported torch._dynamo after the join were more than 4 s late to it under load).
 A spare then connects to the store and waits for 'RANK,LOCAL_RANK,GENERATION[,fresh]' under
@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import os
 import runpy
+import site
 import sys
+import sysconfig
 import time
 from datetime import timedelta
 
@@ -35,9 +38,10 @@ from lab.nodeenv import NodeEnv
 
 
 def import_what_the_script_imports(script: str) -> None:
-    """A rank's head start: the modules the script imports at its top level, and torch._dynamo
-    (an optimizer's constructor imports it: 0.8 s here). One that fails to import is left for
-    the script to fail on, in its own words."""
+    """A rank's head start: the installed modules the script imports at its top level, and
+    torch._dynamo (an optimizer's constructor imports it: 0.8 s here). One that fails to import
+    is left for the script to fail on, in its own words. The user's own modules are left for the
+    script to import too: one may read RANK as it loads, which a spare does not know yet."""
     try:
         tree = ast.parse(open(script, encoding="utf-8").read())
     except (OSError, SyntaxError, ValueError):
@@ -49,10 +53,35 @@ def import_what_the_script_imports(script: str) -> None:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.append(node.module)
     for name in names:
+        if not installed(name):
+            continue
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 -- the script reports its own import errors
             pass
+
+
+def installed(name: str) -> bool:
+    """Whether the module comes with Python or an installed package (the standard library, a
+    site-packages folder), found without running it: not one of the user's own."""
+    try:
+        spec = importlib.util.find_spec(name.partition(".")[0])
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    if spec.origin in ("built-in", "frozen"):
+        return True
+    places = [spec.origin, *(spec.submodule_search_locations or [])]
+    return bool(places) and all(p and os.path.realpath(p).startswith(INSTALLED) for p in places)
+
+
+LIBRARIES = ("stdlib", "platstdlib", "purelib", "platlib")  # sysconfig's names for where modules are installed
+INSTALLED = tuple(
+    os.path.join(os.path.realpath(path), "")
+    for path in {*map(sysconfig.get_paths().get, LIBRARIES), *site.getsitepackages(), site.getusersitepackages()}
+    if path
+)
 
 
 # A spare waits in the store's own wait, which wakes the moment its key is set and sleeps
