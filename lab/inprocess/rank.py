@@ -72,8 +72,8 @@ def installed(name: str) -> bool:
         return False
     if spec.origin in ("built-in", "frozen"):
         return True
-    places = [spec.origin, *(spec.submodule_search_locations or [])]
-    return bool(places) and all(p and os.path.realpath(p).startswith(INSTALLED) for p in places)
+    places = [p for p in (spec.origin, *(spec.submodule_search_locations or [])) if p]  # a namespace: no origin
+    return bool(places) and all(os.path.realpath(p).startswith(INSTALLED) for p in places)
 
 
 LIBRARIES = ("stdlib", "platstdlib", "purelib", "platlib")  # sysconfig's names for where modules are installed

@@ -64,3 +64,16 @@ def test_a_spare_leaves_the_scripts_own_modules_until_it_knows_its_rank(tmp_path
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["3", "True"]
+
+
+def test_installed_tells_pythons_and_the_packages_modules_from_the_users(tmp_path, monkeypatch):
+    """What a rank imports ahead: the standard library and site-packages, found without running
+    them; not a module of the script's folder, even one named as an installed one."""
+    from lab.inprocess import rank
+
+    for own in ("settings", "yaml"):
+        (tmp_path / f"{own}.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))  # as the rank puts the script's folder: first
+    assert rank.installed("torch.nn") and rank.installed("json") and rank.installed("sys")
+    assert not rank.installed("settings") and not rank.installed("yaml") and not rank.installed("no_such_module")
+    assert "settings" not in sys.modules  # found, not run
