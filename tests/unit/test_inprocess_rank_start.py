@@ -71,9 +71,9 @@ def test_installed_tells_pythons_and_the_packages_modules_from_the_users(tmp_pat
     them; not a module of the script's folder, even one named as an installed one."""
     from lab.inprocess import rank
 
-    for own in ("settings", "yaml"):
+    for own in ("settings", "this"):  # "this": of the standard library, and imported by no test
         (tmp_path / f"{own}.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))  # as the rank puts the script's folder: first
     assert rank.installed("torch.nn") and rank.installed("json") and rank.installed("sys")
-    assert not rank.installed("settings") and not rank.installed("yaml") and not rank.installed("no_such_module")
+    assert not rank.installed("settings") and not rank.installed("this") and not rank.installed("no_such_module")
     assert "settings" not in sys.modules  # found, not run
