@@ -140,6 +140,8 @@ def test_forensics_name_the_rank_that_never_entered_the_collective(tmp_path):
         job.wait(60)
     sleep_line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "time.sleep(3600)" in text)
     assert found["answered"] == [0, 1, 2] and found["behind"] == [1] and found["suspects"] == [1], found
+    # Told apart by where each main thread stands: inside torch's all_reduce, or in the script's sleep.
+    assert {r: info["in_collective"] for r, info in found["ranks"].items()} == {"0": True, "1": False, "2": True}
     assert found["collective"].startswith("all_reduce #")
     assert f"fail_one_rank.py:{sleep_line} in <module>" in found["finding"], found["finding"]
     assert found["finding"].startswith("rank 1 never entered all_reduce #")

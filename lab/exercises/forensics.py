@@ -20,6 +20,10 @@ from lab.health.hang_dump import DIRECTORY
 
 ANSWER_WITHIN_S = 3.0
 LIBRARY = ("/site-packages/", "<frozen", "/lab/health/hang_dump.py", "/threading.py")
+# Where a main thread that waits in a collective stands: torch.distributed's call, or the backward
+# pass that runs DDP's all-reduces (gloo's Flight Recorder never marks an entry completed, so the
+# stack is what tells a rank waiting inside a collective from one stuck in its own code).
+IN_COLLECTIVE = ("/torch/distributed/", "/torch/autograd/")
 
 
 def collect(events_dir: Path, world_size: int, wait_s: float = ANSWER_WITHIN_S) -> dict[str, Any]:
@@ -62,16 +66,24 @@ def analyse(dumps: dict[int, dict], world_size: int) -> dict[str, Any]:
             "flight_recorder", []
         )
         last = entries[-1] if entries else None
-        ranks[rank] = {"last_collective": last, "stack": where(main_stack(record))[-3:]}
+        innermost = main_stack(record)[-1:]
+        in_collective = bool(innermost) and any(part in innermost[0] for part in IN_COLLECTIVE)
+        ranks[rank] = {"last_collective": last, "stack": where(main_stack(record))[-3:], "in_collective": in_collective}
     silent = [r for r in range(world_size) if r not in dumps]
     seqs = {r: info["last_collective"]["seq"] for r, info in ranks.items() if info["last_collective"]}
     front = max(seqs.values(), default=None)
-    behind = sorted(r for r, seq in seqs.items() if front is not None and seq < front)
-    finding = _finding(ranks, silent, behind, front)
+    # Behind the front, a rank that waits inside its last collective is not behind by its own
+    # doing: a rank ahead passed that collective, so what it waits for was sent, and has not
+    # arrived (a partition cut mid-collective leaves ranks so). One in its own code is.
+    later = sorted(r for r, seq in seqs.items() if front is not None and seq < front)
+    waiting = [r for r in later if ranks[r]["in_collective"]]
+    behind = [r for r in later if r not in waiting]
+    finding = _finding(ranks, silent, behind, front, waiting)
     return {
         "answered": sorted(dumps),
         "silent": silent,
         "behind": behind,
+        "waiting_behind": waiting,
         "collective": _describe(
             next(
                 (
@@ -94,7 +106,9 @@ def _describe(entry: dict | None) -> str:
     return f"{entry['op']} #{entry['seq']} (sizes {entry['sizes']})"
 
 
-def _finding(ranks: dict[int, dict], silent: list[int], behind: list[int], front: int | None) -> str:
+def _finding(
+    ranks: dict[int, dict], silent: list[int], behind: list[int], front: int | None, waiting_behind: list[int]
+) -> str:
     if not ranks:
         return "no rank answered: none recorded a collective, or all are stopped"
     waiting = next(
@@ -115,6 +129,13 @@ def _finding(ranks: dict[int, dict], silent: list[int], behind: list[int], front
             f"rank {rank} never entered {_describe(waiting)}: its last was #{info['last_collective']['seq']}; "
             f"it stands at {stack}"
         )
-    if not parts:
-        return f"every rank entered {_describe(waiting)}: none is behind (a network or peer problem, not a stuck rank)"
-    return "; ".join(parts)
+    if parts:
+        return "; ".join(parts)
+    if waiting_behind:
+        ahead = [r for r, i in ranks.items() if i["last_collective"] == waiting]
+        earlier = ranks[waiting_behind[0]]["last_collective"]
+        return (
+            f"rank {', '.join(map(str, waiting_behind))} still wait in {_describe(earlier)}, which rank "
+            f"{', '.join(map(str, ahead))} passed: none is behind (a network or peer problem, not a stuck rank)"
+        )
+    return f"every rank entered {_describe(waiting)}: none is behind (a network or peer problem, not a stuck rank)"

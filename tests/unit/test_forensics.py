@@ -1,0 +1,71 @@
+"""Who is behind, from the ranks' answers (lab.exercises.forensics.analyse): each case is what the
+ranks of a real drill answered, their Flight Recorder entries and their own frames as recorded
+(tests/fixtures/drills/*/seen.json and CI's failed partition run), with the innermost frame a rank
+stands in written out: a frame of torch's own source where it waits in a collective (gloo's
+Flight Recorder never marks an entry completed, so the stack is what tells the two apart).
+
+The partition case failed CI once: the cut fell inside all_reduce #64, rank 0 had passed it and
+waited in #65, ranks 1-3 still waited in #64, and forensics named them "behind"."""
+
+from __future__ import annotations
+
+from lab.exercises import forensics
+
+TORCH = "/venv/lib/python3.11/site-packages/torch"
+IN_BACKWARD = f"{TORCH}/autograd/graph.py:979 in _engine_run_backward"  # DDP's all-reduce runs under it
+IN_ALL_REDUCE = f"{TORCH}/distributed/distributed_c10d.py:3252 in all_reduce"  # work.wait()
+TRAINER = "/repo/lab/workloads/trainer.py"
+AT_BACKWARD = [f"{TRAINER}:294 in <module>", f"{TRAINER}:149 in main", f"{TRAINER}:207 in train", IN_BACKWARD]
+AT_AGREED = [f"{TRAINER}:149 in main", f"{TRAINER}:219 in train", "/repo/lab/workloads/distributed.py:204 in agreed"]
+HUNG_IN_PYTHON = [
+    f"{TRAINER}:213 in train",
+    "/repo/lab/workloads/step_clock.py:46 in pace",
+    "/repo/lab/health/injected_error.py:108 in wait_for_ever",
+]
+
+
+def entry(seq: int) -> dict:
+    sizes = [[1153]] if seq == 64 else [[1]]  # #64 the gradients' bucket, #65 the step's agreement
+    return {"seq": seq, "op": "all_reduce", "sizes": sizes, "state": "scheduled", "pg": "0"}
+
+
+def dump(seq: int, stack: list[str]) -> dict:
+    return {"request": "1.0", "flight_recorder": [entry(seq - 1), entry(seq)], "stacks": {"MainThread": stack}}
+
+
+def test_a_partition_cut_inside_a_collective_names_nobody():
+    """CI's run: rank 0 passed #64 and waits in #65; 1-3 wait inside #64, in the backward pass."""
+    found = forensics.analyse(
+        {0: dump(65, [*AT_AGREED, IN_ALL_REDUCE]), **{r: dump(64, AT_BACKWARD) for r in (1, 2, 3)}}, 4
+    )
+    assert found["suspects"] == [] and found["behind"] == [] and found["waiting_behind"] == [1, 2, 3]
+    assert found["finding"] == (
+        "rank 1, 2, 3 still wait in all_reduce #64 (sizes [[1153]]), which rank 0 passed: "
+        "none is behind (a network or peer problem, not a stuck rank)"
+    )
+
+
+def test_a_rank_hung_in_its_own_code_is_behind_however_its_peers_wait():
+    """hang-rank --in-python: rank 1 sleeps in its own code after #64; the others wait in #65."""
+    found = forensics.analyse(
+        {1: dump(64, HUNG_IN_PYTHON), **{r: dump(65, [*AT_AGREED, IN_ALL_REDUCE]) for r in (0, 2, 3)}}, 4
+    )
+    assert found["suspects"] == [1] and found["waiting_behind"] == []
+    assert found["finding"] == (
+        "rank 1 never entered all_reduce #65 (sizes [[1]]): its last was #64; "
+        "it stands at /repo/lab/health/injected_error.py:108 in wait_for_ever"
+    )
+
+
+def test_a_stopped_rank_is_named_and_the_peers_it_left_inside_a_collective_are_not():
+    """A rank stopped (SIGSTOP) answers nothing; of its peers, one passed #64 and two wait in it."""
+    found = forensics.analyse(
+        {0: dump(65, [*AT_AGREED, IN_ALL_REDUCE]), 2: dump(64, AT_BACKWARD), 3: dump(64, AT_BACKWARD)}, 4
+    )
+    assert found["silent"] == [1] and found["suspects"] == [1] and found["waiting_behind"] == [2, 3]
+    assert found["finding"].startswith("rank 1 did not answer (stopped, or stuck holding the GIL)")
+
+
+def test_every_rank_in_one_collective_names_nobody():
+    found = forensics.analyse({r: dump(64, AT_BACKWARD) for r in range(4)}, 4)
+    assert found["suspects"] == [] and found["finding"].startswith("every rank entered all_reduce #64")
