@@ -2,7 +2,9 @@
 ranks of a real drill answered, their Flight Recorder entries and their own frames as recorded
 (tests/fixtures/drills/*/seen.json and CI's failed partition run), with the innermost frame a rank
 stands in written out: a frame of torch's own source where it waits in a collective (gloo's
-Flight Recorder never marks an entry completed, so the stack is what tells the two apart).
+Flight Recorder never marks an entry completed, so the stack is what tells the two apart). Those
+frames are what real ranks show: tests/test_user_script_watch.py reads the all_reduce one from a
+torchrun job, and a rank waiting in DDP's backward all-reduce stood at graph.py:979 when checked.
 
 The partition case failed CI once: the cut fell inside all_reduce #64, rank 0 had passed it and
 waited in #65, ranks 1-3 still waited in #64, and forensics named them "behind"."""
