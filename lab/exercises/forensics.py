@@ -75,9 +75,9 @@ def analyse(dumps: dict[int, dict], world_size: int) -> dict[str, Any]:
     # Behind the front, a rank that waits inside its last collective is not behind by its own
     # doing: a rank ahead passed that collective, so what it waits for was sent, and has not
     # arrived (a partition cut mid-collective leaves ranks so). One in its own code is.
-    later = sorted(r for r, seq in seqs.items() if front is not None and seq < front)
-    waiting = [r for r in later if ranks[r]["in_collective"]]
-    behind = [r for r in later if r not in waiting]
+    short_of_front = sorted(r for r, seq in seqs.items() if front is not None and seq < front)
+    waiting = [r for r in short_of_front if ranks[r]["in_collective"]]
+    behind = [r for r in short_of_front if r not in waiting]
     finding = _finding(ranks, silent, behind, front, waiting)
     return {
         "answered": sorted(dumps),
