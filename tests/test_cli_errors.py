@@ -20,74 +20,85 @@ def assert_one_line_error(out, *words):
         assert word in lines[0]
 
 
-@pytest.mark.parametrize(
-    "args, words",
-    [
-        (["up", "--nodes", "0"], ["nodes", "0"]),
-        (["bench", "diagnosis", "--classes", "kill,nosuch"], ["--classes", "choose from kill", "nosuch"]),
-        (["up", "--nproc-per-node", "-1"], ["nproc_per_node", "-1"]),
-        (["up", "--runtime", "nosuch"], ["--runtime", "nosuch"]),
-        (["run", "no/such/script.py"], ["script not found", "no/such/script.py"]),
-        (["exercise", "run", "kill-node", "--nodes", "1"], ["kill-node", "2 nodes", "--nodes 1"]),
-        (["exercise", "run", "kill-rendezvous-host", "--nodes", "1"], ["kill-rendezvous-host", "2 nodes"]),
-        (["exercise", "run", "hang-rank", "--runtime", "k8s"], ["hang-rank", "Prometheus", "k8s runtime does not"]),
-        (
-            ["exercise", "run", "kill-worker", "--torch-defaults", "--runtime", "docker"],
-            ["docker runtime cannot delay its restarted workers"],
-        ),
-        (
-            ["exercise", "run", "kill-worker", "--nodes", "3", "--nproc-per-node", "1", "--target-rank", "3"],
-            ["--target-rank", "[0, 3)", "3"],
-        ),
-        (
-            [
-                "exercise",
-                "run",
-                "corrupt-checkpoint",
-                "--script",
-                str(REPO / "tests/user_scripts/snapshot_every_epoch.py"),
-            ],
-            ["corrupt-checkpoint on your script needs --ckpt-dir"],
-        ),
-        # --recovery on each entry point: a style the job, the drill or the runtime cannot run
-        (["up", "--recovery", "in-process"], ["--recovery in-process", "ddp_train.py does not train in lab.inprocess"]),
-        (
-            ["up", "--runtime", "k8s", "--recovery", "in-process", "--dry-run"],
-            ["--recovery in-process: the k8s runtime cannot run it", "use --recovery restart"],
-        ),
-        (["run", "--recovery", "torchrun", "--rdzv-backend", "lab", script_path("ddp_train")], ["drop one"]),
-        (
-            ["up", "--runtime", "k8s", "--overlay", "elastic", "--recovery", "restart", "--dry-run"],
-            ["elastic overlay's pods rendezvous on etcd-v2", "use --recovery torchrun"],
-        ),
-        (
-            ["up", "--runtime", "k8s", "--overlay", "elastic", "--rdzv-backend", "lab", "--dry-run"],
-            ["--rdzv-backend lab", "etcd-v2"],
-        ),
-        (["up", "--runtime", "k8s", "--overlay", "elastic", "--rdzv-backend", "c10d", "--dry-run"], ["runs etcd-v2"]),
-        (["up", "--runtime", "docker", "--rdzv-backend", "etcd-v2", "--dry-run"], ["docker runtime runs c10d or lab"]),
-        (["exercise", "run", "kill-node", "--recovery", "restart"], ["kill-node", "use --recovery torchrun"]),
-        (["exercise", "run", "kill-worker", "--torch-defaults", "--recovery", "restart"], ["--torch-defaults"]),
-        (
-            ["exercise", "run", "kill-worker", "--runtime", "k8s", "--overlay", "elastic", "--recovery", "restart"],
-            ["elastic overlay's pods"],
-        ),
-        (
-            [
-                "exercise",
-                "matrix",
-                "--script",
-                str(REPO / "tests/user_scripts/snapshot_every_epoch.py"),
-                "--faults",
-                "kill-worker,kill-node",
-                "--recovery",
-                "restart",
-            ],
-            ["kill-node drills a node's loss"],
-        ),  # fmt: skip
-    ],
-)
-def test_bad_input_is_one_line(lab, args, words):
+BAD_INPUT = [
+    (["up", "--nodes", "0"], ["nodes", "0"]),
+    (["bench", "diagnosis", "--classes", "kill,nosuch"], ["--classes", "choose from kill", "nosuch"]),
+    (["up", "--nproc-per-node", "-1"], ["nproc_per_node", "-1"]),
+    (["up", "--runtime", "nosuch"], ["--runtime", "nosuch"]),
+    (["run", "no/such/script.py"], ["script not found", "no/such/script.py"]),
+    (["exercise", "run", "kill-node", "--nodes", "1"], ["kill-node", "2 nodes", "--nodes 1"]),
+    (["exercise", "run", "kill-rendezvous-host", "--nodes", "1"], ["kill-rendezvous-host", "2 nodes"]),
+    (["exercise", "run", "hang-rank", "--runtime", "k8s"], ["hang-rank", "Prometheus", "k8s runtime does not"]),
+    (
+        ["exercise", "run", "kill-worker", "--torch-defaults", "--runtime", "docker"],
+        ["docker runtime cannot delay its restarted workers"],
+    ),
+    (
+        ["exercise", "run", "kill-worker", "--nodes", "3", "--nproc-per-node", "1", "--target-rank", "3"],
+        ["--target-rank", "[0, 3)", "3"],
+    ),
+    (
+        [
+            "exercise",
+            "run",
+            "corrupt-checkpoint",
+            "--script",
+            str(REPO / "tests/user_scripts/snapshot_every_epoch.py"),
+        ],
+        ["corrupt-checkpoint on your script needs --ckpt-dir"],
+    ),
+    # --recovery on each entry point: a style the job, the drill or the runtime cannot run
+    (["up", "--recovery", "in-process"], ["--recovery in-process", "ddp_train.py does not train in lab.inprocess"]),
+    (
+        ["up", "--runtime", "k8s", "--recovery", "in-process", "--dry-run"],
+        ["--recovery in-process: the k8s runtime cannot run it", "use --recovery restart"],
+    ),
+    (["run", "--recovery", "torchrun", "--rdzv-backend", "lab", script_path("ddp_train")], ["drop one"]),
+    (
+        ["up", "--runtime", "k8s", "--overlay", "elastic", "--recovery", "restart", "--dry-run"],
+        ["elastic overlay's pods rendezvous on etcd-v2", "use --recovery torchrun"],
+    ),
+    (
+        ["up", "--runtime", "k8s", "--overlay", "elastic", "--rdzv-backend", "lab", "--dry-run"],
+        ["--rdzv-backend lab", "etcd-v2"],
+    ),
+    (["up", "--runtime", "k8s", "--overlay", "elastic", "--rdzv-backend", "c10d", "--dry-run"], ["runs etcd-v2"]),
+    (["up", "--runtime", "docker", "--rdzv-backend", "etcd-v2", "--dry-run"], ["docker runtime runs c10d or lab"]),
+    (["exercise", "run", "kill-node", "--recovery", "restart"], ["kill-node", "use --recovery torchrun"]),
+    (["exercise", "run", "kill-worker", "--torch-defaults", "--recovery", "restart"], ["--torch-defaults"]),
+    (
+        ["exercise", "run", "kill-worker", "--runtime", "k8s", "--overlay", "elastic", "--recovery", "restart"],
+        ["elastic overlay's pods"],
+    ),
+    (
+        [
+            "exercise",
+            "matrix",
+            "--script",
+            str(REPO / "tests/user_scripts/snapshot_every_epoch.py"),
+            "--faults",
+            "kill-worker,kill-node",
+            "--recovery",
+            "restart",
+        ],
+        ["kill-node drills a node's loss"],
+    ),  # fmt: skip
+]
+
+
+@pytest.mark.parametrize("args, words", BAD_INPUT)
+def test_bad_input_is_one_line(lab, capsys, monkeypatch, args, words):
+    """main() in this process, as the command runs it (a `lab` process per case cost the fast tier
+    about 5 CPU-s); the command itself, on three of them, in the next test."""
+    monkeypatch.setenv("LAB_RUN_DIR", str(lab.run_dir))
+    monkeypatch.chdir(REPO)
+    out = lab_in_process(capsys, *args)
+    assert_one_line_error(out, *words)
+    assert not lab.run_dir.exists(), "nothing may be started on bad input"
+
+
+@pytest.mark.parametrize("args, words", [BAD_INPUT[i] for i in (3, 4, 5)])  # argparse's refusal, the lab's, a drill's
+def test_bad_input_is_one_line_from_the_command_too(lab, args, words):
     out = lab(*args)
     assert_one_line_error(out, *words)
     assert not lab.run_dir.exists(), "nothing may be started on bad input"
