@@ -4,6 +4,7 @@ import random
 import socket
 
 from lab.options import Option
+from lab.runtimes.ports import PortInUse
 
 TRIALS = Option("--trials", "how many times each side is measured (default %(default)s)", 3, int)
 BENCH_RUNTIMES = Option("--runtimes", "where the bench runs, comma-separated (default %(default)s)", "local")
@@ -31,3 +32,18 @@ def free_port() -> int:
                 continue  # taken: another pick
             return s.getsockname()[1]
     raise OSError("no free TCP port above the ephemeral range")
+
+
+def up_on_its_own_port(runtime, topology, script: str, args: list[str], tries: int = 3):
+    """runtime.up of a bench's job whose rendezvous port is the bench's own pick (free_port). A
+    port found free can be taken before the lab checks it (on loopback hosts, by anything else on
+    the machine: CI runs' stragglers and coordinators benches were refused 61921 and 61415), and
+    then the bench picks another, as the lab does for a Prometheus port it chose."""
+    for _ in range(tries - 1):
+        try:
+            return runtime.up(topology, script, args)
+        except PortInUse as e:
+            if e.option != "--rdzv-port":
+                raise
+            topology = topology.replace(rdzv_port=free_port())
+    return runtime.up(topology, script, args)

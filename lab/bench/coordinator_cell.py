@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import evidence, files, procs, runtimes, why
+from lab.bench import up_on_its_own_port
 from lab.bench.diagnosis_cell import NPROC, TRUTH, cell_topology, reached, waiting
 from lab.errors import LabError
 from lab.health.events import Event, ExitReason, read_events
@@ -146,7 +147,7 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event
     runtime = runtimes.create(cell.runtime, run_dir, log=lambda m: None, **options)
     runtimes.begin_job(runtime, lambda m: None)
     try:
-        _topology, nodes = runtime.up(topology(coordinator), script_path("trainer"), trainer_args())
+        _topology, nodes = up_on_its_own_port(runtime, topology(coordinator), script_path("trainer"), trainer_args())
         reached(run_dir.path / "events", 0, KILL_AT, stop)
         killed = time.monotonic()
         kill(coordinator, runtime, nodes)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab import evidence, files, runtimes, why
-from lab.bench import free_port
+from lab.bench import free_port, up_on_its_own_port
 from lab.bench.cages import memory_cage
 from lab.diagnosis import Fault, Grade, grade
 from lab.errors import LabError
@@ -25,7 +25,6 @@ from lab.health import stragglers
 from lab.health.events import Event, read_events
 from lab.kernel_log import kernel_log
 from lab.rundir import RunDir
-from lab.runtimes.ports import PortInUse
 from lab.topology import Topology
 from lab.workloads import checkpoint_files, script_path
 
@@ -63,21 +62,6 @@ def cell_topology(**more) -> Topology:
         rank_metrics_port=0,
         **more,
     )
-
-
-def up_on_its_own_port(runtime, topology: Topology, script: str, args: list[str], tries: int = 3):
-    """runtime.up of a cell's job. Its rendezvous port is the bench's own pick: a port found free
-    can be taken before the lab checks it (on loopback hosts, by anything else on the machine;
-    a CI run's stragglers bench was refused 61921, held by no listener /proc showed), and then
-    the cell picks another, as the lab does for a Prometheus port it chose."""
-    for _ in range(tries - 1):
-        try:
-            return runtime.up(topology, script, args)
-        except PortInUse as e:
-            if e.option != "--rdzv-port":
-                raise
-            topology = topology.replace(rdzv_port=free_port())
-    return runtime.up(topology, script, args)
 
 
 def job(cell: Cell, workdir: Path, steps: int = STEPS) -> tuple[Topology, str, list[str]]:

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lab import runtimes
-from lab.bench import free_port
+from lab.bench import free_port, up_on_its_own_port
 from lab.exercises import inprocess_verdict, observe
 from lab.health.events import Event, read_events
 from lab.rundir import RunDir
@@ -130,7 +130,7 @@ def lab_trial(tmp: Path, hosts: str, style: str, runtime_name: str) -> tuple[flo
         if style in SCRIPT_STYLES:  # its snapshot in a working dir of its own, under the run dir
             watched = ("--workdir", str(runtime.script_workdir("bench")))
             topology, script, args = topology.replace(script_wrapper=watched), script_path("plain_train"), SCRIPT_ARGS
-        topology, nodes = runtime.up(topology, script, args)
+        topology, nodes = up_on_its_own_port(runtime, topology, script, args)
         node = next(n for n in nodes if n.index == KILL_RANK // topology.nproc_per_node)
         local_rank = KILL_RANK % topology.nproc_per_node
         return kill_and_time(runtime.run_dir.path / "events", kill=lambda: node.kill_worker(local_rank))

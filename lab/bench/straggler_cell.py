@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab import runtimes
+from lab.bench import up_on_its_own_port
 from lab.bench.cages import cpu_cage
-from lab.bench.diagnosis_cell import cell_topology, reached, up_on_its_own_port, waiting
+from lab.bench.diagnosis_cell import cell_topology, reached, waiting
 from lab.errors import LabError
 from lab.health import injected_error, net_probe, stragglers
 from lab.health.events import read_events, read_probes

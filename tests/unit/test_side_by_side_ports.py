@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.bench.diagnosis_cell import up_on_its_own_port
+from lab.bench import up_on_its_own_port
 from lab.errors import LabError
 from lab.health.prometheus import first_free_port
 from lab.rundir import RunDir
