@@ -41,9 +41,8 @@ def check(module: ModuleType) -> None:
     missing = [name for name in REQUIRED if not hasattr(module, name)]
     if missing:
         raise LabError(f"{where} lacks {', '.join(missing)} (lab.exercises' docstring lists what a drill declares)")
-    for name in misspelt(module):
-        closest = difflib.get_close_matches(name, TRAITS, n=1, cutoff=0.8)[0]
-        raise LabError(f"{where} defines {name}, which nothing reads: did you mean the trait {closest}?")
+    for name, meant in misspelt(module):
+        raise LabError(f"{where} defines {name}, which nothing reads: did you mean the trait {meant}?")
     scripted = hasattr(module, "break_script")
     if scripted != hasattr(module, "SCRIPT_RECOVERY"):
         has, lacks = ("break_script", "SCRIPT_RECOVERY") if scripted else ("SCRIPT_RECOVERY", "break_script")
@@ -59,8 +58,9 @@ def check(module: ModuleType) -> None:
         raise LabError(f"{where}: INJECTS names {unknown[0]!r}, which no Node injects: {hint}")
 
 
-def misspelt(module: ModuleType) -> list[str]:
-    """Module-level names, not traits, close to a trait's name, that the module's code never reads."""
+def misspelt(module: ModuleType) -> list[tuple[str, str]]:
+    """(name, the trait it is close to) for each module-level name, not a trait, that the module's
+    code never reads."""
     tree = ast.parse(Path(module.__file__ or "").read_text())
     read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
     defined = []
@@ -72,8 +72,5 @@ def misspelt(module: ModuleType) -> list[str]:
             targets = [statement.target]
         for target in targets:
             defined += [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
-    return [
-        name
-        for name in defined
-        if name not in TRAITS and name not in read and difflib.get_close_matches(name, TRAITS, n=1, cutoff=0.8)
-    ]
+    unread = [name for name in defined if name not in TRAITS and name not in read]
+    return [(name, close[0]) for name in unread if (close := difflib.get_close_matches(name, TRAITS, n=1, cutoff=0.8))]

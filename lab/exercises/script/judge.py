@@ -36,8 +36,9 @@ def errors(events: list[dict], since: float, until: float = float("inf")) -> lis
 def fault_began(seen: Seen) -> float:
     """When the drill first touched the job: a fault of several steps (corrupt-checkpoint holds its
     target stopped, damages, then kills) began at the first. What the job died of from then on,
-    a peer's timeout while the target was held say, is the fault's doing, not the script's."""
-    return min(f["time"] for f in [*seen.faults, seen.extra["fault"]])
+    a peer's timeout while the target was held say, is the fault's doing, not the script's. The
+    fault's own record is among the run's injections (Drill.inject keeps each one)."""
+    return min(f["time"] for f in seen.faults)
 
 
 def failed_before(events: list[dict], fault_time: float) -> str:
