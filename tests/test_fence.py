@@ -16,7 +16,7 @@ import time
 import pytest
 from conftest import needs_netns
 
-from lab.runtimes import fence
+from lab.runtimes import fence, netns
 from lab.runtimes.ports import free_etcd_port
 
 # The foreign namespace's host address is fixed: its tests run in one worker, one at a time.
@@ -77,6 +77,39 @@ def test_the_c10d_store_is_fenced_from_other_users_and_other_networks(lab, forei
     assert any("OUTPUT" in r for r in rules) and any("FORWARD" in r for r in rules)
     assert lab("down").returncode == 0
     assert fence.find(state["lab_id"]) == []
+
+
+def listeners(netns: str) -> list[tuple[str, int]]:
+    """Every listening TCP socket in one of the lab's namespaces, as `ss` sees it: (address, port)."""
+    out = subprocess.run(["ip", "netns", "exec", netns, "ss", "-Hltn"], capture_output=True, text=True, check=True)
+    found = []
+    for line in out.stdout.splitlines():
+        address, _, port = line.split()[3].rpartition(":")
+        found.append((address.strip("[]"), int(port)))
+    return found
+
+
+def test_every_listener_of_every_node_is_fenced_on_every_address_family(lab):
+    """Listeners are found, not listed: whatever a node starts (store, keepers, exporters, gloo)
+    is probed as nobody. IPv6 gets no address anywhere in the lab (the attack reached node 0's
+    store at its fe80:: address through the bridge while IPv4 was refused)."""
+    state = start_detached(lab)
+    node0, port = state["nodes"][0]["address"], state["topology"]["rdzv_port"]
+    wait_open(node0, port)
+    host_v6 = subprocess.run(["ip", "-o", "-6", "addr", "show"], capture_output=True, text=True).stdout
+    assert f"tlab{state['lab_id']}" not in host_v6  # neither the bridge nor a veth's outer end
+    probed = 0
+    for node in state["nodes"]:
+        ns = netns.for_lab(state["lab_id"], node["address"].rsplit(".", 1)[0]).host(node["index"]).netns
+        inside_v6 = subprocess.run(["ip", "-n", ns, "-o", "-6", "addr", "show"], capture_output=True, text=True)
+        assert inside_v6.returncode == 0 and inside_v6.stdout == "", inside_v6.stdout
+        for address, listening in listeners(ns):
+            assert address in ("*", "0.0.0.0", node["address"], "127.0.0.1"), (ns, address)  # no v6-only socket
+            if address != "127.0.0.1":
+                assert reach(node["address"], listening, tuple(NOBODY)).startswith("closed"), (ns, listening)
+                probed += 1
+    assert probed >= 3  # the store and at least an agent's and a rank's exporter
+    assert lab("down").returncode == 0
 
 
 @pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd-server is not installed (make host-deps)")

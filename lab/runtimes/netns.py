@@ -88,11 +88,14 @@ class LabNet:
         hosts = [self.host(i) for i in range(count)]
         try:
             _ip("link", "add", self.bridge, "type", "bridge")
+            no_ipv6(self.bridge)
             _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
             fence.install(self.lab_id, f"{self.subnet}.0/24", self.bridge)
             for i, host in enumerate(hosts):
                 self._create_host(i, host, _hosts_file(hosts, i, aliases or {}, own_aliases or {}))
+            if carried := ipv6_addresses(self.lab_id):
+                raise LabError(f"netns hosts: an IPv6 address the fence would not cover: {carried[0]}")
         except BaseException:
             self.destroy()
             raise
@@ -101,7 +104,10 @@ class LabNet:
     def _create_host(self, index: int, host: Host, hosts_file: str) -> None:
         outside, inside = f"{PREFIX}{self.lab_id}v{index}", f"{PREFIX}{self.lab_id}p{index}"
         _ip("netns", "add", host.netns)
+        no_ipv6("all", host.netns)
+        no_ipv6("default", host.netns)  # the veth moved in below takes the namespace's default
         _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+        no_ipv6(outside)
         _ip("link", "set", outside, "master", self.bridge)
         _ip("link", "set", outside, "up")
         _ip("link", "set", inside, "netns", host.netns)
@@ -215,6 +221,29 @@ def _lab_etc_dirs(lab_id: str | None) -> list[Path]:
     if not NETNS_ETC.exists():
         return []
     return sorted(d for d in NETNS_ETC.glob(f"{_ns_prefix(lab_id)}*") if not d.is_symlink())
+
+
+def no_ipv6(interface: str, netns: str | None = None) -> None:
+    """Give the interface (or "all"/"default" of a namespace) no IPv6 at all. The fence is
+    iptables, IPv4 only; a link-local fe80:: address on the bridge let any local user reach
+    node 0's store, which listens on every address of both families (found by attack). The
+    lab's hosts talk IPv4 only, so carrying no IPv6 is simpler and surer than fencing it too."""
+    if not Path("/proc/sys/net/ipv6").exists():
+        return  # a kernel without IPv6: nothing to reach
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    must(*prefix, "sh", "-c", f"echo 1 > /proc/sys/net/ipv6/conf/{interface}/disable_ipv6")
+
+
+def ipv6_addresses(lab_id: str) -> list[str]:
+    """Every IPv6 address on the lab's links and in its namespaces: none, while the lab is whole."""
+    found = [
+        line
+        for link in _lab_links(lab_id)
+        for line in query("ip", "-o", "-6", "addr", "show", "dev", link).splitlines()
+    ]
+    for ns in _lab_namespaces(lab_id):
+        found += [f"{ns}: {line}" for line in query("ip", "-n", ns, "-o", "-6", "addr", "show").splitlines()]
+    return found
 
 
 def _ip(*args: str) -> None:
