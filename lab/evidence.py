@@ -28,9 +28,6 @@ def keep(run_dir: Path, into: Path) -> Path:
     """Copy the evidence of the job in run_dir into the folder `into` (made here); returns it."""
     for pattern in KEPT:
         for path in sorted(run_dir.glob(pattern)):
-            folders = path.relative_to(run_dir).parents
-            if any((run_dir / folder).is_symlink() for folder in folders if folder.parts):
-                continue  # a folder a node replaced with a link: never followed
             kept = files.read_regular(path, LOG_TAIL_BYTES if path.name == "node.log" else None, tail=True)
             if kept is not None:
                 files.write_text(into / path.relative_to(run_dir), kept.decode(errors="replace"))

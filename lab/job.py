@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
+from lab import files
 from lab.node.restart_budget import CRASH_LOOP_EXIT
 from lab.runtimes.base import Node
 
@@ -15,6 +16,11 @@ from lab.runtimes.base import Node
 # connections); past that the others only wait for a node that will not come back, until the
 # process-group timeout or torchrun's 5-minute exit barrier.
 FIXED_JOB_GRACE_S = 10.0
+
+
+CHUNK_BYTES = 1 << 20  # read per node per poll: what the job prints never sets the lab's memory
+SKIP_PAST_BYTES = 8 << 20  # further behind than this, the follower jumps to the newest output
+LINE_BYTES = 64 << 10  # a longer line (no newline in sight) is printed cut
 
 
 class LogFollower:
@@ -33,6 +39,30 @@ class LogFollower:
         self.partial = {node.name: b"" for node in nodes}
         self.held: dict[str, list[str]] = {}  # an unprefixed traceback, until it is known to be torchrun's
         self.left_out: list[str] = []  # the nodes whose ChildFailedError summary was left out
+
+    def _new_lines(self, node: Node, final: bool) -> list[bytes] | None:
+        """The node's whole new lines since the last poll, bounded. The log is the node's (a
+        container's user can swap it for a link or a FIFO): it is read only as a regular file,
+        never through a link, a chunk at a time."""
+        read = files.read_from(node.log_path, self.offsets[node.name], CHUNK_BYTES)
+        if read is None:
+            return None
+        chunk, size = read
+        skipped = b""
+        if size - self.offsets[node.name] > SKIP_PAST_BYTES:
+            behind = size - CHUNK_BYTES - self.offsets[node.name]
+            skipped = f"(... {behind} bytes of output skipped here; the node's log has them)".encode()
+            self.offsets[node.name] = size - CHUNK_BYTES
+            self.partial[node.name] = b""
+            chunk = (files.read_from(node.log_path, self.offsets[node.name], CHUNK_BYTES) or (b"", 0))[0]
+        self.offsets[node.name] += len(chunk)
+        *lines, rest = (self.partial[node.name] + chunk).split(b"\n")
+        if len(rest) > LINE_BYTES:
+            lines, rest = [*lines, rest[:LINE_BYTES] + b" (... line cut)"], b""
+        if final and rest:
+            lines, rest = [*lines, rest], b""
+        self.partial[node.name] = rest
+        return [skipped, *lines] if skipped else lines
 
     def _lines(self, node: Node, line: str) -> list[str]:
         """What to print now for one line of node's output."""
@@ -56,17 +86,9 @@ class LogFollower:
 
     def poll(self, final: bool = False) -> None:
         for node in self.nodes:
-            try:
-                with open(node.log_path, "rb") as f:
-                    f.seek(self.offsets[node.name])
-                    chunk = f.read()
-            except FileNotFoundError:
+            lines = self._new_lines(node, final)
+            if lines is None:
                 continue
-            self.offsets[node.name] += len(chunk)
-            *lines, rest = (self.partial[node.name] + chunk).split(b"\n")
-            if final and rest:
-                lines, rest = [*lines, rest], b""
-            self.partial[node.name] = rest
             shown = [out for line in lines for out in self._lines(node, line.decode(errors="replace"))]
             if final:
                 shown += self.held.pop(node.name, [])

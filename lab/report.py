@@ -108,5 +108,5 @@ def timeline(events: list[dict], faults: list[dict], path: Path, title: str) -> 
     ax.set_title(title)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    files.replace_with(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+    files.replace_with(path, lambda f: fig.savefig(f, dpi=100, format="png"))
     plt.close(fig)

@@ -2,6 +2,7 @@
 left out of the stream (one line says so), any other traceback is printed whole."""
 
 import io
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,3 +68,35 @@ def test_any_other_traceback_is_printed_whole(tmp_path):
 def test_a_traceback_cut_short_by_the_end_of_the_job_is_printed(tmp_path):
     cut = 'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n'
     assert follow(tmp_path, cut) == [f"[node0] {line}" for line in cut.splitlines()]
+
+
+def test_a_log_swapped_for_a_link_a_fifo_or_a_huge_file_is_never_followed_or_held(tmp_path):
+    """The node's log is the node's: a container's user can swap it (issue 52, item 4)."""
+    secret = tmp_path / "secret"
+    secret.write_text("root only\n")
+    log = tmp_path / "node.log"
+    log.symlink_to(secret)
+    out = io.StringIO()
+    follower = LogFollower([FakeNode("node0", log)], out=out)
+    follower.poll(final=True)
+    log.unlink()
+    os.mkfifo(log)  # opened non-blocking and refused: poll returns at once
+    follower.poll(final=True)
+    assert "root only" not in out.getvalue() and out.getvalue() == ""
+    log.unlink()
+    with open(log, "wb") as f:
+        f.truncate(64 << 20)  # sparse: 64 MiB of output the lab must not hold at once
+    follower.poll()
+    shown = out.getvalue().splitlines()
+    assert "bytes of output skipped" in shown[0]
+    assert max(len(line) for line in shown) < 80 << 10  # one unending line, printed cut
+
+
+def test_a_folder_above_the_log_swapped_for_a_link_is_not_followed(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "node.log").write_text("not the node's\n")
+    (tmp_path / "node0").symlink_to(elsewhere)
+    out = io.StringIO()
+    LogFollower([FakeNode("node0", tmp_path / "node0" / "node.log")], out=out).poll(final=True)
+    assert out.getvalue() == ""
