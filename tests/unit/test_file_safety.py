@@ -88,7 +88,7 @@ def test_flip_inverts_every_97th_byte_of_the_second_half_across_chunks(tmp_path)
     path.write_bytes(data)
     with open(path, "r+b") as f:
         checkpoint_files._flip_second_half(f, len(data), chunk=1000)  # chunks that do not align with 97
-    changed = [i for i, (a, b) in enumerate(zip(data, path.read_bytes())) if a != b]
+    changed = [i for i, (a, b) in enumerate(zip(data, path.read_bytes(), strict=True)) if a != b]
     assert changed == list(range(5120, 10240, 97))
 
 
