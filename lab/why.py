@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import bad_checkpoint, disk_full
+from lab import bad_checkpoint, disk_full, files
 from lab.card_notes import hung_ranks, note_no_cause, note_the_first_error
+from lab.evidence import LOG_TAIL_BYTES
 from lab.failure_card import Card, RankFailure
 from lab.health import net_probe
 from lab.health.events import AgentEvent, Event, ExitReason, agent_failures, read_agent_events, read_events, read_probes
@@ -76,7 +77,7 @@ def read_evidence(run_dir: Path) -> Evidence:
     ranks = list(read_events(events_dir, skipped)) if events_dir.is_dir() else []
     found = Evidence(agents, {}, set(), {}, {}, skipped)
     for log in sorted((run_dir / "nodes").glob("*/node.log")):
-        text = log.read_text(errors="replace")
+        text = files.read_text(log, LOG_TAIL_BYTES, tail=True) or ""  # the node's: no link, no FIFO, bounded
         found.traces.update(tracebacks(text))
         found.terminated |= {int(pid) for pid, _ in SIGTERM_SENT.findall(text)}
         found.native[log.parent.name] = native_aborts(text)

@@ -21,6 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from lab import files
 from lab.nodeenv import NodeEnv
 
 
@@ -69,6 +70,7 @@ class AgentEvent(StrEnum):
     )
 
 
+READ_LIMIT_BYTES = 32 << 20  # of one events file, read by the host: its newest events
 ECHO_PREFIX = "@lab-event "
 ECHO = NodeEnv.parse().events_echo
 
@@ -207,10 +209,9 @@ def well_formed(record: object, fields: dict[str, type | tuple[type, ...]]) -> b
 
 
 def _lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
+    """A node writes the events folder: read as a regular file through no link, its last
+    READ_LIMIT_BYTES at most (a torn first line is left out like any other bad line)."""
+    return (files.read_text(path, READ_LIMIT_BYTES, tail=True) or "").splitlines()
 
 
 def _records(directory, pattern: str, accept: Callable[[object], bool], skipped: list[str] | None) -> list[dict]:

@@ -13,6 +13,10 @@ import json
 import os
 from pathlib import Path
 
+from lab import files
+
+RECORD_LIMIT_BYTES = 1 << 20
+
 
 def install(path: str | Path) -> None:
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
@@ -37,17 +41,18 @@ def write(path: Path, restart: int, pids: dict[int, int]) -> None:
 
 def read(path: Path) -> tuple[int, dict[int, int]] | None:
     """(restart, {local_rank: pid}) as last written, or None."""
+    raw = files.read_regular(path, RECORD_LIMIT_BYTES)  # the node writes it: no link, no FIFO
     try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        record = json.loads(raw or b"")
+        return record["restart"], {int(r): p for r, p in record["pids"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    return record["restart"], {int(r): p for r, p in record["pids"].items()}
 
 
 def agent_pid(path: str | Path) -> int | None:
     """The pid of the agent that wrote the record (it starts the workers), or None."""
     try:
-        agent = json.loads(Path(path).read_text()).get("agent")
-    except (OSError, ValueError, AttributeError):
+        agent = json.loads(files.read_regular(path, RECORD_LIMIT_BYTES) or b"").get("agent")
+    except (ValueError, AttributeError):
         return None
     return agent if isinstance(agent, int) else None

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 
+from lab import files
+
+RESULT_LIMIT_BYTES = 64 << 20  # a result file larger than this is not kept (a job's sparse 1 GiB file)
 NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)", re.IGNORECASE)
 
 
-def numbers(path: Path) -> list[float]:
-    """Every number in the file: the tensors of a torch.save'd object (weights_only: loading a
-    result never runs code), else the numbers written in its text."""
+def numbers(raw: bytes) -> list[float]:
+    """Every number in the file's bytes: the tensors of a torch.save'd object (weights_only:
+    loading a result never runs code), else the numbers written in its text."""
     import torch
 
     try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        loaded = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except Exception:  # not a torch file: read it as text
-        return [float(n) for n in NUMBER.findall(path.read_text(errors="replace"))]
+        return [float(n) for n in NUMBER.findall(raw.decode(errors="replace"))]
     found: list[float] = []
     _collect(loaded, found)
     return found
@@ -41,16 +45,17 @@ def _collect(value: object, found: list[float]) -> None:
 
 def compare(ours: Path, reference: Path, rtol: float | None) -> tuple[bool, str]:
     """(equal?, what was compared and found)."""
-    if not reference.is_file():
-        return False, f"the reference run wrote no {reference.name}"
-    if not ours.is_file():
-        return False, f"this run wrote no {ours.name}"
-    a, b = ours.read_bytes(), reference.read_bytes()
+    b = files.read_regular(reference, RESULT_LIMIT_BYTES)
+    if b is None:
+        return False, f"the reference run wrote no {reference.name} (a regular file of at most 64 MiB)"
+    a = files.read_regular(ours, RESULT_LIMIT_BYTES)
+    if a is None:
+        return False, f"this run wrote no {ours.name} (a regular file of at most 64 MiB)"
     if a == b:
         return True, f"bitwise equal ({len(a)} bytes)"
     if rtol is None:
         return False, f"{ours.name} differs from the reference's, bitwise (--rtol compares its numbers)"
-    x, y = numbers(ours), numbers(reference)
+    x, y = numbers(a), numbers(b)
     if len(x) != len(y) or not x:
         return False, f"{len(x)} numbers against the reference's {len(y)}"
     worst = max(abs(p - q) / max(abs(q), 1e-300) if p != q else 0.0 for p, q in zip(x, y, strict=True))

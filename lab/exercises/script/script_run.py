@@ -9,17 +9,17 @@ reported, not judged as a recovery.
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from lab import files
 from lab.errors import LabError
 from lab.exercises import DrillOptions, forensics
 from lab.exercises.script import judge, signals
-from lab.exercises.script.compare import compare
+from lab.exercises.script.compare import RESULT_LIMIT_BYTES, compare
 from lab.exercises.script.spec import ScriptSpec
 from lab.exercises.seen import Seen
 from lab.report import Report
@@ -127,8 +127,10 @@ class ScriptRun:
             return None
         produced = self.spec.compare_path(self.workdir)
         self.keep_dir.mkdir(parents=True, exist_ok=True)
-        if produced is not None and produced.is_file() and not produced.is_symlink():
-            shutil.copyfile(produced, self.kept_result)
+        # The working dir is the job's: read as a regular file reached through no link, bounded.
+        kept = files.read_regular(produced, RESULT_LIMIT_BYTES) if produced is not None else None
+        if kept is not None:
+            files.replace_with(self.kept_result, lambda f: f.write(kept))
         if self.reference_result is None:
             return None
         return list(compare(self.kept_result, self.reference_result, self.spec.rtol))
