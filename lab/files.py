@@ -60,7 +60,7 @@ def open_nofollow(path: str | os.PathLike, flags: int = READ, mode: int = 0o644)
 def _unsafe(where: Path, e: OSError) -> OSError:
     if e.errno in (errno.ELOOP, errno.ENOTDIR):  # a link met with O_NOFOLLOW; a link or a file met as a folder
         kind = "a link" if os.path.islink(where) else "not a folder"
-        return UnsafePath(f"{where}: {kind}, which the lab never follows")
+        return UnsafePath(f"{where}: {kind}, never followed")
     return e
 
 

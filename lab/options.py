@@ -70,6 +70,18 @@ def port(text: str) -> int:
     return value
 
 
+def count(text: str) -> int:
+    """A number of nodes or processes: 1 or more (argparse type). 0 is refused everywhere, never
+    read as "the default" (script drills once ran --nodes 0 at size 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 def port_or_zero(text: str) -> int:
     """A TCP port, or 0 for none."""
     return 0 if text.strip() == "0" else port(text)
@@ -83,8 +95,8 @@ RUN_DIR = Option(
 DRY_RUN = Option("--dry-run", "print each node's command and environment; start nothing", switch=True)
 
 _DEFAULTS = Topology()
-NODES = Option("--nodes", "number of hosts (default %(default)s)", _DEFAULTS.nodes, int)
-NPROC_PER_NODE = Option("--nproc-per-node", "workers per host (default %(default)s)", _DEFAULTS.nproc_per_node, int)
+NODES = Option("--nodes", "number of hosts (default %(default)s)", _DEFAULTS.nodes, count)
+NPROC_PER_NODE = Option("--nproc-per-node", "workers per host (default %(default)s)", _DEFAULTS.nproc_per_node, count)
 BACKEND = Option("--backend", "the process group's backend (default %(default)s)", _DEFAULTS.backend, choices=BACKENDS)
 RDZV_BACKEND = Option(
     "--rdzv-backend",

@@ -210,13 +210,18 @@ def stop_on(*signals: int) -> dict:
 
     The handler only unwinds. One that did the stopping itself could run while the main thread
     is inside Popen.poll(), holding that Popen's wait lock, and then wait on the same lock
-    forever. And once is enough: the first signal ignores the others, so a second one cannot
-    cut the teardown short.
+    forever. And once is enough: after the first signal the others are only answered in words,
+    so a second Ctrl-C or SIGTERM cannot cut the teardown short.
     """
 
     def unwind(signum, _frame):
         for sig in signals:
-            signal.signal(sig, signal.SIG_IGN)
+            signal.signal(sig, patient)
         raise Stopped(signum)
+
+    def patient(signum, _frame):  # a second Ctrl-C: said, not obeyed (a handler, not SIG_IGN, which exec keeps)
+        os.write(
+            2, f"lab: still stopping what it started ({signal.Signals(signum).name} again changes nothing)\n".encode()
+        )
 
     return {sig: signal.signal(sig, unwind) for sig in signals}

@@ -45,6 +45,8 @@ LAYERS = [
         "lab.ownership",
         "lab.procs",
         "lab.files",
+        "lab.output_paths",
+        "lab.job_text",
         "lab.nodeenv",
         "lab.errors",
         "lab.kernel_log",

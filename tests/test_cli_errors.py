@@ -23,7 +23,7 @@ def assert_one_line_error(out, *words):
 BAD_INPUT = [
     (["up", "--nodes", "0"], ["nodes", "0"]),
     (["bench", "diagnosis", "--classes", "kill,nosuch"], ["--classes", "choose from kill", "nosuch"]),
-    (["up", "--nproc-per-node", "-1"], ["nproc_per_node", "-1"]),
+    (["up", "--nproc-per-node", "-1"], ["--nproc-per-node", "-1"]),
     (["up", "--runtime", "nosuch"], ["--runtime", "nosuch"]),
     (["run", "no/such/script.py"], ["script not found", "no/such/script.py"]),
     (["exercise", "run", "kill-node", "--nodes", "1"], ["kill-node", "2 nodes", "--nodes 1"]),

@@ -144,15 +144,24 @@ def test_an_exercise_that_errors_mid_drill_leaves_nothing_behind(lab):
     assert_nothing_left(lab)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_an_interrupted_exercise_leaves_nothing_behind(lab, sig):
-    """Ctrl-C, or SIGTERM as a CI runner or `kill` sends it: the same teardown."""
+@pytest.mark.parametrize(
+    "sig, times",
+    [(signal.SIGINT, 1), (signal.SIGTERM, 1), (signal.SIGINT, 2)],
+    ids=["ctrl-c", "sigterm", "ctrl-c-twice"],
+)
+def test_an_interrupted_exercise_leaves_nothing_behind(lab, sig, times):
+    """Ctrl-C, or SIGTERM as a CI runner or `kill` sends it: the same teardown. A second Ctrl-C,
+    sent while the first one's teardown runs, is answered in words and cuts nothing short
+    (it once left namespaces, firewall rules and a node's processes)."""
     proc = lab.popen("exercise", "run", "kill-worker")
     try:
         assert wait_for_output(proc, "waiting for rank", count=1, timeout_s=120)
         time.sleep(3)  # the job and Ray are running now
         assert procs.marked_pids(str(lab.run_dir.resolve())), "the exercise should be running"
         proc.send_signal(sig)
+        for _ in range(times - 1):
+            time.sleep(0.3)  # inside the teardown the first one started
+            proc.send_signal(sig)
         proc.wait(60)
     finally:
         proc.kill()

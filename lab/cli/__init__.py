@@ -1,6 +1,7 @@
 """The `lab` command: one module per subcommand, one-line errors, non-zero exits.
 
-SIGTERM and SIGHUP stop a verb the way Ctrl-C does (the same teardown runs), and no
+Ctrl-C, SIGTERM and SIGHUP stop a verb alike (the same teardown runs, and a second signal
+cannot cut it short), and no
 failure ends in a traceback: the lab's own errors, the OS's, a subprocess that timed
 out, the Docker SDK's and Ray's each become one line (LAB_DEBUG=1 shows the traceback).
 """
@@ -57,14 +58,15 @@ def one_line(error: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    previous = stop_on(signal.SIGTERM, signal.SIGHUP)
+    previous = stop_on(signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
     try:
         return args.handler(args)
     except LabError as e:
         print(f"lab {args.command}: error: {printable(str(e))}", file=sys.stderr)
         return 1
     except Stopped as e:
-        print(f"lab {args.command}: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
+        said = "interrupted" if e.signum == signal.SIGINT else f"stopped by {signal.Signals(e.signum).name}"
+        print(f"lab {args.command}: {said}", file=sys.stderr)
         return 128 + e.signum
     except KeyboardInterrupt:
         print(f"lab {args.command}: interrupted", file=sys.stderr)

@@ -15,6 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
+from lab import output_paths
 from lab.bench import (
     collectives,
     coordinators,
@@ -72,6 +73,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def handle_docs(args: argparse.Namespace) -> int:
-    page = write_page(Path(args.out), Path(args.output), order=list(BENCHES))
+    output = output_paths.output_file(args.output, "--output", make_folder=True)  # a device, a link or "": one line
+    page = write_page(Path(args.out), output or Path("docs/benchmarks.md"), order=list(BENCHES))
     print(f"wrote {page}")
     return 0

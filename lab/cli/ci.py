@@ -18,12 +18,13 @@ import os
 import sys
 from pathlib import Path
 
-from lab import files
+from lab import files, output_paths
+from lab.bench import free_port
 from lab.cli.exercise_script import FAULTS, refuse_early, register_matrix, script_faults
 from lab.cli.flags import REPORT_DIR, add_run_dir_option
 from lab.errors import LabError
 from lab.exercises.script import junit, matrix, spec
-from lab.options import NPROC_PER_NODE, RECOVERY, Option, add_all
+from lab.options import NPROC_PER_NODE, RDZV_PORT, RECOVERY, Option, add_all
 
 DEFAULT_FAULTS = "kill-worker,hang-rank,rank-exception"  # also lab.pytest_plugin's default
 
@@ -48,6 +49,7 @@ def register(sub) -> None:
             JUNIT,
             SUMMARY.but(default=os.environ.get("GITHUB_STEP_SUMMARY")),
             REPORT_DIR.but(default="lab-ci-report", help="the matrix and every run's report (default %(default)s)"),
+            RDZV_PORT.but(default=None, help="the rendezvous store's port (default: a free one)"),
         ),
     )
     parser.add_argument("script_args", nargs="*", metavar="-- ARGS", help="arguments for your script")
@@ -55,30 +57,20 @@ def register(sub) -> None:
     parser.set_defaults(handler=handle)
 
 
-def writable_dir(path: Path, what: str) -> None:
-    """path exists (made if need be, for the report dir) and this user may write in it."""
-    try:
-        if what == "report dir":
-            path.mkdir(parents=True, exist_ok=True)
-        elif not path.is_dir():
-            raise LabError(f"{what} {path} does not exist: make it first, or choose another path")
-        probe = path / f".lab-ci-probe-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise LabError(f"cannot write in the {what} {path}: {e.strerror}") from None
-
-
 def matrix_argv(args: argparse.Namespace) -> list[str]:
     argv = ["exercise", "matrix", "--script", args.script, "--faults", args.faults, "--hosts", "loopback"]
     argv += ["--nodes", "1", "--nproc-per-node", str(args.nproc_per_node), "--report-dir", args.report_dir]
-    argv += ["--recovery", args.recovery]
+    argv += ["--recovery", args.recovery, "--rdzv-port", str(args.rdzv_port or free_port())]
     if args.run_dir:
         argv += ["--run-dir", args.run_dir]
     return [*argv, "--", *args.script_args]
 
 
 def handle(args: argparse.Namespace) -> int:
+    # An empty or unsafe output path is refused before anything runs (lab.output_paths).
+    junit_file = output_paths.output_file(args.junit, "--junit")
+    summary_file = output_paths.output_file(args.summary, "--summary")
+    report_dir = output_paths.output_dir(args.report_dir, "--report-dir") or Path("lab-ci-report")
     if not args.script:
         raise LabError("lab ci needs --script PATH (your training script)")
     if not Path(args.script).is_file():
@@ -87,21 +79,17 @@ def handle(args: argparse.Namespace) -> int:
     register_matrix(verbs)  # `lab exercise matrix`, as its own parser reads this argv
     drills = verbs.choices["matrix"].parse_args(matrix_argv(args)[2:])
     refuse_early(drills, script_faults(args.faults))  # every refusal here, before any folder is made
-    for option, value in (("--junit", args.junit), ("--summary", args.summary)):
-        if value:
-            writable_dir(Path(value).parent, f"{option} folder")
-            if os.path.lexists(value) and not (os.path.isfile(value) and os.access(value, os.W_OK)):
-                raise LabError(f"cannot write {option} {value}: not a file this user may write")
-    writable_dir(Path(args.report_dir), "report dir")  # made last: a refusal above leaves nothing
+    report_dir.mkdir(parents=True, exist_ok=True)  # made last: a refusal above leaves nothing
     code = drills.handler(drills)
-    record = json.loads((Path(args.report_dir) / "matrix.json").read_text())
-    if args.junit:
-        files.write_text(Path(args.junit), junit.junit_xml(record))
-        print(f"junit: {args.junit}")
-    if args.summary:
-        with open(args.summary, "a") as summary:
-            summary.write(matrix.markdown(record) + "\n")
-        print(f"summary appended to {args.summary}")
+    record = json.loads(files.read_regular(report_dir / "matrix.json", 64 << 20) or b"{}")
+    if not record.get("rows"):
+        raise LabError(f"the matrix wrote no matrix.json in {report_dir}: see the output above")
+    if junit_file:
+        files.write_text(junit_file, junit.junit_xml(record))
+        print(f"junit: {junit_file}")
+    if summary_file:
+        output_paths.append_text(summary_file, matrix.markdown(record) + "\n")
+        print(f"summary appended to {summary_file}")
     for row in record["rows"]:  # why it failed, last, where a CI log's reader looks first
         if row["verdict"] != "pass":
             print(f"lab ci: {row['fault']}: {row['verdict']}: {row['finding']}", file=sys.stderr)

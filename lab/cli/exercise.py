@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from lab import exercises, runtimes
+from lab import exercises, output_paths, runtimes
 from lab.cli import exercise_script
 from lab.cli.flags import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, add_verbose
 from lab.errors import LabError
@@ -99,7 +99,8 @@ def handle_explain(args: argparse.Namespace) -> int:
 
 def report_dir(args: argparse.Namespace, run_dir: RunDir) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(args.report_dir) if args.report_dir else run_dir.reports / f"{args.name}-{stamp}"
+    chosen = output_paths.output_dir(args.report_dir, "--report-dir")  # "" or a link: one line
+    return chosen if chosen is not None else run_dir.reports / f"{args.name}-{stamp}"
 
 
 def write_report(report: Report, where: Path, run_dir: RunDir, events: list[dict]) -> None:

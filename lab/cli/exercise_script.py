@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from lab import exercises, recovery, runtimes
+from lab import exercises, output_paths, recovery, runtimes
 from lab.cli.flags import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, add_verbose
 from lab.errors import LabError
 from lab.exercises import DrillOptions, grid
@@ -64,6 +64,11 @@ def own_flags(args: argparse.Namespace, fault: ModuleType | None) -> dict:
     return {o.name: getattr(args, o.name, None) for o in exercises.own_options(fault)} if fault else {}
 
 
+def size(given: int | None) -> int:
+    """A script drill's nodes or processes per node: 2 unless given (0 is refused as it is parsed)."""
+    return 2 if given is None else given
+
+
 def topology_for(args: argparse.Namespace, fault: ModuleType | None) -> Topology:
     """The drill's job shape (restarts, timeouts) at the user's size (exercises.topology, which
     refuses a size the fault cannot use); workers preloaded as the trainer's are (a restarted
@@ -73,14 +78,18 @@ def topology_for(args: argparse.Namespace, fault: ModuleType | None) -> Topology
         at_step=1,
         torch_defaults=args.torch_defaults,
         own=own_flags(args, fault),
-        nodes=args.nodes or 2,
-        nproc_per_node=args.nproc_per_node or 2,
+        nodes=size(args.nodes),
+        nproc_per_node=size(args.nproc_per_node),
         max_restarts=args.max_restarts,
+        rdzv_port=args.rdzv_port,
     )
     if fault is not None:
         return exercises.topology(fault, sized).replace(min_nodes=None)
-    plain = Topology(nodes=args.nodes or 2, nproc_per_node=args.nproc_per_node or 2, torch_defaults=args.torch_defaults)
-    return plain if args.max_restarts is None else plain.replace(max_restarts=args.max_restarts)
+    plain = Topology(
+        nodes=size(args.nodes), nproc_per_node=size(args.nproc_per_node), torch_defaults=args.torch_defaults
+    )
+    chosen = {"max_restarts": args.max_restarts, "rdzv_port": args.rdzv_port}
+    return plain.replace(**{k: v for k, v in chosen.items() if v is not None})
 
 
 def options_for(args: argparse.Namespace, fault: ModuleType | None) -> DrillOptions:
@@ -194,7 +203,8 @@ def handle_matrix(args: argparse.Namespace) -> int:
         raise LabError(f"--faults: name one or more of {', '.join(script_drills())}")
     faults = script_faults(args.faults)
     run_dir = run_dir_from_args(args)
-    out_dir = Path(args.report_dir) if args.report_dir else run_dir.reports / f"matrix-{time.strftime('%Y%m%d-%H%M%S')}"
+    chosen = output_paths.output_dir(args.report_dir, "--report-dir")  # "" or a link: one line
+    out_dir = chosen if chosen is not None else run_dir.reports / f"matrix-{time.strftime('%Y%m%d-%H%M%S')}"
     result = run(args, faults, out_dir, reference=True)
     print(script_matrix.markdown(result.to_json()), end="")
     print(f"matrix: {out_dir / 'matrix.html'} (and matrix.json, matrix.md)")

@@ -78,6 +78,7 @@ class DrillOptions:
     nodes: int | None = None
     nproc_per_node: int | None = None
     max_restarts: int | None = None
+    rdzv_port: int | None = None  # --rdzv-port: the store's port, where the default is taken
     recovery: str = "auto"  # --recovery (lab.recovery): settled against the runtime in the engine
 
 
@@ -129,7 +130,12 @@ def drill_job(options: DrillOptions, **shape: Any) -> Topology:
 def topology(drill: ModuleType, options: DrillOptions) -> Topology:
     """The drill's job, at the size and restart budget the user chose (--nodes,
     --nproc-per-node, --max-restarts); a drill whose fault needs more nodes says so."""
-    chosen = {"nodes": options.nodes, "nproc_per_node": options.nproc_per_node, "max_restarts": options.max_restarts}
+    chosen = {
+        "nodes": options.nodes,
+        "nproc_per_node": options.nproc_per_node,
+        "max_restarts": options.max_restarts,
+        "rdzv_port": options.rdzv_port,
+    }
     shaped = drill.topology(options).replace(**{k: v for k, v in chosen.items() if v is not None})
     least = getattr(drill, "MIN_NODES", 1)
     if shaped.nodes < least:
@@ -182,6 +188,7 @@ def options_from_args(drill: ModuleType, args: argparse.Namespace) -> DrillOptio
         nodes=getattr(args, "nodes", None),
         nproc_per_node=getattr(args, "nproc_per_node", None),
         max_restarts=getattr(args, "max_restarts", None),
+        rdzv_port=getattr(args, "rdzv_port", None),
         recovery=getattr(args, "recovery", "auto"),
     )
     world = topology(drill, options).world_size

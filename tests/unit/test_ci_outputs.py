@@ -58,10 +58,10 @@ def test_a_finding_with_markup_stays_well_formed():
     [
         ([], ["needs --script PATH"]),
         (["--script", "no/such/train.py"], ["script not found", "no/such/train.py"]),
-        (["--script", str(SCRIPT), "--junit", "no/such/dir/junit.xml"], ["--junit folder", "does not exist"]),
-        (["--script", str(SCRIPT), "--summary", "no/such/dir/summary.md"], ["--summary folder", "does not exist"]),
-        (["--script", str(SCRIPT), "--report-dir", "/dev/null/report"], ["cannot write in the report dir"]),
-        (["--script", str(SCRIPT), "--summary", "."], ["cannot write --summary .", "not a file"]),
+        (["--script", str(SCRIPT), "--junit", "no/such/dir/junit.xml"], ["--junit", "no/such/dir", "does not exist"]),
+        (["--script", str(SCRIPT), "--summary", "no/such/dir/summary.md"], ["--summary", "does not exist"]),
+        (["--script", str(SCRIPT), "--report-dir", "/dev/null/report"], ["/dev/null is not a folder"]),
+        (["--script", str(SCRIPT), "--summary", "."], ["--summary", "is not a regular file"]),
         (["--script", str(SCRIPT), "--faults", "kill-worker,nosuch"], ["--faults", "nosuch"]),
         (["--script", str(SCRIPT), "--recovery", "in-process"], ["--recovery in-process", "use --recovery restart"]),
         (
@@ -69,6 +69,9 @@ def test_a_finding_with_markup_stays_well_formed():
             ["kill-node needs at least 2 nodes"],
         ),
         (["--script", str(SCRIPT), "--recovery", "fast"], ["--recovery", "invalid choice"]),
+        (["--script", str(SCRIPT), "--report-dir", ""], ["--report-dir is empty"]),
+        (["--script", str(SCRIPT), "--junit", ""], ["--junit is empty"]),
+        (["--script", str(SCRIPT), "--nproc-per-node", "0"], ["--nproc-per-node", "1 or more, got 0"]),
     ],
 )
 def test_bad_input_is_one_line_and_nothing_runs(tmp_path, capsys, monkeypatch, args, words):

@@ -8,12 +8,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from lab import job_text
+
 
 def checks_text(row: dict[str, Any]) -> str:
     return "\n".join(f"[{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {c['detail']}" for c in row.get("checks", []))
 
 
 def junit_xml(record: dict[str, Any]) -> str:
+    record = job_text.cleaned(record)  # a script's coloured exception is no XML
     rows = record["rows"]
     suite_name = f"torchrun-lab drills on {Path(record['script']).name}"
     counts = {

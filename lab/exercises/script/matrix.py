@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from lab import files
+from lab import files, job_text
 from lab.errors import LabError
 from lab.exercises import DrillOptions
 from lab.exercises.script import page
@@ -86,6 +86,7 @@ class Matrix:
 
 
 def markdown(record: dict[str, Any]) -> str:
+    record = job_text.cleaned(record)
     lines = [
         f"# Fault matrix: {Path(record['script']).name} ({record['nodes']} x {record['nproc_per_node']}, "
         f"{record['runtime']}): {record['verdict'].upper()}",
@@ -94,8 +95,8 @@ def markdown(record: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for row in record["rows"]:
-        cells = [row["fault"], row["verdict"], *page.cell_texts(row), row["finding"].replace("|", "/")]
-        lines.append("| " + " | ".join(cells) + " |")
+        cells = [row["fault"], row["verdict"], *page.cell_texts(row), row["finding"]]
+        lines.append("| " + " | ".join(job_text.markdown_cell(str(c)) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from lab import job_text
+
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; width: 100%; }
@@ -47,6 +49,7 @@ def _checks(checks: list[dict]) -> str:
 
 
 def html(record: dict[str, Any]) -> str:
+    record = job_text.cleaned(record)  # then escaped, as it is written
     title = f"Fault matrix: {Path(record['script']).name}"
     rows = []
     for row in record["rows"]:

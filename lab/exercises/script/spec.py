@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.node.user_script import DEFAULT_REGEX
-from lab.options import MAX_RESTARTS, NODES, NPROC_PER_NODE, Option
+from lab.options import MAX_RESTARTS, NODES, NPROC_PER_NODE, RDZV_PORT, Option
 
 SCRIPT = Option(
     "--script", "run the drill on your own torchrun script, unmodified, instead of the lab's trainer", metavar="PATH"
@@ -60,6 +60,7 @@ SCRIPT_TOPOLOGY = (
     NODES,
     NPROC_PER_NODE,
     MAX_RESTARTS.but(default=None, help="torchrun's --max-restarts (default: the drill's)"),
+    RDZV_PORT.but(default=None, help="the rendezvous store's port (default: 29400; `lab ci`: a free one)"),
 )
 OPTIONS = (SCRIPT, WORKDIR, CKPT_DIR, PROGRESS_REGEX, AT_TIME, DEADLINE, COMPARE, RTOL)
 DEFAULT_AT_STEP = 3  # a user's script may have few epochs: hit it early, after a few
