@@ -57,7 +57,7 @@ def open_nofollow(path: str | os.PathLike, flags: int = READ, mode: int = 0o644)
         raise
 
 
-def _unsafe(where: Path, e: OSError) -> OSError:
+def _unsafe(where: Path, e: OSError) -> Exception:
     if e.errno in (errno.ELOOP, errno.ENOTDIR):  # a link met with O_NOFOLLOW; a link or a file met as a folder
         kind = "a link" if os.path.islink(where) else "not a folder"
         return UnsafePath(f"{where}: {kind}, never followed")

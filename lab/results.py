@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lab import files
 from lab.runtimes.base import Node
 
 CHECKSUM_LINE = re.compile(
@@ -41,7 +42,7 @@ def parse(text: str, node: str) -> list[RankResult]:
 def collect(nodes: Sequence[Node]) -> list[RankResult]:
     results = []
     for node in nodes:
-        text = node.log_path.read_text(errors="replace") if node.log_path.exists() else ""
+        text = files.read_text(node.log_path, 64 << 20, tail=True) or ""  # the node's: no link, no FIFO, bounded
         results += parse(text, node.name)
     return sorted(results, key=lambda r: r.rank)
 

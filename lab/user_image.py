@@ -61,11 +61,21 @@ def script_in_image(directory: Path, script: Path) -> str:
     inside = script.resolve()
     if not inside.is_relative_to(directory.resolve()):
         raise LabError(f"--script {script} is not inside {directory}, the directory being baked into the image")
-    return f"{IN_IMAGE}/{directory.resolve().name}/{inside.relative_to(directory.resolve())}"
+    return f"{IN_IMAGE}/{folder_in_image(directory)}/{inside.relative_to(directory.resolve())}"
+
+
+def folder_in_image(directory: Path) -> str:
+    """The folder's name in the image: its own, with anything but letters, digits, '.', '_' and
+    '-' made '_'. It is written into the Dockerfile, so nothing else of the user's path may be
+    (a name with a newline added instructions; one with a space broke the COPY)."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", directory.resolve().name).lstrip(".")
+    return name or "code"
 
 
 def dockerfile(base_image: str, name: str) -> str:
     # COPY keeps root as the owner: the lab's user reads the code and cannot change it.
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*", name) or not re.fullmatch(r"[\w.:/@-]+", base_image):
+        raise LabError(f"not pasted into a Dockerfile: {base_image!r}, {name!r}")
     return f"FROM {base_image}\nCOPY . {IN_IMAGE}/{name}/\n"
 
 
@@ -73,7 +83,7 @@ def build(directory: Path, script: Path, tag: str, base: str, log=print) -> str:
     """Build the image; return the script's path in it."""
     check_reference(tag)
     in_image = script_in_image(directory, script)
-    base_image, name = f"torchrun-lab:{base}", directory.resolve().name
+    base_image, name = f"torchrun-lab:{base}", folder_in_image(directory)
     docker_engine.require_image(docker_engine.client(), base_image, docker_engine.node_build_hint(base_image))
     log(f"building {tag} FROM {base_image} with {directory} at {IN_IMAGE}/{name}")
     label = f"{SCRIPT_LABEL}={in_image}"

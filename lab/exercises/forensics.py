@@ -39,8 +39,8 @@ def collect(events_dir: Path, world_size: int, wait_s: float = ANSWER_WITHIN_S) 
         for rank in range(world_size):
             if rank not in dumps:
                 try:
-                    record = json.loads((directory / f"rank{rank}.json").read_text())
-                except (OSError, ValueError):
+                    record = json.loads(files.read_regular(directory / f"rank{rank}.json", 16 << 20) or b"")
+                except ValueError:
                     continue
                 if record.get("request") == request:
                     dumps[rank] = record

@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 
-from lab import procs
+from lab import files, procs
 from lab.node import worker_record
 from lab.node.duty_cycle import duty_cycle
 from lab.runtimes.base import Node, NodeFiles
@@ -116,12 +116,12 @@ class LocalFaults(NodeFiles, Node):
         procs.signal_all(survivors, signal.SIGKILL, self.run_dir)
 
     def remember_argv(self, argv: list[str]) -> None:
-        (self.dir / "argv.json").write_text(json.dumps(argv))
+        files.write_beneath(self.dir, "argv.json", json.dumps(argv))
 
     def restart(self) -> None:
         if self.exit_code() is None:
             raise FaultUnsupported(f"{self.name} is still running; kill it before restarting it")
-        self.start(json.loads((self.dir / "argv.json").read_text()))
+        self.start(json.loads(files.read_regular(self.dir / "argv.json", 1 << 20) or b"[]"))
 
     def _in_netns(self, what: str, *command: str) -> subprocess.CompletedProcess:
         if self.netns is None:

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import procs
+from lab import files, procs
 from lab.node.nodeproc import recorded_exit
 from lab.rundir import MARKER, NODE_MARKER
 from lab.runtimes import netns, userns
@@ -31,8 +31,8 @@ class LocalNode(LocalFaults):
     @property
     def pid(self) -> int | None:
         try:
-            return int((self.dir / "pid").read_text())
-        except (FileNotFoundError, ValueError):
+            return int(files.read_regular(self.dir / "pid", 64) or b"")
+        except ValueError:
             return None
 
     def record(self) -> dict:
@@ -56,7 +56,7 @@ class LocalNode(LocalFaults):
         self.workers_file.unlink(missing_ok=True)  # the last run's workers
         env = {**os.environ, MARKER: self.run_dir, NODE_MARKER: self.name}
         proc = procs.spawn([*self.wrapper(), "--", *argv], log_path=self.log_path, env=env)
-        (self.dir / "pid").write_text(str(proc.pid))
+        files.write_beneath(self.dir, "pid", str(proc.pid))
 
     def exit_code(self) -> int | None:
         code = self._recorded_exit()

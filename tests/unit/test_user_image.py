@@ -52,3 +52,18 @@ def test_a_digest_is_checked_only_where_a_registry_answers_for_it():
 
     for ref in ("train:1", "team/train@sha256:" + "0" * 64, f"127.0.0.1:{free_port()}/train@sha256:" + "0" * 64):
         check_digest(ref, timeout_s=2)
+
+
+@pytest.mark.parametrize("name", ["my code", "evil\nLABEL x=1\nCOPY / /stolen", "..", "ünïcode", ".hidden"])
+def test_a_folder_name_never_adds_to_the_dockerfile(tmp_path, name):
+    """`lab image build DIR` pasted DIR's name into its Dockerfile: a newline added instructions."""
+    from lab.user_image import dockerfile, folder_in_image
+
+    code = tmp_path / name if name != ".." else tmp_path / "a" / ".."
+    code.mkdir(parents=True, exist_ok=True)
+    (code / "train.py").write_text("print('hi')\n")
+    text = dockerfile("torchrun-lab:cpu", folder_in_image(code))
+    lines = text.splitlines()
+    assert len(lines) == 2 and lines[0] == "FROM torchrun-lab:cpu" and lines[1].startswith("COPY . /opt/user/")
+    assert len(lines[1].split()) == 3  # one source, one destination: no space split it
+    assert script_in_image(code, code / "train.py") == f"/opt/user/{folder_in_image(code)}/train.py"
