@@ -30,7 +30,8 @@ def handle(args: argparse.Namespace) -> int:
         status = job.job_status(codes)
         if status:  # the card before the run dir goes: it keeps the story, the logs are gone after down
             card = why.card(runtime.run_dir.path)
-            print(f"\n{card.text()}(saved as {why_cli.save(runtime.run_dir, card)}; `lab why` prints it again)")
+            print(f"\n{card.text()}", end="", flush=True)  # shown first: a full disk must not hide it
+            print(f"({why_cli.save_or_say(runtime.run_dir, card)})")
     finally:
         runtime.down(grace_s=5.0)
     print(f"job {'succeeded' if status == 0 else 'failed'}: node exit codes {codes}")

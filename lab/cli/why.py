@@ -8,6 +8,7 @@ its job failed.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import time
 from pathlib import Path
@@ -34,6 +35,16 @@ def save(run_dir: RunDir, card: Card) -> str:
     files.write_text(path, json.dumps({**card.to_json(), "text": card.text()}, indent=2) + "\n")
     evidence.keep(run_dir.path, path.with_suffix(""))
     return str(path)
+
+
+def save_or_say(run_dir: RunDir, card: Card) -> str:
+    """Where the card was saved, or why it could not be (a full disk, say): never an error that
+    hides the card itself, which the caller has printed already."""
+    try:
+        return f"saved as {save(run_dir, card)}; `lab why` prints it again"
+    except OSError as e:
+        full = " (the disk is full: free some space, then `lab why` draws it again before `lab down`)"
+        return f"not saved: {e.strerror or e}{full if e.errno == errno.ENOSPC else ''}"
 
 
 def handle(args: argparse.Namespace) -> int:
