@@ -21,6 +21,7 @@ from lab.bench.result import BenchResult, this_command
 from lab.errors import LabError
 from lab.options import BACKEND, NODES, NPROC_PER_NODE, add_all
 from lab.rundir import RunDir
+from lab.runtimes import memory
 from lab.runtimes.local import HOSTS
 from lab.runtimes.local_node import LocalNode
 from lab.topology import Topology
@@ -44,6 +45,24 @@ def add_arguments(p) -> None:
     p.add_argument("--inject-error", choices=bandwidth.OPS, help="self-test: rank 1 damages its result of OP")
 
 
+def check_memory(world: int, largest: int, ceiling_bytes: int, available: int | None = None) -> None:
+    """Refuse, before any job starts, sizes this machine cannot hold: the memory-copy ceiling
+    holds two buffers of --ceiling-bytes; each rank holds its input, its output and, for
+    all_gather, one buffer per rank of the largest size."""
+    available = memory.available_mib() if available is None else available
+    if available is None:
+        return
+    need = {
+        "--ceiling-bytes": 2 * ceiling_bytes,
+        "--max-bytes": world * (world + 2) * largest,
+    }
+    for flag, needed in need.items():
+        if needed >> 20 > available * 0.8:
+            raise LabError(
+                f"{flag}: about {needed >> 20} MiB needed, {available} MiB available here: choose a smaller {flag}"
+            )
+
+
 def run(args, out_dir: Path) -> BenchResult:
     ops = args.ops.split(",")
     unknown = sorted(set(ops) - set(bandwidth.OPS))
@@ -60,6 +79,7 @@ def run(args, out_dir: Path) -> BenchResult:
         sizes = bandwidth.sweep(args.min_bytes, args.max_bytes, args.factor, topology.world_size)
     except ValueError as e:
         raise LabError(str(e)) from None
+    check_memory(topology.world_size, max(sizes), args.ceiling_bytes)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows_path = out_dir / "collectives-rows.jsonl"
     rows_path.unlink(missing_ok=True)
