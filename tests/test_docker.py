@@ -105,6 +105,14 @@ def test_containers_run_as_a_non_root_user(docker_lab):
     assert user and not user.startswith("0"), user
     image_user = docker("run", "--rm", NODE_IMAGE, "id", "-u")
     assert image_user.returncode == 0 and image_user.stdout.strip() != "0", image_user
+    # No IPv6 in a node (the store listens on both families; every fence is IPv4): the daemon
+    # applied the sysctls, and gave the container no IPv6 address, link-local or global.
+    sysctls = json.loads(docker("inspect", "-f", "{{json .HostConfig.Sysctls}}", node0).stdout)
+    assert sysctls.get("net.ipv6.conf.all.disable_ipv6") == "1", sysctls
+    probe = docker(
+        "run", "--rm", "--sysctl", "net.ipv6.conf.all.disable_ipv6=1", NODE_IMAGE, "cat", "/proc/net/if_inet6"
+    )
+    assert probe.returncode == 0 and probe.stdout.strip() == "", probe.stdout
 
 
 def test_the_node_image_says_in_one_line_what_cuda_it_has(images):

@@ -23,6 +23,9 @@ IMAGE_UID = 10001  # the image's non-root user
 # Every container the lab starts: no capabilities (faults signal processes of the same
 # user, which needs none), no privilege gain through setuid, a bound on processes, and a
 # read-only root (what a node writes goes to its mounts and a tmpfs /tmp).
+# A node's store listens on both families; the lab's networks are IPv4 only and so is every
+# fence. A container carries no IPv6 (not even link-local), as netns hosts carry none.
+NO_IPV6 = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
 HARDENED = {"cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "pids_limit": 1024, "read_only": True}
 
 

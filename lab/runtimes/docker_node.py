@@ -21,7 +21,7 @@ from lab import files
 from lab.errors import LabError
 from lab.node import worker_record
 from lab.runtimes.base import Node, NodeFiles
-from lab.runtimes.docker_engine import HARDENED, LABEL
+from lab.runtimes.docker_engine import HARDENED, LABEL, NO_IPV6
 from lab.runtimes.faults import FaultUnsupported
 
 # SIGTERM on `docker stop`: the shim hands it to torchrun, which stops its workers.
@@ -98,6 +98,7 @@ class DockerNode(NodeFiles, Node):
             detach=True,
             device_requests=self.device_requests(),
             **HARDENED,
+            sysctls=NO_IPV6,
             tmpfs={"/tmp": "exec"},
             network=self.network,
             networking_config={
