@@ -18,6 +18,7 @@ LAYERS = [
     ("lab.__main__", "lab.soak", "lab.pytest_plugin"),
     ("lab.cli",),
     ("lab.bench",),
+    ("lab.chaos",),
     ("lab.exercises", "lab.lessons"),
     (
         "lab.report",

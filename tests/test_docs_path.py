@@ -69,6 +69,7 @@ ELSEWHERE = {
     '--lab-script-args "--epochs 6"': (
         "tests/test_ci_fresh_venv.py::test_the_pytest_option_makes_each_drill_a_test_case"
     ),
+    "lab chaos --count 10 --mtbf 3s --seed 7": "tests/test_chaos.py::test_the_docs_campaign_recovers_every_fault",
     ".venv/bin/lab exercise list": ORDERS,
     ".venv/bin/lab exercise explain kill-worker": ORDERS,
 }

@@ -1,0 +1,152 @@
+"""A chaos campaign's act: one long trainer job, the schedule's faults one after another, each
+recovery watched against a bound, and the final weights against an uninterrupted run.
+
+It runs as a drill does (lab.exercises.engine: Ray, one node agent per node, teardown in every
+case), so whatever a drill's faults can reach, a campaign reaches. A fault is judged before
+the next lands; the kinds that strike twice put their second blow inside the first's recovery.
+A recovery that passes its bound is a finding (which ranks had not come back, and where each
+stood); the campaign then stops cleanly instead of hanging.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from lab.chaos.progress import Progress
+from lab.chaos.schedule import Planned
+from lab.errors import LabError
+from lab.exercises import observe
+
+POLL_S = 0.05
+
+
+@dataclass
+class Blow:
+    """One planned fault as it went: when it landed, whom it hit, and how the job came back."""
+
+    kind: str
+    planned_at_s: float
+    ranks: list[int] = field(default_factory=list)
+    time: float | None = None  # when it landed (epoch seconds); None: never injected
+    front: int = 0  # the highest step done when it landed
+    recovered_s: float | None = None  # until every rank was two steps past that front
+    bound_s: float = 0.0
+    finding: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "planned_at_s": self.planned_at_s,
+            "ranks": self.ranks,
+            "time": self.time,
+            "front": self.front,
+            "recovered_s": None if self.recovered_s is None else round(self.recovered_s, 3),
+            "bound_s": self.bound_s,
+            "finding": self.finding,
+        }
+
+
+def bound_s(kind: str, pg_timeout_s: int) -> float:
+    """How long a recovery may take before it is a finding: a death is seen at once, a hang only
+    at the process-group timeout (or, in-process, a keeper's silence); each then rejoins within
+    the rendezvous' last call. Two process-group timeouts and 30 s cover every path."""
+    return 2 * pg_timeout_s + 30.0
+
+
+def strike(drill: Any, progress: Progress, planned: Planned, world: int, ckpt_every: int) -> list[int]:
+    """Land one fault; returns the ranks it hit."""
+    first = int(planned.rank_draw * world)
+    if planned.kind == "kill-after-save":
+        _wait_for_a_save_step(progress, ckpt_every)
+    node, local = drill.locate(first)
+    if planned.kind == "hang-worker":
+        drill.inject(node, "pause_worker", local_rank=local)
+    elif planned.kind == "sigterm-worker":
+        drill.inject(node, "kill_worker", local_rank=local, sig=int(signal.SIGTERM))
+    else:
+        drill.inject(node, "kill_worker", local_rank=local)
+    if planned.kind != "kill-in-regroup":
+        return [first]
+    second = (first + 1 + int(planned.second_draw * (world - 1))) % world
+    time.sleep(0.05)  # the survivors are regrouping now
+    node, local = drill.locate(second)
+    drill.inject(node, "kill_worker", local_rank=local)
+    return [first, second]
+
+
+def _wait_for_a_save_step(progress: Progress, ckpt_every: int, timeout_s: float = 60) -> None:
+    """Until the front reaches the next step at the checkpoint interval: the save begins then."""
+    progress.poll()
+    target = (progress.front() // ckpt_every + 1) * ckpt_every
+    deadline = time.monotonic() + timeout_s
+    while progress.front() < target and time.monotonic() < deadline:
+        time.sleep(0.005)
+        progress.poll()
+
+
+def watch(progress: Progress, blow: Blow, world: int) -> None:
+    """Wait until every rank is two steps past the front at the fault, or the bound passes."""
+    assert blow.time is not None
+    deadline = time.monotonic() + blow.bound_s
+    while time.monotonic() < deadline:
+        progress.poll()
+        back = progress.all_reached(world, blow.front + 2, blow.time)
+        if back is not None:
+            blow.recovered_s = max(0.0, back - blow.time)
+            return
+        time.sleep(POLL_S)
+    stood = progress.last_by_rank(blow.time)
+    behind = sorted(r for r in range(world) if stood.get(r, 0) < blow.front + 2)
+    where = ", ".join(f"rank {r} at step {stood.get(r, 'none')}" for r in behind)
+    blow.finding = f"not back within {blow.bound_s:.0f}s: {where} (the front was step {blow.front})"
+
+
+def run(drill: Any, plan: list[Planned], ckpt_every: int, blows: list[Blow], say=print) -> list[Blow]:
+    """The campaign's faults on the running job, in order, kept in `blows` as they go (an
+    interrupted campaign's ledger reads them); stops at the first finding, or when the job ends
+    before the schedule does (the rest: not injected)."""
+    world, pg_timeout = drill.topology.world_size, drill.topology.pg_timeout_s
+    progress = Progress(drill.events_dir)
+    drill.wait_for(lambda: progress.polled().front() >= 1, 240, "the job's first step")
+    began = time.time()
+    blows[:] = [Blow(p.kind, p.at_s, bound_s=bound_s(p.kind, pg_timeout)) for p in plan]
+    for planned, blow in zip(plan, blows, strict=True):
+        while time.time() - began < planned.at_s:
+            time.sleep(POLL_S)
+        if any(code is not None for code in drill.exit_codes().values()):
+            break  # the job ended (or a node did): the rest are not injected
+        landed = len(drill.faults)
+        try:
+            blow.ranks = strike(drill, progress, planned, world, ckpt_every)
+        except LabError as e:
+            blow.finding = f"could not inject: {e}"
+            break
+        blow.time = drill.faults[landed]["time"]  # the first blow's own clock
+        progress.poll()
+        blow.front = progress.front_at(blow.time)
+        watch(progress, blow, world)
+        say(_line(blow))
+        if blow.finding:
+            break
+    return blows
+
+
+def _line(blow: Blow) -> str:
+    ranks = " and ".join(f"rank {r}" for r in blow.ranks)
+    if blow.finding:
+        return f"{blow.kind} on {ranks}: {blow.finding}"
+    return f"{blow.kind} on {ranks} at step {blow.front}: every rank back in {blow.recovered_s:.2f}s"
+
+
+def final_weights(drill: Any, trainer_args: list[str]) -> dict[str, Any]:
+    """The job's final checksums against an uninterrupted run of the same steps."""
+    final = observe.final_checksums(drill.events())
+    if not final:
+        return {"identical": False, "why": "the job left no final weights (it did not complete)"}
+    reference, source = drill.reference_checksums(trainer_args)
+    same = final == reference
+    why = "" if same else f"final checksums {sorted(final)} against the reference's {sorted(reference)}"
+    return {"identical": same, "final": sorted(final), "reference": sorted(reference), "source": source, "why": why}

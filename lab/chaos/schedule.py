@@ -1,0 +1,111 @@
+"""A chaos campaign's faults: which kinds there are, the mix a user names, and the seeded
+schedule drawn from it (the same seed replays the same schedule).
+
+Each kind is declared once: what it does to the job, and the Node faults it needs (so the
+runtime's refusal, lab.exercises.grid, speaks for a kind it cannot inject). Two kinds land
+inside a recovery: a second kill while the survivors regroup, and a kill just after a
+checkpoint save began.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+from lab.errors import LabError
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    summary: str
+    injects: tuple[str, ...]  # Node faults (lab.runtimes.faults) it uses
+    in_recovery: bool = False  # its second blow lands inside the first one's recovery
+
+
+KINDS = {
+    k.name: k
+    for k in (
+        Kind("kill-worker", "SIGKILL one rank's process", ("kill_worker",)),
+        Kind("hang-worker", "SIGSTOP one rank: it hangs, and its peers wait on it", ("pause_worker", "kill_worker")),
+        Kind("sigterm-worker", "SIGTERM one rank (a preemption notice to one process)", ("kill_worker",)),
+        Kind(
+            "kill-in-regroup",
+            "SIGKILL one rank, then another 50 ms later, while the survivors regroup",
+            ("kill_worker",),
+            in_recovery=True,
+        ),
+        Kind(
+            "kill-after-save",
+            "SIGKILL one rank just after a checkpoint save began (steps at the save interval)",
+            ("kill_worker",),
+            in_recovery=True,
+        ),
+    )
+}
+DEFAULT_MIX = {"kill-worker": 4, "hang-worker": 1, "sigterm-worker": 1, "kill-in-regroup": 2, "kill-after-save": 1}
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+@dataclass(frozen=True)
+class Planned:
+    at_s: float  # seconds after the job's first step
+    kind: str
+    rank_draw: float  # in [0, 1): which rank, once the world is known
+    second_draw: float  # in [0, 1): the second rank of a double blow
+
+
+def seconds(text: str, flag: str) -> float:
+    """A duration like 20s, 1.5m, 500ms or 30 (seconds); above 0, or one line naming the flag."""
+    match = DURATION.match(text.strip())
+    if not match:
+        raise LabError(f"{flag} {text!r} is not a duration (like 20s, 2m, 500ms)")
+    value = float(match[1]) * UNITS[match[2]]
+    if value <= 0:
+        raise LabError(f"{flag} must be above 0, got {text}")
+    return value
+
+
+def parse_mix(text: str | None) -> dict[str, int]:
+    """--mix kill-worker=4,hang-worker=1 (a name alone weighs 1); every kind by default."""
+    if not text:
+        return dict(DEFAULT_MIX)
+    mix: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, weight = part.partition("=")
+        if name not in KINDS:
+            raise LabError(f"--mix: unknown fault {name!r}; choose from {', '.join(KINDS)}")
+        if weight and not weight.isdigit():
+            raise LabError(f"--mix: {name}={weight}: a weight is a whole number")
+        mix[name] = int(weight or 1)
+    if not mix or not any(mix.values()):
+        raise LabError(f"--mix names no fault with a weight above 0; choose from {', '.join(KINDS)}")
+    return mix
+
+
+def draw(
+    mix: dict[str, int], mtbf_s: float, seed: int, *, count: int | None, duration_s: float | None
+) -> list[Planned]:
+    """Faults at exponential inter-arrival times of mean mtbf_s, each kind by its weight: `count`
+    of them, or as many as fall within duration_s. Never two within MIN_GAP_S: the campaign
+    judges one fault's recovery before the next (a kind of its own puts two in one recovery)."""
+    if count is None and duration_s is None:
+        raise LabError("say how long: --count N or --duration D")
+    rng = random.Random(seed)
+    names = sorted(n for n, w in mix.items() if w > 0)
+    weights = [mix[n] for n in names]
+    planned: list[Planned] = []
+    at = 0.0
+    while count is None or len(planned) < count:
+        at += max(MIN_GAP_S, rng.expovariate(1.0 / mtbf_s))
+        if duration_s is not None and at > duration_s:
+            break
+        planned.append(Planned(round(at, 3), rng.choices(names, weights)[0], rng.random(), rng.random()))
+    if not planned:
+        raise LabError(f"--duration {duration_s:g}s is too short for one fault at --mtbf {mtbf_s:g}s")
+    return planned
+
+
+MIN_GAP_S = 2.0

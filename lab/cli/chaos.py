@@ -1,0 +1,96 @@
+"""`lab chaos [--count N | --duration D] [--mtbf 20s] [--mix kill-worker=4,...] [--seed S] [--load N]`
+
+Faults drawn at random from a seeded schedule, on one long run of the lab's trainer, some of
+them inside the recovery of the one before; each recovery judged against a bound, then the
+final weights against an uninterrupted run. Writes chaos.json and chaos.md (the ledger) to the
+report dir. Exit 0 when every fault was injected, none got stuck and the weights are
+bit-identical; 1 otherwise. Everything is checked before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from lab import chaos, files, output_paths, runtimes
+from lab.chaos import ledger, load, schedule
+from lab.cli.flags import REPORT_DIR, add_run_dir_option, add_verbose
+from lab.errors import LabError
+from lab.exercises import DrillOptions
+from lab.options import NODES, NPROC_PER_NODE, RECOVERY, Option, add_all, count, run_dir_from_args
+
+OPTIONS = (
+    Option("--count", "how many faults (or --duration)", type=count),
+    Option("--duration", "draw faults for this long, like 10m (or --count)"),
+    Option("--mtbf", "the mean time between faults (default %(default)s)", "20s"),
+    Option("--mix", f"kinds and weights, like kill-worker=4,hang-worker=1 (default: {schedule.DEFAULT_MIX})"),
+    Option("--seed", "the schedule's seed: the same seed, the same faults (default %(default)s)", 1, int),
+    Option("--load", "busy processes beside the job (default %(default)s)", 0, int),
+)
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("chaos", help="random faults on one long job, some inside a recovery; a ledger")
+    add_all(
+        parser,
+        (
+            *OPTIONS,
+            NODES.but(default=None, help="number of hosts (default 2)"),
+            NPROC_PER_NODE.but(default=None, help="workers per host (default 2)"),
+            RECOVERY,
+            REPORT_DIR,
+        ),
+    )
+    runtimes.add_options(parser, drills_only=True, default="local")
+    add_verbose(parser)
+    add_run_dir_option(parser)
+    parser.set_defaults(handler=handle, monitoring="off")
+
+
+def plan_from_args(args: argparse.Namespace) -> chaos.Plan:
+    """The schedule the flags ask for, or one line saying what is wrong with them."""
+    if (args.count is None) == (args.duration is None):
+        raise LabError("say how long, one way: --count N or --duration D")
+    if args.load < 0:
+        raise LabError(f"--load must be 0 or more, got {args.load}")
+    mtbf = schedule.seconds(args.mtbf, "--mtbf")
+    duration = schedule.seconds(args.duration, "--duration") if args.duration is not None else None
+    mix = schedule.parse_mix(args.mix)
+    faults = schedule.draw(mix, mtbf, args.seed, count=args.count, duration_s=duration)
+    return chaos.Plan(faults, args.seed, args.load)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from lab.exercises.engine import run_drill
+
+    plan = plan_from_args(args)
+    chosen = output_paths.output_dir(args.report_dir, "--report-dir")
+    run_dir = run_dir_from_args(args)
+    where = chosen or run_dir.reports / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}"
+    runtime = runtimes.from_args(args, run_dir, shared=runtimes.DRILL_FLAGS)
+    options = DrillOptions(0, 1, nodes=args.nodes, nproc_per_node=args.nproc_per_node, recovery=args.recovery)
+    exercise = chaos.exercise(plan, out=None)
+    print(f"chaos: {len(plan.faults)} faults, seed {plan.seed}, over about {plan.faults[-1].at_s:.0f}s; "
+          f"load {plan.load}")  # fmt: skip
+    try:
+        with load.busy(plan.load, str(run_dir.path)):
+            report = run_drill(exercise, options, runtime, verbose=args.verbose)
+    except KeyboardInterrupt:
+        if exercise.partial is not None:  # torn down already: what ran is still told
+            write_ledger(run_dir, where, exercise.partial)
+        raise
+    record = report.facts["ledger"]
+    record["recovery_style"] = report.facts.get("recovery_style", {}).get("style", record["recovery_style"])
+    report.summary()
+    write_ledger(run_dir, where, record)
+    return 0 if report.verdict == "pass" else 1
+
+
+def write_ledger(run_dir, where, record: dict) -> None:
+    run_dir.claim_for_report(where)
+    where.mkdir(parents=True, exist_ok=True)
+    files.write_text(where / "chaos.json", json.dumps(record, indent=2) + "\n")
+    files.write_text(where / "chaos.md", ledger.markdown(record))
+    print(ledger.markdown(record))
+    print(f"ledger: {where / 'chaos.json'}, {where / 'chaos.md'}")

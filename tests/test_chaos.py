@@ -1,0 +1,50 @@
+"""`lab chaos` for real: a netns 2 x 2 trainer job struck by a seeded schedule (the command
+docs/chaos.md shows), some faults inside a recovery, judged from the job's own events; and a
+campaign interrupted mid-way, beside a busy process, that leaves nothing and still tells what ran."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+from pathlib import Path
+
+import pytest
+from conftest import needs_netns, wait_for_output
+from doc_commands import commands
+from test_exercises import assert_nothing_left
+
+pytestmark = [pytest.mark.slow, needs_netns]
+
+
+def ledger_of(stdout: str) -> dict:
+    line = next(line for line in stdout.splitlines() if line.startswith("ledger: "))
+    return json.loads(Path(line.split()[1].rstrip(",")).read_text())
+
+
+def test_the_docs_campaign_recovers_every_fault(lab):
+    (shown,) = [c.text for c in commands("docs/chaos.md")]
+    out = lab(*shlex.split(shown)[1:], timeout=900)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    record = ledger_of(out.stdout)
+    assert record["faults_injected"] == 10 and record["faults_inside_a_recovery"] >= 2
+    assert record["stuck"] == 0 and record["findings"] == []
+    assert all(f["recovered_s"] is not None and f["recovered_s"] < f["bound_s"] for f in record["faults"])
+    assert record["final_weights"]["identical"] is True, record["final_weights"]
+    assert 0 < record["ettr"] <= 1 and record["productive_s"] < record["wall_s"]
+    assert_nothing_left(lab)
+
+
+def test_an_interrupted_campaign_beside_a_busy_process_leaves_nothing_and_writes_its_ledger(lab):
+    proc = lab.popen("chaos", "--count", "10", "--mtbf", "3s", "--seed", "7", "--load", "1")
+    try:
+        assert wait_for_output(proc, "every rank back", count=1, timeout_s=300)
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, rest[-3000:]
+    record = ledger_of(rest)
+    assert 1 <= record["faults_injected"] < 10 and record["load"] == 1
+    assert record["final_weights"] == {"identical": False, "why": "interrupted"}
+    assert_nothing_left(lab)

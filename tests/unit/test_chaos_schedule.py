@@ -1,0 +1,114 @@
+"""lab chaos: the seeded schedule, the flags' refusals, and the ledger on recorded progress."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+from conftest import lab_in_process
+from test_cli_errors import assert_one_line_error
+
+from lab.chaos import ledger, schedule
+from lab.chaos.campaign import Blow
+from lab.chaos.progress import Progress
+from lab.errors import LabError
+
+
+def test_the_same_seed_replays_the_same_schedule_and_another_seed_does_not():
+    mix = schedule.parse_mix(None)
+    one = schedule.draw(mix, 20.0, 7, count=30, duration_s=None)
+    assert one == schedule.draw(mix, 20.0, 7, count=30, duration_s=None)
+    assert one != schedule.draw(mix, 20.0, 8, count=30, duration_s=None)
+
+
+def test_faults_arrive_at_the_mtbf_on_average_and_never_closer_than_the_gap():
+    plan = schedule.draw({"kill-worker": 1}, 10.0, 1, count=2000, duration_s=None)
+    gaps = [b.at_s - a.at_s for a, b in zip(plan, plan[1:], strict=False)]
+    assert min(gaps) >= schedule.MIN_GAP_S - 1e-9
+    assert 9.0 < statistics.mean(gaps) < 11.5  # exponential of mean 10, floored at 2 s
+
+
+def test_the_mix_weighs_the_kinds_and_a_duration_bounds_the_schedule():
+    plan = schedule.draw({"kill-worker": 3, "hang-worker": 1}, 5.0, 2, count=None, duration_s=4000.0)
+    kinds = [p.kind for p in plan]
+    assert set(kinds) == {"kill-worker", "hang-worker"}
+    assert 2.2 < kinds.count("kill-worker") / kinds.count("hang-worker") < 4.0
+    assert plan[-1].at_s <= 4000.0
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("nosuch=1", "unknown fault 'nosuch'"),
+        ("kill-worker=x", "a weight is a whole number"),
+        ("kill-worker=0", "no fault with a weight above 0"),
+        (",", "no fault"),
+    ],
+)
+def test_a_bad_mix_is_one_line(text, words):
+    with pytest.raises(LabError, match=words):
+        schedule.parse_mix(text)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ([], ["--count N or --duration D"]),
+        (["--count", "3", "--duration", "1m"], ["one way"]),
+        (["--count", "3", "--mtbf", "0"], ["--mtbf must be above 0"]),
+        (["--count", "3", "--mtbf", "soon"], ["--mtbf 'soon' is not a duration"]),
+        (["--duration", "1s"], ["too short for one fault"]),
+        (["--count", "3", "--seed", "x"], ["--seed", "invalid int"]),
+        (["--count", "0"], ["--count", "1 or more"]),
+        (["--count", "3", "--load", "-1"], ["--load must be 0 or more"]),
+        (["--count", "3", "--mix", "kill-worker,nosuch"], ["unknown fault 'nosuch'"]),
+        (["--count", "3", "--report-dir", ""], ["--report-dir is empty"]),
+    ],
+)
+def test_bad_input_is_one_line_and_nothing_starts(tmp_path, capsys, args, words):
+    out = lab_in_process(capsys, "chaos", "--run-dir", str(tmp_path / "run"), *args)
+    assert_one_line_error(out, *words)
+    assert not (tmp_path / "run").exists()
+
+
+def recorded(tmp_path) -> Progress:
+    """Two ranks stepping every 0.1 s from t=100.1 to 103.5, step 11 0.5 s late; rank 1 redoes step 10."""
+    events = tmp_path / "events"
+    events.mkdir()
+    for rank in (0, 1):
+        lines, when = [], 100.0
+        for step in range(1, 31):
+            when += 0.6 if step == 11 else 0.1
+            lines.append({"time": when, "event": "step", "rank": rank, "step": step, "restart": 0})
+        if rank == 1:
+            lines.insert(10, {"time": 101.05, "event": "step", "rank": 1, "step": 10, "restart": 1})
+        lines.append({"time": 102.0, "event": "checkpoint_saved", "rank": rank, "step": 20, "seconds": 0.25})
+        (events / f"rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"torn')
+    progress = Progress(events)
+    progress.poll()
+    return progress
+
+
+def test_progress_reads_steps_incrementally_and_keeps_a_torn_line_for_later(tmp_path):
+    progress = recorded(tmp_path)
+    assert progress.front() == 30 and len(progress.steps) == 61
+    with open(tmp_path / "events" / "rank0.jsonl", "a") as f:
+        f.write('": 1}\n' + json.dumps({"time": 200.0, "event": "step", "rank": 0, "step": 31}) + "\n")
+    progress.poll()
+    assert progress.front() == 31 and len(progress.steps) == 62
+    assert progress.all_reached(2, 12, since=101.0) == pytest.approx(101.7)
+    assert progress.all_reached(2, 32, since=101.0) is None
+
+
+def test_the_ledger_splits_wall_time_and_counts_what_was_redone(tmp_path):
+    progress = recorded(tmp_path)
+    blows = [Blow("kill-worker", 1.0, ranks=[1], time=101.0, front=10, recovered_s=0.7, bound_s=70)]
+    blows.append(Blow("kill-in-regroup", 9.0, bound_s=70))  # never injected: the job ended first
+    record = ledger.ledger(blows, progress, {"identical": True}, {"seed": 1, "load": 0, "recovery_style": "x"})
+    assert record["faults_injected"] == 1 and record["faults_planned"] == 2
+    assert record["wall_s"] == pytest.approx(3.4) and record["recovery_s"] == {"kill-worker": 0.7}
+    assert record["checkpoint_s"] == 0.25 and record["productive_s"] == pytest.approx(2.45)
+    assert record["ettr"] == pytest.approx(2.45 / 3.4, abs=1e-4) and record["steps_redone"] == 1
+    table = [line for line in ledger.markdown(record).splitlines() if line.startswith("| 2 ")]
+    assert "not injected" in table[0]
