@@ -55,7 +55,7 @@ def exercise(plan: Plan, out) -> Any:
         setup = {"seed": plan.seed, "load": plan.load, "recovery_style": style,
                  "world_size": drill.topology.world_size, "steps": plan.steps()}  # fmt: skip
         try:
-            campaign.run(drill, plan.faults, CKPT_EVERY, blows, say=drill.progress)
+            campaign.run(drill, plan.faults, args, CKPT_EVERY, blows, say=drill.progress)
             drill.wait_job(plan.steps() * STEP_TIME_S * 4 + 240)
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the ledger of what ran, while the events still exist
             state.partial = ledger.ledger(blows, _progress(drill), {"identical": False, "why": "interrupted"}, setup)

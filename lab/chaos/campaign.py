@@ -10,7 +10,6 @@ stood); the campaign then stops cleanly instead of hanging.
 
 from __future__ import annotations
 
-import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from lab.errors import LabError
 from lab.exercises import observe
 
 POLL_S = 0.05
+PREEMPT_GRACE_S = 10.0
 
 
 @dataclass
@@ -64,8 +64,8 @@ def strike(drill: Any, progress: Progress, planned: Planned, world: int, ckpt_ev
     node, local = drill.locate(first)
     if planned.kind == "hang-worker":
         drill.inject(node, "pause_worker", local_rank=local)
-    elif planned.kind == "sigterm-worker":
-        drill.inject(node, "kill_worker", local_rank=local, sig=int(signal.SIGTERM))
+    elif planned.kind == "preempt-node":
+        drill.inject(node, "preempt", grace_s=PREEMPT_GRACE_S)
     else:
         drill.inject(node, "kill_worker", local_rank=local)
     if planned.kind != "kill-in-regroup":
@@ -87,16 +87,31 @@ def _wait_for_a_save_step(progress: Progress, ckpt_every: int, timeout_s: float 
         progress.poll()
 
 
-def watch(progress: Progress, blow: Blow, world: int) -> None:
-    """Wait until every rank is two steps past the front at the fault, or the bound passes."""
+def start_again(drill: Any, trainer_args: list[str], bound_s: float) -> None:
+    """After a preemption: every rank stops at the agreed step, then the job starts again on the
+    same hosts, as a scheduler would (it resumes from the checkpoint of that step)."""
+    drill.wait_for(
+        lambda: all(c is not None for c in drill.exit_codes().values()), bound_s, "the preempted job to stop"
+    )
+    drill.rerun(trainer_args)
+
+
+def watch(progress: Progress, blow: Blow, world: int, job_ended) -> None:
+    """Wait until every rank is two steps past the front at the fault, or the bound passes, or
+    the job ends (checked once a second: it asks every node)."""
     assert blow.time is not None
-    deadline = time.monotonic() + blow.bound_s
+    deadline, asked = time.monotonic() + blow.bound_s, time.monotonic()
     while time.monotonic() < deadline:
         progress.poll()
         back = progress.all_reached(world, blow.front + 2, blow.time)
         if back is not None:
             blow.recovered_s = max(0.0, back - blow.time)
             return
+        if time.monotonic() - asked > 1.0:
+            asked = time.monotonic()
+            if ended := job_ended():
+                blow.finding = f"the job ended before every rank was back: {ended}"
+                return
         time.sleep(POLL_S)
     stood = progress.last_by_rank(blow.time)
     behind = sorted(r for r in range(world) if stood.get(r, 0) < blow.front + 2)
@@ -104,7 +119,9 @@ def watch(progress: Progress, blow: Blow, world: int) -> None:
     blow.finding = f"not back within {blow.bound_s:.0f}s: {where} (the front was step {blow.front})"
 
 
-def run(drill: Any, plan: list[Planned], ckpt_every: int, blows: list[Blow], say=print) -> list[Blow]:
+def run(
+    drill: Any, plan: list[Planned], trainer_args: list[str], ckpt_every: int, blows: list[Blow], say=print
+) -> list[Blow]:
     """The campaign's faults on the running job, in order, kept in `blows` as they go (an
     interrupted campaign's ledger reads them); stops at the first finding, or when the job ends
     before the schedule does (the rest: not injected)."""
@@ -127,11 +144,19 @@ def run(drill: Any, plan: list[Planned], ckpt_every: int, blows: list[Blow], say
         blow.time = drill.faults[landed]["time"]  # the first blow's own clock
         progress.poll()
         blow.front = progress.front_at(blow.time)
-        watch(progress, blow, world)
+        if planned.kind == "preempt-node":
+            start_again(drill, trainer_args, blow.bound_s)
+        watch(progress, blow, world, lambda: _ended(drill))
         say(_line(blow))
         if blow.finding:
             break
     return blows
+
+
+def _ended(drill: Any) -> str:
+    """The nodes' exit codes once every node has ended, else ""."""
+    codes = drill.exit_codes()
+    return f"exit codes {codes}" if all(c is not None for c in codes.values()) else ""
 
 
 def _line(blow: Blow) -> str:

@@ -29,7 +29,12 @@ KINDS = {
     for k in (
         Kind("kill-worker", "SIGKILL one rank's process", ("kill_worker",)),
         Kind("hang-worker", "SIGSTOP one rank: it hangs, and its peers wait on it", ("pause_worker", "kill_worker")),
-        Kind("sigterm-worker", "SIGTERM one rank (a preemption notice to one process)", ("kill_worker",)),
+        Kind(
+            "preempt-node",
+            "SIGTERM one node with a grace period (a VM reclaimed); the job stops at an agreed step, "
+            "checkpointed, and is started again, as a scheduler would",
+            ("preempt",),
+        ),
         Kind(
             "kill-in-regroup",
             "SIGKILL one rank, then another 50 ms later, while the survivors regroup",
@@ -44,7 +49,7 @@ KINDS = {
         ),
     )
 }
-DEFAULT_MIX = {"kill-worker": 4, "hang-worker": 1, "sigterm-worker": 1, "kill-in-regroup": 2, "kill-after-save": 1}
+DEFAULT_MIX = {"kill-worker": 4, "hang-worker": 1, "preempt-node": 1, "kill-in-regroup": 2, "kill-after-save": 1}
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
