@@ -147,6 +147,10 @@ def run(
         if planned.kind == "preempt-node":
             start_again(drill, trainer_args, blow.bound_s)
         watch(progress, blow, world, lambda: _ended(drill))
+        if not blow.finding and not set(blow.ranks) <= progress.started_since(blow.time):
+            missed = sorted(set(blow.ranks) - progress.started_since(blow.time))
+            hit = [f.get("result") for f in drill.faults[landed:]]
+            blow.finding = f"no new process for rank {missed} after the fault (it hit pid {hit}): it may have missed"
         say(_line(blow))
         if blow.finding:
             break

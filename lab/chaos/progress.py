@@ -23,6 +23,7 @@ class Progress:
     partial: dict[str, bytes] = field(default_factory=dict)
     steps: list[tuple[float, int, int]] = field(default_factory=list)  # (time, rank, step)
     saves: list[tuple[float, int, float]] = field(default_factory=list)  # (time, step, seconds)
+    starts: list[tuple[float, int]] = field(default_factory=list)  # (time, rank): a rank's process began
 
     def poll(self) -> None:
         """Read what the ranks wrote since the last poll."""
@@ -50,6 +51,8 @@ class Progress:
             return
         if record.get("event") == "step" and isinstance(record.get("step"), int):
             self.steps.append((float(record["time"]), int(record["rank"]), record["step"]))
+        elif record.get("event") == "start" and isinstance(record.get("rank"), int):
+            self.starts.append((float(record["time"]), record["rank"]))
         elif record.get("event") == "checkpoint_saved" and record.get("rank") == 0:
             self.saves.append((float(record["time"]), int(record.get("step", 0)), float(record.get("seconds", 0.0))))
 
@@ -76,6 +79,10 @@ class Progress:
             if when > since and done >= step and rank < world:
                 first[rank] = min(first.get(rank, when), when)
         return max(first.values()) if len(first) == world else None
+
+    def started_since(self, moment: float) -> set[int]:
+        """The ranks whose process began after that moment: a replacement, a restart, a rerun."""
+        return {rank for when, rank in self.starts if when > moment}
 
     def steps_redone(self) -> int:
         """Steps done more than once, summed over ranks: work a recovery made the job do again."""
