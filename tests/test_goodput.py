@@ -20,6 +20,19 @@ def test_ettr_is_the_first_order_model():
     assert goodput.ettr(1, 10, 2000, 1000) == 0.0  # never negative
 
 
+def test_failures_in_process_does_not_survive_cost_a_restart_and_half_a_period():
+    # A quarter of failures fall back: each of those loses 5 s of restart + (90 + 10) / 2; the
+    # rest lose R = 0.3 s plus the 0.1 s step in flight.
+    lost = 0.75 * (0.3 + 0.1) + 0.25 * (5 + 50)
+    assert goodput.ettr(90, 10, 0.3, 1000, lost_s=0.1, fallback=(0.25, 5)) == pytest.approx(0.9 * (1 - lost / 1000))
+    # So at 100,000 GPUs in-process recovery no longer looks free: its best interval is finite and
+    # its ETTR below the all-survived projection.
+    mttf_s = goodput.GPU_MTTF_HOURS * 3600 / 100_000
+    alone = goodput.best_interval(10.0, 0.3, mttf_s, lost_s=0.1)
+    mixed = goodput.best_interval(10.0, 0.3, mttf_s, lost_s=0.1, fallback=(0.5, 1.5))
+    assert mixed[1] < alone[1] - 0.01 and mixed[0] < alone[0] / 2
+
+
 def test_the_best_interval_is_youngs_when_recovery_is_negligible():
     checkpoint_s, mttf_s = 30.0, 3 * 3600.0
     interval, best = goodput.best_interval(checkpoint_s, 0.0, mttf_s)
