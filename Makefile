@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 .DEFAULT_GOAL := help
-.PHONY: help venv host-deps lab-up lab-down lab-status exercise lint test test-fast bench wheels wheels-cuda images soak test-cuda-image
+.PHONY: help venv host-deps lab-up lab-down lab-status exercise chaos lint test test-fast bench wheels wheels-cuda images soak test-cuda-image
 NAME ?= kill-worker
 
 help: ## list the targets
@@ -37,6 +37,9 @@ lab-status: venv ## show the lab's nodes
 
 exercise: venv host-deps ## run a fault-injection drill: make exercise NAME=kill-worker (see lab exercise list)
 	$(BIN)/lab exercise run $(NAME)
+
+chaos: venv host-deps ## a long chaos campaign: 100 faults at random (mean 15 s apart) beside 2 busy processes; the ledger (docs/chaos.md)
+	$(BIN)/lab chaos --count 100 --mtbf 15s --load 2 --seed $${SEED:-1}
 
 wheels: venv ## download every wheel the node image needs into docker/wheels/ (for OFFLINE=1 builds)
 	$(BIN)/pip wheel --quiet --wheel-dir docker/wheels torch==2.13.0 -r docker/requirements-node.txt -r docker/requirements-ray.txt
