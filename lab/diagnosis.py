@@ -175,8 +175,10 @@ def named(card: Card) -> Named:
     if first is None:
         return Named(None, "unknown", None)
     hung = any(HUNG_NOTE in note for note in card.notes)
-    if (first.consequence and not hung) or not card.certain:
+    if first.consequence and not hung:
         return Named(None, "unknown", first.last_step)
+    if not card.certain:  # the card says so first, and names the class its first failure shows
+        return Named(None, "hung" if hung else kind_of(first.how), first.last_step)
     return Named(first.rank, "hung" if hung else kind_of(first.how), first.last_step)
 
 
@@ -258,8 +260,8 @@ class Grade:
 
 
 def grade(target: str, fault: Fault, rank: int, step: int, card: Card) -> Grade:
+    """Strict: the rank, the class and the step only as the card itself states them (lab.diagnosis.named)."""
     said = named(card)
-    kind = said.kind
-    if not fault.settled and said.kind == "unknown" and said.rank is None and card.first is not None:
-        kind = kind_of(card.first.how)  # the class the first failure's own words name, with no rank
-    return Grade(target, fault.name, rank, step, said.rank, kind, said.step, fault.expect, fault.settled, said.ranks)
+    return Grade(
+        target, fault.name, rank, step, said.rank, said.kind, said.step, fault.expect, fault.settled, said.ranks
+    )

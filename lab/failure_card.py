@@ -63,11 +63,20 @@ class Card:
             notes = "".join(f"note: {n}\n" for n in self.notes)
             return f"no rank failed: the agents recorded no failure\n{findings}{notes}"
         f = self.first
-        lines = [
-            f"{'first to stop' if f.exit_code == 0 else 'first failure'}: rank {f.rank} on {f.node}"
-            + (f" (local rank {f.local_rank}, pid {f.pid})" if f.local_rank is not None else "")
-            + f": {f.how}",
-        ]
+        where = f"rank {f.rank} on {f.node}" + (
+            f" (local rank {f.local_rank}, pid {f.pid})" if f.local_rank is not None else ""
+        )
+        head = "first to stop" if f.exit_code == 0 else "first failure"
+        if not self.certain:  # said first: never "first failure: rank N" when that is a guess
+            candidates = sorted({f.rank, *(o.rank for o in self.then if not o.consequence)})
+            which = (
+                f"one of ranks {', '.join(map(str, candidates))}, which first is unknown"
+                if len(candidates) > 1
+                else "not certain which rank"
+            )
+            lines = [f"{head}: {which}; seen first: {where}: {f.how}"]
+        else:
+            lines = [f"{head}: {where}: {f.how}"]
         if f.error:
             lines.append(f"  {f.error}" + (f"  at {f.where}" if f.where else ""))
         if f.last_step is not None:

@@ -77,7 +77,8 @@ def test_the_card_docs_exercises_md_quotes_is_the_one_lab_why_draws_from_the_cel
 def test_a_card_whose_mismatch_reports_do_not_agree_names_no_rank():
     """As measured once in `lab bench diagnosis` (rank 2 odd, rank 0 and rank 2 the only reports,
     naming each other; ranks 1 and 3 stopped by their agents first): the earliest report is not
-    the cause, and the grade is unknown, never a rank named with confidence."""
+    the cause: no rank is named with confidence, and the class is only what the card's first line
+    says (strict grading: "raised RuntimeError", an exception, not the mismatch it did not settle)."""
     error = next(iter(recorded_errors().values()))
     failures = [
         RankFailure(2, "node1", 0, 1.0, 1, error=naming(error, 2, 0), how="raised RuntimeError"),
@@ -87,4 +88,7 @@ def test_a_card_whose_mismatch_reports_do_not_agree_names_no_rank():
     assert not why.settled_by_a_mismatch(card, failures)
     assert card.certain is False and "do not agree on which rank ran a different collective" in card.notes[0]
     card.first = failures[0]
-    assert named(card).rank is None and named(card).kind == "unknown"
+    assert named(card).rank is None and named(card).kind == "exception"
+    assert card.text().startswith("first failure: not certain which rank; seen first: rank 2 on node1")
+    card.then = [failures[1]]
+    assert card.text().startswith("first failure: one of ranks 0, 2, which first is unknown; seen first: rank 2")
