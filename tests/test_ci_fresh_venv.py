@@ -150,4 +150,5 @@ def test_a_report_dir_this_user_may_not_write_is_one_line_and_nothing_runs(kit):
         pytest.skip("needs a folder this user may not write: the suite runs as root in CI")
     out = kit("lab", "ci", "--script", str(SCRIPT), "--report-dir", "/root/lab-ci-report", timeout=60)
     assert out.returncode == 1 and out.stdout == "", out.stdout + out.stderr
-    assert out.stderr.strip() == "lab ci: error: cannot write in /root (--report-dir /root/lab-ci-report): permission denied"
+    said = "lab ci: error: cannot write in /root (--report-dir /root/lab-ci-report): permission denied"
+    assert out.stderr.strip() == said
