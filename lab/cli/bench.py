@@ -61,7 +61,7 @@ def register(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    out_dir = Path(args.out)
+    out_dir = output_paths.output_dir(args.out, "--out") or Path("bench-results")  # "" or a link: one line
     result = args.module.run(args, out_dir)
     # Where and when: a page assembled from results of several days says so per section.
     where = machine()[0].removeprefix("- ")
