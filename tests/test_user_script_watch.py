@@ -23,6 +23,11 @@ SCRIPTS = REPO / "tests" / "user_scripts"
         ("iter 40/100", (40, "iter")),
         ("Iteration 9", (9, "iter")),
         ("train | step #15 |", (15, "step")),
+        ("Epoch: [14][1/4]\tTime  0.161 ( 0.161)", (14, "epoch")),  # pytorch/examples imagenet/main.py
+        ('{"step": 12, "loss": 0.41}', (12, "step")),
+        ("{'epoch': 3, 'loss': 0.2}", (3, "epoch")),
+        ("global_step=300 loss=0.1", (300, "step")),
+        ("Epoch 2:  45%|####5     | 45/100 [00:01<00:01]", (2, "epoch")),
     ],
 )
 def test_the_default_regex_reads_the_common_forms(line, expected):
@@ -31,7 +36,10 @@ def test_the_default_regex_reads_the_common_forms(line, expected):
     assert progress_value(re.compile(DEFAULT_REGEX), line) == expected
 
 
-@pytest.mark.parametrize("line", ["steps remaining", "stepping 3", "loss 0.25", "epochs: many", ""])
+@pytest.mark.parametrize(
+    "line",
+    ["steps remaining", "stepping 3", "loss 0.25", "epochs: many", "", "{'epoch': 0.5, 'loss': 1.2}", "substep 4"],
+)
 def test_lines_without_a_count_are_not_progress(line):
     import re
 

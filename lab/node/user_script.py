@@ -35,8 +35,10 @@ from lab.health import hang_dump, injected_error
 from lab.health.events import Event, EventLog, ExitReason, error_text
 from lab.nodeenv import NodeEnv
 
-# "step 12", "Step: 12", "Epoch 3", "epoch=3", "iter 40/100", "Iteration 40", "[GPU0] Epoch 3 | ..."
-DEFAULT_REGEX = r"(?i)\b(?P<unit>step|epoch|iter(?:ation)?)\b\s*[:=#]?\s*(?P<n>\d+)"
+# "step 12", "Step: 12", "Epoch 3", "epoch=3", "iter 40/100", "Iteration 40", "[GPU0] Epoch 3 | ...",
+# "Epoch: [14][1/4]" (pytorch/examples' imagenet), '"step": 12' (JSON logs), "global_step=300",
+# "Epoch 2: 45%|####" (tqdm, Lightning). Not "'epoch': 0.5" (a fraction is not a count).
+DEFAULT_REGEX = r"(?i)(?:\bglobal[_ ]|\b)(?P<unit>step|epoch|iter(?:ation)?)\b['\"]?\s*[:=#]?\s*\[?(?P<n>\d+)(?![.,]\d)"
 UNITS = {"iteration": "iter"}
 
 
