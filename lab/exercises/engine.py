@@ -124,8 +124,8 @@ def run_drill(
     # removed below and by `lab down` after a crash.
     ray_tmp = tempfile.mkdtemp(prefix=ray_session_prefix(lab_id))
     # ray.init replaces SIGTERM's handler with one that exits at once; the lab's own (tear down
-    # like Ctrl-C) is put back after it.
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # like Ctrl-C, and a second signal changes nothing) is put back after it, SIGINT's too.
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     try:
         with ray_notices_to(run_dir.path / "logs" / "ray-driver.log", verbose):
             start_ray(ray_address, ray_tmp)
