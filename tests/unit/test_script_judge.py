@@ -207,6 +207,19 @@ def test_the_fault_fires_on_the_job_progress_when_the_target_rank_prints_none():
     assert fire == {"source": "output", "unit": "epoch", "value": fire["value"], "rank": 0} and fire["value"] >= 3
 
 
+def test_a_banner_line_from_the_target_rank_does_not_hold_the_fault_back():
+    """issue 56: the elastic example's rank 1 printed one matching line at its start and nothing
+    more, rank 0 printed every epoch: the fault waited on rank 1 and never fired."""
+    from lab.exercises.script import signals
+
+    evidence = seen("kill-worker")
+    only_rank(evidence, 0)
+    first = next(e for e in evidence.events if e["event"] == "step")
+    evidence.events.insert(0, {**first, "rank": 1, "step": 0})  # rank 1's one line
+    fire = signals.wait_fire_point(Replay(evidence.events), target=1, at_step=3, at_time_s=15, ckpt=None)
+    assert fire is not None and fire["rank"] == 0 and fire["value"] >= 3
+
+
 def test_a_script_with_nothing_to_see_is_told_how_to_make_it_visible():
     evidence = seen("silent")
     evidence.events = [e for e in evidence.events if e["event"] != "loaded"]

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from lab import files
 from lab.errors import LabError
 from lab.health.events import Event, restarted_at
 from lab.workloads.checkpoint_files import newest_file
@@ -43,10 +44,21 @@ def series(events: list[dict], rank: int, source: str, unit: str) -> list[dict]:
 
 
 def reporting_rank(events: list[dict], source: str, unit: str, preferred: int = 0) -> int:
-    """The rank whose progress to read: `preferred` if it reports any, else the lowest that does
-    (many scripts print from rank 0 alone; DDP keeps every rank at the same step)."""
-    ranks = {e["rank"] for e in events if e["event"] == Event.STEP and e.get("source") == source}
-    return preferred if preferred in ranks or not ranks else min(ranks)
+    """The rank whose progress to read: `preferred` if it reports about as often as the rank that
+    reports most, else the lowest of those that report most (many scripts print from rank 0
+    alone; DDP keeps every rank at the same step). A rank that printed one matching line once (a
+    banner) is never the one watched: a fault waiting on it never fired."""
+    counts = Counter(
+        e["rank"]
+        for e in events
+        if e["event"] == Event.STEP and e.get("source") == source and e.get("unit", "step") == unit
+    )
+    if not counts:
+        return preferred
+    most = max(counts.values())
+    if 2 * counts.get(preferred, 0) >= most:
+        return preferred
+    return min(rank for rank, count in counts.items() if count == most)
 
 
 def progress(events: list[dict], source: str, unit: str, preferred: int = 0) -> list[dict]:
@@ -107,7 +119,7 @@ def listing(directory: Path | None) -> list[str]:
     """What is already in a checkpoint dir (up to 5 names): a run that should start clean."""
     if directory is None or not directory.is_dir():
         return []
-    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())[:5]
+    return sorted(str(rel) for _, rel in files.regular_files(directory))[:5]  # the job's: no link followed
 
 
 def seconds_running(events: list[dict], at_time_s: float) -> float | None:
