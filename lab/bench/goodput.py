@@ -178,7 +178,7 @@ def fallback_share(args) -> tuple[float, str]:
     return DEFAULT_FALLBACK_SHARE, "assumed (no campaign given: --chaos-json)"
 
 
-RESTARTED_KINDS = ("preempt-node",)  # the chaos kinds whose recovery is a restart of the job
+RESTARTED_KINDS = ("preempt-node", "kill-node")  # chaos kinds in-process recovery survives only by a restart
 
 
 def fallback_line(share: float, source: str) -> str:

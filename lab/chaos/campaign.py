@@ -21,6 +21,7 @@ from lab.exercises import observe
 
 POLL_S = 0.05
 PREEMPT_GRACE_S = 10.0
+NODE_BACK_AFTER_S = 1.0
 
 
 @dataclass
@@ -66,6 +67,11 @@ def strike(drill: Any, progress: Progress, planned: Planned, world: int, ckpt_ev
         drill.inject(node, "pause_worker", local_rank=local)
     elif planned.kind == "preempt-node":
         drill.inject(node, "preempt", grace_s=PREEMPT_GRACE_S)
+    elif planned.kind == "kill-node":
+        drill.inject(node, "kill_node")
+        time.sleep(NODE_BACK_AFTER_S)  # the machine reboots: its agent starts again with the same command
+        drill.inject(node, "restart")
+        return [r for r in range(world) if drill.locate(r)[0] == node]
     else:
         drill.inject(node, "kill_worker", local_rank=local)
     if planned.kind != "kill-in-regroup":

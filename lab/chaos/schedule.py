@@ -30,6 +30,11 @@ KINDS = {
         Kind("kill-worker", "SIGKILL one rank's process", ("kill_worker",)),
         Kind("hang-worker", "SIGSTOP one rank: it hangs, and its peers wait on it", ("pause_worker", "kill_worker")),
         Kind(
+            "kill-node",
+            "SIGKILL a node's agent and every worker at once (a machine lost), then start it again 1 s later",
+            ("kill_node", "restart"),
+        ),
+        Kind(
             "preempt-node",
             "SIGTERM one node with a grace period (a VM reclaimed); the job stops at an agreed step, "
             "checkpointed, and is started again, as a scheduler would",
@@ -49,7 +54,14 @@ KINDS = {
         ),
     )
 }
-DEFAULT_MIX = {"kill-worker": 4, "hang-worker": 1, "preempt-node": 1, "kill-in-regroup": 2, "kill-after-save": 1}
+DEFAULT_MIX = {
+    "kill-worker": 4,
+    "hang-worker": 1,
+    "kill-node": 1,
+    "preempt-node": 1,
+    "kill-in-regroup": 2,
+    "kill-after-save": 1,
+}
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
