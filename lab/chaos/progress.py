@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import files
+from lab.health.events import Event
 
 CHUNK = 4 << 20
 
@@ -49,11 +50,11 @@ class Progress:
             return
         if not isinstance(record, dict):
             return
-        if record.get("event") == "step" and isinstance(record.get("step"), int):
+        if record.get("event") == Event.STEP and isinstance(record.get("step"), int):
             self.steps.append((float(record["time"]), int(record["rank"]), record["step"]))
-        elif record.get("event") == "start" and isinstance(record.get("rank"), int):
+        elif record.get("event") == Event.START and isinstance(record.get("rank"), int):
             self.starts.append((float(record["time"]), record["rank"]))
-        elif record.get("event") == "checkpoint_saved" and record.get("rank") == 0:
+        elif record.get("event") == Event.CHECKPOINT_SAVED and record.get("rank") == 0:
             self.saves.append((float(record["time"]), int(record.get("step", 0)), float(record.get("seconds", 0.0))))
 
     def front(self) -> int:
