@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
+from pathlib import Path
 
 from lab import disk_full, mismatch
 from lab.failure_card import Card, RankFailure
 from lab.health.stragglers import SlowNetwork
 from lab.kernel_log import kernel_log, oom_kill
 from lab.lost_store import StoreLoss
+from lab.node import worker_record
 
 
 def hung_ranks(silent: list[RankFailure]) -> list[RankFailure]:
@@ -23,6 +25,43 @@ def hung_ranks(silent: list[RankFailure]) -> list[RankFailure]:
     the SIGTERM."""
     frozen = [f for f in silent if f.exit_code == -signal.SIGKILL]
     return frozen if len(silent) > 1 and len(frozen) == 1 else silent
+
+
+def note_a_shared_error(result: Card, said: list[RankFailure]) -> None:
+    """Several ranks raised the very same error of their own (every rank's loss turned NaN at one
+    step, each rank's check raised): a cause they share, the data, the model or a hyperparameter,
+    not one rank. Which of them the agents noticed first says nothing, and the card says so."""
+    if not said:
+        return
+    alike = sorted(f.rank for f in said if f.error == said[0].error)
+    if len(alike) < 2:
+        return
+    result.certain = False
+    result.notes.append(
+        f"ranks {', '.join(map(str, alike))} each raised the same error ({said[0].error[:120]}): a cause they "
+        "share (the code, the data, a setting), not one rank; which was noticed first says nothing"
+    )
+
+
+def left_first(run_dir: Path, failures: list[RankFailure], terminated: set[int]) -> list[RankFailure]:
+    """Ranks that ended on their own, cleanly, while their group still ran: on a node whose other
+    ranks failed, a worker (in the node's workers file) that neither failed nor was stopped by
+    torchrun. Uneven inputs look like this, the most common DDP hang: a rank whose data ran out
+    leaves the loop and exits 0, and its peers fail waiting for it in the next collective."""
+    gone = []
+    failed = {f.pid for f in failures}
+    for node_dir in sorted((run_dir / "nodes").glob("*")):
+        recorded = worker_record.read(node_dir / "workers.json")
+        bases = {f.rank - f.local_rank for f in failures if f.node == node_dir.name and f.local_rank is not None}
+        if recorded is None or len(bases) != 1:
+            continue
+        base = bases.pop()
+        for local_rank, pid in sorted(recorded[1].items()):
+            if pid not in failed and pid not in terminated:
+                left = RankFailure(base + local_rank, node_dir.name, local_rank, failures[0].time, 0, pid=pid)
+                left.how = "exited 0 while its peers were still in the job: it left first"
+                gone.append(left)
+    return gone
 
 
 def note_no_cause(

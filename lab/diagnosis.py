@@ -207,6 +207,8 @@ def kind_of(how: str) -> str:
         return "exception"
     if how.startswith("exited with status"):
         return "exited"
+    if how.startswith("exited 0 while its peers"):  # lab.card_notes.left_first: uneven inputs, say
+        return "left"
     return "unknown"
 
 

@@ -36,11 +36,31 @@ def tracebacks(log: str) -> dict[int, tuple[str, str]]:
             continue
         rank, text = int(match[1]), match[2]
         frame = FRAME.search(text)
-        if frame and not NOT_OWN.search(frame[1]):
+        if frame and not NOT_OWN.search(frame[1]) and not STDLIB.search(frame[1]):  # importlib is not the script
             where[rank] = f"{frame[1]}:{frame[2]}"
         exception = EXCEPTION.match(text)
         if exception:  # gloo's "[/path/to/pair.cc:553] " says nothing to a user
             found[rank] = (re.sub(r"\[/[^\]]+\] ", "", text.strip()), where.get(rank, ""))
+    return found
+
+
+def bare_errors(log: str) -> list[tuple[str, str]]:
+    """(error, where) of each exception a script's process printed itself, with no `[rankN]:`
+    (torch prefixes only what its own error handler prints): a SyntaxError or an ImportError
+    from before the script ran, raised once per process. Only one whose own frame (outside torch,
+    the lab and the standard library) comes within a few lines before it: torchrun's own
+    ChildFailedError traceback is not the script's."""
+    found, frame, since = [], "", 99
+    for line in log.splitlines():
+        since += 1
+        match = FRAME.search(line)
+        if match and not TRACE_LINE.match(line) and not NOT_OWN.search(match[1]) and not STDLIB.search(match[1]):
+            frame, since = f"{match[1]}:{match[2]}", 0
+            continue
+        exception = EXCEPTION.match(line)
+        if exception and line[:1].isalpha() and frame and since <= 6 and "ChildFailedError" not in line:
+            found.append((line.strip(), frame))
+            frame = ""
     return found
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import bad_checkpoint, disk_full, files
-from lab.card_notes import hung_ranks, note_no_cause, note_the_first_error
+from lab.card_notes import hung_ranks, left_first, note_a_shared_error, note_no_cause, note_the_first_error
 from lab.evidence import LOG_TAIL_BYTES
 from lab.failure_card import Card, RankFailure
 from lab.health import net_probe
@@ -29,7 +29,7 @@ from lab.lost_store import StoreLoss
 from lab.lost_store import found as store_lost
 from lab.mismatch import odd_rank, unsettled
 from lab.node import worker_record
-from lab.node_log import SIGTERM_SENT, native_aborts, own_frame, tracebacks
+from lab.node_log import SIGTERM_SENT, bare_errors, native_aborts, own_frame, tracebacks
 
 # What a rank says when a *peer* failed: these are consequences, never the first cause.
 CONSEQUENCE = re.compile(
@@ -68,6 +68,7 @@ class Evidence:
     failed_write: disk_full.FailedWrite | None = None
     set_aside: bad_checkpoint.SetAside | None = None
     native: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # node -> its log's native aborts
+    bare: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # node -> errors printed with no rank
 
 
 def read_evidence(run_dir: Path) -> Evidence:
@@ -81,6 +82,7 @@ def read_evidence(run_dir: Path) -> Evidence:
         found.traces.update(tracebacks(text))
         found.terminated |= {int(pid) for pid, _ in SIGTERM_SENT.findall(text)}
         found.native[log.parent.name] = native_aborts(text)
+        found.bare[log.parent.name] = bare_errors(text)
     exits = [e for e in ranks if e["event"] == Event.EXIT]
     found.raised = {e["rank"]: e for e in exits if e.get("reason") == ExitReason.EXCEPTION}
     found.preempted = {e["rank"]: e for e in exits if e.get("reason") == ExitReason.PREEMPTED}
@@ -122,6 +124,12 @@ def reported_failures(found: Evidence) -> list[RankFailure]:
         died = [f for f in failures if f.node == node and (f.exit_code or 0) < 0 and f.pid not in found.terminated]
         if len(aborts) == 1 and len(died) == 1 and not died[0].error:
             died[0].error, died[0].where = aborts[0]
+    for node, bare in found.bare.items():  # one error, printed by each process before it had a rank
+        mute = [f for f in failures if f.node == node and (f.exit_code or 0) > 0 and not f.error]
+        if mute and len({error for error, _ in bare}) == 1:
+            for failure in mute:
+                failure.error, failure.where = bare[0]
+                failure.how, failure.consequence = how_it_failed(failure, found.terminated)
     return failures
 
 
@@ -171,6 +179,11 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     said = [f for f in causes if f.error or (f.exit_code or 0) < 0]
     # A rank with nothing to say of its own that torchrun had to stop, while its peers failed waiting.
     silent = hung_ranks([f for f in failures if not f.error and f.pid in found.terminated])
+    left = left_first(run_dir, failures, found.terminated) if not causes and not silent else []
+    if len(left) == 1:  # it left, and its peers failed waiting for it
+        failures.insert(0, left[0])
+        causes = said = left
+        result.notes.append(LEFT_FIRST)
     result.first = said[0] if said else causes[0] if causes else silent[0] if silent else failures[0]
     if not said and len(causes) > 1:
         result.certain = False
@@ -182,6 +195,8 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     if len(damaged) > 1:  # each read the same file: no rank of them is the cause
         result.certain = False
         result.notes.append(bad_checkpoint.note(damaged))
+    else:
+        note_a_shared_error(result, said)
     result.then = [f for f in failures if f is not result.first][:8]
     # A rank its own agent noticed late (a kill, a hang stopped at last) failed no later than the
     # first of those that failed of it: the others' times are then never before it.
@@ -190,6 +205,13 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
         note_no_cause(result, silent, found.store_loss, found.slow_network)
     note_the_first_error(result, found.terminated, kernel)
     return result
+
+
+LEFT_FIRST = (
+    "it left the job while its peers still ran, and they failed waiting for it in a collective: uneven "
+    "inputs (its data ran out first), an early return or break on one rank; give every rank the same number "
+    "of steps (DistributedSampler with drop_last, or DDP's join() context manager)"
+)
 
 
 def settled_by_a_mismatch(result: Card, failures: list[RankFailure]) -> bool:

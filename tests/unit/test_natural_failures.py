@@ -1,0 +1,63 @@
+"""The card on failures as ordinary scripts have them (tests/user_scripts/natural/), not through
+the lab's injection hooks: each recorded with `lab run --hosts loopback --nodes 1
+--nproc-per-node 2 SCRIPT` (its kept evidence in tests/fixtures/natural/NAME, the truth beside it).
+
+Graded strictly (lab.diagnosis.named: only what the card states). The tuning half is what the
+card was changed against (uneven inputs, every rank diverging, a syntax error); the held-out
+half was recorded after those changes and graded before any change: its score is the honest one,
+and its miss stays visible here, marked, rather than tuned away."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lab import why
+from lab.diagnosis import named
+
+CELLS = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "natural").iterdir())
+KNOWN_MISSES = {  # held-out cells the card gets wrong today: the grade says so; a fix flips it
+    "early_return": "names rank 0, right, but as hung: it returned, then hung in destroy_process_group",
+}
+
+
+def graded(cell: Path) -> tuple[dict, object, bool]:
+    truth = json.loads((cell / "truth.json").read_text())
+    card = why.card(cell, kernel=lambda: "")
+    said = named(card)
+    return truth, card, said.rank == truth["rank"] and said.kind == truth["kind"]
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=[c.name for c in CELLS])
+def test_the_card_on_a_natural_failure(cell):
+    truth, card, right = graded(cell)
+    if cell.name in KNOWN_MISSES:
+        assert not right, f"{cell.name} is right now: take it out of KNOWN_MISSES"
+        assert named(card).rank == truth["rank"]  # the rank, at least
+    else:
+        assert right, f"{truth['says']}\n{card.text()}"
+    if truth["rank"] is None:  # no rank failed first: the card's first words say it is not certain
+        assert card.text().startswith("first failure: one of ranks")
+
+
+def test_the_halves_are_kept_apart_and_scored():
+    halves: dict[str, list[bool]] = {}
+    for cell in CELLS:
+        truth, _, right = graded(cell)
+        halves.setdefault(truth["half"], []).append(right)
+    assert set(halves) == {"tuning", "held-out"} and len(halves["held-out"]) >= 3
+    assert all(halves["tuning"]) and sum(halves["held-out"]) == len(halves["held-out"]) - len(KNOWN_MISSES)
+
+
+def test_an_error_raised_inside_the_standard_library_is_placed_at_the_scripts_own_line():
+    """Held out, then fixed: the card placed rank 1's ModuleNotFoundError in importlib."""
+    card = why.card(next(c for c in CELLS if c.name == "import_on_one_rank"), kernel=lambda: "")
+    assert card.first is not None and card.first.where.endswith("import_on_one_rank.py:17")
+
+
+def test_a_syntax_error_is_quoted_with_its_line():
+    card = why.card(next(c for c in CELLS if c.name == "syntax_error"), kernel=lambda: "")
+    assert card.first is not None and card.first.error == "SyntaxError: '(' was never closed"
+    assert card.first.where.endswith("syntax_error.py:10")
