@@ -173,7 +173,11 @@ def its_kind_named(cell: Cell, events_dir: Path) -> bool:
 
 
 def what_was_named(cell: Cell, events_dir: Path) -> stragglers.Straggler | stragglers.SlowNetwork | None:
-    """The cell's kind of finding first (a slow network for a network way), else the other kind:
-    a clean run names neither."""
+    """The card's own first finding, whatever way the cell slowed its rank (graded strictly: the
+    bench once chose the finding to grade by the method it knew it had used): the one named at
+    the earlier step, the straggling rank on a tie (the card shows it first). A clean run names
+    neither."""
     rank, network = findings(events_dir)
-    return (network or rank) if cell.way in NETWORK_WAYS else (rank or network)
+    if rank is None or network is None:
+        return rank or network
+    return network if network.step is not None and network.step < rank.step else rank
