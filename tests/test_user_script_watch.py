@@ -198,3 +198,23 @@ def test_a_scripts_saves_are_recorded_with_where_they_went(tmp_path):
     records = [json.loads(line) for line in (events / "rank0.jsonl").read_text().splitlines()]
     assert [(r["path"], r["how"]) for r in records if r["event"] == "saved"] == [("snap.pt", "torch.save")] * 2
     assert (tmp_path / "w" / "snap.pt").exists()
+
+
+def test_the_labs_own_echoed_events_are_never_read_as_progress(tmp_path, monkeypatch):
+    """In pods the lab echoes each event to stderr as `@lab-event rank0 {"step": 3, ...}`; JSON log
+    lines are progress too, so the watcher read its own echo, wrote a step, echoed it, and
+    recursed until the pod died (CI's k8s faithful runs: "a pod ended before step 3")."""
+    import re
+    import sys
+
+    from lab.health.events import ECHO_PREFIX, EventLog
+    from lab.node.user_script import watch_output
+
+    log = EventLog(tmp_path, rank=0, local_rank=0)
+    monkeypatch.setattr(sys, "stdout", sys.stdout)
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    watch_output(log, re.compile(DEFAULT_REGEX))
+    sys.stderr.write(f'{ECHO_PREFIX}rank0 {{"event": "step", "step": 3}}\n')
+    sys.stdout.write('{"step": 4, "loss": 0.5}\n')
+    steps = [line for line in (tmp_path / "rank0.jsonl").read_text().splitlines() if '"event": "step"' in line]
+    assert len(steps) == 1 and '"step": 4' in steps[0]

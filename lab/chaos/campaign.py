@@ -69,8 +69,9 @@ def strike(drill: Any, progress: Progress, planned: Planned, world: int, ckpt_ev
         drill.inject(node, "preempt", grace_s=PREEMPT_GRACE_S)
     elif planned.kind == "kill-node":
         drill.inject(node, "kill_node")
-        time.sleep(NODE_BACK_AFTER_S)  # the machine reboots: its agent starts again with the same command
-        drill.inject(node, "restart")
+        if not loses_the_job(drill, node):
+            time.sleep(NODE_BACK_AFTER_S)  # the machine reboots: its agent starts again with the same command
+            drill.inject(node, "restart")
         return [r for r in range(world) if drill.locate(r)[0] == node]
     else:
         drill.inject(node, "kill_worker", local_rank=local)
@@ -81,6 +82,14 @@ def strike(drill: Any, progress: Progress, planned: Planned, world: int, ckpt_ev
     node, local = drill.locate(second)
     drill.inject(node, "kill_worker", local_rank=local)
     return [first, second]
+
+
+def loses_the_job(drill: Any, node: str) -> bool:
+    """In-process recovery keeps the job's store in node 0's keeper: that node lost, every other
+    keeper loses the store and ends, and the job is over (docs/chaos.md); a scheduler starts it
+    again, whole, from the checkpoint. (Node 0 started again alone once waited for its lost peers
+    for over 8 minutes: a stuck state this campaign found, left to its own fix.)"""
+    return bool(drill.topology.in_process) and node == drill.store_host
 
 
 def _wait_for_a_save_step(progress: Progress, ckpt_every: int, timeout_s: float = 60) -> None:
@@ -94,11 +103,10 @@ def _wait_for_a_save_step(progress: Progress, ckpt_every: int, timeout_s: float 
 
 
 def start_again(drill: Any, trainer_args: list[str], bound_s: float) -> None:
-    """After a preemption: every rank stops at the agreed step, then the job starts again on the
-    same hosts, as a scheduler would (it resumes from the checkpoint of that step)."""
-    drill.wait_for(
-        lambda: all(c is not None for c in drill.exit_codes().values()), bound_s, "the preempted job to stop"
-    )
+    """After a preemption (every rank stops at the agreed step) or the loss of the node that held
+    the job's store (every node ends): the job starts again on the same hosts, as a scheduler
+    would, and resumes from its checkpoint."""
+    drill.wait_for(lambda: all(c is not None for c in drill.exit_codes().values()), bound_s, "the job to stop")
     drill.rerun(trainer_args)
 
 
@@ -150,7 +158,8 @@ def run(
         blow.time = drill.faults[landed]["time"]  # the first blow's own clock
         progress.poll()
         blow.front = progress.front_at(blow.time)
-        if planned.kind == "preempt-node":
+        struck = drill.faults[landed]["node"]
+        if planned.kind == "preempt-node" or (planned.kind == "kill-node" and loses_the_job(drill, struck)):
             start_again(drill, trainer_args, blow.bound_s)
         watch(progress, blow, world, lambda: _ended(drill))
         if not blow.finding and not set(blow.ranks) <= progress.started_since(blow.time):

@@ -32,13 +32,17 @@ from typing import Any
 
 from lab import progress
 from lab.health import hang_dump, injected_error
-from lab.health.events import Event, EventLog, ExitReason, error_text
+from lab.health.events import ECHO_PREFIX, Event, EventLog, ExitReason, error_text
 from lab.nodeenv import NodeEnv
 
 # "step 12", "Step: 12", "Epoch 3", "epoch=3", "iter 40/100", "Iteration 40", "[GPU0] Epoch 3 | ...",
 # "Epoch: [14][1/4]" (pytorch/examples' imagenet), '"step": 12' (JSON logs), "global_step=300",
-# "Epoch 2: 45%|####" (tqdm, Lightning). Not "'epoch': 0.5" (a fraction is not a count).
-DEFAULT_REGEX = r"(?i)(?:\bglobal[_ ]|\b)(?P<unit>step|epoch|iter(?:ation)?)\b['\"]?\s*[:=#]?\s*\[?(?P<n>\d+)(?![.,]\d)"
+# "Epoch 2: 45%|####" (tqdm, Lightning). Not "'epoch': 0.5" (a fraction is not a count). No quote
+# character in the pattern itself (\x22, \x27): it travels in pods' and containers' command lines.
+DEFAULT_REGEX = (
+    r"(?i)(?:\bglobal[_ ]|\b)(?P<unit>step|epoch|iter(?:ation)?)\b"
+    r"[\x22\x27]?\s*[:=#]?\s*\[?(?P<n>\d+)(?![.,]\d)"
+)
 UNITS = {"iteration": "iter"}
 
 
@@ -83,6 +87,8 @@ def watch_output(log: EventLog, pattern: re.Pattern[str]) -> collections.deque[s
     def on_line(line: str) -> None:
         if progress.called:
             return  # the script reports its own steps: its output is not read for them
+        if line.startswith(ECHO_PREFIX):
+            return  # the lab's own event, echoed (in pods): a step read there would echo again, for ever
         found = progress_value(pattern, line)
         if found:
             log.write(Event.STEP, step=found[0], unit=found[1], source="output")
