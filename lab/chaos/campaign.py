@@ -85,11 +85,13 @@ def strike(drill: Any, progress: Progress, planned: Planned, world: int, ckpt_ev
 
 
 def loses_the_job(drill: Any, node: str) -> bool:
-    """In-process recovery keeps the job's store in node 0's keeper: that node lost, every other
-    keeper loses the store and ends, and the job is over (docs/chaos.md); a scheduler starts it
-    again, whole, from the checkpoint. (Node 0 started again alone once waited for its lost peers
-    for over 8 minutes: a stuck state this campaign found, left to its own fix.)"""
-    return bool(drill.topology.in_process) and node == drill.store_host
+    """Node 0 hosts the job's store, whatever the recovery style: the rendezvous store in its
+    agent (restart styles) or the job's store in its keeper (in-process). Lost, every other node
+    loses the store and ends at once, by design (docs/recovery.md): the job is over, and a
+    scheduler starts it again, whole, from the checkpoint. (Node 0 started again alone waits for
+    peers that ended: the join timeout under torchrun; measured over 8 minutes under in-process
+    recovery, a stuck state this campaign found and left to its own fix.)"""
+    return node == drill.store_host
 
 
 def _wait_for_a_save_step(progress: Progress, ckpt_every: int, timeout_s: float = 60) -> None:
