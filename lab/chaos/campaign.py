@@ -158,8 +158,10 @@ def run(
             blow.finding = f"could not inject: {e}"
             break
         blow.time = drill.faults[landed]["time"]  # the first blow's own clock
-        progress.poll()
-        blow.front = progress.front_at(blow.time)
+        # The front once the blow has landed whole, not at its first instant: a rank of a node
+        # being killed can finish a step in the milliseconds between (a recovery was once
+        # declared from such steps, before the node's ranks had started again).
+        blow.front = progress.polled().front()
         struck = drill.faults[landed]["node"]
         if planned.kind == "preempt-node" or (planned.kind == "kill-node" and loses_the_job(drill, struck)):
             start_again(drill, trainer_args, blow.bound_s)

@@ -61,10 +61,6 @@ class Progress:
         """The highest step any rank has done."""
         return max((s for _, _, s in self.steps), default=0)
 
-    def front_at(self, moment: float) -> int:
-        """The highest step any rank had done at that moment."""
-        return max((s for when, _, s in self.steps if when <= moment), default=0)
-
     def last_by_rank(self, since: float = 0.0) -> dict[int, int]:
         """Each rank's highest step recorded after `since`."""
         found: dict[int, int] = {}
