@@ -6,7 +6,7 @@ a mismatch, an OOM kill). lab.why draws the card and calls these once its first 
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from lab import disk_full, mismatch
@@ -50,6 +50,17 @@ def left_first(run_dir: Path, failures: list[RankFailure], terminated: set[int])
     leaves the loop and exits 0, and its peers fail waiting for it in the next collective."""
     gone = []
     failed = {f.pid for f in failures}
+    for node, rank, local_rank, pid in node_workers(run_dir, failures):
+        if pid not in failed and pid not in terminated:
+            left = RankFailure(rank, node, local_rank, failures[0].time, 0, pid=pid)
+            left.how = "exited 0 while its peers were still in the job: it left first"
+            gone.append(left)
+    return gone
+
+
+def node_workers(run_dir: Path, failures: list[RankFailure]) -> Iterator[tuple[str, int, int, int]]:
+    """(node, rank, local rank, pid) of each worker in the workers file of a node where a rank
+    failed: the rank is the node's first rank (known from a failure there) plus the local rank."""
     for node_dir in sorted((run_dir / "nodes").glob("*")):
         recorded = worker_record.read(node_dir / "workers.json")
         bases = {f.rank - f.local_rank for f in failures if f.node == node_dir.name and f.local_rank is not None}
@@ -57,11 +68,7 @@ def left_first(run_dir: Path, failures: list[RankFailure], terminated: set[int])
             continue
         base = bases.pop()
         for local_rank, pid in sorted(recorded[1].items()):
-            if pid not in failed and pid not in terminated:
-                left = RankFailure(base + local_rank, node_dir.name, local_rank, failures[0].time, 0, pid=pid)
-                left.how = "exited 0 while its peers were still in the job: it left first"
-                gone.append(left)
-    return gone
+            yield node_dir.name, base + local_rank, local_rank, pid
 
 
 def note_no_cause(

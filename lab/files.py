@@ -70,14 +70,11 @@ def read_regular(
     """A plain file's bytes, never read through a link at any component. None when it is missing,
     reached through a link, not a regular file (of uid `owner`, when given), or larger than
     `limit`; with tail, its last `limit` bytes instead."""
-    try:
-        fd = open_nofollow(path)
-    except (OSError, UnsafePath):
+    opened = _regular(path, owner)
+    if opened is None:
         return None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode) or (owner is not None and info.st_uid != owner):
-            return None
+    f, info = opened
+    with f:
         if limit is not None and info.st_size > limit:
             if not tail:
                 return None
@@ -88,16 +85,26 @@ def read_regular(
 def read_from(path: str | os.PathLike, offset: int, limit: int) -> tuple[bytes, int] | None:
     """At most `limit` bytes of a regular file from `offset`, and the file's size now (a log that
     grows): None when it is missing or no regular file. No link is followed."""
-    try:
-        fd = open_nofollow(path)
-    except (OSError, UnsafePath):
+    opened = _regular(path)
+    if opened is None:
         return None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            return None
+    f, info = opened
+    with f:
         f.seek(offset)
         return f.read(limit), info.st_size
+
+
+def _regular(path: str | os.PathLike, owner: int | None = None) -> tuple[IO[bytes], os.stat_result] | None:
+    """An open regular file (of uid `owner`, when given) and its stat, reached through no link."""
+    try:
+        f = os.fdopen(open_nofollow(path), "rb")
+    except (OSError, UnsafePath):
+        return None
+    info = os.fstat(f.fileno())
+    if not stat.S_ISREG(info.st_mode) or (owner is not None and info.st_uid != owner):
+        f.close()
+        return None
+    return f, info
 
 
 def read_text(path: str | os.PathLike, limit: int, *, tail: bool = False) -> str | None:

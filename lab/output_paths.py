@@ -30,12 +30,8 @@ def output_file(value: str | None, flag: str, *, make_folder: bool = False) -> P
     if value is None:
         return None
     path = _named(value, flag)
-    if os.path.lexists(path):
-        info = os.lstat(path)
-        if stat.S_ISLNK(info.st_mode):
-            raise LabError(f"{flag} {path} is a link; the lab never writes through one (give the real path)")
-        if not stat.S_ISREG(info.st_mode):
-            raise LabError(f"{flag} {path} is not a regular file; the lab replaces only files (give a file path)")
+    if _existing_kind(path, flag) not in (None, stat.S_IFREG):
+        raise LabError(f"{flag} {path} is not a regular file; the lab replaces only files (give a file path)")
     folder = path.parent
     if not folder.is_dir() and not make_folder:
         raise LabError(f"{flag} {path}: the folder {folder} does not exist: make it first, or choose another path")
@@ -48,12 +44,10 @@ def output_dir(value: str | None, flag: str) -> Path | None:
     if value is None:
         return None
     path = _named(value, flag)
-    if os.path.lexists(path):
-        info = os.lstat(path)
-        if stat.S_ISLNK(info.st_mode):
-            raise LabError(f"{flag} {path} is a link; the lab never writes through one (give the real path)")
-        if not stat.S_ISDIR(info.st_mode):
-            raise LabError(f"{flag} {path} exists and is not a folder")
+    kind = _existing_kind(path, flag)
+    if kind not in (None, stat.S_IFDIR):
+        raise LabError(f"{flag} {path} exists and is not a folder")
+    if kind is not None:
         _safe_folder(path, flag, path)
     _safe_folder(_existing(path.parent, flag, path), flag, path)
     return path
@@ -77,6 +71,16 @@ def append_text(path: Path, text: str) -> None:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise LabError(f"{path} is not a regular file: nothing appended")
         f.write(text)
+
+
+def _existing_kind(path: Path, flag: str) -> int | None:
+    """The file type (stat.S_IFMT) of what is at path now, None when nothing is; a link is refused."""
+    if not os.path.lexists(path):
+        return None
+    kind = stat.S_IFMT(os.lstat(path).st_mode)
+    if kind == stat.S_IFLNK:
+        raise LabError(f"{flag} {path} is a link; the lab never writes through one (give the real path)")
+    return kind
 
 
 def _named(value: str, flag: str) -> Path:

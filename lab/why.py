@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import bad_checkpoint, disk_full, files
-from lab.card_notes import hung_ranks, left_first, note_a_shared_error, note_no_cause, note_the_first_error
+from lab.card_notes import (
+    hung_ranks,
+    left_first,
+    node_workers,
+    note_a_shared_error,
+    note_no_cause,
+    note_the_first_error,
+)
 from lab.evidence import LOG_TAIL_BYTES
 from lab.failure_card import Card, RankFailure
 from lab.health import net_probe
@@ -28,7 +35,6 @@ from lab.health.stragglers import SlowNetwork, Straggler, first_named, first_slo
 from lab.lost_store import StoreLoss
 from lab.lost_store import found as store_lost
 from lab.mismatch import odd_rank, unsettled
-from lab.node import worker_record
 from lab.node_log import SIGTERM_SENT, bare_errors, native_aborts, own_frame, tracebacks
 
 # What a rank says when a *peer* failed: these are consequences, never the first cause.
@@ -262,20 +268,11 @@ def stopped_by_the_agent(
     node's first rank (known from a failure on it) plus the local rank."""
     found = []
     known = {f.pid for f in failures}
-    for node_dir in sorted((run_dir / "nodes").glob("*")):
-        recorded = worker_record.read(node_dir / "workers.json")
-        bases = {f.rank - f.local_rank for f in failures if f.node == node_dir.name and f.local_rank is not None}
-        if recorded is None or len(bases) != 1:
-            continue
-        base = bases.pop()
-        detected = min(f.time for f in failures if f.node == node_dir.name)
-        for local_rank, pid in recorded[1].items():
-            if pid in terminated and pid not in known:
-                rank = base + local_rank
-                failure = RankFailure(rank, node_dir.name, local_rank, detected, None, pid=pid, consequence=True)
-                failure.how, failure.last_step = (
-                    "stopped by torchrun's agent (SIGTERM) after its group failed",
-                    steps.get(rank),
-                )
-                found.append(failure)
+    for node, rank, local_rank, pid in node_workers(run_dir, failures):
+        if pid in terminated and pid not in known:
+            detected = min(f.time for f in failures if f.node == node)
+            failure = RankFailure(rank, node, local_rank, detected, None, pid=pid, consequence=True)
+            failure.how = "stopped by torchrun's agent (SIGTERM) after its group failed"
+            failure.last_step = steps.get(rank)
+            found.append(failure)
     return found
