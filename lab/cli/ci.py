@@ -21,7 +21,7 @@ from pathlib import Path
 from lab import files, output_paths
 from lab.bench import free_port
 from lab.cli.exercise_script import FAULTS, refuse_early, register_matrix, script_faults
-from lab.cli.flags import REPORT_DIR, add_run_dir_option
+from lab.cli.flags import AT_STEP, REPORT_DIR, add_run_dir_option
 from lab.errors import LabError
 from lab.exercises.script import junit, matrix, spec
 from lab.options import NPROC_PER_NODE, RDZV_PORT, RECOVERY, Option, add_all
@@ -50,6 +50,7 @@ def register(sub) -> None:
             SUMMARY.but(default=os.environ.get("GITHUB_STEP_SUMMARY")),
             REPORT_DIR.but(default="lab-ci-report", help="the matrix and every run's report (default %(default)s)"),
             RDZV_PORT.but(default=None, help="the rendezvous store's port (default: a free one)"),
+            *PASSED_ON,
         ),
     )
     parser.add_argument("script_args", nargs="*", metavar="-- ARGS", help="arguments for your script")
@@ -57,10 +58,19 @@ def register(sub) -> None:
     parser.set_defaults(handler=handle)
 
 
+# The knobs lab ci's own messages name, passed on to the drills as given (their defaults are the
+# drills': lab exercise matrix --help).
+PASSED_ON = (AT_STEP, spec.PROGRESS_REGEX, spec.AT_TIME, spec.DEADLINE, spec.CKPT_DIR)
+
+
 def matrix_argv(args: argparse.Namespace) -> list[str]:
     argv = ["exercise", "matrix", "--script", args.script, "--faults", args.faults, "--hosts", "loopback"]
     argv += ["--nodes", "1", "--nproc-per-node", str(args.nproc_per_node), "--report-dir", args.report_dir]
     argv += ["--recovery", args.recovery, "--rdzv-port", str(args.rdzv_port or free_port())]
+    for option in PASSED_ON:
+        value = getattr(args, option.name)
+        if value is not None:
+            argv += [option.flag, str(value)]
     if args.run_dir:
         argv += ["--run-dir", args.run_dir]
     return [*argv, "--", *args.script_args]

@@ -96,3 +96,21 @@ def test_the_workflow_file_is_the_one_the_doc_shows_and_keeps_what_lab_ci_leaves
     junit = run.split("--junit ")[1].split()[0]
     kept = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
     assert kept["if"] == "always()" and kept["with"]["path"].split() == ["lab-ci-report", junit]
+
+
+def test_the_knobs_lab_ci_names_are_its_own_and_reach_the_drills():
+    """issue 56: lab ci's messages named --progress-regex, --at-step, --at-time, --deadline and
+    --ckpt-dir, which it lacked (corrupt-checkpoint was refused for want of a --ckpt-dir)."""
+    import argparse
+
+    from lab.cli import build_parser
+    from lab.cli.ci import matrix_argv
+    from lab.cli.exercise_script import register_matrix
+
+    given = ["--at-step", "5", "--progress-regex", r"done (\d+)", "--at-time", "3", "--deadline", "60"]
+    args = build_parser().parse_args(["ci", "--script", "train.py", *given, "--ckpt-dir", "ck", "--rdzv-port", "29511"])
+    verbs = argparse.ArgumentParser().add_subparsers()
+    register_matrix(verbs)
+    drills = verbs.choices["matrix"].parse_args(matrix_argv(args)[2:])
+    assert (drills.at_step, drills.progress_regex, drills.at_time, drills.deadline) == (5, r"done (\d+)", 3.0, 60.0)
+    assert drills.ckpt_dir == "ck" and drills.rdzv_port == 29511 and drills.nodes == 1
