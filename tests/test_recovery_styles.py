@@ -197,11 +197,10 @@ def test_the_tuned_restart_recovers_the_drill_bit_identical(lab):
 def test_a_users_script_comes_back_from_its_snapshot_through_the_tuned_restart(tmp_path):
     """The bench's row for a script with no lab import: rank 1 killed at step 25, rank 0's snapshot of
     step 20 loaded by every restarted rank, through the lab's rendezvous and preloaded workers."""
-    took, details = recovery_styles.trial("your script (tuned)", tmp_path, "loopback", "local")
+    _, details = recovery_styles.trial("your script (tuned)", tmp_path, "loopback", "local")
     assert details["resumed_at"] == 21, details  # from its snapshot of step 20 (the kill: 25 or 26 done)
     stages = details["stages"]
     assert all(stages[k] is not None for k in ("detect", "rendezvous", "worker_init")), stages
-    assert took > 0, details  # how long it took is the bench's to publish (lab bench recovery-styles)
 
 
 def test_gloo_abort_does_not_end_a_collective_waiting_for_a_hung_peer():
