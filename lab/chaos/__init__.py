@@ -41,7 +41,7 @@ class Plan:
         return int((last + self.tail_s) / STEP_TIME_S) + 40
 
 
-def exercise(plan: Plan, out) -> Any:
+def exercise(plan: Plan) -> Any:
     """The campaign as the engine runs an exercise: a name, its job, its faults, its act."""
     injects = tuple(sorted({f for p in plan.faults for f in KINDS[p.kind].injects}))
     args = paced_trainer(plan.steps(), CKPT_EVERY, STEP_TIME_S)
