@@ -42,6 +42,7 @@ class LocalRuntime(MonitoredRuntime):
     NODE = LocalNode
     OPTIONS = (HOSTS, *MonitoredRuntime.OPTIONS)
     DRILLS = True
+    CHAOS = True
     HOST_CODE = True
     AUTO = True
     RDZV_BACKENDS = RDZV_BACKENDS  # every one: etcd-v2's server runs beside the nodes
