@@ -107,6 +107,16 @@ def _regular(path: str | os.PathLike, owner: int | None = None) -> tuple[IO[byte
     return f, info
 
 
+def read_head(path: str | os.PathLike, count: int) -> bytes | None:
+    """A regular file's first `count` bytes (what kind of file it is), reached through no link."""
+    opened = _regular(path)
+    if opened is None:
+        return None
+    f, _ = opened
+    with f:
+        return f.read(count)
+
+
 def read_text(path: str | os.PathLike, limit: int, *, tail: bool = False) -> str | None:
     """read_regular, decoded (bad bytes replaced): for logs and events a job writes."""
     raw = read_regular(path, limit, tail=tail)

@@ -15,6 +15,7 @@ from typing import Any
 from lab import job_text
 from lab.chaos.campaign import Blow
 from lab.chaos.progress import Progress
+from lab.chaos.schedule import KINDS
 
 
 def ledger(blows: list[Blow], progress: Progress, weights: dict[str, Any], setup: dict[str, Any]) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def ledger(blows: list[Blow], progress: Progress, weights: dict[str, Any], setup
         recovery[blow.kind] += blow.recovered_s if blow.recovered_s is not None else blow.bound_s
     saving = sum(seconds for _, _, seconds in progress.saves)
     productive = max(0.0, wall - sum(recovery.values()) - saving)
-    inside = [b for b in landed if b.kind in ("kill-in-regroup", "kill-after-save")]
+    inside = [b for b in landed if KINDS[b.kind].in_recovery]
     return {
         **setup,
         "faults_planned": len(blows),

@@ -50,16 +50,8 @@ def newest_file(directory: Path) -> Path | None:
 def _looks_saved(directory: Path, relative: Path) -> bool:
     if relative.suffix in SUFFIXES:
         return True
-    head = _head(directory / relative)
+    head = files.read_head(directory / relative, 8)
     return head is not None and (head.startswith(MAGIC) or _safetensors(head))
-
-
-def _head(path: Path) -> bytes | None:
-    try:
-        with os.fdopen(files.open_nofollow(path), "rb") as f:
-            return f.read(8) if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
-    except (OSError, files.UnsafePath):
-        return None
 
 
 def _safetensors(head: bytes) -> bool:
