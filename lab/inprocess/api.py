@@ -42,6 +42,7 @@ each leaves with heartbeat.TIMED_OUT_EXIT, and the keepers restart the whole gro
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import re
@@ -56,7 +57,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from lab.inprocess import lookout
+from lab.inprocess import handover, lookout
 from lab.inprocess.lookout import Lookout
 from lab.nodeenv import NodeEnv
 
@@ -122,6 +123,7 @@ class Attempt:
         self.adopted_from: int | None = None  # the rank whose state this attempt took, when it took one
         self._group_sockets: dict[int, str] = {}  # the connections it opened to join the group: fd -> inode
         self._join_began: dict[int, str] = {}  # the sockets open when its last join began
+        self._joins = 0  # the joins this attempt began (one more for each generation opened during one)
 
     @property
     def in_process(self) -> bool:
@@ -161,8 +163,11 @@ class Attempt:
         assert self.store is not None
         while True:
             # Set before the lookout exists: it may fire at once, and must not shut down what came before.
-            self.phase, self._join_began = "joining", lookout.sockets()
-            watch = Lookout(self.store, self.generation, self._next_opened)
+            with self._phase_lock:
+                self.phase, self._join_began = "joining", lookout.sockets()
+                self._joins += 1
+            joins = self._joins
+            watch = Lookout(self.store, self.generation, functools.partial(self._next_opened, joins))
             before = lookout.sockets()  # the group's connections are those opened after the lookout's
             try:
                 self._join(backend, before)
@@ -207,16 +212,26 @@ class Attempt:
         finally:
             self._group_sockets = lookout.opened_since(before)
 
-    def _next_opened(self) -> None:
-        """The lookout's call, on its thread, when the next generation opens."""
+    def _next_opened(self, join: int) -> None:
+        """The lookout's call, on its thread, when the generation after the one of `join` (this
+        attempt's count of joins when it began) opens."""
         with self._phase_lock:
-            phase = self.phase
+            phase = self.phase if join == self._joins else "left"  # a later join is not this lookout's
             if phase == "joining":  # the join's waits on the store fail at once
                 lookout.shut_down({**self.store_sockets, **lookout.opened_since(self._join_began)})
             elif phase == "in":  # the collective fails at once (module docstring: why the read side only)
                 lookout.shut_down(self._group_sockets, socket.SHUT_RD)
-        if phase == "in" and lookout.stranded(self._main_thread, lambda: self.phase == "in", self._group_sockets):
-            lookout.leave_stranded(os.environ.get("RANK", "?"), self.generation)
+        if phase == "in":
+            still_in, connections, where = (lambda: self.phase == "in"), self._group_sockets, lookout.STRANDED_IN
+        elif phase == "joining":
+            still_in, connections = (lambda: self.phase == "joining" and self._joins == join), None
+            where = lookout.STRANDED_JOINING
+        else:
+            return
+        idle = lookout.stranded(self._main_thread, still_in, connections)
+        if idle is not None:
+            rank = os.environ.get("RANK", "?")
+            lookout.leave_stranded(rank, self.generation, idle, where.format(generation=self.generation))
 
     def __exit__(self, kind, error, tb) -> bool:
         with self._phase_lock:
@@ -257,21 +272,7 @@ class Attempt:
         checkpoint). Returns the step every rank now holds. Without a group: step as given."""
         if not dist.is_initialized():
             return step or 0
-        device = next(model.parameters()).device
-        held = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(dist.get_world_size())]
-        dist.all_gather(held, torch.tensor([-1 if step is None else step], device=device))
-        steps = [int(t) for t in held]
-        newest = max(steps)
-        if newest < 0 or steps.count(newest) == len(steps):
-            return max(newest, 0)  # every rank holds the same step: nothing to hand over
-        source = steps.index(newest)
-        for tensor in [*model.parameters(), *model.buffers()]:
-            dist.broadcast(tensor.data, src=source)
-        if optimizer is not None:
-            payload = [optimizer.state_dict()]
-            dist.broadcast_object_list(payload, src=source)
-            optimizer.load_state_dict(payload[0])
-        self.adopted_from = source
+        newest, self.adopted_from = handover.newest_state(model, optimizer, step)
         return newest
 
 

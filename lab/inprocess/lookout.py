@@ -26,6 +26,11 @@ connection is still open), and its keeper gives its place to a spare as for any 
 state it held is still held by its peers). A rank computing runs Python between its kernels,
 and one in a long call outside a collective (torch.save of a large checkpoint) is not in
 one: both are left alone, and their next collective fails.
+
+A join is ended the same way: one that stays inside init_process_group STRANDED_AFTER_S after
+the next generation opened waits on gloo's connect to a peer gone from the generation it joins,
+which gloo retries on every refusal until its own timeout, deaf to any connection shut down
+(found by `lab chaos`: ranks sat out 100 s there when a second rank died during the regroup).
 """
 
 from __future__ import annotations
@@ -116,10 +121,11 @@ def shut_down(opened: dict[int, str], how: int = socket.SHUT_RDWR) -> None:
             pass  # already closed by the other side, or not a connected stream
 
 
-def stranded(thread_id: int, still_in: Callable[[], bool], connections: dict[int, str]) -> bool:
-    """True when, while still_in() held, the thread ran no Python (its innermost frame and
-    instruction never moved) inside a collective for CLOSED_GRACE_S with every one of
-    `connections` closed, or for STRANDED_AFTER_S. False once still_in() no longer holds."""
+def stranded(thread_id: int, still_in: Callable[[], bool], connections: dict[int, str] | None) -> float | None:
+    """The seconds the thread ran no Python (its innermost frame and instruction never moved)
+    inside a collective while still_in() held: once CLOSED_GRACE_S with every one of
+    `connections` closed, or STRANDED_AFTER_S (connections None: only that). None once
+    still_in() no longer holds."""
     position, since = _position(thread_id), time.monotonic()
     while still_in():
         time.sleep(0.05)
@@ -128,10 +134,10 @@ def stranded(thread_id: int, still_in: Callable[[], bool], connections: dict[int
             position, since = now, time.monotonic()
         idle = time.monotonic() - since
         live = sockets()
-        closed = all(live.get(fd) != inode for fd, inode in connections.items())
+        closed = connections is not None and all(live.get(fd) != inode for fd, inode in connections.items())
         if idle >= STRANDED_AFTER_S or (closed and idle >= CLOSED_GRACE_S):
-            return still_in()
-    return False
+            return idle if still_in() else None
+    return None
 
 
 def _in_a_collective(thread_id: int) -> bool:
@@ -148,14 +154,24 @@ def _position(thread_id: int) -> tuple[int, int] | None:
     return None if frame is None else (id(frame), frame.f_lasti)
 
 
-def leave_stranded(rank: str, generation: int) -> None:
-    """End this process: its main thread waits on a send gloo will never complete."""
+def leave_stranded(rank: str, generation: int, idle_s: float, where: str) -> None:
+    """End this process: its main thread waits in a call of torch.distributed that nothing will end."""
     _leave(
-        f"rank {rank} ran no Python for {CLOSED_GRACE_S:.0f} s after generation {generation + 1} opened and "
-        f"generation {generation}'s connections closed: a collective that gloo stranded (a send to a closed peer) "
-        "waits for ever; it exits so that its keeper gives its place to a spare",
+        f"rank {rank} ran no Python for {idle_s:.1f} s after generation {generation + 1} opened, {where}: "
+        "it exits so that its keeper gives its place to a spare",
         STRANDED_EXIT,
     )
+
+
+# What a rank stranded in each phase waits on, in its line (leave_stranded).
+STRANDED_IN = (
+    "generation {generation}'s connections closed and its collective still waiting (a send gloo stranded to "
+    "a closed peer waits for ever)"
+)
+STRANDED_JOINING = (
+    "still inside its join of generation {generation} (gloo retries a refused connect to a peer gone from "
+    "that generation until its own timeout, deaf to the connections shut down)"
+)
 
 
 def leave_abandoned(rank: str, generation: int, cause: str) -> None:

@@ -48,6 +48,32 @@ RANK = textwrap.dedent(
     print(f"finished in generation {attempt.generation} with {int(total)}", flush=True)
     """
 )
+# A rank whose join sits in a wait of torch.distributed that no connection the lookout shuts down
+# can end: a double of gloo's connect to a peer gone from the generation, retried on every
+# refusal (that race cannot be produced on demand). The wait is a store barrier on a client
+# opened before the join began, which the lookout leaves alone.
+STUCK_IN_JOIN = textwrap.dedent(
+    """
+    import os, torch.distributed as dist
+    from torch.distributed.elastic.utils.store import barrier
+    from lab.inprocess import api, attempts
+
+    host, port = os.environ["LAB_INPROCESS_STORE"].rsplit(":", 1)
+    held = dist.TCPStore(host, int(port), is_master=False)
+    original = api.Attempt._join
+
+    def join(self, backend, before):
+        if self.generation == 0:
+            print("joining", flush=True)
+            barrier(held, world_size=3, key_prefix="never/", barrier_timeout=600)
+        return original(self, backend, before)
+
+    api.Attempt._join = join
+    for attempt in attempts():
+        with attempt:
+            print(f"joined generation {attempt.generation}", flush=True)
+    """
+)
 WAIT_S = 30  # half the process-group timeout
 
 
@@ -56,11 +82,11 @@ def store():
     return dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False)
 
 
-def start(store, rank: int, generation: int | None = None, **env) -> subprocess.Popen:
+def start(store, rank: int, generation: int | None = None, script: str = RANK, **env) -> subprocess.Popen:
     wire = NodeEnv(inprocess_store=f"127.0.0.1:{store.port}", pg_timeout_s=60, inprocess_generation=generation)
     base = {k: v for k, v in os.environ.items() if not k.startswith("LAB_") and k not in ("RANK", "WORLD_SIZE")}
     return subprocess.Popen(
-        [sys.executable, "-c", RANK],
+        [sys.executable, "-c", script],
         cwd=REPO,
         env={**base, **wire.render(), **env, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)},
         stdout=subprocess.PIPE,
@@ -132,6 +158,20 @@ def test_a_rank_stranded_in_its_collective_leaves_and_its_replacement_joins_the_
     assert [r.returncode for r in (ranks[0], replacement)] == [0, 0], outs
     assert "generation 0 ended: " in outs[0], outs[0]
     assert all("finished in generation 2 with 2" in out for out in outs), outs
+
+
+def test_a_join_stuck_where_no_shutdown_reaches_ends_the_rank_soon_after_the_next_generation_opens(store):
+    """A second death during a regroup: gloo's connect in the join retries a refused peer until
+    its own timeout (100 s measured in `lab chaos`), deaf to the lookout's shutdown. The rank
+    leaves with STRANDED_EXIT and one line, so its keeper gives its place to a spare, well
+    before the process-group timeout (60 s here)."""
+    rank = start(store, 0, script=STUCK_IN_JOIN)
+    assert rank.stdout.readline().strip() == "joining"
+    open_next(store)
+    out = finish(rank)[0]  # within WAIT_S, half the process-group timeout
+    assert rank.returncode == STRANDED_EXIT, out
+    assert "rank 0 ran no Python for" in out and "still inside its join of generation 0" in out, out
+    assert "joined generation" not in out, out
 
 
 def test_a_rank_that_leaves_its_loop_after_a_lost_peer_exits_1_saying_why(store):
