@@ -273,7 +273,9 @@ class Attempt:
         if not dist.is_initialized():
             return step or 0
         newest, self.adopted_from = handover.newest_state(model, optimizer, step)
-        return newest
+        if newest < 0 and self.in_process:  # nobody holds it: the checkpoint does (lookout says why)
+            lookout.leave_without_state(os.environ.get("RANK", "?"), self.generation)
+        return max(newest, 0)
 
 
 def _destroy_quietly() -> None:

@@ -12,14 +12,14 @@ def newest_state(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, step: int | None
 ) -> tuple[int, int | None]:
     """(the step every rank now holds, the rank whose state was handed over, or None when every
-    rank held the same step). step None: this rank holds nothing yet."""
+    rank held the same step). step None: this rank holds nothing yet; -1: no rank holds anything."""
     device = next(model.parameters()).device
     held = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(dist.get_world_size())]
     dist.all_gather(held, torch.tensor([-1 if step is None else step], device=device))
     steps = [int(t) for t in held]
     newest = max(steps)
     if newest < 0 or steps.count(newest) == len(steps):
-        return max(newest, 0), None  # every rank holds the same step: nothing to hand over
+        return newest, None  # every rank holds the same step (or nothing): nothing to hand over
     source = steps.index(newest)
     for tensor in [*model.parameters(), *model.buffers()]:
         dist.broadcast(tensor.data, src=source)

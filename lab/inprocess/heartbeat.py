@@ -31,6 +31,16 @@ STRANDED_EXIT = 75
 # help (the hung rank holds its place), so its keepers restart the whole group
 # (lab.inprocess.rounds). EX_PROTOCOL.
 TIMED_OUT_EXIT = 76
+# The exit status of a rank that found, once a regroup was joined, that no rank held the job's
+# state: every one was a replacement (a second and third death during the regroup left no
+# survivor), so nothing can be handed over in memory. Its keepers restart the whole group from
+# the script's checkpoint (lab.inprocess.rounds), as for a timeout.
+NO_STATE_EXIT = 77
+# What each status that asks for a round says, in the keeper's line and its event.
+ROUND_FOR = {
+    TIMED_OUT_EXIT: "rank {rank}'s collective timed out: a peer hangs, alive but not in it",
+    NO_STATE_EXIT: "no rank held the job's state when rank {rank} regrouped (every one was a replacement)",
+}
 BEAT_S = 0.2
 BEAT = struct.Struct("d")  # a beat: when it was sent, time.monotonic()
 MIN_FROZEN_S = 3.0

@@ -15,9 +15,10 @@ under --preload, lab.inprocess.forked), and waits on them:
   (lab.inprocess.heartbeat): SIGKILLed, then replaced (a lab.rank_frozen event);
 - a rank gloo stranded in a collective ends itself (heartbeat.STRANDED_EXIT): replaced (a
   lab.rank_stranded event);
-- a rank whose collective timed out (heartbeat.TIMED_OUT_EXIT: a peer hangs in Python) cannot
-  be helped by a spare: the keepers restart every rank from the script's checkpoint
-  (lab.inprocess.rounds; a lab.group_restarted event).
+- a rank whose collective timed out (heartbeat.TIMED_OUT_EXIT: a peer hangs in Python), or
+  that regrouped with no rank holding the job's state (NO_STATE_EXIT), cannot be helped by a
+  spare: the keepers restart every rank from the script's checkpoint (lab.inprocess.rounds; a
+  lab.group_restarted event).
 Each counts against the node's budget of K replacements; one more ends the job (exit 1). It
 ends with 0 once every rank it holds finished, and stops its children when stopped (or dead:
 they get SIGKILL from the kernel, PR_SET_PDEATHSIG). One that loses the store (node 0's keeper)
@@ -66,7 +67,7 @@ class Keeper(Fallback):
         self.roll = RollCall(store, args.node_rank, args.nodes, silent_s) if store is not None else None
         self.rounds = Rounds(store)
         self.health = NodeHealth(args.max_replacements)  # its agent metrics, where the lab asked for them
-        self.timed_out: set[int] = set()  # ranks that left on a timeout, waiting for the round they asked
+        self.timed_out: set[int] = set()  # ranks that left asking for a round (heartbeat.ROUND_FOR), until it comes
 
     def _start(self, extra: list[str], env: dict[str, str]) -> Child:
         read, write = self.ear.new_pipe()
@@ -166,10 +167,10 @@ class Keeper(Fallback):
                 if code == 0:
                     done.add(rank)
                     continue
-                if code == heartbeat.TIMED_OUT_EXIT:  # it said why on its own line
+                if code in heartbeat.ROUND_FOR:  # it said why on its own line; no spare can help
                     if rank not in self.timed_out:
                         self.timed_out.add(rank)
-                        self.rounds.ask(f"rank {rank}'s collective timed out: a peer hangs, alive but not in it")
+                        self.rounds.ask(heartbeat.ROUND_FOR[code].format(rank=rank))
                     continue
                 if code == heartbeat.STRANDED_EXIT:  # it said why on its own line
                     self._record_event(AgentEvent.RANK_STRANDED, rank=rank)

@@ -45,7 +45,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from lab.inprocess.heartbeat import STRANDED_EXIT, TIMED_OUT_EXIT
+from lab.inprocess.heartbeat import NO_STATE_EXIT, STRANDED_EXIT, TIMED_OUT_EXIT
 
 # A lookout waits on the store this long at most; one whose attempt ended normally is left
 # blocked, a daemon thread (waking it early would mean polling, and torch logs every wait
@@ -195,6 +195,18 @@ def leave_timed_out(rank: str, generation: int, what: str, said: str) -> None:
         "(it hangs); no spare can take a living rank's place, so it exits and the keepers restart the whole group "
         "from its checkpoint",
         TIMED_OUT_EXIT,
+    )
+
+
+def leave_without_state(rank: str, generation: int) -> None:
+    """This rank regrouped in a generation where no rank holds the job's state: each is a
+    replacement. Exit NO_STATE_EXIT: the keepers restart the group, and the ranks load the
+    script's checkpoint (a fresh start from step 0 would throw the job's progress away)."""
+    _leave(
+        f"rank {rank}: no rank of generation {generation} holds the job's state (every one replaced a rank "
+        "lost during the regroup), so none can hand it over; it exits and the keepers restart the whole group "
+        "from its checkpoint",
+        NO_STATE_EXIT,
     )
 
 

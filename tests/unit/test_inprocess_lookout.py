@@ -19,7 +19,7 @@ from conftest import REPO
 
 from lab.inprocess import lookout
 from lab.inprocess.api import PEER_LOST
-from lab.inprocess.heartbeat import STRANDED_EXIT
+from lab.inprocess.heartbeat import NO_STATE_EXIT, STRANDED_EXIT
 from lab.nodeenv import NodeEnv
 
 # Each rank sits in generation 0 in a receive that no peer will ever match (or, as STRAND, in
@@ -72,6 +72,22 @@ STUCK_IN_JOIN = textwrap.dedent(
     for attempt in attempts():
         with attempt:
             print(f"joined generation {attempt.generation}", flush=True)
+    """
+)
+# A rank that adopts the newest state: STEP, its model's weight 1.5 (none: a replacement, holding nothing).
+ADOPT = textwrap.dedent(
+    """
+    import os, torch
+    from lab.inprocess import attempts
+
+    model = torch.nn.Linear(1, 1, bias=False)
+    step = int(os.environ["STEP"]) if "STEP" in os.environ else None
+    with torch.no_grad():
+        model.weight.fill_(1.5 if step is not None else 0.0)
+    for attempt in attempts():
+        with attempt:
+            step = attempt.adopt(model, None, step)
+            print(f"trained from {step} with {float(model.weight)}", flush=True)
     """
 )
 WAIT_S = 30  # half the process-group timeout
@@ -172,6 +188,27 @@ def test_a_join_stuck_where_no_shutdown_reaches_ends_the_rank_soon_after_the_nex
     assert rank.returncode == STRANDED_EXIT, out
     assert "rank 0 ran no Python for" in out and "still inside its join of generation 0" in out, out
     assert "joined generation" not in out, out
+
+
+def test_a_regroup_where_every_rank_is_a_replacement_asks_for_the_checkpoint_instead_of_step_0(store):
+    """Deaths during a regroup can leave no survivor: every rank of the new generation replaced
+    one and holds nothing (found by `lab chaos`: such a group trained on from step 0, its progress
+    thrown away). Each leaves with NO_STATE_EXIT and one line, so its keepers restart the group
+    from the checkpoint; none trains."""
+    ranks = [start(store, rank, generation=0, script=ADOPT) for rank in range(2)]
+    for rank, out in zip(ranks, finish(*ranks), strict=True):
+        assert rank.returncode == NO_STATE_EXIT, out
+        assert "no rank of generation 0 holds the job's state" in out, out
+        assert "trained from" not in out, out
+
+
+def test_a_replacement_among_survivors_takes_the_newest_state_from_a_peer(store):
+    """The other side of the same rule: one rank holds step 7, the replacement nothing; both go
+    on from step 7, with the survivor's weights."""
+    ranks = [start(store, 0, script=ADOPT, STEP="7"), start(store, 1, generation=0, script=ADOPT)]
+    outs = finish(*ranks)
+    assert [r.returncode for r in ranks] == [0, 0], outs
+    assert all("trained from 7 with 1.5" in out for out in outs), outs
 
 
 def test_a_rank_that_leaves_its_loop_after_a_lost_peer_exits_1_saying_why(store):

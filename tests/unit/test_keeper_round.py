@@ -1,13 +1,15 @@
-"""A rank whose collective timed out (a peer hangs in Python, still beating) makes its keeper fall
-back to a restart of the whole group (lab.inprocess.rounds). The keeper is real, with a real
-TCPStore; its ranks and spares are small stand-in processes: rank 0 exits with TIMED_OUT_EXIT
-at once, rank 1 hangs (a long sleep) until the round stops it."""
+"""A rank whose collective timed out (a peer hangs in Python, still beating), or that regrouped
+where no rank held the job's state, makes its keeper fall back to a restart of the whole group
+(lab.inprocess.rounds). The keeper is real, with a real TCPStore; its ranks and spares are small
+stand-in processes: rank 0 exits with TIMED_OUT_EXIT (or NO_STATE_EXIT) at once, rank 1 hangs (a
+long sleep) until the round stops it."""
 
 import json
 import subprocess
 import sys
 import textwrap
 
+import pytest
 from conftest import REPO
 
 KEEPER = textwrap.dedent(
@@ -15,14 +17,14 @@ KEEPER = textwrap.dedent(
     import argparse, subprocess, sys
     import torch.distributed as dist
     from lab.inprocess import keeper as k
-    from lab.inprocess.heartbeat import TIMED_OUT_EXIT
+    from lab.inprocess.heartbeat import NO_STATE_EXIT, TIMED_OUT_EXIT
 
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     args = argparse.Namespace(store="-", node_rank=0, nodes=1, nproc_per_node=2, events_dir=sys.argv[1], script=["-"])
     args.max_replacements = int(sys.argv[2])
     keeper = k.Keeper(args, store)
     argvs = iter([
-        ["sh", "-c", f"exit {TIMED_OUT_EXIT}"],  # rank 0: its collective timed out
+        ["sh", "-c", f"exit {NO_STATE_EXIT if sys.argv[4] == 'no-state' else TIMED_OUT_EXIT}"],  # rank 0
         ["sleep", "600"],  # rank 1: the one that hangs
         ["sleep", "1"],  # the spare: rank 0 in the restart
         ["sleep", "1"],  # rank 1, started afresh
@@ -44,9 +46,9 @@ KEEPER = textwrap.dedent(
 )
 
 
-def run_keeper(events, budget: int, how: str = "hang") -> subprocess.CompletedProcess:
+def run_keeper(events, budget: int, how: str = "hang", status: str = "timed-out") -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", KEEPER, str(events), str(budget), how],
+        [sys.executable, "-c", KEEPER, str(events), str(budget), how, status],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -59,8 +61,12 @@ def rounds_recorded(events) -> list[dict]:
     return [r["torchelastic"]["metadata"] for r in records if r["torchelastic"]["name"] == "lab.group_restarted"]
 
 
-def test_a_timed_out_rank_restarts_every_rank_of_the_node_afresh_and_is_recorded(tmp_path):
-    done = run_keeper(tmp_path, budget=1)
+@pytest.mark.parametrize(
+    ("status", "why"),
+    [("timed-out", "rank 0's collective timed out"), ("no-state", "no rank held the job's state when rank 0")],
+)
+def test_a_rank_asking_for_a_round_restarts_every_rank_of_the_node_afresh_and_is_recorded(tmp_path, status, why):
+    done = run_keeper(tmp_path, budget=1, status=status)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ranks restart from the checkpoint in generation 1 (round 1; replacement 1 of 1)" in done.stdout
     # The spare takes rank 0 as a fresh start (it loads the checkpoint, not a peer's state), rank 1
@@ -69,7 +75,8 @@ def test_a_timed_out_rank_restarts_every_rank_of_the_node_afresh_and_is_recorded
     restarted = [line for line in done.stdout.splitlines() if line.startswith("start [] ")][2:]
     assert restarted == ["start [] [('LOCAL_RANK', '1'), ('RANK', '1')]"], done.stdout
     rounds = rounds_recorded(tmp_path)
-    assert [(r["round"], r["generation"]) for r in rounds] == [(1, 1)] and "timed out" in rounds[0]["why"]
+    assert [(r["round"], r["generation"]) for r in rounds] == [(1, 1)] and rounds[0]["why"].startswith(why)
+    assert f"[keeper node0] {why}" in done.stdout, done.stdout
 
 
 def test_a_keeper_back_on_a_lost_node_asks_for_a_round_and_starts_its_ranks_in_it(tmp_path):
