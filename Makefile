@@ -50,6 +50,10 @@ wheels-cuda: venv ## download the cuda image's wheels (torch 2.14.1's CUDA build
 images: venv ## build the images: TARGETS="cpu cuda" (default; also ray), BASE_IMAGE=..., OFFLINE=1, REGISTRY=HOST:PORT [PUSH=1]
 	REGISTRY="$(REGISTRY)" PUSH="$(PUSH)" scripts/build-images.sh
 
+golden: ## rewrite the Kubernetes golden renderings (tests/golden/k8s/) after an intended change: read the diff
+	@for overlay in k8s/overlays/*/; do name=$$(basename $$overlay); \
+	  kubectl kustomize $$overlay > tests/golden/k8s/$$name.yaml && echo "rewrote tests/golden/k8s/$$name.yaml"; done
+
 lint: venv ## ruff (lint and format) and mypy, as configured in pyproject.toml
 	$(BIN)/ruff check lab tests
 	$(BIN)/ruff format --check lab tests

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import time
 import urllib.request
@@ -19,6 +18,7 @@ import urllib.request
 import pytest
 import yaml
 from docker_support import build_images
+from registry_support import needs_registry, serving
 
 from lab.bench import free_port
 from lab.user_image import MANIFEST_TYPES
@@ -26,9 +26,7 @@ from lab.user_image import MANIFEST_TYPES
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.slow,
-    pytest.mark.skipif(
-        shutil.which("docker-registry") is None, reason="docker-registry not installed (make host-deps)"
-    ),
+    needs_registry,
     pytest.mark.xdist_group("registry"),  # one worker, one registry
 ]
 MANIFESTS = MANIFEST_TYPES
@@ -36,42 +34,18 @@ MANIFESTS = MANIFEST_TYPES
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory):
-    """A registry of this module's own: its storage in a temp dir, stopped and gone afterwards."""
-    tmp_path = tmp_path_factory.mktemp("registry")
-    port = free_port()
-    config = tmp_path / "registry.yml"
-    config.write_text(
-        json.dumps(
-            {
-                "version": 0.1,
-                "storage": {"filesystem": {"rootdirectory": str(tmp_path / "storage")}, "delete": {"enabled": True}},
-                "http": {"addr": f"127.0.0.1:{port}"},
-                "log": {"level": "warn"},
-            }
-        )
-    )
-    server = subprocess.Popen(
-        ["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        for _ in range(100):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(30)
-        shutil.rmtree(tmp_path / "storage", ignore_errors=True)  # a GB of layers: not kept with the test's dir
-        tags = subprocess.run(
-            ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True
-        )
-        mine = [t for t in tags.stdout.split() if t.startswith(f"127.0.0.1:{port}/")]
-        if mine:  # the tags the push made in the daemon, and only those
-            subprocess.run(["docker", "rmi", *mine], capture_output=True, timeout=120)
+    """A registry of this module's own (registry_support); afterwards, the tags its pushes made in
+    the daemon are removed, and only those."""
+    with serving(tmp_path_factory.mktemp("registry")) as address:
+        try:
+            yield address
+        finally:
+            tags = subprocess.run(
+                ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True
+            )
+            mine = [t for t in tags.stdout.split() if t.startswith(f"{address}/")]
+            if mine:
+                subprocess.run(["docker", "rmi", *mine], capture_output=True, timeout=120)
 
 
 def test_images_are_pushed_read_back_by_digest_and_named_so_in_the_manifests(images, registry, lab):

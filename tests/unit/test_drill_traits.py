@@ -50,8 +50,19 @@ def test_the_catalogue_refuses_a_slipped_drill_as_it_loads_it(tmp_path, monkeypa
         exercises.drills()
 
 
-def test_a_real_drill_copied_whole_passes(tmp_path):
-    traits.check(drill_from((DRILLS / "corrupt_checkpoint.py").read_text(), tmp_path))
+def test_a_real_drill_copied_whole_loads_into_the_catalogue_beside_the_original(tmp_path, monkeypatch):
+    """The copy, its NAME changed, is checked as the catalogue loads it and found there, with
+    the original's declarations, beside the original."""
+    import sys
+
+    source = changed("corrupt_checkpoint", 'NAME = "corrupt-checkpoint"', 'NAME = "copied-corrupt-checkpoint"')
+    module = drill_from(source, tmp_path)
+    monkeypatch.setitem(sys.modules, "lab.exercises.copied", module)
+    monkeypatch.setattr(exercises, "CATALOG", (*exercises.CATALOG, "copied"))
+    loaded = exercises.drills()
+    assert loaded["copied-corrupt-checkpoint"] is module
+    original = loaded["corrupt-checkpoint"]
+    assert (module.INJECTS, module.SCRIPT_RECOVERY) == (original.INJECTS, original.SCRIPT_RECOVERY)
 
 
 RECOVERY = 'SCRIPT_RECOVERY = "restart"'

@@ -71,15 +71,25 @@ def test_a_lost_etcd_is_survived_and_said_so():
     assert card.to_json()["store_loss"]["went_on"] is True
 
 
+SAID = {  # coordinator: (verdict, what the line must say)
+    "c10d": ("failed fast", "the agent of node1 could not reach it", "could not regroup", "killed: node0 (SIGKILL)"),
+    "lab-store": ("failed fast", "the agent of node1 could not reach it", "killed: node0 (SIGKILL)"),
+    "etcd": ("survived", "the agents of node0, node1 could not reach it", "every rank completed its 300 steps"),
+}
+
+
 @pytest.mark.parametrize("name", ["c10d-local-0", "lab-store-local-0", "etcd-local-0"])
 def test_the_bench_verdict_is_drawn_again_from_the_kept_evidence(name):
     folder, truth = kept(name)
     cell = Cell(COORDINATORS[truth["coordinator"]], truth["runtime"], truth["trial"])
     again = judged(cell, folder, truth["exit_codes"], truth["seconds"])
-    assert (again.verdict, again.said) == (truth["verdict"], truth["said"])
-    assert {"c10d": "failed fast", "lab-store": "failed fast", "etcd": "survived"}[
-        truth["coordinator"]
-    ] == again.verdict
+    # What each trial was (node0, the store's host, SIGKILLed after step 21) and what a store in
+    # node 0's agent must mean for the other node; written down by hand, not the bench's old words.
+    verdict, *facts = SAID[truth["coordinator"]]
+    assert again.verdict == verdict
+    assert again.said.startswith("rendezvous store lost after step 21: "), again.said
+    for fact in facts:
+        assert fact in again.said, again.said
 
 
 def test_a_node_still_running_at_the_deadline_is_a_hang():

@@ -74,6 +74,9 @@ def test_a_keeper_that_never_beat_or_said_it_was_done_is_not_judged(store):
     for _ in range(10):  # node 1 never started to beat
         node0.tick()
         clock.now += BEAT_S
+    assert store.get(RollCall.key(0, "beat")) == b"10"  # node 0 beat all along, judging as it went
+    assert node0.silent(clock.now + 60) is None  # neither is judged, however long it is silent
+    assert node0.heard == {}
 
 
 def test_node_0_waits_for_every_other_keepers_word_before_it_takes_the_store_down(store):

@@ -1,6 +1,8 @@
-"""`lab image build`'s checks of what it is given, before any daemon is asked (no Docker here)."""
+"""`lab image build`'s checks of what it is given, before any daemon is asked (no Docker here; a real
+registry, where one answers for a digest)."""
 
 import pytest
+from registry_support import needs_registry, serving
 
 from lab.errors import LabError
 from lab.user_image import check_reference, script_in_image
@@ -45,13 +47,21 @@ def test_the_script_must_lie_in_the_directory_baked(tmp_path):
         script_in_image(tmp_path / "nowhere", code / "pkg" / "train.py")
 
 
-def test_a_digest_is_checked_only_where_a_registry_answers_for_it():
-    """No registry named, no digest, or a registry that does not answer: left to the cluster."""
+@needs_registry
+def test_a_digest_is_refused_where_a_registry_says_it_holds_none_and_left_to_the_cluster_elsewhere(tmp_path):
+    """A real, empty registry holds no manifest with that digest: one line naming it. No registry
+    named, no digest, or a registry that does not answer: left to the cluster, which may reach
+    it with its pull secret (the call returns, having asked nobody or nobody who answered)."""
     from lab.bench import free_port
     from lab.user_image import check_digest
 
-    for ref in ("train:1", "team/train@sha256:" + "0" * 64, f"127.0.0.1:{free_port()}/train@sha256:" + "0" * 64):
-        check_digest(ref, timeout_s=2)
+    digest = "sha256:" + "0" * 64
+    with serving(tmp_path) as registry:
+        with pytest.raises(LabError, match=rf"^image {registry}/team/train@{digest}: registry {registry} holds no "):
+            check_digest(f"{registry}/team/train@{digest}", timeout_s=5)
+        check_digest(f"{registry}/team/train:1", timeout_s=5)  # a tag, not a digest: not asked
+    for ref in ("train:1", f"team/train@{digest}", f"127.0.0.1:{free_port()}/train@{digest}"):
+        assert check_digest(ref, timeout_s=2) is None
 
 
 @pytest.mark.parametrize("name", ["my code", "evil\nLABEL x=1\nCOPY / /stolen", "..", "ünïcode", ".hidden"])

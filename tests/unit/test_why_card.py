@@ -34,12 +34,12 @@ def card_of(how: str, kernel: str = "") -> str:
 )
 def test_the_card_names_the_rank_that_failed_first_and_how(how, expected):
     card = card_of(how)
-    assert card.startswith("first failure: rank 1 on node"), card
+    # Rank 1 of a 2 x 2 job lives on node0 as its local rank 1.
+    assert card.startswith("first failure: rank 1 on node0 (local rank 1, pid "), card
     for text in expected:
         assert text in card, card
-    assert "then rank" in card  # what the others did next
-    # The card drawn again from the kept evidence is the one `lab run` printed and saved.
-    assert card == json.loads((FIXTURES / f"{how}.json").read_text())["text"]
+    later = [line for line in card.splitlines() if line.startswith("then rank ")]  # what the others did next
+    assert later and all(not line.startswith("then rank 1 ") for line in later), card
 
 
 def test_a_sigkill_the_kernel_log_names_is_an_oom_kill():
