@@ -39,6 +39,7 @@ LAYERS = [
     (
         "lab.workloads",
         "lab.inprocess.api",
+        "lab.inprocess.group",
         "lab.inprocess.handover",
         "lab.inprocess.lookout",
         "lab.inprocess.heartbeat",

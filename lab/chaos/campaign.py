@@ -89,10 +89,9 @@ def loses_the_job(drill: Any, node: str) -> bool:
     agent (restart styles) or the job's store in its keeper (in-process). Lost, every other node
     loses the store and ends at once, by design (docs/recovery.md): the job is over, and a
     scheduler starts it again, whole, from the checkpoint. (Node 0 started again alone waits for
-    peers that ended: the join timeout under torchrun; under in-process recovery each of its ranks
-    times out its join, is taken for a death and replaced by a spare that waits again, until the
-    replacement budget is spent: over 8 minutes, measured. Found by this campaign, left to its own
-    fix: a join that timed out is no death a spare can mend.)"""
+    peers that ended, and gives up at the join timeout, under torchrun and under in-process
+    recovery alike: lab.inprocess.heartbeat.ABSENT_EXIT. Found by this campaign: each lapsed join
+    was once taken for a hang and restarted, round after round, for over 8 minutes.)"""
     return node == drill.store_host
 
 

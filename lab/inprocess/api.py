@@ -41,13 +41,10 @@ each leaves with heartbeat.TIMED_OUT_EXIT, and the keepers restart the whole gro
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import os
-import re
 import socket
-import sys
 import threading
 import time
 import traceback
@@ -57,14 +54,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from lab.inprocess import handover, lookout
+from lab.inprocess import group, handover, lookout
 from lab.inprocess.lookout import Lookout
 from lab.nodeenv import NodeEnv
-
-# What a collective raises when a peer's process is gone (gloo on Linux): an attempt ends quietly on these.
-# A timeout ends the rank (lookout.leave_timed_out); anything else (the script's own bug) propagates.
-PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Connection refused")
-TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)  # gloo's "Timed out waiting", the store's "wait timeout"
 
 
 def attempts() -> Iterator[Attempt]:
@@ -101,10 +93,6 @@ def _connect(wire: NodeEnv) -> tuple[dist.TCPStore, dict[int, str]]:
     before = lookout.sockets()
     store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=wire.pg_timeout_s or 60))
     return store, lookout.opened_since(before)
-
-
-class Superseded(Exception):
-    """The next generation opened while this rank was joining the last one."""
 
 
 class Attempt:
@@ -173,28 +161,26 @@ class Attempt:
                 self._join(backend, before)
                 with self._phase_lock:
                     if watch.opened.is_set():
-                        raise Superseded
+                        raise group.Superseded
                     self.phase = "in"
                 return
-            except (Superseded, RuntimeError, ValueError) as error:  # DistError is a RuntimeError
+            except (group.Superseded, RuntimeError, ValueError) as error:  # DistError is a RuntimeError
                 with self._phase_lock:
                     self.phase = "left"
-                if not watch.opened.wait(self._timeout.total_seconds()):
-                    if TIMED_OUT.search(str(error)):  # a peer that never came: it hangs
-                        lookout.leave_timed_out(os.environ["RANK"], self.generation, "joining", _first_line(error))
+                # A lapsed join already waited its timeout: the next generation opened by now, or never will.
+                if not watch.opened.wait(0 if isinstance(error, group.Absent) else self._timeout.total_seconds()):
+                    if isinstance(error, group.Absent):  # no round brings back a node that is gone
+                        lookout.leave_absent(os.environ["RANK"], self.generation, error.came, error.waited_s)
+                    if group.TIMED_OUT.search(str(error)):  # a peer that never came: it hangs
+                        lookout.leave_timed_out(os.environ["RANK"], self.generation, "joining", group.first_line(error))
                     raise error  # no death behind it: the join failed of its own
             if dist.is_initialized():
-                _destroy_quietly()  # which also sets torch's count of groups back to 0
+                group.destroy_quietly()  # which also sets torch's count of groups back to 0
             else:
-                _forget_failed_join()
+                group.forget_failed_join()
             self.store, self.store_sockets = _connect(self.wire)  # the old one's may have been shut down
             left, self.generation = self.generation, int(self.store.add("generation", 0))
-            print(
-                f"[lab.inprocess] rank {os.environ['RANK']}: generation {self.generation} opened while it joined "
-                f"generation {left} (a rank died during the regroup): it joins generation {self.generation}",
-                file=sys.stderr,
-                flush=True,
-            )
+            lookout.say_joins_next(os.environ["RANK"], left, self.generation)
 
     def _join(self, backend: str, before: dict[int, str]) -> None:
         # Each generation's group lives under its own prefix, so nothing a dead group left in the
@@ -206,7 +192,13 @@ class Attempt:
         # All come first, however late a fresh one starts: init_process_group waits the collectives' timeout.
         if prefixed.add("came", 1) == world:
             prefixed.set("all-came", "1")
-        prefixed.wait(["all-came"], timedelta(seconds=self.wire.inprocess_join_timeout_s or 120))
+        join_timeout_s, asked = self.wire.inprocess_join_timeout_s or 120.0, time.monotonic()
+        try:
+            prefixed.wait(["all-came"], timedelta(seconds=join_timeout_s))
+        except dist.DistStoreError as error:
+            if time.monotonic() - asked < join_timeout_s / 2:
+                raise  # its connection shut down (its lookout: the next generation opened), not the wait lapsing
+            raise group.Absent(int(prefixed.add("came", 0)), join_timeout_s) from error
         try:
             dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world, timeout=self._timeout)
         finally:
@@ -236,9 +228,11 @@ class Attempt:
     def __exit__(self, kind, error, tb) -> bool:
         with self._phase_lock:
             self.phase = "left"
-        lost = self.in_process and error is not None and _a_peer_died(error)
-        if self.in_process and not lost and error is not None and TIMED_OUT.search(str(error)):
-            lookout.leave_timed_out(os.environ.get("RANK", "?"), self.generation, "a collective", _first_line(error))
+        lost = self.in_process and error is not None and group.a_peer_died(error)
+        if self.in_process and not lost and error is not None and group.TIMED_OUT.search(str(error)):
+            lookout.leave_timed_out(
+                os.environ.get("RANK", "?"), self.generation, "a collective", group.first_line(error)
+            )
         if lost:
             # The failed frames still hold what holds the group (a DDP model): let them go, so the
             # group's connections close with it and a peer waiting on this rank (not on the dead
@@ -250,9 +244,9 @@ class Attempt:
         if dist.is_initialized():
             if error is None:
                 dist.barrier()  # nobody tears down while a peer is still in a collective
-            _destroy_quietly()
+            group.destroy_quietly()
         if lost:
-            self.peer_lost = _first_line(error)
+            self.peer_lost = group.first_line(error)
         return lost
 
     def next_generation(self) -> int:
@@ -276,28 +270,3 @@ class Attempt:
         if newest < 0 and self.in_process:  # nobody holds it: the checkpoint does (lookout says why)
             lookout.leave_without_state(os.environ.get("RANK", "?"), self.generation)
         return max(newest, 0)
-
-
-def _destroy_quietly() -> None:
-    with contextlib.suppress(RuntimeError):  # a group whose peer died may refuse a clean teardown
-        dist.destroy_process_group()
-
-
-def _forget_failed_join() -> None:
-    """A failed init_process_group leaves torch's count of groups one up, and the count names
-    the default group's keys in the store ("1/..." instead of "0/..."): this rank would then wait
-    for its peers under keys none of them writes. destroy_process_group sets the count back to 0,
-    but only for a group that was made; so here it is set back by hand (no public API does)."""
-    world = getattr(dist.distributed_c10d, "_world", None)
-    if world is not None and not dist.is_initialized():
-        world.group_count = 0
-
-
-def _first_line(error: BaseException) -> str:
-    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    return first.split("] ", 1)[-1][:200]  # without gloo's source-file prefix
-
-
-def _a_peer_died(error: BaseException) -> bool:
-    text = str(error)
-    return isinstance(error, RuntimeError | ConnectionError) and any(cause in text for cause in PEER_LOST)

@@ -36,6 +36,10 @@ TIMED_OUT_EXIT = 76
 # survivor), so nothing can be handed over in memory. Its keepers restart the whole group from
 # the script's checkpoint (lab.inprocess.rounds), as for a timeout.
 NO_STATE_EXIT = 77
+# The exit status of a rank whose join waited the join timeout for ranks that never came: their
+# nodes are gone (node 0 started again alone, with a new store). A round cannot bring them: its
+# keeper ends the job in one line, as torchrun's rendezvous does after its join timeout.
+ABSENT_EXIT = 78
 # What each status that asks for a round says, in the keeper's line and its event.
 ROUND_FOR = {
     TIMED_OUT_EXIT: "rank {rank}'s collective timed out: a peer hangs, alive but not in it",

@@ -15,10 +15,11 @@ under --preload, lab.inprocess.forked), and waits on them:
   (lab.inprocess.heartbeat): SIGKILLed, then replaced (a lab.rank_frozen event);
 - a rank gloo stranded in a collective ends itself (heartbeat.STRANDED_EXIT): replaced (a
   lab.rank_stranded event);
-- a rank whose collective timed out (heartbeat.TIMED_OUT_EXIT: a peer hangs in Python), or
-  that regrouped with no rank holding the job's state (NO_STATE_EXIT), cannot be helped by a
-  spare: the keepers restart every rank from the script's checkpoint (lab.inprocess.rounds; a
-  lab.group_restarted event).
+- a rank whose collective timed out (heartbeat.TIMED_OUT_EXIT: a peer hangs in Python), or that
+  regrouped where no rank held the state (NO_STATE_EXIT): the keepers restart every rank from
+  the script's checkpoint (lab.inprocess.rounds; a lab.group_restarted event);
+- a rank whose join waited the join timeout for ranks that never came (ABSENT_EXIT: node 0
+  started again alone) ends the job, as torchrun's rendezvous would.
 Each counts against the node's budget of K replacements; one more ends the job (exit 1). It
 ends with 0 once every rank it holds finished, and stops its children when stopped (or dead:
 they get SIGKILL from the kernel, PR_SET_PDEATHSIG). One that loses the store (node 0's keeper)
@@ -166,22 +167,7 @@ class Keeper(Fallback):
                 self.health.exited(proc.pid, code)
                 if code == 0:
                     done.add(rank)
-                    continue
-                if code in heartbeat.ROUND_FOR:  # it said why on its own line; no spare can help
-                    if rank not in self.timed_out:
-                        self.timed_out.add(rank)
-                        self.rounds.ask(heartbeat.ROUND_FOR[code].format(rank=rank))
-                    continue
-                if code == heartbeat.STRANDED_EXIT:  # it said why on its own line
-                    self._record_event(AgentEvent.RANK_STRANDED, rank=rank)
-                if self.replacements < self.args.max_replacements:
-                    self.replace(rank, code)
-                else:
-                    print(
-                        f"[keeper node{self.args.node_rank}] rank {rank} exited ({code}) and "
-                        f"this node's {self.args.max_replacements} replacement(s) are spent: the job ends",
-                        flush=True,
-                    )
+                elif not self._exited(rank, code):
                     self.stop()
                     return 1
             self._end_a_frozen_rank(done)
@@ -206,6 +192,30 @@ class Keeper(Fallback):
             self.roll.finish()
         self.stop()
         return 0
+
+    def _exited(self, rank: int, code: int) -> bool:
+        """Act on a rank that exited non-zero (each status says why on the rank's own line); False
+        when the job ends here."""
+        tag = f"[keeper node{self.args.node_rank}]"
+        if code == heartbeat.ABSENT_EXIT:  # nothing this node holds can bring its peers' nodes
+            print(f"{tag} rank {rank}'s peers never came: the job ends", flush=True)
+            return False
+        if code in heartbeat.ROUND_FOR:  # no spare can help: the whole group restarts
+            if rank not in self.timed_out:
+                self.timed_out.add(rank)
+                self.rounds.ask(heartbeat.ROUND_FOR[code].format(rank=rank))
+            return True
+        if code == heartbeat.STRANDED_EXIT:
+            self._record_event(AgentEvent.RANK_STRANDED, rank=rank)
+        if self.replacements < self.args.max_replacements:
+            self.replace(rank, code)
+            return True
+        print(
+            f"{tag} rank {rank} exited ({code}) and this node's {self.args.max_replacements} replacement(s) are "
+            "spent: the job ends",
+            flush=True,
+        )
+        return False
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Every child stopped, SIGKILLed after grace_s (lab.procs.stop_children)."""

@@ -45,7 +45,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from lab.inprocess.heartbeat import NO_STATE_EXIT, STRANDED_EXIT, TIMED_OUT_EXIT
+from lab.inprocess.heartbeat import ABSENT_EXIT, NO_STATE_EXIT, STRANDED_EXIT, TIMED_OUT_EXIT
 
 # A lookout waits on the store this long at most; one whose attempt ended normally is left
 # blocked, a daemon thread (waking it early would mean polling, and torch logs every wait
@@ -207,6 +207,27 @@ def leave_without_state(rank: str, generation: int) -> None:
         "lost during the regroup), so none can hand it over; it exits and the keepers restart the whole group "
         "from its checkpoint",
         NO_STATE_EXIT,
+    )
+
+
+def leave_absent(rank: str, generation: int, came: int, waited_s: float) -> None:
+    """This rank's join waited the join timeout for ranks that never came: their nodes are gone
+    (node 0 started again alone, its store new and empty). Exit ABSENT_EXIT: its keeper ends the
+    job, which no round of restarts could bring back."""
+    world = os.environ.get("WORLD_SIZE", "?")
+    _leave(
+        f"rank {rank}: only {came} of {world} ranks came to generation {generation} within the join timeout "
+        f"({waited_s:.0f} s): the others' nodes are gone, and restarting this node's ranks cannot bring them",
+        ABSENT_EXIT,
+    )
+
+
+def say_joins_next(rank: str, left: int, generation: int) -> None:
+    print(
+        f"[lab.inprocess] rank {rank}: generation {generation} opened while it joined generation {left} (a rank "
+        f"died during the regroup): it joins generation {generation}",
+        file=sys.stderr,
+        flush=True,
     )
 
 

@@ -18,8 +18,8 @@ import torch.distributed as dist
 from conftest import REPO
 
 from lab.inprocess import lookout
-from lab.inprocess.api import PEER_LOST
-from lab.inprocess.heartbeat import NO_STATE_EXIT, STRANDED_EXIT
+from lab.inprocess.group import PEER_LOST
+from lab.inprocess.heartbeat import ABSENT_EXIT, NO_STATE_EXIT, STRANDED_EXIT
 from lab.nodeenv import NodeEnv
 
 # Each rank sits in generation 0 in a receive that no peer will ever match (or, as STRAND, in
@@ -98,8 +98,15 @@ def store():
     return dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False)
 
 
-def start(store, rank: int, generation: int | None = None, script: str = RANK, **env) -> subprocess.Popen:
-    wire = NodeEnv(inprocess_store=f"127.0.0.1:{store.port}", pg_timeout_s=60, inprocess_generation=generation)
+def start(
+    store, rank: int, generation: int | None = None, script: str = RANK, join_timeout_s: float | None = None, **env
+) -> subprocess.Popen:
+    wire = NodeEnv(
+        inprocess_store=f"127.0.0.1:{store.port}",
+        pg_timeout_s=60,
+        inprocess_generation=generation,
+        inprocess_join_timeout_s=join_timeout_s,
+    )
     base = {k: v for k, v in os.environ.items() if not k.startswith("LAB_") and k not in ("RANK", "WORLD_SIZE")}
     return subprocess.Popen(
         [sys.executable, "-c", script],
@@ -209,6 +216,17 @@ def test_a_replacement_among_survivors_takes_the_newest_state_from_a_peer(store)
     outs = finish(*ranks)
     assert [r.returncode for r in ranks] == [0, 0], outs
     assert all("trained from 7 with 1.5" in out for out in outs), outs
+
+
+def test_a_join_whose_peers_never_come_ends_at_the_join_timeout_saying_they_are_gone(store):
+    """Node 0 started again alone, with a new store: its ranks wait for peers whose nodes are
+    gone. At the join timeout (4 s here) the rank leaves with ABSENT_EXIT, which its keeper
+    takes for the end of the job (no round could bring them), not with a timeout that asks for
+    round after round until the budget is spent (found by `lab chaos`: over 8 minutes)."""
+    rank = start(store, 0, join_timeout_s=4)
+    out = finish(rank)[0]
+    assert rank.returncode == ABSENT_EXIT, out
+    assert "rank 0: only 1 of 2 ranks came to generation 0 within the join timeout (4 s)" in out, out
 
 
 def test_a_rank_that_leaves_its_loop_after_a_lost_peer_exits_1_saying_why(store):

@@ -17,14 +17,16 @@ KEEPER = textwrap.dedent(
     import argparse, subprocess, sys
     import torch.distributed as dist
     from lab.inprocess import keeper as k
-    from lab.inprocess.heartbeat import NO_STATE_EXIT, TIMED_OUT_EXIT
+    from lab.inprocess.heartbeat import ABSENT_EXIT, NO_STATE_EXIT, TIMED_OUT_EXIT
+
+    STATUS = {"timed-out": TIMED_OUT_EXIT, "no-state": NO_STATE_EXIT, "absent": ABSENT_EXIT}
 
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     args = argparse.Namespace(store="-", node_rank=0, nodes=1, nproc_per_node=2, events_dir=sys.argv[1], script=["-"])
     args.max_replacements = int(sys.argv[2])
     keeper = k.Keeper(args, store)
     argvs = iter([
-        ["sh", "-c", f"exit {NO_STATE_EXIT if sys.argv[4] == 'no-state' else TIMED_OUT_EXIT}"],  # rank 0
+        ["sh", "-c", f"exit {STATUS[sys.argv[4]]}"],  # rank 0
         ["sleep", "600"],  # rank 1: the one that hangs
         ["sleep", "1"],  # the spare: rank 0 in the restart
         ["sleep", "1"],  # rank 1, started afresh
@@ -89,6 +91,14 @@ def test_a_keeper_back_on_a_lost_node_asks_for_a_round_and_starts_its_ranks_in_i
     assert started[0].startswith("start ['--spare'") and len(started) == 3, started  # the spare first, no rank
     rounds = rounds_recorded(tmp_path)
     assert rounds == [{"round": 1, "generation": 1, "why": "node 0's keeper came back after the node was lost"}]
+
+
+def test_a_rank_whose_peers_never_came_ends_the_job_at_once_with_its_budget_untouched(tmp_path):
+    """ABSENT_EXIT: no round, no spare, whatever budget is left; rank 1 (hanging) is stopped."""
+    done = run_keeper(tmp_path, budget=3, status="absent")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "[keeper node0] rank 0's peers never came: the job ends" in done.stdout, done.stdout
+    assert rounds_recorded(tmp_path) == [] and "assigned None" in done.stdout, done.stdout
 
 
 def test_with_the_budget_spent_the_job_ends_in_one_line(tmp_path):
