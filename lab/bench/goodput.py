@@ -99,7 +99,10 @@ def add_arguments(p) -> None:
         "on its node): they cost a tuned restart and the work since the last checkpoint "
         f"(default {DEFAULT_FALLBACK_SHARE}, or what --chaos-json measured)",
     )
-    p.add_argument("--chaos-json", help="a `lab chaos` ledger: its share of faults that needed a restart")
+    p.add_argument(
+        "--chaos-json",
+        help="a `lab chaos` ledger (or `lab bench chaos`'s result): its share of faults that needed a restart",
+    )
 
 
 def load_recovery(path: Path) -> dict:
@@ -168,7 +171,9 @@ def fallback_share(args) -> tuple[float, str]:
     if args.chaos_json:
         raw = files.read_regular(args.chaos_json, 16 << 20)
         try:
-            faults = [f for f in json.loads(raw or b"")["faults"] if f["time"] is not None]
+            data = json.loads(raw or b"")
+            ledger = data.get("figures", data)  # `lab bench chaos` saves the ledger as its figures
+            faults = [f for f in ledger["faults"] if f["time"] is not None]
         except (ValueError, KeyError, TypeError):
             raise LabError(f"--chaos-json {args.chaos_json} is not a `lab chaos` ledger") from None
         if not faults:

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from lab.errors import LabError
+from lab.options import Option, count
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,12 @@ KINDS = {
         ),
     )
 }
+# The campaign's flags (lab chaos, lab bench chaos): declared once, here, with the schedule they draw.
+COUNT = Option("--count", "how many faults (or --duration)", type=count)
+MTBF = Option("--mtbf", "the mean time between faults (default %(default)s)", "20s")
+SEED = Option("--seed", "the schedule's seed: the same seed, the same faults (default %(default)s)", 1, int)
+LOAD = Option("--load", "busy processes beside the job (default %(default)s)", 0, int)
+
 DEFAULT_MIX = {
     "kill-worker": 4,
     "hang-worker": 1,

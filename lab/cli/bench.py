@@ -1,7 +1,7 @@
 """`lab bench NAME`: the lab's benchmarks, each measured side by side with its reference.
 
     lab bench collectives | recovery | goodput | detection | diagnosis | stragglers | coordinators | startup
-              | overhead
+              | overhead | chaos
               [--out DIR]
     lab bench docs [--out DIR] [--output docs/benchmarks.md]
 
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from lab import output_paths
 from lab.bench import (
+    chaos_campaign,
     collectives,
     coordinators,
     detection,
@@ -40,6 +41,7 @@ BENCHES = {
     "coordinators": coordinators,
     "startup": startup,
     "overhead": overhead,
+    "chaos": chaos_campaign,
 }
 OUT = Option("--out", "where results go (default %(default)s)", "bench-results")
 

@@ -18,15 +18,15 @@ from lab.chaos import ledger, load, schedule
 from lab.cli.flags import REPORT_DIR, add_run_dir_option, add_verbose
 from lab.errors import LabError
 from lab.exercises import DrillOptions
-from lab.options import NODES, NPROC_PER_NODE, RECOVERY, Option, add_all, count, run_dir_from_args
+from lab.options import NODES, NPROC_PER_NODE, RECOVERY, Option, add_all, run_dir_from_args
 
 OPTIONS = (
-    Option("--count", "how many faults (or --duration)", type=count),
+    schedule.COUNT,
     Option("--duration", "draw faults for this long, like 10m (or --count)"),
-    Option("--mtbf", "the mean time between faults (default %(default)s)", "20s"),
+    schedule.MTBF,
     Option("--mix", f"kinds and weights, like kill-worker=4,hang-worker=1 (default: {schedule.DEFAULT_MIX})"),
-    Option("--seed", "the schedule's seed: the same seed, the same faults (default %(default)s)", 1, int),
-    Option("--load", "busy processes beside the job (default %(default)s)", 0, int),
+    schedule.SEED,
+    schedule.LOAD,
 )
 
 

@@ -1,0 +1,100 @@
+"""`lab bench chaos`: a long chaos campaign, its ledger summarised by fault kind.
+
+    lab bench chaos [--count 100] [--mtbf 15s] [--load 2] [--seed 1]
+
+Runs `lab chaos` itself (the same act, its own process, its output streamed): faults drawn
+from a seeded schedule on one long trainer job, beside busy processes, some inside the
+recovery of the one before. The section gives the campaign's wall time, the measured ETTR,
+the work redone, and per kind how many struck and how long recovery took (median and
+worst), against the goals: no stuck recovery, every fault injected, the final weights
+bit-identical to an uninterrupted run, 100 faults in an hour on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lab.bench.result import BenchResult, goal_line, this_command
+from lab.chaos import schedule
+from lab.errors import LabError
+from lab.options import add_all
+
+OPTIONS = (  # lab chaos's own flags, with the defaults of `make chaos`
+    schedule.COUNT.but(default=100, help="how many faults (default %(default)s)"),
+    schedule.MTBF.but(default="15s"),
+    schedule.LOAD.but(default=2),
+    schedule.SEED,
+)
+HOUR_S = 3600.0
+
+
+def add_arguments(parser) -> None:
+    add_all(parser, OPTIONS)
+
+
+def run(args, out_dir: Path) -> BenchResult:
+    schedule.seconds(args.mtbf, "--mtbf")  # a bad flag is one line before anything starts
+    if args.load < 0:
+        raise LabError(f"--load must be 0 or more, got {args.load}")
+    with tempfile.TemporaryDirectory(prefix="lab-bench-chaos-") as tmp:
+        report = Path(tmp) / "report"
+        argv = [sys.executable, "-m", "lab", "chaos", "--count", str(args.count), "--mtbf", args.mtbf]
+        argv += ["--load", str(args.load), "--seed", str(args.seed), "--report-dir", str(report)]
+        argv += ["--run-dir", str(Path(tmp) / "run")]
+        began = time.monotonic()
+        code = subprocess.run(argv).returncode  # its progress goes straight to this terminal
+        took = time.monotonic() - began
+        if not (report / "chaos.json").is_file():
+            raise LabError(f"the campaign wrote no ledger (lab chaos exited {code})")
+        record = json.loads((report / "chaos.json").read_text())
+    record["campaign_s"] = round(took, 1)
+    return BenchResult("chaos", this_command(), section(record), figures=record)
+
+
+def section(record: dict) -> list[str]:
+    """The ledger by kind, its figures and its goals, as markdown lines."""
+    faults = [f for f in record["faults"] if f["time"] is not None]
+    identical = bool(record["final_weights"].get("identical"))
+    lines = [
+        f"`lab chaos` with seed {record['seed']}: {record['faults_injected']} of {record['faults_planned']} faults "
+        f"injected ({record['faults_inside_a_recovery']} inside a recovery), {record['recovery_style']} recovery, "
+        f"{record['world_size']} ranks on 2 netns hosts, {record['load']} busy process(es) beside the job; "
+        f"{record['campaign_s'] / 60:.1f} min in all.",
+        "",
+        f"- wall {record['wall_s']:.0f} s from the first step to the last: productive {record['productive_s']:.0f} s, "
+        f"recovery {sum(record['recovery_s'].values()):.0f} s, checkpoints {record['checkpoint_s']:.1f} s",
+        f"- measured ETTR {100 * (record['ettr'] or 0):.1f}%; steps redone {record['steps_redone']}; "
+        f"final weights {'bit-identical to an uninterrupted run' if identical else 'differ'}",
+        "",
+        "| fault | struck | back in, median s | worst s | bound s | findings |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind in sorted({f["kind"] for f in faults}):
+        mine = [f for f in faults if f["kind"] == kind]
+        back = [f["recovered_s"] for f in mine if f["recovered_s"] is not None]
+        median = f"{statistics.median(back):.2f}" if back else "-"
+        worst = f"{max(back):.2f}" if back else "-"
+        found = sum(1 for f in mine if f["finding"])
+        lines.append(f"| {kind} | {len(mine)} | {median} | {worst} | {mine[0]['bound_s']:.0f} | {found} |")
+    lines += [""] + [f"- Finding: {f['kind']} at step {f['front']}: {f['finding']}" for f in record["findings"]]
+    lines += [
+        goal_line("no stuck recovery", record["stuck"] == 0, f"{record['stuck']} past their bound"),
+        goal_line(
+            "every fault injected",
+            record["faults_injected"] == record["faults_planned"],
+            f"{record['faults_injected']} of {record['faults_planned']}",
+        ),
+        goal_line("final weights bit-identical", identical, record["final_weights"].get("why") or "same bits"),
+        goal_line(
+            ">= 100 faults in <= 60 minutes",
+            record["faults_injected"] >= 100 and record["campaign_s"] <= HOUR_S,
+            f"{record['faults_injected']} in {record['campaign_s'] / 60:.1f} min",
+        ),
+    ]
+    return lines

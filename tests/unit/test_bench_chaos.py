@@ -1,0 +1,95 @@
+"""`lab bench chaos`'s section from a campaign's ledger, and `lab bench goodput` taking that
+campaign's share of faults that needed a restart: on a ledger written down here by hand."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from lab.bench.chaos_campaign import section
+from lab.bench.goodput import fallback_share
+from lab.bench.result import BenchResult
+from lab.errors import LabError
+
+
+def fault(kind: str, back: float | None, finding: str = "", landed: bool = True) -> dict:
+    return {
+        "kind": kind,
+        "planned_at_s": 1.0,
+        "ranks": [1],
+        "time": 1000.0 if landed else None,
+        "front": 40,
+        "recovered_s": back,
+        "bound_s": 70.0,
+        "finding": finding,
+    }
+
+
+def ledger(faults: list[dict], identical: bool = True) -> dict:
+    stuck = [f for f in faults if f["finding"].startswith("not back")]
+    landed = [f for f in faults if f["time"] is not None]
+    return {
+        "seed": 3,
+        "load": 2,
+        "recovery_style": "in-process",
+        "world_size": 4,
+        "faults_planned": len(faults),
+        "faults_injected": len(landed),
+        "faults_inside_a_recovery": 1,
+        "findings": [f for f in faults if f["finding"]],
+        "stuck": len(stuck),
+        "wall_s": 100.0,
+        "recovery_s": {"kill-worker": 0.9},
+        "checkpoint_s": 0.5,
+        "productive_s": 98.6,
+        "ettr": 0.986,
+        "steps_redone": 3,
+        "final_weights": {"identical": identical, "why": "" if identical else "rank 0's weights differ"},
+        "faults": faults,
+        "campaign_s": 600.0,
+    }
+
+
+def test_the_section_counts_each_kind_with_its_median_and_worst_recovery():
+    record = ledger(
+        [fault("kill-worker", 0.2), fault("kill-worker", 0.4), fault("kill-worker", 0.3), fault("kill-node", 4.0)]
+    )
+    lines = section(record)
+    assert "| kill-node | 1 | 4.00 | 4.00 | 70 | 0 |" in lines
+    assert "| kill-worker | 3 | 0.30 | 0.40 | 70 | 0 |" in lines
+    assert "- Goal: no stuck recovery: **met** (0 past their bound)" in lines
+    assert "- Goal: >= 100 faults in <= 60 minutes: **missed** (4 in 10.0 min)" in lines  # too few faults
+
+
+def test_a_stuck_recovery_and_a_fault_never_injected_miss_their_goals_and_are_named():
+    stuck = fault("hang-worker", None, "not back within 70s: rank 3 at step 40 (the front was step 40)")
+    record = ledger([stuck, fault("kill-worker", None, landed=False)], identical=False)
+    lines = section(record)
+    assert "| hang-worker | 1 | - | - | 70 | 1 |" in lines
+    assert "- Finding: hang-worker at step 40: not back within 70s: rank 3 at step 40 (the front was step 40)" in lines
+    assert "- Goal: no stuck recovery: **missed** (1 past their bound)" in lines
+    assert "- Goal: every fault injected: **missed** (1 of 2)" in lines
+    assert "- Goal: final weights bit-identical: **missed** (rank 0's weights differ)" in lines
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["lab chaos ledger", "lab bench chaos result"])
+def test_goodput_takes_the_share_of_faults_that_needed_a_restart(tmp_path, wrapped):
+    record = ledger(
+        [fault("kill-worker", 0.3), fault("kill-node", 4.0), fault("preempt-node", 8.0), fault("kill-worker", 0.2)]
+    )
+    path = tmp_path / "chaos.json"
+    if wrapped:
+        BenchResult("chaos", "lab bench chaos", [], figures=record).save(tmp_path)
+    else:
+        path.write_text(json.dumps(record))
+    share, source = fallback_share(argparse.Namespace(fallback_share=None, chaos_json=str(path)))
+    assert share == 0.5 and source.startswith("measured: 2 of 4 faults in ")
+
+
+def test_goodput_refuses_a_file_that_is_no_ledger_in_one_line(tmp_path):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"name": "startup", "figures": {"agent": 1.0}}))
+    with pytest.raises(LabError, match="is not a `lab chaos` ledger"):
+        fallback_share(argparse.Namespace(fallback_share=None, chaos_json=str(path)))
