@@ -185,7 +185,7 @@ def named(card: Card) -> Named:
 def kind_of(how: str) -> str:
     """The class of fault a card's "how" says: killed, oom, crashed, terminated, exception, exited,
     diverged, mismatch, disk-full, corrupt-checkpoint."""
-    if "OOM killer" in how:
+    if "OOM killer" in how or how.startswith("ran out of memory"):  # killed by the kernel, or its own allocation
         return "oom"
     if how.endswith("(a collective mismatch)"):  # gloo's abort without DETAIL (lab.mismatch)
         return "mismatch"

@@ -23,6 +23,13 @@ NOT_OWN = re.compile(r"site-packages|<frozen|/lab/node/|/lab/health/")  # frames
 NATIVE = re.compile(r"^terminate called after throwing an instance of '([^']+)'\n\s*what\(\):\s*(.*)$", re.M)
 ENFORCE_AT = re.compile(r"\[enforce fail at /[^\]]+\] ")  # gloo's source path says nothing to a user
 STDLIB = re.compile(r"/lib/python3\.\d+/")
+# What torch.distributed says when communication timed out: gloo's send or recv, NCCL's
+# watchdog, the store's wait. A rank's own timeout ("DataLoader timed out after 60 seconds", a
+# socket read of its data) is not one: that is the rank's own failure, not a peer's doing.
+COMMUNICATION_TIMEOUT = re.compile(
+    r"Timed out waiting|Timed out after \d+ seconds waiting|before timing out|wait timeout|Socket Timeout|"
+    r"Connect timeout|Timed out in connectFullMesh"
+)
 DUMP_LINES = 80  # the fault handler's stacks after a native abort, read for the script's own frame
 
 

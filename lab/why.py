@@ -35,13 +35,19 @@ from lab.health.stragglers import SlowNetwork, Straggler, first_named, first_slo
 from lab.lost_store import StoreLoss
 from lab.lost_store import found as store_lost
 from lab.mismatch import odd_rank, unsettled
-from lab.node_log import SIGTERM_SENT, bare_errors, native_aborts, own_frame, tracebacks
+from lab.node_log import COMMUNICATION_TIMEOUT, SIGTERM_SENT, bare_errors, native_aborts, own_frame, tracebacks
 
-# What a rank says when a *peer* failed: these are consequences, never the first cause.
+# What a rank says when a *peer* failed: these are consequences, never the first cause. A
+# timeout counts only where communication timed out (lab.node_log.COMMUNICATION_TIMEOUT).
 CONSEQUENCE = re.compile(
-    r"Connection closed by peer|Connection reset by peer|Timed out|timed out|Broken pipe|"
-    r"DistNetworkError|DistStoreError|SIGTERM|Socket Timeout|connectFullMesh|RendezvousClosedError"
+    rf"Connection closed by peer|Connection reset by peer|{COMMUNICATION_TIMEOUT.pattern}|Broken pipe|"
+    r"DistNetworkError|DistStoreError|SIGTERM|connectFullMesh|RendezvousClosedError"
 )
+
+
+# An allocation that failed in the rank itself: torch's (GPU) OutOfMemoryError, an older
+# torch's "CUDA out of memory" RuntimeError, Python's MemoryError, C++'s bad_alloc.
+OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory|^MemoryError\b|std::bad_alloc")
 
 
 def describe(code: int | None, pid: int | None, terminated_by_agent: set[int]) -> str:
@@ -151,6 +157,8 @@ def how_it_failed(failure: RankFailure, terminated: set[int]) -> tuple[str, bool
             return disk_full.how(failure.error), False
         if bad_checkpoint.damaged(failure.error):
             return bad_checkpoint.how(failure.error), False
+        if OUT_OF_MEMORY.search(failure.error):  # its own allocation failed: out of memory, not a bug of its code
+            return f"ran out of memory: raised {failure.error.split(':')[0]}", False
         return f"raised {failure.error.split(':')[0]}", consequence
     if failure.error and not CONSEQUENCE.search(failure.error) and failure.pid in terminated:
         return f"raised {failure.error.split(':')[0]}, then was {stopped}", False

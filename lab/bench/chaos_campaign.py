@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from lab import files
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.chaos import schedule
 from lab.errors import LabError
@@ -50,9 +51,10 @@ def run(args, out_dir: Path) -> BenchResult:
         began = time.monotonic()
         code = subprocess.run(argv).returncode  # its progress goes straight to this terminal
         took = time.monotonic() - began
-        if not (report / "chaos.json").is_file():
+        raw = files.read_regular(report / "chaos.json", 16 << 20)
+        if raw is None:
             raise LabError(f"the campaign wrote no ledger (lab chaos exited {code})")
-        record = json.loads((report / "chaos.json").read_text())
+        record = json.loads(raw)
     record["campaign_s"] = round(took, 1)
     return BenchResult("chaos", this_command(), section(record), figures=record)
 

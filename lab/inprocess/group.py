@@ -10,14 +10,15 @@ gone. A join the next generation overtook (Superseded) starts again in that one.
 from __future__ import annotations
 
 import contextlib
-import re
 
 import torch.distributed as dist
+
+from lab.node_log import COMMUNICATION_TIMEOUT
 
 # What a collective raises when a peer's process is gone (gloo on Linux): an attempt ends quietly on these.
 # A timeout ends the rank (lookout.leave_timed_out); anything else (the script's own bug) propagates.
 PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Connection refused")
-TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)  # gloo's "Timed out waiting", the store's "wait timeout"
+TIMED_OUT = COMMUNICATION_TIMEOUT  # gloo's "Timed out waiting", the store's "wait timeout": not the script's own
 
 
 class Superseded(Exception):

@@ -18,10 +18,13 @@ from lab import why
 from lab.diagnosis import named
 
 CELLS = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "natural").iterdir())
-KNOWN_MISSES = {  # held-out cells the card gets wrong today: the grade says so; a fix flips it
-    "early_return": "names rank 0, right, but as hung: it returned, then hung in destroy_process_group",
-    "cuda_oom_message": "names rank 1, right, but as an exception: torch.OutOfMemoryError is out of memory",
-    "dataloader_timeout": "names no rank: the DataLoader's own timeout is taken for a peer's consequence",
+# Held-out cells the card gets wrong today: the grade says so; a fix flips it. Graded before any
+# change, the second held-out half scored 12 of 14; cuda_oom_message (an exception, not out of
+# memory) and dataloader_timeout (its own timeout taken for a peer's) were then fixed for their
+# class (lab.why.OUT_OF_MEMORY, lab.node_log.COMMUNICATION_TIMEOUT): docs/benchmarks.md keeps both scores.
+KNOWN_MISSES = {
+    "early_return": "names rank 0, right, but as hung: it returned, then hung in destroy_process_group (the kept "
+    "evidence holds no stack to show it left its loop)",
 }
 
 
