@@ -92,6 +92,7 @@ bench: venv host-deps ## measure everything (about an hour) and write docs/bench
 	$(BIN)/lab bench goodput --out $(BENCH_OUT) --chaos-json $(BENCH_OUT)/chaos.json
 	$(BIN)/lab bench detection --out $(BENCH_OUT)
 	$(BIN)/lab bench diagnosis --hosts netns --out $(BENCH_OUT)
+	$(BIN)/lab bench natural --out $(BENCH_OUT)
 	$(BIN)/lab bench stragglers --hosts netns --out $(BENCH_OUT)
 	$(BIN)/lab bench coordinators --out $(BENCH_OUT) $$(docker info >/dev/null 2>&1 && echo --runtimes local,docker,ray)
 	$(BIN)/lab bench startup --out $(BENCH_OUT)

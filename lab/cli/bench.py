@@ -1,7 +1,7 @@
 """`lab bench NAME`: the lab's benchmarks, each measured side by side with its reference.
 
     lab bench collectives | recovery | goodput | detection | diagnosis | stragglers | coordinators | startup
-              | overhead | chaos
+              | overhead | chaos | natural
               [--out DIR]
     lab bench docs [--out DIR] [--output docs/benchmarks.md]
 
@@ -23,6 +23,7 @@ from lab.bench import (
     detection,
     diagnosis,
     goodput,
+    natural,
     overhead,
     recovery,
     startup,
@@ -37,6 +38,7 @@ BENCHES = {
     "goodput": goodput,
     "detection": detection,
     "diagnosis": diagnosis,
+    "natural": natural,
     "stragglers": stragglers,
     "coordinators": coordinators,
     "startup": startup,
