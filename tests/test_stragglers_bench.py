@@ -42,6 +42,7 @@ def test_bad_input_is_one_line(lab):
         (["--at-steps", "0"], "--at-steps: steps from 1 to 199"),
         (["--hosts", "userns"], "--hosts: the stragglers bench runs on loopback or netns"),
         (["--clean-runs", "-1"], "--clean-runs: 0 or more"),
+        (["--clean-steps", "10"], "--clean-steps: at least 40"),
         (["--ways", "slow-link"], "--ways slow-link: a network fault needs netns hosts"),
     ):
         assert_one_line_error(lab("bench", "stragglers", *args, "--out", "/tmp/unused-bench-out"), words)

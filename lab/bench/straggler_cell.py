@@ -28,7 +28,7 @@ from lab.rundir import RunDir
 from lab.topology import Topology
 from lab.workloads import script_path
 
-STEP_TIME, AFTER, CLEAN_STEPS = 0.05, 40, 80
+STEP_TIME, AFTER, CLEAN_STEPS = 0.05, 40, 200
 GOAL_STEPS = 20
 NET_DELAY_MS, SLOW_LINK_KBIT = 50, 100
 CPU_PERCENT = 1  # of one core: the smallest quota cgroups take (1 ms in 100); the paced trainer needs about 6
@@ -49,6 +49,7 @@ class Cell:
     rank: int | None
     step: int
     run: int = 0  # clean runs: which one
+    steps: int = CLEAN_STEPS  # clean runs: how long
 
     @property
     def name(self) -> str:
@@ -104,7 +105,7 @@ class Outcome:
 
 
 def job(cell: Cell) -> tuple[Topology, str, list[str]]:
-    steps = CLEAN_STEPS if cell.rank is None else cell.step + AFTER
+    steps = cell.steps if cell.rank is None else cell.step + AFTER
     return (
         cell_topology(),
         script_path("trainer"),

@@ -2,7 +2,7 @@
 
     lab bench stragglers [--ways sleep,cpu-quota,netem,slow-link] [--positions first,middle,last]
                          [--at-steps 20]
-                         [--clean-runs 5] [--hosts loopback|netns] [--parallel 2]
+                         [--clean-runs 5] [--clean-steps 200] [--hosts loopback|netns] [--parallel 2]
 
 Each cell is a 2 x 2 run of the lab's trainer (lab.bench.straggler_cell): one rank slowed one
 way after a given step, or nothing done (a clean run). The table counts, per way, the cells
@@ -30,7 +30,17 @@ from lab.bench.diagnosis import (
 )
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.bench.side_by_side import run_in_temp
-from lab.bench.straggler_cell import AFTER, GOAL_STEPS, NETWORK_WAYS, STEP_TIME, WAYS, Cell, Outcome, run_cell
+from lab.bench.straggler_cell import (
+    AFTER,
+    CLEAN_STEPS,
+    GOAL_STEPS,
+    NETWORK_WAYS,
+    STEP_TIME,
+    WAYS,
+    Cell,
+    Outcome,
+    run_cell,
+)
 from lab.errors import LabError
 from lab.health.stragglers import MARGIN_S, NET_MARGIN_S, NET_WINDOW, RATIO, WINDOW, SlowNetwork
 from lab.options import Option
@@ -40,6 +50,7 @@ WAYS_OPTION = Option(
     "--ways", f"how the rank is slowed, comma-separated: {', '.join(WAYS)} (default: all the hosts can take)", ""
 )
 CLEAN_RUNS = Option("--clean-runs", "runs with nothing slowed, for false alarms (default %(default)s)", 5, int)
+CLEAN_STEPS_OPTION = Option("--clean-steps", "steps of each clean run (default %(default)s)", CLEAN_STEPS, int)
 SLOWED_AT = AT_STEPS.but(
     default="20",
     help="steps after which a rank is slowed, taken in turn by the positions (default %(default)s)",
@@ -48,7 +59,7 @@ SLOWED_AT = AT_STEPS.but(
 
 def add_arguments(p) -> None:
     BENCH_HOSTS.add_to(p)
-    for option in (WAYS_OPTION, POSITIONS_OPTION, SLOWED_AT, CLEAN_RUNS, PARALLEL):
+    for option in (WAYS_OPTION, POSITIONS_OPTION, SLOWED_AT, CLEAN_RUNS, CLEAN_STEPS_OPTION, PARALLEL):
         option.add_to(p)
 
 
@@ -66,6 +77,8 @@ def cells_of(args) -> tuple[list[Cell], list[str]]:
         raise LabError(str(e)) from None
     if args.clean_runs < 0:
         raise LabError(f"--clean-runs: 0 or more; got {args.clean_runs}")
+    if args.clean_steps < AFTER:
+        raise LabError(f"--clean-steps: at least {AFTER} (a finding needs its window); got {args.clean_steps}")
     if args.parallel < 1:
         raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
     lacking = [w for w in ways if w in missing]
@@ -81,7 +94,7 @@ def cells_of(args) -> tuple[list[Cell], list[str]]:
             "(loopback hosts share one network stack): add --hosts netns"
         )
     slowed = [Cell(way, POSITIONS[p], step) for way in ways for p, step in paired(positions, steps)]
-    clean = [Cell("clean", None, 0, run) for run in range(args.clean_runs)]
+    clean = [Cell("clean", None, 0, run, args.clean_steps) for run in range(args.clean_runs)]
     # A clean run beside each slowed one, not all at the end: the false alarms on a busy machine.
     mixed = [c for pair in zip(slowed, clean, strict=False) for c in pair]
     unmeasured = [f"{w}: this kernel has no {q} queueing discipline" for w, q in missing.items()]
@@ -147,14 +160,19 @@ def table(outcomes: list[Outcome], hosts: str, minutes: float, unmeasured: list[
         )
     alarms = sum(1 for o in clean if o.verdict == "false alarm")
     if clean:
-        lines.append(f"| nothing (clean runs) | {len(clean)} | - | - | - | - | - | {alarms} |")
+        clean_steps = sum(o.cell.steps for o in clean)
+        lines.append(f"| nothing (clean runs) | {len(clean)} ({clean_steps:,} steps) | - | - | - | - | - | {alarms} |")
     in_time = sum(1 for o in slowed if o.verdict == "named")
     lines += [
         "",
         goal_line(
             f"named within {GOAL_STEPS} steps in every slowed cell", in_time == len(slowed), f"{in_time}/{len(slowed)}"
         ),
-        goal_line("0 false alarms on clean runs", alarms == 0, f"{alarms} of {len(clean)}"),
+        goal_line(
+            "0 false alarms in >= 1,000 clean steps beside the slowed runs",
+            alarms == 0 and sum(o.cell.steps for o in clean) >= 1000,
+            f"{alarms} in {sum(o.cell.steps for o in clean):,} steps of {len(clean)} runs",
+        ),
         "",
         f"{len(outcomes)} cells in {minutes:.1f} min." + "".join(f" Not measured: {u}." for u in unmeasured),
     ]
