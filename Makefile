@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 .DEFAULT_GOAL := help
-.PHONY: help venv host-deps lab-up lab-down lab-status exercise chaos lint test test-fast bench wheels wheels-cuda images soak test-cuda-image
+.PHONY: help venv host-deps lab-up lab-down lab-status exercise chaos lint test test-fast bench wheels wheels-cuda images soak test-cuda-image mutation golden
 NAME ?= kill-worker
 
 help: ## list the targets
@@ -49,6 +49,12 @@ wheels-cuda: venv ## download the cuda image's wheels (torch 2.14.1's CUDA build
 
 images: venv ## build the images: TARGETS="cpu cuda" (default; also ray), BASE_IMAGE=..., OFFLINE=1, REGISTRY=HOST:PORT [PUSH=1]
 	REGISTRY="$(REGISTRY)" PUSH="$(PUSH)" scripts/build-images.sh
+
+mutation: venv ## mutation-test the code that decides (pyproject's [tool.mutmut]) against the unit tests; scores in docs/mutation.md
+	$(BIN)/pip install --quiet 'mutmut==3.8.1'
+	rm -rf mutants
+	$(BIN)/mutmut run --max-children 2 || true
+	$(BIN)/mutmut results
 
 golden: ## rewrite the Kubernetes golden renderings (tests/golden/k8s/) after an intended change: read the diff
 	@for overlay in k8s/overlays/*/; do name=$$(basename $$overlay); \

@@ -28,7 +28,10 @@ def recovery_breakdown(events: list[dict], agents: list[dict], fault_time: float
     loaded = first_time(
         events, ready or fault_time, lambda e: e["event"] in (Event.CHECKPOINT_LOADED, Event.NO_CHECKPOINT)
     )
-    first_step = first_time(events, loaded or ready or fault_time, lambda e: e["event"] == Event.STEP)
+    # A step with no new group before it is a survivor's step in flight, not a recovery (an
+    # unrecovered hang once showed "first step 0.0 s after the fault").
+    regrouped = ready or joined
+    first_step = first_time(events, loaded or regrouped, lambda e: e["event"] == Event.STEP) if regrouped else None
     stages = [
         ("detect", fault_time, detect),
         ("teardown", detect, join),
