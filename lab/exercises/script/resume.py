@@ -73,7 +73,12 @@ def check_resumed(report: Report, seg: dict[str, Any], unit: str, loaded: list[s
             "fault either: it came before the first checkpoint (fire later: --at-step, --at-time), or your "
             "script does not checkpoint"
         )
-    else:
-        detail = f"restarted from {unit} {resumed}: your script does not load its checkpoint"
-        detail += " (it loaded no file after the fault)"
+    else:  # it saved, and no load was seen: say what was seen, and what else could explain it
+        where = f" at {unit} {at_save}" if at_save is not None else ""
+        detail = (
+            f"restarted from {unit} {resumed} and no load was seen after the fault, though it saved a checkpoint"
+            f"{where} before it: either it does not load its checkpoint on start, or it loads through a file "
+            f"object or fsspec (not seen) and its progress is printed in words the lab did not read "
+            "(--progress-regex says how it prints it)"
+        )
     report.check("it resumed where it left off, not from the start", resumed_ok, detail)
