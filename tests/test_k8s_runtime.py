@@ -95,6 +95,7 @@ def test_your_own_image_script_and_requests_are_what_the_pods_run(lab, capsys):
     [
         ([str(REPO / "tests" / "scripts" / "hold.py")], ["a pod cannot see", "--image REF"]),
         (["--image", "my:1", "train.py"], ["absolute path inside the image"]),
+        (["--image", "my:1", str(REPO / "tests" / "scripts" / "hold.py")], ["is a file on this machine", "REF --push"]),
         (["--pod-cpu", "two", "/app/train.py"], ["--pod-cpu", "not a CPU quantity"]),
         (["--pod-memory=0Gi", "/app/train.py"], ["--pod-memory", "not a memory quantity"]),
     ],

@@ -32,6 +32,8 @@ IMAGE = ("--image", "registry.example/team/train:1")
         (["run", "kill-worker"], ["--script", SCRIPT], ["a pod cannot see", "lab image build", "--image REF"]),
         (["matrix"], ["--faults", "kill-worker", "--script", SCRIPT], ["a pod cannot see"]),
         (["run", "kill-worker"], [*IMAGE, "--script", "train.py"], ["absolute path inside the image"]),
+        (["run", "kill-worker"], [*IMAGE, "--script", SCRIPT], ["is a file on this machine", "lab image build"]),
+        (["matrix"], [*IMAGE, "--faults", "kill-worker", "--script", SCRIPT], ["is a file on this machine"]),
         (["run", "preempt"], [*IMAGE, "--script", "/app/t.py", "--compare", "r.pt"], ["--compare", "in the pods"]),
         (["run", "kill-worker"], [*IMAGE, "--script", "/app/t.py", "--workdir", str(REPO)], ["--workdir", "drop"]),
         (["run", "corrupt-checkpoint"], [*IMAGE, "--script", "/app/t.py"], ["--ckpt-dir"]),

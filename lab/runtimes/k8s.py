@@ -279,6 +279,12 @@ def not_in_image(script: str, image: str | None) -> str:
         )
     if not os.path.isabs(script):
         return f"--runtime k8s --image: give the script's absolute path inside the image, not {script!r}"
+    if os.path.isfile(script) and not script.startswith(user_image.IN_IMAGE + "/"):
+        return (  # a file here is this machine's: the Job would name a path no pod has
+            f"--runtime k8s --image: {script} is a file on this machine, and a pod sees only the image: give "
+            f"its path inside {image} (lab image build puts DIR at {user_image.IN_IMAGE}/<DIR's name>/ and prints "
+            f"it), or bake it in first (lab image build DIR --script {script} --tag REF --push)"
+        )
     return ""
 
 
