@@ -14,12 +14,27 @@ from conftest import needs_netns, wait_for_output
 from doc_commands import commands
 from test_exercises import assert_nothing_left
 
+from lab.rundir import MARKER
+
 pytestmark = [pytest.mark.slow, needs_netns]
 
 
 def ledger_of(stdout: str) -> dict:
     line = next(line for line in stdout.splitlines() if line.startswith("ledger: "))
     return json.loads(Path(line.split()[1].rstrip(",")).read_text())
+
+
+def busy_of(run_dir: Path) -> list[int]:
+    """The pids of the campaign's busy processes: marked with the run dir (lab.chaos.load)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv, environ = (proc / "cmdline").read_bytes(), (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if b"itertools.count" in argv and f"{MARKER}={run_dir}".encode() in environ.split(b"\0"):
+            found.append(int(proc.name))
+    return found
 
 
 def test_the_docs_campaign_recovers_every_fault(lab):
@@ -39,6 +54,9 @@ def test_an_interrupted_campaign_beside_a_busy_process_leaves_nothing_and_writes
     proc = lab.popen("chaos", "--count", "10", "--mtbf", "3s", "--seed", "7", "--load", "1")
     try:
         assert wait_for_output(proc, "every rank back", count=1, timeout_s=300)
+        # The load runs now, beside the job (once, every campaign's load was killed by the lab's own
+        # sweep of leftovers as it started, and the ledger still said "1 busy process").
+        assert len(busy_of(lab.run_dir)) == 1
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=120)
     finally:
@@ -47,4 +65,5 @@ def test_an_interrupted_campaign_beside_a_busy_process_leaves_nothing_and_writes
     record = ledger_of(rest)
     assert 1 <= record["faults_injected"] < 10 and record["load"] == 1
     assert record["final_weights"] == {"identical": False, "why": "interrupted"}
+    assert busy_of(lab.run_dir) == []
     assert_nothing_left(lab)

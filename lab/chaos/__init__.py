@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from lab.chaos import campaign, ledger
+from lab.chaos import campaign, ledger, load
 from lab.chaos.progress import Progress
 from lab.chaos.schedule import KINDS, Planned
 from lab.exercises import DrillOptions, drill_job
@@ -54,9 +54,11 @@ def exercise(plan: Plan) -> Any:
         style = "in-process" if drill.topology.in_process else "restart"
         setup = {"seed": plan.seed, "load": plan.load, "recovery_style": style,
                  "world_size": drill.topology.world_size, "steps": plan.steps()}  # fmt: skip
-        try:
-            campaign.run(drill, plan.faults, args, CKPT_EVERY, blows, say=drill.progress)
-            drill.wait_job(plan.steps() * STEP_TIME_S * 4 + 240)
+        try:  # the load starts now: the lab has taken its run dir over (lab.chaos.load says why)
+            with load.busy(plan.load, str(drill.runtime.run_dir.path)) as running:
+                campaign.run(drill, plan.faults, args, CKPT_EVERY, blows, say=drill.progress)
+                drill.wait_job(plan.steps() * STEP_TIME_S * 4 + 240)
+                loaded = running()
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the ledger of what ran, while the events still exist
             state.partial = ledger.ledger(blows, _progress(drill), {"identical": False, "why": "interrupted"}, setup)
             raise
@@ -67,6 +69,8 @@ def exercise(plan: Plan) -> Any:
                      f"{record['faults_injected']} of {len(plan.faults)}")  # fmt: skip
         report.check("no stuck recovery", record["stuck"] == 0, f"{record['stuck']} past their bound")
         report.check("final weights bit-identical", bool(weights.get("identical")), weights.get("why", ""))
+        report.check(f"the load ran beside the whole job ({plan.load} busy)", loaded == plan.load,
+                     f"{loaded} of {plan.load} still running at the job's end")  # fmt: skip
         report.facts["ledger"] = record
         return report
 

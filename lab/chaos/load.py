@@ -1,7 +1,11 @@
 """--load N: N busy processes beside the job, so a campaign meets a machine as CI has it.
 
 Each is a Python loop in a session of its own, carrying the lab's mark (so `lab down` stops
-it after a crash too), and is stopped by the campaign's teardown whatever happens."""
+it after a crash too), and is stopped by the campaign's teardown whatever happens. They start
+once the lab has taken its run dir over: started before, the take-over's sweep of an earlier
+lab's leftovers killed them at once, and every campaign "with load" ran without any (found
+when a ledger said 2 busy processes and `ps` showed none). busy() yields a check that says
+whether all of them are still running: the campaign's report says so."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from lab.rundir import MARKER
@@ -18,7 +22,7 @@ BUSY = "import itertools\nfor _ in itertools.count(): pass\n"
 
 
 @contextmanager
-def busy(count: int, run_dir: str) -> Iterator[list[int]]:
+def busy(count: int, run_dir: str) -> Iterator[Callable[[], int]]:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", BUSY],
@@ -31,7 +35,7 @@ def busy(count: int, run_dir: str) -> Iterator[list[int]]:
         for _ in range(count)
     ]
     try:
-        yield [p.pid for p in procs]
+        yield lambda: sum(1 for p in procs if p.poll() is None)  # how many still run
     finally:
         for proc in procs:
             try:

@@ -14,7 +14,7 @@ import json
 import time
 
 from lab import chaos, files, output_paths, runtimes
-from lab.chaos import ledger, load, schedule
+from lab.chaos import ledger, schedule
 from lab.cli.flags import REPORT_DIR, add_run_dir_option, add_verbose
 from lab.errors import LabError
 from lab.exercises import DrillOptions
@@ -80,8 +80,7 @@ def handle(args: argparse.Namespace) -> int:
     print(f"chaos: {len(plan.faults)} faults, seed {plan.seed}, over about {plan.faults[-1].at_s:.0f}s; "
           f"load {plan.load}")  # fmt: skip
     try:
-        with load.busy(plan.load, str(run_dir.path)):
-            report = run_drill(exercise, options, runtime, verbose=args.verbose)
+        report = run_drill(exercise, options, runtime, verbose=args.verbose)
     except KeyboardInterrupt:
         if exercise.partial is not None:  # torn down already: what ran is still told
             write_ledger(run_dir, where, exercise.partial)
