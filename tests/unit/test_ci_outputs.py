@@ -28,6 +28,29 @@ def row(case: str, fault: str) -> dict:
     }
 
 
+def test_faults_not_run_after_a_failed_reference_are_each_a_case_saying_why():
+    """The matrix lists them (lab.exercises.script.matrix): a CI's report shows what never ran."""
+    from lab.exercises.script.matrix import Row
+
+    why = "not run: the fault-free reference did not pass (fail)"
+    record = {
+        "script": "exits_at_once.py",
+        "rows": [
+            {"fault": "reference", "verdict": "fail", "finding": "it runs long enough for a fault to fire: no."},
+            Row("kill-worker", not_run=why).to_json(),
+            Row("hang-rank", not_run=why).to_json(),
+        ],
+    }
+    suites = ET.fromstring(junit.junit_xml(record).split("\n", 1)[1])
+    assert {k: suites.attrib[k] for k in ("tests", "failures", "errors")} == {
+        "tests": "3",
+        "failures": "1",
+        "errors": "2",
+    }
+    cases = {c.attrib["name"]: c for c in suites.iter("testcase")}
+    assert [cases[name].find("error").attrib["message"] for name in ("kill-worker", "hang-rank")] == [why, why]
+
+
 def test_a_failed_verdict_is_a_failure_with_its_finding_and_checks_a_pass_a_plain_case():
     record = {
         "script": "never_loads.py",

@@ -33,6 +33,7 @@ class Row:
     report: Report | None = None
     error: str = ""  # the run could not happen (a fault this runtime cannot inject, ...)
     directory: Path | None = None
+    not_run: str = ""  # why it never ran (the reference failed: nothing to judge it against)
 
     @property
     def verdict(self) -> str:
@@ -43,7 +44,7 @@ class Row:
         return {
             "fault": self.label,
             "verdict": self.verdict,
-            "finding": self.error or facts.get("finding", ""),
+            "finding": self.error or self.not_run or facts.get("finding", ""),
             "restarts": facts.get("restarts"),
             "work_redone": facts.get("work_redone"),
             "recovery_s": (facts.get("recovery") or {}).get("total"),
@@ -147,7 +148,14 @@ def run_matrix(
         matrix.write(out_dir)
         on_row(row)
         if fault is None:
-            if row.verdict != "pass":
-                break  # nothing to compare a fault with: the script fails on its own
+            if row.verdict != "pass":  # nothing to judge a fault against: the script fails on its own
+                _not_run(matrix, faults, f"not run: the fault-free reference did not pass ({row.verdict})", out_dir)
+                break
             reference_result = run.kept_result
     return matrix
+
+
+def _not_run(matrix: Matrix, faults: list[ModuleType], why: str, out_dir: Path) -> None:
+    """A row for each fault that will not run, so that every report (JUnit included) lists it."""
+    matrix.rows += [Row(fault.NAME, not_run=why) for fault in faults]
+    matrix.write(out_dir)
