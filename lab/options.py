@@ -43,15 +43,45 @@ class Option:
         """The same flag with some of its fields changed (a narrower choice, another default)."""
         return dataclasses.replace(self, **changes)
 
-    def add_to(self, parser: Adder, help_suffix: str = "") -> None:
+    def add_to(self, parser: Adder, help_suffix: str = "", recorded: bool = False) -> None:
+        """recorded: the namespace also says whether the user gave it (given()), whatever its value."""
         keywords: dict[str, Any] = {"dest": self.name, "help": (self.help + help_suffix) or None}
         if self.switch:
-            parser.add_argument(self.flag, action="store_true", **keywords)
+            parser.add_argument(self.flag, action=_GivenTrue if recorded else "store_true", **keywords)
             return
+        if recorded:
+            keywords["action"] = _GivenStore
         for key in ("default", "type", "choices", "metavar"):
             if getattr(self, key) is not None:
                 keywords[key] = getattr(self, key)
         parser.add_argument(self.flag, **keywords)
+
+
+GIVEN = "flags_given"  # where a namespace keeps the dests of the recorded flags the user gave
+
+
+def given(namespace: argparse.Namespace) -> set[str]:
+    """The recorded flags (Option.add_to(recorded=True)) the user gave, by dest: a flag given at
+    its default value is given all the same."""
+    if not hasattr(namespace, GIVEN):
+        setattr(namespace, GIVEN, set())
+    return getattr(namespace, GIVEN)
+
+
+class _GivenStore(argparse._StoreAction):
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: Any = None
+    ) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        given(namespace).add(self.dest)
+
+
+class _GivenTrue(argparse._StoreTrueAction):
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: Any = None
+    ) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        given(namespace).add(self.dest)
 
 
 def add_all(parser: Adder, options: Iterable[Option]) -> None:

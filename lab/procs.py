@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from lab.rundir import MARKER, NODE_MARKER
 
@@ -30,6 +30,24 @@ def spawn(argv: list[str], *, log_path: Path, env: dict[str, str]) -> subprocess
             env=env,
             start_new_session=True,
         )
+
+
+def run_child_lab(argv: list[str], teardown_s: float = 300.0, **popen: Any) -> subprocess.CompletedProcess:
+    """Run a lab command as a child (a bench runs `lab chaos`, `lab run`) to its end. When this
+    process is stopped meanwhile (Ctrl-C, SIGTERM: lab.cli turns both into an exception), the
+    child is asked to stop as Ctrl-C would ask it, and waited for while it tears its lab down:
+    subprocess.run would SIGKILL it, and its nodes, namespaces and busy loops outlived it."""
+    proc = subprocess.Popen(argv, **popen)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(teardown_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def alive(pid: int) -> bool:

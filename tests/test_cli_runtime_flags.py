@@ -52,6 +52,10 @@ def test_the_ray_runtime_without_an_address_says_what_it_needs(lab):
         (["--runtime", "docker", "--namespace", "foo"], "k8s"),
         (["--runtime", "k8s", "--prometheus-port", "9999"], "docker"),  # the cluster's Prometheus, not the lab's
         (["--image", "foo:1"], "docker"),  # the default runtime takes no image either
+        # Given at its default value, a flag is given all the same: it was once let through in silence.
+        (["--runtime", "docker", "--overlay", "cpu-gloo"], "k8s"),
+        (["--runtime", "k8s", "--hosts", "auto"], "local"),
+        (["--runtime", "local", "--namespace", "default"], "k8s"),
     ],
     ids=lambda v: "-".join(v) if isinstance(v, list) else v,
 )

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from lab import files
+from lab import files, procs
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.chaos import schedule
 from lab.errors import LabError
@@ -49,7 +48,7 @@ def run(args, out_dir: Path) -> BenchResult:
         argv += ["--load", str(args.load), "--seed", str(args.seed), "--report-dir", str(report)]
         argv += ["--run-dir", str(Path(tmp) / "run")]
         began = time.monotonic()
-        code = subprocess.run(argv).returncode  # its progress goes straight to this terminal
+        code = procs.run_child_lab(argv).returncode  # its progress straight to this terminal; stopped, it tears down
         took = time.monotonic() - began
         raw = files.read_regular(report / "chaos.json", 16 << 20)
         if raw is None:

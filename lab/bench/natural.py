@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lab import files
+from lab import files, procs
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.errors import LabError
 from lab.options import Option, add_all
@@ -66,7 +66,8 @@ def card_of(script: Path) -> tuple[object | None, str]:
     with tempfile.TemporaryDirectory(prefix="lab-bench-natural-") as tmp:
         run_dir = Path(tmp) / "run"
         argv = [sys.executable, "-m", "lab", "run", "--run-dir", str(run_dir), "--hosts", "loopback"]
-        done = subprocess.run([*argv, "--nodes", "1", "--nproc-per-node", "2", str(script)], capture_output=True)
+        argv += ["--nodes", "1", "--nproc-per-node", "2", str(script)]
+        done = procs.run_child_lab(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # stopped: it tears down
         kept = sorted((run_dir / "reports").glob("why-*/"))
         if not kept:
             return None, f"the job kept no evidence (lab run exited {done.returncode})"

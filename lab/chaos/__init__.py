@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from lab.chaos import campaign, ledger, load
+from lab.chaos.campaign import CKPT_EVERY, STEP_TIME_S
 from lab.chaos.progress import Progress
 from lab.chaos.schedule import KINDS, Planned
 from lab.exercises import DrillOptions, drill_job
@@ -23,8 +24,6 @@ from lab.report import Report
 from lab.topology import Topology
 
 PG_TIMEOUT_S = 20  # a hang is seen at this; each recovery's bound is derived from it
-STEP_TIME_S = 0.05
-CKPT_EVERY = 20
 
 
 @dataclass(frozen=True)
@@ -34,11 +33,11 @@ class Plan:
     load: int
     tail_s: float = 15.0  # steps after the last fault, before the job ends
 
-    def steps(self) -> int:
-        """Enough steps for every fault and the tail, at the paced step time (a loaded machine
-        only makes steps longer: the job then ends before the last faults, which say so)."""
+    def steps(self, per_s: float = 1 / STEP_TIME_S) -> int:
+        """Enough steps for every fault and the tail at `per_s` steps a second (the paced rate,
+        unless a busy machine measured slower: campaign.fit_to_machine)."""
         last = max((p.at_s for p in self.faults), default=0.0)
-        return int((last + self.tail_s) / STEP_TIME_S) + 40
+        return int((last + self.tail_s) * per_s) + 40
 
 
 def exercise(plan: Plan) -> Any:
@@ -56,13 +55,16 @@ def exercise(plan: Plan) -> Any:
                  "world_size": drill.topology.world_size, "steps": plan.steps()}  # fmt: skip
         try:  # the load starts now: the lab has taken its run dir over (lab.chaos.load says why)
             with load.busy(plan.load, str(drill.runtime.run_dir.path)) as running:
-                campaign.run(drill, plan.faults, args, CKPT_EVERY, blows, say=drill.progress)
-                drill.wait_job(plan.steps() * STEP_TIME_S * 4 + 240)
+                steps = campaign.fit_to_machine(drill, plan.steps, say=drill.progress)
+                job = paced_trainer(steps, CKPT_EVERY, STEP_TIME_S) if steps else args
+                setup["steps"] = steps or plan.steps()
+                campaign.run(drill, plan.faults, job, CKPT_EVERY, blows, say=drill.progress)
+                drill.wait_job(setup["steps"] * STEP_TIME_S * 4 + 240)
                 loaded = running()
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the ledger of what ran, while the events still exist
             state.partial = ledger.ledger(blows, _progress(drill), {"identical": False, "why": "interrupted"}, setup)
             raise
-        weights = campaign.final_weights(drill, args[:-2])  # the reference runs unpaced
+        weights = campaign.final_weights(drill, job[:-2])  # the reference runs unpaced
         record = ledger.ledger(blows, _progress(drill), weights, setup)
         report = drill.new_report("chaos")
         report.check("every fault injected", record["faults_injected"] == len(plan.faults),

@@ -14,7 +14,7 @@ import pkgutil
 from collections.abc import Callable
 
 from lab.errors import LabError
-from lab.options import Option
+from lab.options import Option, given
 from lab.rundir import RunDir
 from lab.runtimes.base import Log, Runtime
 
@@ -60,8 +60,8 @@ def add_options(parser: argparse.ArgumentParser, drills_only: bool = False, defa
             for option in cls.OPTIONS:
                 takers.setdefault(option, []).append(name)
     for option, runtime_names in takers.items():
-        option.add_to(group, help_suffix=f" [{', '.join(runtime_names)}]")
-    # from_args asks the parser what each flag defaults to (a verb may have changed it since).
+        option.add_to(group, help_suffix=f" [{', '.join(runtime_names)}]", recorded=True)
+    # from_args asks which of them the user gave (options.given), whatever their values.
     parser.set_defaults(runtime_parser=parser)
 
 
@@ -90,7 +90,7 @@ def refuse_foreign_flags(args: argparse.Namespace, cls: type[Runtime], shared: t
             takers.setdefault(option.name, []).append(name)
             flags[option.name] = option.flag
     for dest, runtime_names in takers.items():
-        if dest not in own and hasattr(args, dest) and getattr(args, dest) != parser.get_default(dest):
+        if dest not in own and dest in given(args):  # given, even at its default: never ignored in silence
             where = "|".join(runtime_names)
             raise LabError(
                 f"{flags[dest]} is for --runtime {where}, not {cls.name}: drop it, or add --runtime {runtime_names[0]}"
