@@ -26,6 +26,7 @@ PREEMPT_GRACE_S = 10.0
 NODE_BACK_AFTER_S = 1.0
 CALIBRATE_S = 8.0  # steps measured before the schedule starts (fit_to_machine)
 FIT_MARGIN = 1.2  # steps a second assumed above the measured rate: the job outlasts its schedule
+OUTLAST = 1.25  # a job sized for the pace may outlast its schedule by this much before it is fitted
 STEP_TIME_S, CKPT_EVERY = 0.05, 20  # the campaign's paced trainer (lab.chaos)
 
 
@@ -93,7 +94,7 @@ def fit_to_machine(drill: Any, steps_at: Callable[[float], int], say=print) -> i
     """The job's steps fitted to the rate this machine gives it now (a busy one trains slower
     than the pace, 7x beside 2 busy loops on 2 cores: a job sized for the pace then ran for
     hours after the schedule's last fault). Measured over CALIBRATE_S of steps; when the job
-    would outlast its schedule more than twice, it is preempted (every rank checkpoints at an
+    would outlast its schedule by more than OUTLAST, it is preempted (every rank checkpoints at an
     agreed step) and started again for the fitted steps, resuming from that checkpoint: the
     final weights still match an uninterrupted run of the same steps. None: left as it is."""
     progress = Progress(drill.events_dir)
@@ -102,7 +103,7 @@ def fit_to_machine(drill: Any, steps_at: Callable[[float], int], say=print) -> i
     time.sleep(CALIBRATE_S)
     per_s = max(progress.polled().front() - first, 1) / (time.monotonic() - since)
     fitted = steps_at(per_s * FIT_MARGIN)
-    if fitted * 2 >= steps_at(1 / STEP_TIME_S):
+    if steps_at(1 / STEP_TIME_S) <= fitted * OUTLAST:
         return None
     say(f"{per_s:.1f} steps a second here now: the job starts again for {fitted} steps, as long as its faults")
     drill.inject(drill.locate(0)[0], "preempt", grace_s=PREEMPT_GRACE_S)
