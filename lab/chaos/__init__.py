@@ -10,6 +10,7 @@ each recovery cost.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -33,11 +34,11 @@ class Plan:
     load: int
     tail_s: float = 15.0  # steps after the last fault, before the job ends
 
-    def steps(self, per_s: float = 1 / STEP_TIME_S) -> int:
-        """Enough steps for every fault and the tail at `per_s` steps a second (the paced rate,
-        unless a busy machine measured slower: campaign.fit_to_machine)."""
+    def steps(self) -> int:
+        """Enough steps for every fault and the tail at the paced rate (a busy machine trains
+        slower: the job then ends soon after its schedule, campaign.finish_soon)."""
         last = max((p.at_s for p in self.faults), default=0.0)
-        return int((last + self.tail_s) * per_s) + 40
+        return int((last + self.tail_s) / STEP_TIME_S) + 40
 
 
 def exercise(plan: Plan) -> Any:
@@ -55,17 +56,18 @@ def exercise(plan: Plan) -> Any:
                  "world_size": drill.topology.world_size, "steps": plan.steps()}  # fmt: skip
         try:  # the load starts now: the lab has taken its run dir over (lab.chaos.load says why)
             with load.busy(plan.load, str(drill.runtime.run_dir.path)) as running:
-                steps = campaign.fit_to_machine(drill, plan.steps, say=drill.progress)
-                job = paced_trainer(steps, CKPT_EVERY, STEP_TIME_S) if steps else args
-                setup["steps"] = steps or plan.steps()
-                campaign.run(drill, plan.faults, job, CKPT_EVERY, blows, say=drill.progress)
+                campaign.run(drill, plan.faults, args, CKPT_EVERY, blows, say=drill.progress)
+                over = time.time()  # the ledger counts the job's time up to here
+                if not any(b.finding for b in blows):  # a stuck job is left to its bound below
+                    setup["steps"] = campaign.finish_soon(drill, plan.steps(), say=drill.progress)
                 drill.wait_job(setup["steps"] * STEP_TIME_S * 4 + 240)
                 loaded = running()
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the ledger of what ran, while the events still exist
             state.partial = ledger.ledger(blows, _progress(drill), {"identical": False, "why": "interrupted"}, setup)
             raise
+        job = paced_trainer(setup["steps"], CKPT_EVERY, STEP_TIME_S)  # as it ran last (finish_soon)
         weights = campaign.final_weights(drill, job[:-2])  # the reference runs unpaced
-        record = ledger.ledger(blows, _progress(drill), weights, setup)
+        record = ledger.ledger(blows, _progress(drill), weights, setup, until=over)
         report = drill.new_report("chaos")
         report.check("every fault injected", record["faults_injected"] == len(plan.faults),
                      f"{record['faults_injected']} of {len(plan.faults)}")  # fmt: skip

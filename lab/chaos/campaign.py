@@ -11,7 +11,6 @@ stood); the campaign then stops cleanly instead of hanging.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,9 +23,7 @@ from lab.exercises.drill import paced_trainer
 POLL_S = 0.05
 PREEMPT_GRACE_S = 10.0
 NODE_BACK_AFTER_S = 1.0
-CALIBRATE_S = 8.0  # steps measured before the schedule starts (fit_to_machine)
-FIT_MARGIN = 1.2  # steps a second assumed above the measured rate: the job outlasts its schedule
-OUTLAST = 1.25  # a job sized for the pace may outlast its schedule by this much before it is fitted
+FINISH_STEPS = 100  # steps past the front the job runs once the schedule is over (finish_soon)
 STEP_TIME_S, CKPT_EVERY = 0.05, 20  # the campaign's paced trainer (lab.chaos)
 
 
@@ -90,25 +87,20 @@ def strike(drill: Any, progress: Progress, planned: Planned, world: int, ckpt_ev
     return [first, second]
 
 
-def fit_to_machine(drill: Any, steps_at: Callable[[float], int], say=print) -> int | None:
-    """The job's steps fitted to the rate this machine gives it now (a busy one trains slower
-    than the pace, 7x beside 2 busy loops on 2 cores: a job sized for the pace then ran for
-    hours after the schedule's last fault). Measured over CALIBRATE_S of steps; when the job
-    would outlast its schedule by more than OUTLAST, it is preempted (every rank checkpoints at an
-    agreed step) and started again for the fitted steps, resuming from that checkpoint: the
-    final weights still match an uninterrupted run of the same steps. None: left as it is."""
-    progress = Progress(drill.events_dir)
-    drill.wait_for(lambda: progress.polled().front() >= 1, 240, "the job's first step")
-    first, since = progress.front(), time.monotonic()
-    time.sleep(CALIBRATE_S)
-    per_s = max(progress.polled().front() - first, 1) / (time.monotonic() - since)
-    fitted = steps_at(per_s * FIT_MARGIN)
-    if steps_at(1 / STEP_TIME_S) <= fitted * OUTLAST:
-        return None
-    say(f"{per_s:.1f} steps a second here now: the job starts again for {fitted} steps, as long as its faults")
+def finish_soon(drill: Any, steps: int, say=print) -> int:
+    """Once the schedule is over, the job ends FINISH_STEPS past the front, whatever rate this
+    machine gives it: it is preempted (every rank checkpoints at an agreed step) and started
+    again for those steps, resuming from that checkpoint, so its final weights still match an
+    uninterrupted run of as many steps. A job sized for the paced rate ran for hours past its
+    last fault beside 2 busy loops on 2 cores. Returns the steps the job now ends at."""
+    front = Progress(drill.events_dir).polled().front()
+    target = front + FINISH_STEPS
+    if target >= steps or _ended(drill):
+        return steps
+    say(f"the schedule is over at step {front}: the job checkpoints and finishes at step {target}")
     drill.inject(drill.locate(0)[0], "preempt", grace_s=PREEMPT_GRACE_S)
-    start_again(drill, paced_trainer(fitted, CKPT_EVERY, STEP_TIME_S), 2 * PREEMPT_GRACE_S + 60)
-    return fitted
+    start_again(drill, paced_trainer(target, CKPT_EVERY, STEP_TIME_S), 2 * PREEMPT_GRACE_S + 60)
+    return target
 
 
 def loses_the_job(drill: Any, node: str) -> bool:

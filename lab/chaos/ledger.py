@@ -18,14 +18,17 @@ from lab.chaos.progress import Progress
 from lab.chaos.schedule import KINDS
 
 
-def ledger(blows: list[Blow], progress: Progress, weights: dict[str, Any], setup: dict[str, Any]) -> dict[str, Any]:
-    times = [t for t, _, _ in progress.steps]
+def ledger(
+    blows: list[Blow], progress: Progress, weights: dict[str, Any], setup: dict[str, Any], until: float | None = None
+) -> dict[str, Any]:
+    """until: when the schedule was over (the job's finish after it is the campaign's, not the job's)."""
+    times = [t for t, _, _ in progress.steps if until is None or t <= until]
     wall = (max(times) - min(times)) if times else 0.0
     landed = [b for b in blows if b.time is not None]
     recovery: dict[str, float] = defaultdict(float)
     for blow in landed:
         recovery[blow.kind] += blow.recovered_s if blow.recovered_s is not None else blow.bound_s
-    saving = sum(seconds for _, _, seconds in progress.saves)
+    saving = sum(seconds for when, _, seconds in progress.saves if until is None or when <= until)
     productive = max(0.0, wall - sum(recovery.values()) - saving)
     inside = [b for b in landed if KINDS[b.kind].in_recovery]
     return {
