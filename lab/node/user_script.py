@@ -26,6 +26,7 @@ import os
 import re
 import runpy
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -109,18 +110,27 @@ def watch_torch(log: EventLog, events_dir: str | None) -> None:
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
+    inside = threading.local()  # how deep in the watched calls: dcp.load's own reads are not the script's
+
     def after(original, record):
         def wrapped(*args, **kwargs):
-            result = original(*args, **kwargs)
-            record(args, kwargs)
+            depth = getattr(inside, "depth", 0)
+            inside.depth = depth + 1
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                inside.depth = depth
+            if depth == 0:
+                record(args, kwargs)
             return result
 
         wrapped.__wrapped__ = original  # type: ignore[attr-defined]
         return wrapped
 
     def touched(event: Event, where: Any, how: str) -> None:
-        if isinstance(where, str | os.PathLike):  # a file object: a read inside dcp.load, say
-            log.write(event, path=os.fspath(where), how=how)
+        path = file_path(where)
+        if path is not None:  # an in-memory buffer (BytesIO) is no checkpoint file
+            log.write(event, path=path, how=how)
 
     def loaded(args, kwargs, key: str, how: str) -> None:
         touched(Event.LOADED, args[0] if args else kwargs.get(key), how)
@@ -137,6 +147,18 @@ def watch_torch(log: EventLog, events_dir: str | None) -> None:
     dcp.load = after(dcp.load, lambda a, k: loaded(a[1:], k, "checkpoint_id", "dcp.load"))
     torch.save = after(onto_a_full_disk(torch.save), lambda a, k: saved(a, k, "f", "torch.save"))
     dcp.save = after(dcp.save, lambda a, k: saved(a, k, "checkpoint_id", "dcp.save"))
+
+
+def file_path(where: Any) -> str | None:
+    """The path torch.load or torch.save was given: a path, or a file object opened on one (an
+    open() file's name, fsspec's path: minGPT loads through fsspec); None for a buffer."""
+    if isinstance(where, str | os.PathLike):
+        return os.fspath(where)
+    for attribute in ("name", "path"):
+        named = getattr(where, attribute, None)
+        if isinstance(named, str) and named:
+            return named
+    return None
 
 
 def onto_a_full_disk(save):
