@@ -95,7 +95,7 @@ def finish_soon(drill: Any, steps: int, say=print) -> int:
     last fault beside 2 busy loops on 2 cores. Returns the steps the job now ends at."""
     front = Progress(drill.events_dir).polled().front()
     target = front + FINISH_STEPS
-    if target >= steps or _ended(drill):
+    if steps - front <= 4 * FINISH_STEPS or _ended(drill):  # it ends soon enough as it is (a quiet machine)
         return steps
     say(f"the schedule is over at step {front}: the job checkpoints and finishes at step {target}")
     drill.inject(drill.locate(0)[0], "preempt", grace_s=PREEMPT_GRACE_S)
