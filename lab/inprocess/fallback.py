@@ -129,8 +129,11 @@ class Fallback:
         beat = RollCall.key(self.args.node_rank, "beat")
         if self.store is None or not self.store.check([beat]):
             return False
-        if self.roll:  # its count goes on from its last one: the others see it move at its first beat
+        if self.roll:  # its count goes on from its last one, and moves before it asks: the others
+            # hear the round and its beat together (a keeper that heard the round first, then its
+            # predecessor's silence, once stopped its ranks to wait for a round already asked).
             self.roll.count = int(self.store.get(beat))
+            self.roll.beat()
         self.rounds.carried_out = int(self.store.add("rounds", 0))  # the rounds before it left are not its
         self.rounds.ask(f"node {self.args.node_rank}'s keeper came back after the node was lost")
         return True

@@ -89,3 +89,25 @@ def test_node_0_waits_for_every_other_keepers_word_before_it_takes_the_store_dow
     node1.finish()
     finished.join(5)
     assert not finished.is_alive()
+
+
+def test_a_keeper_back_on_its_node_beats_as_it_asks_so_its_predecessors_silence_is_not_held_against_it(store):
+    """Node 1's keeper SIGKILLed with its node, a new one started on it: the new keeper asks for a
+    round and beats at once (lab.inprocess.fallback.rejoin). Node 0, which heard the round, then
+    judges node 1 by the new beat, not by how long the old keeper has been silent; without that
+    beat it stopped its ranks to wait for a round already asked (found by `lab chaos` under load)."""
+    clock0 = Clock()
+    node0 = RollCall(store, 0, 2, 1.0, clock0)
+    RollCall(store, 1, 2, 1.0, Clock()).tick()  # the old keeper's last beat
+    node0.tick()
+    clock0.now += 0.9  # the old keeper is gone; the new one starts and imports torch meanwhile
+    back = RollCall(store, 1, 2, 1.0, Clock())
+    back.count = int(store.get(RollCall.key(1, "beat")))
+    back.beat()  # with its ask for a round
+    for _ in range(2):  # 1.4 s and 1.9 s after the old keeper's last beat (silent_s is 1.0): not lost
+        clock0.now += BEAT_S
+        node0.tick()
+    assert store.get(RollCall.key(1, "beat")) == b"2"
+    clock0.now += 1.0  # and the new keeper, silent in its turn, is judged by its own last beat
+    with pytest.raises(KeeperLost):
+        node0.tick()
