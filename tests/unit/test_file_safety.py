@@ -143,3 +143,40 @@ def test_regular_files_lists_nothing_through_a_link(tmp_path, victim):
     (top / "f.pt").symlink_to(victim)
     assert [str(rel) for _, rel in files.regular_files(top)] == ["inner/a.pt"]
     assert list(files.regular_files(tmp_path / "top" / "out")) == []
+
+
+def test_write_beneath_makes_its_folders_under_root_whatever_the_working_dir(tmp_path, monkeypatch):
+    """Killed mutants of lab.files.write_beneath (docs/mutation.md): a folder made relative to the
+    working dir instead of beneath root, a file written elsewhere, a mode other than 0644."""
+    root, elsewhere = tmp_path / "node0", tmp_path / "elsewhere"
+    root.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    written = files.write_beneath(root, "forensics/rank1/stack.txt", "frames")
+    assert written == root / "forensics" / "rank1" / "stack.txt" and written.read_text() == "frames"
+    assert stat.S_IMODE(written.stat().st_mode) == 0o644 and list(elsewhere.iterdir()) == []
+    assert sorted(p.name for p in (root / "forensics" / "rank1").iterdir()) == ["stack.txt"]  # no temp left
+    files.write_beneath(root, "forensics/rank1/stack.txt", "again")  # the folders exist now: written over
+    assert written.read_text() == "again"
+
+
+def test_write_beneath_refuses_a_root_or_folder_that_is_a_file_or_a_link(tmp_path, victim):
+    root = tmp_path / "node0"
+    root.write_text("not a folder")
+    with pytest.raises(files.UnsafePath, match="not a folder, never followed"):
+        files.write_beneath(root, "events.jsonl", "x")
+    folder_root = tmp_path / "node1"
+    folder_root.mkdir()
+    (folder_root / "events").symlink_to(victim.parent)  # a folder swapped for a link by the node
+    with pytest.raises(files.UnsafePath, match="a link, never followed"):
+        files.write_beneath(folder_root, "events/precious.pt", "overwritten")
+    assert victim.read_bytes() == b"k" * 1000
+
+
+def test_write_beneath_replaces_a_link_at_the_name_instead_of_writing_through_it(tmp_path, victim):
+    root = tmp_path / "node0"
+    root.mkdir()
+    (root / "exit").symlink_to(victim)
+    files.write_beneath(root, "exit", "0")
+    assert not (root / "exit").is_symlink() and (root / "exit").read_text() == "0"
+    assert victim.read_bytes() == b"k" * 1000
