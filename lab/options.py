@@ -68,7 +68,9 @@ def given(namespace: argparse.Namespace) -> set[str]:
     return getattr(namespace, GIVEN)
 
 
-class _GivenStore(argparse._StoreAction):
+class _Given(argparse.Action):
+    """Whatever the action stores, it also records that the user gave the flag (given())."""
+
     def __call__(
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: Any = None
     ) -> None:
@@ -76,12 +78,12 @@ class _GivenStore(argparse._StoreAction):
         given(namespace).add(self.dest)
 
 
-class _GivenTrue(argparse._StoreTrueAction):
-    def __call__(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: Any = None
-    ) -> None:
-        super().__call__(parser, namespace, values, option_string)
-        given(namespace).add(self.dest)
+class _GivenStore(_Given, argparse._StoreAction):
+    pass
+
+
+class _GivenTrue(_Given, argparse._StoreTrueAction):
+    pass
 
 
 def add_all(parser: Adder, options: Iterable[Option]) -> None:
