@@ -40,8 +40,7 @@ def add_arguments(parser) -> None:
 
 def run(args, out_dir: Path) -> BenchResult:
     schedule.seconds(args.mtbf, "--mtbf")  # a bad flag is one line before anything starts
-    if args.load < 0:
-        raise LabError(f"--load must be 0 or more, got {args.load}")
+    schedule.check_load(args.load)
     with tempfile.TemporaryDirectory(prefix="lab-bench-chaos-") as tmp:
         report = Path(tmp) / "report"
         argv = [sys.executable, "-m", "lab", "chaos", "--count", str(args.count), "--mtbf", args.mtbf]

@@ -61,6 +61,14 @@ MTBF = Option("--mtbf", "the mean time between faults (default %(default)s)", "2
 SEED = Option("--seed", "the schedule's seed: the same seed, the same faults (default %(default)s)", 1, int)
 LOAD = Option("--load", "busy processes beside the job (default %(default)s)", 0, int)
 
+
+def check_load(load: int) -> int:
+    """--load, or one line saying what is wrong with it."""
+    if load < 0:
+        raise LabError(f"--load must be 0 or more, got {load}")
+    return load
+
+
 DEFAULT_MIX = {
     "kill-worker": 4,
     "hang-worker": 1,

@@ -58,8 +58,7 @@ def plan_from_args(args: argparse.Namespace) -> chaos.Plan:
         )
     if (args.count is None) == (args.duration is None):
         raise LabError("say how long, one way: --count N or --duration D")
-    if args.load < 0:
-        raise LabError(f"--load must be 0 or more, got {args.load}")
+    schedule.check_load(args.load)
     mtbf = schedule.seconds(args.mtbf, "--mtbf")
     duration = schedule.seconds(args.duration, "--duration") if args.duration is not None else None
     mix = schedule.parse_mix(args.mix)
