@@ -66,8 +66,9 @@ def exercise(plan: Plan) -> Any:
             state.partial = ledger.ledger(blows, _progress(drill), {"identical": False, "why": "interrupted"}, setup)
             raise
         job = paced_trainer(setup["steps"], CKPT_EVERY, STEP_TIME_S)  # as it ran last (finish_soon)
-        weights = campaign.final_weights(drill, job[:-2])  # the reference runs unpaced
-        record = ledger.ledger(blows, _progress(drill), weights, setup, until=over)
+        progress = _progress(drill)
+        weights = campaign.final_weights(drill, job[:-2], progress, blows)  # the reference runs unpaced
+        record = ledger.ledger(blows, progress, weights, setup, until=over)
         report = drill.new_report("chaos")
         report.check("every fault injected", record["faults_injected"] == len(plan.faults),
                      f"{record['faults_injected']} of {len(plan.faults)}")  # fmt: skip

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from lab.chaos import divergence
 from lab.chaos.progress import Progress
 from lab.chaos.schedule import Planned
 from lab.errors import LabError
@@ -209,12 +210,27 @@ def _line(blow: Blow) -> str:
     return f"{blow.kind} on {ranks} at step {blow.front}: every rank back in {blow.recovered_s:.2f}s"
 
 
-def final_weights(drill: Any, trainer_args: list[str]) -> dict[str, Any]:
-    """The job's final checksums against an uninterrupted run of the same steps."""
+def final_weights(drill: Any, trainer_args: list[str], job: Progress, blows: list[Blow]) -> dict[str, Any]:
+    """The job's final checksums against an uninterrupted run of the same steps; when they
+    differ, the first step whose loss differs, and the fault before it (lab.chaos.divergence)."""
     final = observe.final_checksums(drill.events())
     if not final:
         return {"identical": False, "why": "the job left no final weights (it did not complete)"}
     reference, source = drill.reference_checksums(trainer_args)
-    same = final == reference
-    why = "" if same else f"final checksums {sorted(final)} against the reference's {sorted(reference)}"
-    return {"identical": same, "final": sorted(final), "reference": sorted(reference), "source": source, "why": why}
+    if final == reference:
+        return {"identical": True, "final": sorted(final), "reference": sorted(reference), "source": source, "why": ""}
+    why = f"final checksums {sorted(final)} against the reference's {sorted(reference)}"
+    ran = drill.runtime.run_dir.path / "reference" / "events"
+    events = ran if source == "ran" else drill.run_reference(trainer_args)
+    first = divergence.first_difference(job, Progress(events).polled(), blows) or divergence.redone_differently(
+        job, blows
+    )
+    why += f"; first: {first['why']}" if first else "; every step's loss matches the reference's (the last save?)"
+    return {
+        "identical": False,
+        "final": sorted(final),
+        "reference": sorted(reference),
+        "source": source,
+        "first_difference": first,
+        "why": why,
+    }

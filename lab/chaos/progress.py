@@ -25,6 +25,7 @@ class Progress:
     steps: list[tuple[float, int, int]] = field(default_factory=list)  # (time, rank, step)
     saves: list[tuple[float, int, float]] = field(default_factory=list)  # (time, step, seconds)
     starts: list[tuple[float, int]] = field(default_factory=list)  # (time, rank): a rank's process began
+    losses: dict[tuple[int, int], list[tuple[float, str]]] = field(default_factory=dict)  # (rank, step): (time, hex)
 
     def poll(self) -> None:
         """Read what the ranks wrote since the last poll."""
@@ -52,6 +53,9 @@ class Progress:
             return
         if record.get("event") == Event.STEP and isinstance(record.get("step"), int):
             self.steps.append((float(record["time"]), int(record["rank"]), record["step"]))
+            if isinstance(record.get("loss"), float):
+                key = (int(record["rank"]), record["step"])
+                self.losses.setdefault(key, []).append((float(record["time"]), record["loss"].hex()))
         elif record.get("event") == Event.START and isinstance(record.get("rank"), int):
             self.starts.append((float(record["time"]), record["rank"]))
         elif record.get("event") == Event.CHECKPOINT_SAVED and record.get("rank") == 0:

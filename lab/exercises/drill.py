@@ -174,13 +174,17 @@ class Drill:
         if cached:
             self.progress(f"the uninterrupted reference: an identical job's, from {reference_cache.cache_dir()}")
             return cached, "cached"
-        self.progress("running the uninterrupted reference")
-        events = self.rerun(args, fresh="reference")
-        self.wait_job(240)
-        found = observe.final_checksums(list(read_events(events)))
+        found = observe.final_checksums(list(read_events(self.run_reference(trainer_args))))
         if key:
             reference_cache.remember(key, found)
         return found, "ran"
+
+    def run_reference(self, trainer_args: list[str]) -> Path:
+        """Run the uninterrupted, unpaced reference of the same job to its end; where its events are."""
+        self.progress("running the uninterrupted reference")
+        events = self.rerun([*trainer_args, "--step-time", "0"], fresh="reference")
+        self.wait_job(240)
+        return events
 
     def rerun(self, trainer_args: list[str], fresh: str | None = None) -> Path:
         """Start the trainer again on the same hosts (they stay up between runs); see Runtime.rerun."""
