@@ -30,7 +30,8 @@ import torch.nn as nn
 from lab.health.events import Event, EventLog, ExitReason
 from lab.inprocess.api import attempts
 from lab.nodeenv import NodeEnv
-from lab.workloads.trainer import make_dataset, make_model, params_checksum
+from lab.workloads.sharded import checksum as params_checksum
+from lab.workloads.trainer import make_dataset, make_model
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -28,11 +28,11 @@ equal hex, equal weights (the sum of all parameters, in float64).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -43,55 +43,14 @@ from lab.health.events import Event, EventLog, ExitReason, error_text
 from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_target
 from lab.inprocess.api import attempts
 from lab.nodeenv import NodeEnv
+from lab.workloads import sharded
+from lab.workloads.checkpoint_dcp import ShardedCheckpoints
 from lab.workloads.comm_hooks import timed_allreduce_hook
 from lab.workloads.distributed import Ctx, Preemption, StepDeadline, ddp, finite, joined, say, settle_buckets, single
 from lab.workloads.monitoring_ab import MonitoringAB
 from lab.workloads.step_clock import StepClock, record_step
+from lab.workloads.trainer_args import parse_args
 from lab.workloads.trainer_state import resume, save_checkpoint, set_rng_state
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    wire = NodeEnv.parse()  # what the lab set on this node (lab.nodeenv)
-    p = argparse.ArgumentParser(description="the lab's resumable DDP trainer")
-    p.add_argument("--steps", type=int, default=100, help="train until this step")
-    p.add_argument("--step-time", type=float, default=0.0, help="pace each step to at least this many seconds")
-    p.add_argument("--start-delay", type=float, default=0.0, help="wait this long after joining, before a step")
-    p.add_argument("--ckpt-every", type=int, default=10, help="checkpoint interval in steps (0: never)")
-    p.add_argument("--ckpt-dir", default=wire.ckpt_dir, help="where checkpoints live (default: none)")
-    p.add_argument(
-        "--ckpt-shared",
-        action="store_true",
-        default=wire.ckpt_shared,
-        help="every node sees the same --ckpt-dir (one shared volume): only rank 0 writes. Without it "
-        "each node keeps its own copy, and a node that lacks the newest receives it from a peer",
-    )
-    p.add_argument("--events-dir", default=wire.events_dir, help="where rankN.jsonl event logs go")
-    p.add_argument(
-        "--metrics-port-base",
-        type=int,
-        default=wire.metrics_port_base or 0,
-        help="serve /metrics on this port + rank (0: no exporter)",
-    )
-    p.add_argument("--targets-dir", default=wire.targets_dir, help="Prometheus file_sd directory")
-    p.add_argument("--batch-size", type=int, default=8, help="per rank")
-    p.add_argument("--width", type=int, default=64, help="hidden units (a wider model makes longer steps)")
-    p.add_argument("--samples", type=int, default=4096)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size (default 25)")
-    p.add_argument("--check-loss", action="store_true", help="stop on a NaN or infinite loss, naming rank and step")
-    p.add_argument(
-        "--ab-monitoring",
-        type=int,
-        default=0,
-        metavar="K",
-        help="measure monitoring's cost: switch it off and on every K steps, print both step times",
-    )
-    args = p.parse_args(argv)
-    if args.steps < 1 or min(args.ckpt_every, args.step_time, args.start_delay, args.ab_monitoring) < 0:
-        p.error("--steps must be >= 1, --ckpt-every, --step-time, --start-delay and --ab-monitoring >= 0")
-    if args.ab_monitoring and args.steps < 6 * args.ab_monitoring:
-        p.error("--ab-monitoring K needs --steps of at least 6 K (two blocks of warm-up, then both halves)")
-    return args
 
 
 def make_dataset(samples: int) -> TensorDataset:
@@ -104,10 +63,6 @@ def make_dataset(samples: int) -> TensorDataset:
 def make_model(width: int) -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(16, width), nn.ReLU(), nn.Linear(width, 1))
-
-
-def params_checksum(model: nn.Module) -> float:
-    return float(sum(p.detach().double().sum().item() for p in model.parameters()))
 
 
 def main(argv=None) -> None:
@@ -176,17 +131,24 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
     events.write(Event.RENDEZVOUS_DONE, seconds=ctx.rendezvous_seconds, world_size=ctx.world_size)
     if metrics:
         metrics.rendezvous.set(ctx.rendezvous_seconds)
-    model, optimizer, step = held_state(args, ctx, attempt, events, metrics, held)
+    if why := sharded.refused(args, attempt.in_process):
+        raise SystemExit(f"trainer rank {ctx.rank}: error: {why}")
+    store = (
+        ShardedCheckpoints(Path(args.ckpt_dir), ctx.rank, ctx.distributed, args.save == "async")
+        if (args.parallel == "fsdp2" and args.ckpt_dir)
+        else None
+    )
+    model, optimizer, step = held_state(args, ctx, attempt, events, metrics, held, store)
     ab = MonitoringAB(args.ab_monitoring) if args.ab_monitoring else None
     clock = StepClock()
-    ddp_model = wrapped(model, ctx, args, metrics, ab, clock)
+    ddp_model = wrapped(model, ctx, args, metrics, ab, clock) if args.parallel == "ddp" else model
     dataset = make_dataset(args.samples)
     sampler: DistributedSampler = DistributedSampler(
         dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed, drop_last=True
     )
     steps_per_epoch = len(sampler) // args.batch_size
     loss_fn = nn.MSELoss()
-    if ctx.distributed:
+    if ctx.distributed and args.parallel == "ddp":
         settle_buckets(ddp_model, dataset, args.batch_size, loss_fn, optimizer, ctx)
     preemption, deadline = Preemption(ctx), StepDeadline()
     time.sleep(args.start_delay)  # a slow data loader's warm-up; crash-loop kills its rank inside it
@@ -218,27 +180,41 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
             ab.timed(record_step, events, metrics, step, seconds, len(indices), value, busy)
         if preemption.agreed():
             if args.ckpt_dir:
-                save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
+                saved(args, ctx, store, model, optimizer, (step, epoch, batch + 1), events, metrics)
+                sharded.flush(store, events)
             events.write(Event.EXIT, reason=ExitReason.PREEMPTED, step=step, signalled=preemption.requested)
             say(f"rank {ctx.rank} preempted: checkpointed step {step} and stopped")
             progress["preempted"] = True
             deadline.stop()
             return
         if args.ckpt_dir and args.ckpt_every and step % args.ckpt_every == 0:
-            save_checkpoint(args, ctx, model, optimizer, step, epoch, batch + 1, events, metrics)
+            saved(args, ctx, store, model, optimizer, (step, epoch, batch + 1), events, metrics)
+    sharded.flush(store, events)
     deadline.stop()
     finish(ctx, model, ab, step - first_step, time.perf_counter() - loop_started, events, step)
 
 
-def held_state(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None, held: Held):
+def saved(args, ctx: Ctx, store, model, optimizer, place: tuple[int, int, int], events, metrics) -> None:
+    """The step's checkpoint: one file (ddp), or DCP's folder of shards (fsdp2, lab.workloads.sharded)."""
+    step, epoch, batch = place
+    if store is None:
+        save_checkpoint(args, ctx, model, optimizer, step, epoch, batch, events, metrics)
+        return
+    meta = {"sampler": {"epoch": epoch, "batch": batch, "seed": args.seed}, "world_size": ctx.world_size}
+    sharded.save(store, model, optimizer, step, meta, events)
+
+
+def held_state(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None, held: Held, store=None):
     """The model, optimizer and step this attempt trains from: the newest any rank holds.
 
     A process's first attempt builds them, from a checkpoint (at the job's start, or in a restart
     of the whole group); a replacement holds nothing and takes a peer's state (Attempt.adopt)."""
     if held.model is None:
         held.model = make_model(args.width).to(ctx.device)
+        if args.parallel == "fsdp2":
+            sharded.shard(held.model, ctx)
         held.optimizer = torch.optim.SGD(held.model.parameters(), lr=0.01, momentum=0.9)
-        held.step = None if attempt.replacement else restore(args, ctx, events, metrics, held.model, held.optimizer)
+        held.step = None if attempt.replacement else restore(args, ctx, events, metrics, held, store)
     assert held.optimizer is not None
     step = held.step = attempt.adopt(held.model, held.optimizer, held.step)
     if attempt.adopted_from is not None:
@@ -258,8 +234,16 @@ def wrapped(model: nn.Module, ctx: Ctx, args, metrics: RankMetrics | None, ab: M
     return ddp_model
 
 
-def restore(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, model, optimizer) -> int:
-    """Load the newest valid checkpoint, if any (lab.workloads.checkpoint); the step to go on from."""
+def restore(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, held: Held, store) -> int:
+    """Load the newest valid checkpoint, if any (lab.workloads.checkpoint, or DCP's for fsdp2);
+    the step to go on from."""
+    model, optimizer = held.model, held.optimizer
+    assert model is not None and optimizer is not None
+    if store is not None:
+        step = sharded.restore(args, ctx, store, events, model, optimizer)
+        if metrics and step:
+            metrics.last_checkpoint_time.set(time.time())
+        return step
     state = resume(args, ctx, events)
     if not state:
         return 0
@@ -282,7 +266,7 @@ def finish(ctx: Ctx, model, ab, steps: int, loop_seconds: float, events: EventLo
             say(f"monitoring A/B: {e}")
     if ctx.rank == 0 and steps > 0:
         say(f"rank 0 trained {steps} steps in {loop_seconds:.3f} s ({1000 * loop_seconds / steps:.3f} ms/step)")
-    checksum = params_checksum(model)
+    checksum = sharded.checksum(model)
     say(
         f"rank {ctx.rank} local_rank {ctx.local_rank} host {ctx.host} "
         f"checksum {checksum:.6f} ({checksum.hex()}) at step {step}"

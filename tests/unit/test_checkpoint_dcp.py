@@ -1,0 +1,122 @@
+"""A DCP step is a checkpoint only once committed whole (lab.workloads.checkpoint_dcp): the
+manifest catches every way a folder of shards can be wrong, and the step before is used.
+Files stand in for DCP's shards here: what is judged is the folder, not what DCP put in it
+(tests/test_fsdp2.py saves and resumes real ones)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lab.workloads import checkpoint_dcp as dcp_files
+from lab.workloads import sharded
+from lab.workloads.checkpoint_files import CheckpointError
+from lab.workloads.trainer_args import parse_args
+
+
+def written(directory, step: int, shards: int = 2) -> None:
+    """What every rank's DCP writes leave in the step's .tmp folder before rank 0 commits it."""
+    tmp = directory / f".dcp_{step:08d}.tmp"
+    tmp.mkdir(parents=True)
+    (tmp / ".metadata").write_bytes(b"plan of step %d" % step)
+    for rank in range(shards):
+        (tmp / f"__{rank}_0.distcp").write_bytes(bytes([rank, step % 256]) * 1000)
+
+
+def committed(directory, *steps: int):
+    for step in steps:
+        written(directory, step)
+        dcp_files.commit(directory, step, {"world_size": 2})
+    return directory
+
+
+def test_a_committed_step_verifies_and_carries_its_meta(tmp_path):
+    committed(tmp_path, 10, 20)
+    assert [p.name for p in dcp_files.steps(tmp_path)] == ["dcp_00000020", "dcp_00000010"]
+    dcp_files.verify(tmp_path / "dcp_00000020")
+    assert json.loads((tmp_path / "dcp_00000020" / "meta.json").read_text()) == {"world_size": 2, "step": 20}
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_only_the_newest_two_steps_are_kept_and_an_uncommitted_save_is_never_a_step(tmp_path):
+    committed(tmp_path, 10, 20, 30)
+    written(tmp_path, 40)  # a save that a kill interrupted: its .tmp folder stays
+    assert [p.name for p in dcp_files.steps(tmp_path)] == ["dcp_00000030", "dcp_00000020"]
+    assert dcp_files.newest_valid(tmp_path, lambda *_: None) == tmp_path / "dcp_00000030"
+
+
+def truncate_a_shard(step):
+    shard = step / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:100])
+
+
+def drop_the_metadata(step):
+    (step / ".metadata").unlink()
+
+
+def mix_in_another_steps_shard(step):
+    (step / "__1_0.distcp").write_bytes((step.parent / "dcp_00000020" / "__1_0.distcp").read_bytes())
+
+
+def add_a_stray_file(step):
+    (step / "__2_0.distcp").write_bytes(b"a third rank's, from another world size")
+
+
+def lose_the_manifest(step):
+    (step / "manifest.json").unlink()
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        (truncate_a_shard, "__1_0.distcp differs from what was saved"),
+        (drop_the_metadata, "missing .metadata"),
+        (mix_in_another_steps_shard, "__1_0.distcp differs from what was saved"),
+        (add_a_stray_file, "files it did not write: __2_0.distcp"),
+        (lose_the_manifest, "no readable manifest.json"),
+    ],
+)
+def test_a_damaged_step_is_named_set_aside_and_the_one_before_used(tmp_path, damage, words):
+    committed(tmp_path, 20, 30)
+    damage(tmp_path / "dcp_00000030")
+    with pytest.raises(CheckpointError, match=words):
+        dcp_files.verify(tmp_path / "dcp_00000030")
+    seen = []
+    assert (
+        dcp_files.newest_valid(tmp_path, lambda path, why: seen.append((path.name, why))) == tmp_path / "dcp_00000020"
+    )
+    assert seen and seen[0][0] == "dcp_00000030" and words in seen[0][1]
+    assert (tmp_path / "dcp_00000030.bad").is_dir() and not (tmp_path / "dcp_00000030").exists()
+
+
+def test_a_manifest_that_is_not_a_whole_steps_is_refused(tmp_path):
+    committed(tmp_path, 10)
+    (tmp_path / "dcp_00000010" / "manifest.json").write_text(json.dumps({"meta.json": [1, "x"]}))
+    with pytest.raises(CheckpointError, match="names no .metadata"):
+        dcp_files.verify(tmp_path / "dcp_00000010")
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--save", "async"], "--save async is DCP's and needs --parallel fsdp2"),
+        (["--parallel", "fsdp2", "--ckpt-dir", "/tmp/x"], "add --ckpt-shared"),
+        (["--parallel", "fsdp3"], "invalid choice: 'fsdp3'"),
+    ],
+)
+def test_the_trainer_refuses_what_it_cannot_do_in_one_line(argv, words, capsys, monkeypatch):
+    monkeypatch.delenv("LAB_CKPT_SHARED", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert words in err[-1]
+
+
+def test_fsdp2_refuses_in_process_recovery_and_ddp_keeps_it():
+    """The rule the trainer applies to each attempt (an in-process one has a keeper's store)."""
+    fsdp2 = parse_args(["--parallel", "fsdp2"])
+    assert "cannot recover in-process" in sharded.refused(fsdp2, in_process=True)
+    assert sharded.refused(fsdp2, in_process=False) == ""
+    assert sharded.refused(parse_args([]), in_process=True) == ""
