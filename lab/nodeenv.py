@@ -33,6 +33,7 @@ class NodeEnv:
     events_dir: str | None = wire("LAB_EVENTS_DIR", str, "where each rank's and agent's event log goes")
     ckpt_dir: str | None = wire("LAB_CKPT_DIR", str, "where the trainer keeps its checkpoints")
     ckpt_shared: bool = wire("LAB_CKPT_SHARED", bool, "every node sees one checkpoints folder: rank 0 writes")
+    parallel: str | None = wire("LAB_PARALLEL", str, "the lab trainer's --parallel default: ddp or fsdp2 (unset: ddp)")
     targets_dir: str | None = wire("LAB_TARGETS_DIR", str, "Prometheus file_sd folder the exporters register in")
     workers_file: str | None = wire("LAB_WORKERS_FILE", str, "the node's record of its workers' pids")
     backend: str | None = wire("LAB_BACKEND", str, "gloo or nccl (unset: nccl with a GPU, else gloo)")

@@ -144,6 +144,13 @@ RECOVERY = Option(
     recovery.AUTO,
     choices=recovery.CHOICES,
 )
+PARALLEL = Option(
+    "--parallel",
+    "the lab trainer's parallelism: ddp (the whole model on every rank) or fsdp2 (each layer sharded with "
+    "fully_shard, DCP checkpoints; recovers by restart: a rank holds only its shard) (default %(default)s)",
+    "ddp",
+    choices=("ddp", "fsdp2"),
+)
 RDZV_PORT = Option("--rdzv-port", "", _DEFAULTS.rdzv_port, port)
 MAX_RESTARTS = Option(
     "--max-restarts",

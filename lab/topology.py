@@ -83,6 +83,9 @@ class Topology:
     # torchrun's agent; node 0's hosts the job's store on rdzv_host:rdzv_port; max_restarts is
     # each node's budget of replacements.
     in_process: bool = False
+    # The lab trainer's parallelism (its --parallel, through the node's LAB_PARALLEL): ddp, or fsdp2
+    # (sharded, DCP checkpoints), which cannot recover in-process (a rank holds only its shard).
+    parallel: str = "ddp"
 
     @classmethod
     def from_json(cls, fields: dict) -> Topology:
@@ -119,6 +122,9 @@ class Topology:
         if not self.monitor_interval_s > 0:
             raise TopologyError(f"monitor_interval_s must be positive, got {self.monitor_interval_s}")
         _one_of("worker_start", self.worker_start, WORKER_STARTS)
+        _one_of("parallel", self.parallel, ("ddp", "fsdp2"))
+        if self.in_process and self.parallel != "ddp":
+            raise TopologyError("in_process hands a whole model from a peer: parallel fsdp2 shards it")
         _one_of("metrics_ports", self.metrics_ports, ("offset", "fixed"))
         if self.distributed_debug is not None:
             _one_of("distributed_debug", self.distributed_debug, ("OFF", "INFO", "DETAIL"))
@@ -227,6 +233,7 @@ class Topology:
             metrics_port_base=self.rank_metrics_port or None,
             metrics_port_by="local_rank" if fixed and self.rank_metrics_port else None,
             step_watchdog_s=self.step_watchdog_s or None,
+            parallel=self.parallel if self.parallel != "ddp" else None,
         )
         env = wire.render()
         if self.distributed_debug:

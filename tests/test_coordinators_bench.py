@@ -36,7 +36,7 @@ def test_bad_input_is_one_line(lab):
     for args, words in (
         (["--coordinators", "zookeeper"], "--coordinators: choose from c10d, lab-store, etcd, prometheus, ray-head"),
         (["--trials", "0"], "--trials: at least 1"),
-        (["--parallel", "0"], "--parallel: at least 1 cell at a time"),
+        (["--side-by-side", "0"], "--side-by-side: at least 1 cell at a time"),
         (["--hosts", "userns"], "--hosts: the coordinators bench runs on loopback or netns"),
         (["--runtimes", "k8s"], "--runtimes: choose from local, docker, ray"),
         (["--coordinators", "etcd", "--runtimes", "docker"], "--coordinators etcd: measured on the local runtime"),

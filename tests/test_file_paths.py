@@ -45,6 +45,7 @@ WHY = {
     "lab/health/rank_exporter.py": INSIDE_A_NODE,
     "lab/health/agent_exporter.py": INSIDE_A_NODE,
     "lab/workloads/checkpoint.py": INSIDE_A_NODE,
+    "lab/workloads/checkpoint_dcp.py": INSIDE_A_NODE,
     "lab/workloads/local_shards.py": INSIDE_A_NODE,
     "lab/bench/collectives_worker.py": INSIDE_A_NODE,
     "lab/health/prometheus.py": OWN + " (Prometheus' config and log)",

@@ -2,7 +2,7 @@
 
     lab bench coordinators [--coordinators c10d,lab-store,etcd,prometheus,ray-head]
                            [--runtimes local,docker,ray] [--trials 3]
-                           [--hosts loopback|netns] [--parallel 2] [--keep DIR]
+                           [--hosts loopback|netns] [--side-by-side 2] [--keep DIR]
 
 Each cell is a 2 x 2 run of the lab's trainer whose coordinator is SIGKILLed once rank 0 has
 completed a step: on the local runtime (lab.bench.coordinator_cell) the c10d or lab rendezvous
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from lab.bench import BENCH_RUNTIMES, TRIALS, coordinator_cell, ray_head_cell
 from lab.bench.coordinator_cell import COORDINATORS, KILL_AT, STEP_TIME, STEPS, Cell, Outcome
-from lab.bench.diagnosis import BENCH_HOSTS, HOST_KINDS, KEEP, PARALLEL, listed
+from lab.bench.diagnosis import BENCH_HOSTS, HOST_KINDS, KEEP, SIDE_BY_SIDE, listed
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.bench.side_by_side import run_in_temp
 from lab.errors import LabError
@@ -45,7 +45,7 @@ def add_arguments(p) -> None:
     BENCH_HOSTS.add_to(p)
     kept = KEEP.but(help="keep each local cell's evidence and verdict under this folder")
     trials = TRIALS.but(help="cells per coordinator and runtime (default %(default)s)")
-    for option in (WHICH, RUNTIMES_OPTION, trials, PARALLEL, kept):
+    for option in (WHICH, RUNTIMES_OPTION, trials, SIDE_BY_SIDE, kept):
         option.add_to(p)
 
 
@@ -67,8 +67,8 @@ def cells_of(args) -> list[Cell]:
             raise LabError(f"--coordinators {key}: measured on the {where} runtime; add --runtimes {where}")
     if args.trials < 1:
         raise LabError(f"--trials: at least 1; got {args.trials}")
-    if args.parallel < 1:
-        raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
+    if args.side_by_side < 1:
+        raise LabError(f"--side-by-side: at least 1 cell at a time; got {args.side_by_side}")
     return [
         Cell(COORDINATORS[key], runtime, trial)
         for trial in range(args.trials)
@@ -82,7 +82,7 @@ def run(args, out_dir: Path) -> BenchResult:
     outcomes, minutes = run_in_temp(
         "coordinators",
         cells_of(args),
-        args.parallel,
+        args.side_by_side,
         lambda cell, tmp, stop: run_cell(cell, args.hosts, tmp, args.keep, stop),
         lambda n, of, o: print(f"[{n}/{of}] {o.cell.name}: {o.verdict} in {o.seconds:.1f} s: {o.said}", flush=True),
     )

@@ -2,7 +2,7 @@
 
     lab bench diagnosis [--classes kill,exception,...] [--positions first,middle,last]
                         [--at-steps 6,10,14] [--targets trainer,script] [--hosts loopback|netns]
-                        [--parallel 2] [--keep DIR]
+                        [--side-by-side 2] [--keep DIR]
 
 Each cell is one 2 x 2 job with no restart budget (lab.bench.diagnosis_cell): the lab's
 trainer, or an ordinary DDP script with no lab import (lab/workloads/plain_train.py, watched
@@ -63,13 +63,13 @@ AT_STEPS = Option(
     "6,10,14",
 )
 TARGETS_OPTION = Option("--targets", "what the ranks run: trainer, script (default: both)", ",".join(TARGETS))
-PARALLEL = Option("--parallel", "cells run side by side, each its own lab (default %(default)s)", 2, int)
+SIDE_BY_SIDE = Option("--side-by-side", "cells run side by side, each its own lab (default %(default)s)", 2, int)
 KEEP = Option("--keep", "keep each cell's evidence (lab.evidence: what its card was drawn from) under this folder", "")
 
 
 def add_arguments(p) -> None:
     BENCH_HOSTS.add_to(p)
-    for option in (CLASSES, POSITIONS_OPTION, AT_STEPS, TARGETS_OPTION, PARALLEL, KEEP):
+    for option in (CLASSES, POSITIONS_OPTION, AT_STEPS, TARGETS_OPTION, SIDE_BY_SIDE, KEEP):
         option.add_to(p)
 
 
@@ -107,8 +107,8 @@ def run(args, out_dir: Path) -> BenchResult:
         raise LabError(str(e)) from None
     if args.hosts not in HOST_KINDS:
         raise LabError(f"--hosts: the diagnosis bench runs on {' or '.join(HOST_KINDS)} hosts; got {args.hosts}")
-    if args.parallel < 1:
-        raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
+    if args.side_by_side < 1:
+        raise LabError(f"--side-by-side: at least 1 cell at a time; got {args.side_by_side}")
     places = paired(positions, steps)
     cells = [Cell(t, f, hit(t, f, POSITIONS[p]), step) for t in targets for f in faults for p, step in places]
     refused = sorted({(c.target, c.fault.name, refusal(c, args.hosts)) for c in cells if refuses(c, args.hosts)})
@@ -118,7 +118,7 @@ def run(args, out_dir: Path) -> BenchResult:
     graded, minutes = run_in_temp(
         "diagnosis",
         cells,
-        args.parallel,
+        args.side_by_side,
         lambda cell, tmp, stop: run_cell(cell, args.hosts, tmp, args.keep, stop),
         lambda n, of, result: say(n, of, result[0]),
     )
@@ -126,7 +126,7 @@ def run(args, out_dir: Path) -> BenchResult:
     return BenchResult(
         name="diagnosis",
         command=this_command(),
-        markdown=table(grades, faults, args.hosts, minutes, args.parallel, refused),
+        markdown=table(grades, faults, args.hosts, minutes, args.side_by_side, refused),
         figures={"cells": [{**g.to_json(), **extra} for g, extra in graded], "minutes": round(minutes, 1)},
     )
 

@@ -51,7 +51,7 @@ class Cell:
 
 def cell_topology(**more) -> Topology:
     """A bench cell's 2 x 2 job: on a rendezvous port of its own (cells run side by side,
-    --parallel), no restarts, and no exporters (what the cell judges is in the run dir's files)."""
+    --side-by-side), no restarts, and no exporters (what the cell judges is in the run dir's files)."""
     return Topology(
         nodes=NODES,
         nproc_per_node=NPROC,

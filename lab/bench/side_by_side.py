@@ -1,4 +1,4 @@
-"""Bench cells side by side: --parallel at a time, each its own lab (run dir, hosts,
+"""Bench cells side by side: --side-by-side at a time, each its own lab (run dir, hosts,
 rendezvous port), results in the cells' order. Stopped (Ctrl-C, SIGTERM), the cells in flight
 see the stop event and tear down their labs before the stop goes on."""
 

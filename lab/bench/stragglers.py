@@ -2,12 +2,12 @@
 
     lab bench stragglers [--ways sleep,cpu-quota,netem,slow-link] [--positions first,middle,last]
                          [--at-steps 20]
-                         [--clean-runs 5] [--clean-steps 200] [--hosts loopback|netns] [--parallel 2]
+                         [--clean-runs 5] [--clean-steps 200] [--hosts loopback|netns] [--side-by-side 2]
 
 Each cell is a 2 x 2 run of the lab's trainer (lab.bench.straggler_cell): one rank slowed one
 way after a given step, or nothing done (a clean run). The table counts, per way, the cells
 whose slowed rank was named within 20 steps, the steps it took, and the false alarms of the
-clean runs, which run beside the slowed ones (--parallel): on a loaded machine, as they would.
+clean runs, which run beside the slowed ones (--side-by-side): on a loaded machine, as they would.
 A network delay (netem) and a slow link (a bandwidth cap, tbf) need netns hosts, whose
 links are their own, and a kernel with that queueing discipline: they are default ways
 where both hold, and refused in one line elsewhere.
@@ -21,9 +21,9 @@ from lab.bench.diagnosis import (
     AT_STEPS,
     BENCH_HOSTS,
     HOST_KINDS,
-    PARALLEL,
     POSITIONS,
     POSITIONS_OPTION,
+    SIDE_BY_SIDE,
     listed,
     paired,
     steps_list,
@@ -59,7 +59,7 @@ SLOWED_AT = AT_STEPS.but(
 
 def add_arguments(p) -> None:
     BENCH_HOSTS.add_to(p)
-    for option in (WAYS_OPTION, POSITIONS_OPTION, SLOWED_AT, CLEAN_RUNS, CLEAN_STEPS_OPTION, PARALLEL):
+    for option in (WAYS_OPTION, POSITIONS_OPTION, SLOWED_AT, CLEAN_RUNS, CLEAN_STEPS_OPTION, SIDE_BY_SIDE):
         option.add_to(p)
 
 
@@ -79,8 +79,8 @@ def cells_of(args) -> tuple[list[Cell], list[str]]:
         raise LabError(f"--clean-runs: 0 or more; got {args.clean_runs}")
     if args.clean_steps < AFTER:
         raise LabError(f"--clean-steps: at least {AFTER} (a finding needs its window); got {args.clean_steps}")
-    if args.parallel < 1:
-        raise LabError(f"--parallel: at least 1 cell at a time; got {args.parallel}")
+    if args.side_by_side < 1:
+        raise LabError(f"--side-by-side: at least 1 cell at a time; got {args.side_by_side}")
     lacking = [w for w in ways if w in missing]
     if lacking:
         raise LabError(
@@ -108,7 +108,7 @@ def run(args, out_dir: Path) -> BenchResult:
     outcomes, minutes = run_in_temp(
         "stragglers",
         cells,
-        args.parallel,
+        args.side_by_side,
         lambda cell, tmp, stop: run_cell(cell, args.hosts, tmp, stop),
         lambda n, of, outcome: print(f"[{n}/{of}] {outcome.cell.name}: {said(outcome)}", flush=True),
     )

@@ -80,6 +80,7 @@ class DrillOptions:
     max_restarts: int | None = None
     rdzv_port: int | None = None  # --rdzv-port: the store's port, where the default is taken
     recovery: str = "auto"  # --recovery (lab.recovery): settled against the runtime in the engine
+    parallel: str = "ddp"  # --parallel: the lab trainer's (ddp, or fsdp2: sharded, DCP, restart recovery)
 
 
 def drills() -> dict[str, ModuleType]:
@@ -137,6 +138,10 @@ def topology(drill: ModuleType, options: DrillOptions) -> Topology:
         "rdzv_port": options.rdzv_port,
     }
     shaped = drill.topology(options).replace(**{k: v for k, v in chosen.items() if v is not None})
+    if options.parallel != "ddp":
+        if getattr(drill, "WORKLOAD", "trainer") != "trainer":
+            raise LabError(f"--parallel {options.parallel} is the lab trainer's: {drill.NAME} runs its own workload")
+        shaped = shaped.replace(parallel=options.parallel)
     least = getattr(drill, "MIN_NODES", 1)
     if shaped.nodes < least:
         raise LabError(f"{drill.NAME} needs at least {least} nodes; got --nodes {shaped.nodes}")
@@ -159,14 +164,18 @@ def job(
         options.recovery,
         host,
         drill_needs=recovery_needs(fault),
-        in_process_refusal=in_process_refusal(exercise, on_script or hasattr(exercise, "fault")),
+        in_process_refusal=in_process_refusal(exercise, on_script or hasattr(exercise, "fault"), options.parallel),
         in_process_first=getattr(fault, "IN_PROCESS_FIRST", True),
     )
 
 
-def in_process_refusal(exercise: ModuleType, on_script: bool = False) -> str:
+def in_process_refusal(exercise: ModuleType, on_script: bool = False, parallel: str = "ddp") -> str:
     """Why a drill does not run under --recovery in-process ("" where its judge knows it:
-    IN_PROCESS_JUDGED, on the lab's trainer)."""
+    IN_PROCESS_JUDGED, on the lab's trainer, in DDP)."""
+    if parallel != "ddp":
+        return (
+            f"not with --parallel {parallel}: a rank holds only its shard, so no peer can hand a replacement the model"
+        )
     if on_script:
         return "not behind drills on your script yet (lab run --recovery in-process SCRIPT runs it)"
     if not getattr(exercise, "IN_PROCESS_JUDGED", False):
@@ -190,6 +199,7 @@ def options_from_args(drill: ModuleType, args: argparse.Namespace) -> DrillOptio
         max_restarts=getattr(args, "max_restarts", None),
         rdzv_port=getattr(args, "rdzv_port", None),
         recovery=getattr(args, "recovery", "auto"),
+        parallel=getattr(args, "parallel", "ddp"),
     )
     world = topology(drill, options).world_size
     if chosen is False and options.target_rank >= world:  # the drill's default rank, in a smaller job: the last

@@ -18,6 +18,7 @@ in the checkpoint directory.
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 from lab.errors import LabError
 from lab.exercises import drill_job, observe
@@ -60,7 +61,7 @@ def judge(seen: Seen, options) -> Report:
     report.check("the job succeeded", all(c == 0 for c in codes.values()), f"exit codes {codes}")
     report.check(
         "the damaged checkpoint was detected",
-        bool(invalid) and invalid[0]["path"] == damaged["result"],
+        bool(invalid) and _names(invalid[0]["path"], damaged["result"]),
         invalid[0]["reason"] if invalid else "no checkpoint_invalid event",
     )
     previous = saved[-2] if len(saved) >= 2 else None
@@ -69,6 +70,11 @@ def judge(seen: Seen, options) -> Report:
     )
     observe.judge_reference(report, seen)
     return report
+
+
+def _names(found: str, damaged: str) -> bool:
+    """The invalid checkpoint is the damaged file, or the DCP step folder holding it (--parallel fsdp2)."""
+    return damaged == found or Path(damaged).parent == Path(found)
 
 
 SCRIPT_RECOVERY = "restart"

@@ -43,6 +43,12 @@ def refusal(drill: ModuleType, runtime: type[Runtime], target: str, options: Any
         return no_script(drill)
     if getattr(drill, "NEEDS_PROMETHEUS", False) and not issubclass(runtime, MonitoredRuntime):
         return f"{drill.NAME} reads its verdict from Prometheus, which the {runtime.name} runtime does not run"
+    parallel = getattr(options, "parallel", "ddp")
+    if parallel != "ddp" and not runtime.SHARED_CHECKPOINTS:
+        return (
+            f"--parallel {parallel} on {runtime.name}: DCP's step is one folder of every rank's shards, and each "
+            f"node keeps its own checkpoints there; use --runtime local or docker"
+        )
     node = runtime.NODE
     for fault in injected(drill, options):
         why = node.refusal(fault) if node is not None else f"the {runtime.name} runtime has no nodes to inject into"

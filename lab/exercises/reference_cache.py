@@ -54,6 +54,7 @@ def job_key(topology: Topology, script: str, args: list[str]) -> str:
         "nodes": topology.nodes,
         "nproc_per_node": topology.nproc_per_node,
         "backend": topology.backend,
+        "parallel": topology.parallel,  # the trainer's --parallel, through the node's environment
         "args": list(args),
     }
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:32]

@@ -113,6 +113,9 @@ class Runtime(ABC):
     # Its nodes run this machine's own lab and torch (not an image's or another machine's copy):
     # a job's result depends only on what this machine has (lab.exercises.reference_cache).
     HOST_CODE: ClassVar[bool] = False
+    # Every node sees one checkpoints folder (node_env's ckpt_shared): what the trainer's
+    # --parallel fsdp2 needs, DCP's step being one folder of every rank's shards.
+    SHARED_CHECKPOINTS: ClassVar[bool] = True
     # The rendezvous backends its nodes run (--rdzv-backend, and --recovery through lab.recovery),
     # and why not the lab's own where it is missing: a runtime that takes no more refuses the rest.
     RDZV_BACKENDS: ClassVar[tuple[str, ...]] = ("c10d",)

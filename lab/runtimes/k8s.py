@@ -120,6 +120,7 @@ class KubernetesRuntime(Runtime):
     NODE = PodNode
     OPTIONS = (CONTEXT, NAMESPACE, OVERLAY, IMAGE, PULL_SECRET, POD_CPU, POD_MEMORY)
     DRILLS = True  # the faults act through the API (lab.runtimes.k8s_node)
+    SHARED_CHECKPOINTS = False  # each pod keeps its own (peer recovery); see Runtime.SHARED_CHECKPOINTS
     # Pod 0's agent hosts the rendezvous store behind the headless Service, for the lab's
     # rendezvous as for c10d; losing pod 0 ends the job either way (the elastic overlay's
     # etcd is the answer to that). An overlay with a rendezvous of its own keeps it.

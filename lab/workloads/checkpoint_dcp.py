@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -30,9 +29,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from lab.workloads.checkpoint import KEEP, _fsync_dir
+from lab.workloads.checkpoint_files import DCP_NAME as NAME
 from lab.workloads.checkpoint_files import CheckpointError
 
-NAME = re.compile(r"dcp_(\d{8})")
 MANIFEST, META = "manifest.json", "meta.json"
 
 

@@ -17,6 +17,9 @@ from pathlib import Path
 from lab import files
 
 NAME = re.compile(r"^step_(\d{8})\.ckpt$")  # the lab trainer's checkpoints (lab.workloads.checkpoint)
+DCP_NAME = re.compile(
+    r"dcp_(\d{8})"
+)  # its committed DCP steps, folders (--parallel fsdp2, lab.workloads.checkpoint_dcp)
 
 
 class CheckpointError(Exception):
@@ -47,6 +50,13 @@ def newest_file(directory: Path) -> Path | None:
     return directory / max(found)[1] if found else None
 
 
+def newest_dcp_shard(directory: Path) -> Path | None:
+    """A shard of the trainer's newest committed DCP step (an uncommitted .tmp folder is never read)."""
+    shards = [rel for _, rel in files.regular_files(directory) if rel.suffix == ".distcp"]
+    committed = [rel for rel in shards if len(rel.parts) == 2 and DCP_NAME.fullmatch(rel.parts[0])]
+    return directory / max(committed, key=lambda rel: (rel.parts[0], rel.name)) if committed else None
+
+
 def _looks_saved(directory: Path, relative: Path) -> bool:
     if relative.suffix in SUFFIXES:
         return True
@@ -73,7 +83,7 @@ def corrupt_newest(directory: Path, mode: str = "truncate") -> Path:
     except (OSError, files.UnsafePath) as e:
         raise CheckpointError(f"cannot reach the checkpoints: {e}") from None
     found = checkpoints(directory)
-    newest = found[0] if found else newest_file(directory)
+    newest = found[0] if found else newest_dcp_shard(directory) or newest_file(directory)
     if newest is None:
         raise CheckpointError(f"no checkpoint in {directory} to corrupt")
     try:

@@ -92,6 +92,8 @@ def _record(store: ShardedCheckpoints, committed: Path | None, started: float, e
 
 def refused(args, in_process: bool) -> str:
     """Why the trainer refuses this combination, in one line ("" when it runs)."""
+    if args.parallel not in PARALLEL:  # argparse leaves a default (LAB_PARALLEL's) unchecked
+        return f"--parallel {args.parallel!r} (from LAB_PARALLEL): choose {' or '.join(PARALLEL)}"
     if args.parallel == "ddp" and args.save != "sync":
         return "--save async is DCP's and needs --parallel fsdp2 (DDP's checkpoint is one file, saved in the step)"
     if args.parallel == "fsdp2" and in_process:

@@ -40,7 +40,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--parallel",
         choices=sharded.PARALLEL,
-        default="ddp",
+        default=wire.parallel or "ddp",
         help="ddp: the whole model on every rank (default); fsdp2: each layer sharded (fully_shard), saved through DCP",
     )
     p.add_argument(

@@ -159,13 +159,13 @@ def test_a_bad_list_is_refused_naming_its_flag_and_the_choices(parse, text, word
     ("change", "words"),
     [
         ({"hosts": "userns"}, ["--hosts", "loopback or netns", "userns"]),
-        ({"parallel": 0}, ["--parallel", "at least 1"]),
+        ({"side_by_side": 0}, ["--side-by-side", "at least 1"]),
         ({"classes": "kill,nosuch"}, ["--classes", "'kill,nosuch'"]),
     ],
 )
 def test_the_bench_refuses_before_it_starts_anything(tmp_path, change, words):
     args = {"hosts": "loopback", "classes": "kill", "positions": "last", "at_steps": "6", "targets": "script"}
-    args |= {"parallel": 1, "keep": ""} | change
+    args |= {"side_by_side": 1, "keep": ""} | change
     with pytest.raises(LabError) as refused:
         diagnosis.run(argparse.Namespace(**args), tmp_path)
     assert all(word in str(refused.value) for word in words), refused.value
