@@ -40,6 +40,11 @@ IN_PROCESS_UNSAID = (
 )
 AUTO_IN_PROCESS = "the fastest this job survives: a warm spare takes the lost rank's place, the others stay"
 IN_PROCESS_API = "lab.inprocess"  # what a script that opted in imports
+# Backends on which auto does not pick in-process: no test here has proven it there (no GPU).
+UNPROVEN_IN_PROCESS = {
+    "nccl": "auto picks in-process on gloo only: no GPU run has proven it on nccl yet (scripts/gpu-check.sh "
+    "runs it; --recovery in-process asks for it)"
+}
 
 
 @dataclass(frozen=True)
@@ -124,7 +129,8 @@ def choose(
         raise LabError(f"--recovery must be one of {', '.join(CHOICES)}; got {asked!r}")
     # The backend asked for, or set by a drill's job (c10d is what a job gets when nothing is set).
     rdzv_set = rdzv_asked or (None if topology.rdzv_backend == DEFAULT_TORCHRUN_RDZV else topology.rdzv_backend)
-    if asked == IN_PROCESS or (asked == AUTO and in_process_first):
+    unproven = UNPROVEN_IN_PROCESS.get(topology.backend, "") if asked == AUTO and in_process_first else ""
+    if asked == IN_PROCESS or (asked == AUTO and in_process_first and not unproven):
         needs = drill_needs if in_process_refusal else None
         why_not = _in_process_refusal(topology, host, rdzv_asked if asked == IN_PROCESS else rdzv_set, needs)
         why_not = why_not or in_process_refusal
@@ -137,6 +143,7 @@ def choose(
             instead = TORCHRUN if _needs_torchrun(topology, host, rdzv_asked, drill_needs) else RESTART
             raise LabError(f"--recovery in-process: {why_not}; use --recovery {instead}")
     style, why = _pick(topology, asked, host, rdzv_set, drill_needs)
+    why = unproven if unproven and style == RESTART else why
     rdzv = LAB_RDZV if style == RESTART else (rdzv_set or host.torchrun_rdzv)
     if host.refusal(rdzv):
         raise LabError(host.refusal(rdzv))

@@ -83,6 +83,19 @@ BAD_INPUT = [
         ],
         ["kill-node drills a node's loss"],
     ),  # fmt: skip
+    # --parallel fsdp2: the lab trainer's, restart recovery, one checkpoints folder every node sees
+    (
+        ["exercise", "run", "kill-worker", "--parallel", "fsdp2", "--recovery", "in-process"],
+        ["--recovery in-process", "not with --parallel fsdp2", "holds only its shard"],
+    ),
+    (["exercise", "run", "kill-worker", "--parallel", "fsdp2", "--runtime", "k8s"], ["--parallel fsdp2 on k8s"]),
+    (["exercise", "run", "collective-mismatch", "--parallel", "fsdp2"], ["collective-mismatch runs its own workload"]),
+    (["exercise", "run", "hello-ddp", "--parallel", "fsdp2"], ["hello-ddp is a lesson exercise", "--parallel"]),
+    (
+        ["exercise", "run", "kill-worker", "--parallel", "fsdp2", "--script", script_path("plain_train")],
+        ["--parallel is the lab trainer's"],
+    ),
+    (["exercise", "run", "kill-worker", "--parallel", "fsdp3"], ["--parallel", "invalid choice: 'fsdp3'"]),
 ]
 
 

@@ -154,6 +154,14 @@ def test_auto_picks_in_process_first_where_it_runs_and_says_so():
     assert how.why == recovery.AUTO_IN_PROCESS
 
 
+def test_on_nccl_auto_keeps_the_restart_until_a_gpu_run_proves_in_process_and_asked_it_runs():
+    nccl = FIXED.replace(backend="nccl")
+    topology, how = recovery.choose(nccl, "auto", KEEPERS, in_process_refusal="", in_process_first=True)
+    assert (how.style, topology.in_process) == ("restart", False) and "gloo only" in how.why
+    topology, how = recovery.choose(nccl, "in-process", KEEPERS, in_process_refusal="")
+    assert (how.style, topology.in_process) == ("in-process", True)
+
+
 @pytest.mark.parametrize(
     ("job", "host", "rdzv", "needs", "refusal", "style"),
     [
@@ -189,6 +197,22 @@ def test_every_style_on_every_runtime_and_drill_runs_or_refuses_in_one_line():
         assert how.style == recovery.style_of(topology), (name, drill.NAME, asked)
         if asked != "auto":
             assert how.style == asked
+
+
+def test_every_drill_with_fsdp2_runs_sharded_by_restart_or_refuses_in_one_line():
+    """--parallel fsdp2 on every drill, runtime and style: never in-process (a rank holds only its
+    shard), the job's topology carries it to the nodes, a drill of another workload refuses."""
+    drills = exercises.drills()
+    for (name, cls), drill, asked in itertools.product(runtimes.registry().items(), drills.values(), recovery.CHOICES):
+        options = DrillOptions(drill.DEFAULT_TARGET_RANK, drill.DEFAULT_AT_STEP, recovery=asked, parallel="fsdp2")
+        try:
+            topology, how = exercises.job(drill, options, cls.rendezvous())
+        except LabError as e:
+            assert "\n" not in str(e), (name, drill.NAME, asked, e)
+            assert asked == "in-process" or getattr(drill, "WORKLOAD", "trainer") != "trainer" or "use" in str(e)
+            continue
+        assert how.style != "in-process" and not topology.in_process, (name, drill.NAME, asked)
+        assert topology.parallel == "fsdp2" and topology.env(0)["LAB_PARALLEL"] == "fsdp2"
 
 
 def test_drills_that_need_torchruns_rendezvous_get_it_by_default_and_the_rest_the_restart():
