@@ -38,10 +38,18 @@ def test_kill_worker_with_torch_defaults_shows_the_upstream_restart_failure(lab)
     assert "connectFullMesh" in out.stdout
 
 
+def test_corrupt_checkpoint_falls_back_to_the_previous_one(lab):
+    out = lab("exercise", "run", "corrupt-checkpoint", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass" and report["final_weights_match_reference"] is True
+    assert [c["name"] for c in report["checks"] if not c["ok"]] == []
+
+
 def test_corrupt_checkpoint_of_an_fsdp2_job_falls_back_to_the_previous_dcp_step(lab):
     """The trainer sharded (--parallel fsdp2), checkpointing through DCP: a shard of the newest
     step truncated, the step is set aside whole and the one before loaded, bit-identical at the
-    end. (The DDP drill runs where docs/exercises.md shows it: tests/test_docs_path.py.)"""
+    end."""
     out = lab("exercise", "run", "corrupt-checkpoint", "--parallel", "fsdp2", timeout=400)
     assert out.returncode == 0, out.stdout[-3000:]
     report = report_of(out)
