@@ -19,7 +19,7 @@ from lab.chaos import campaign, ledger, load
 from lab.chaos.campaign import CKPT_EVERY, STEP_TIME_S
 from lab.chaos.progress import Progress
 from lab.chaos.schedule import KINDS, Planned
-from lab.exercises import DrillOptions, drill_job
+from lab.exercises import DrillOptions, drill_job, samples
 from lab.exercises.drill import paced_trainer
 from lab.report import Report
 from lab.topology import Topology
@@ -74,6 +74,8 @@ def exercise(plan: Plan) -> Any:
                      f"{record['faults_injected']} of {len(plan.faults)}")  # fmt: skip
         report.check("no stuck recovery", record["stuck"] == 0, f"{record['stuck']} past their bound")
         report.check("final weights bit-identical", bool(weights.get("identical")), weights.get("why", ""))
+        samples.check(report, drill.events())  # exactly-once data, through every recovery
+        record["samples"] = report.facts.get("samples")
         report.check(f"the load ran beside the whole job ({plan.load} busy)", loaded == plan.load,
                      f"{loaded} of {plan.load} still running at the job's end")  # fmt: skip
         report.facts["ledger"] = record

@@ -61,6 +61,7 @@ def markdown(record: dict[str, Any]) -> str:
         f"- stuck recoveries: {record['stuck']}; final weights "
         + ("bit-identical to an uninterrupted run" if weights.get("identical") else f"differ: {weights.get('why')}"),
         f"- load beside the job: {record['load']} busy process(es)",
+        *([f"- data, every sample once per epoch: {record['samples']['why']}"] if record.get("samples") else []),
         "",
         "| # | fault | ranks | at step | back in s | bound s | finding |",
         "|---|---|---|---|---|---|---|",

@@ -25,7 +25,7 @@ rendezvous round in its log, and in the events the next round's world size.
 from __future__ import annotations
 
 from lab.errors import LabError
-from lab.exercises import drill_job, inprocess_verdict, observe
+from lab.exercises import drill_job, inprocess_verdict, observe, samples
 from lab.exercises.drill import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import AgentEvent, Event
@@ -101,6 +101,7 @@ def judge(seen: Seen, options) -> Report:
         survivor = seen.extra["survivor"]
         report.check("the survivor finished the job", codes.get(survivor) == 0, f"exit codes {codes}")
         report.check("the job carried on with fewer ranks", worlds == [fewer], f"world size after the kill: {worlds}")
+        samples.check(report, events)  # the rest of the epoch dealt to fewer ranks: none skipped, none twice
         report.explanation = (
             f"an elastic job (--nnodes={shape.min_nodes}:{shape.nodes}) closes its next rendezvous round after the "
             f"last call with the nodes it has; the survivors resume from the checkpoint with world size {fewer}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lab.exercises import samples
 from lab.health.events import AgentEvent, Event, ExitReason, faulted_run_end, read_agent_events
 
 agent_events = read_agent_events  # torchelastic's agent events, as the drills read them
@@ -95,6 +96,7 @@ def final_checksums(events: list[dict]) -> set[str]:
 def check_matches_reference(report, drill, events: list[dict], trainer_args: list[str]) -> bool:
     """The drill's final weights against an uninterrupted run's, bit for bit, as a check."""
     reference, source = drill.reference_checksums(trainer_args)
+    samples.check(report, events)
     return check_final_weights(report, final_checksums(events), reference, source)
 
 
@@ -108,5 +110,7 @@ def check_final_weights(report, final: set[str], reference: set[str], source: st
 
 
 def judge_reference(report, seen) -> bool:
-    """check_final_weights on what a drill saw (lab.exercises.seen.Seen)."""
+    """check_final_weights on what a drill saw (lab.exercises.seen.Seen), and the exactly-once
+    ledger of its samples where the ranks recorded them (lab.exercises.samples)."""
+    samples.check(report, seen.events)
     return check_final_weights(report, final_checksums(seen.events), set(seen.reference or ()), seen.reference_source)

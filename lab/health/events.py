@@ -171,21 +171,27 @@ class EventLog:
         self._file.write(line)
         echo(self.path.stem if self.path else "", line)
 
-    def step(self, step: int, loss: float, seconds: float, busy: float | None = None) -> None:
+    def step(
+        self, step: int, loss: float, seconds: float, busy: float | None = None, data: tuple[int, list] | None = None
+    ) -> None:
         """The record every training step writes: `write(Event.STEP, ...)`'s line, formatted directly.
 
         Building the dict and json.dumps-ing it took 24 us a step inside the trainer on the
         lab's machines; this takes 16 (`lab bench overhead`). repr() of a finite float is
         its JSON form; NaN and infinities go through json.dumps, which spells them as
         Python's json reads them back. busy: the step's seconds outside the all-reduce
-        (lab.workloads.step_clock), from a workload that times it.
+        (lab.workloads.step_clock), from a workload that times it. data: (epoch, the sample
+        indices the step trained on), for the exactly-once ledger (lab.exercises.samples).
         """
         if self._file is None:
             return
         loss_text = repr(loss) if math.isfinite(loss) else json.dumps(loss)
+        extra = f', "busy": {busy!r}' if busy is not None else ""
+        if data is not None:
+            extra += f', "epoch": {int(data[0])}, "samples": [{", ".join(str(int(i)) for i in data[1])}]'
         line = (
             f'{{"time": {time.time()!r}, "event": "step", {self._common_json}, "step": {step}, '
-            f'"loss": {loss_text}, "seconds": {seconds!r}' + (f', "busy": {busy!r}}}\n' if busy is not None else "}\n")
+            f'"loss": {loss_text}, "seconds": {seconds!r}{extra}}}\n'
         )
         self._file.write(line)
         echo(self.path.stem if self.path else "", line)

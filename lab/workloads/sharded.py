@@ -49,8 +49,9 @@ def checksum(model: nn.Module) -> float:
     return total
 
 
-def restore(args, ctx: Ctx, store: ShardedCheckpoints, events: EventLog, model, optimizer) -> int:
-    """The newest whole step in --ckpt-dir, as rank 0 verified it, on every rank; the step to go on from."""
+def restore(args, ctx: Ctx, store: ShardedCheckpoints, events: EventLog, model, optimizer) -> dict | None:
+    """The newest whole step in --ckpt-dir, as rank 0 verified it, loaded on every rank; its meta
+    (step, sampler, world_size), or None: no checkpoint, a fresh start."""
     chosen: list[str | None] = [None]
     if ctx.rank == 0:
 
@@ -64,10 +65,10 @@ def restore(args, ctx: Ctx, store: ShardedCheckpoints, events: EventLog, model, 
         dist.broadcast_object_list(chosen, src=0)
     if chosen[0] is None:
         events.write(Event.NO_CHECKPOINT, directory=str(args.ckpt_dir))
-        return 0
+        return None
     meta = store.load(model, optimizer, Path(chosen[0]))
     events.write(Event.CHECKPOINT_LOADED, step=meta["step"], path=chosen[0])
-    return int(meta["step"])
+    return meta
 
 
 def save(store: ShardedCheckpoints, model, optimizer, step: int, meta: dict, events: EventLog) -> None:

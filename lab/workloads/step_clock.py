@@ -54,9 +54,15 @@ class StepClock:
 
 
 def record_step(
-    events: EventLog, metrics: RankMetrics | None, step: int, seconds: float, samples: int, loss: float, busy: float
+    events: EventLog,
+    metrics: RankMetrics | None,
+    step: int,
+    seconds: float,
+    data: tuple[int, list],
+    loss: float,
+    busy: float,
 ) -> None:
-    """A step's monitoring: its event line and its metrics."""
-    events.step(step, loss, seconds, busy)
+    """A step's monitoring: its event line (with its epoch and sample indices) and its metrics."""
+    events.step(step, loss, seconds, busy, data)
     if metrics:
-        metrics.step_done(step, seconds, samples, loss, busy)
+        metrics.step_done(step, seconds, len(data[1]), loss, busy)

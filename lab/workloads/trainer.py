@@ -4,9 +4,12 @@
     torchrun --nproc-per-node=2 lab/workloads/trainer.py --steps 200 --ckpt-dir /tmp/ckpt
     lab run --nodes 2 --nproc-per-node 2 lab/workloads/trainer.py --steps 200 --step-time 0.05
 
-A small MLP learns a fixed linear map from deterministic synthetic data. A
-`DistributedSampler` gives every rank its own slice; the training position is a pure
-function of the step, so a resumed run sees exactly the batches it would have seen.
+A small MLP learns a fixed linear map from deterministic synthetic data. Each rank trains on
+its slice of each epoch's shuffled order, as a `DistributedSampler` deals it; where the job is in
+that order travels in every checkpoint (lab/workloads/data_position.py), so a resumed run sees
+exactly the batches it would have seen, and one resumed on fewer or more ranks goes on from the
+next unconsumed sample. Each step's event names its epoch and sample indices: the drills count
+what was skipped or repeated (lab.exercises.samples).
 
 Every `--ckpt-every` steps each node's local rank 0 writes a checkpoint into its own
 `--ckpt-dir` (atomically, newest two kept; with `--ckpt-shared`, one shared directory,
@@ -35,8 +38,9 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
-from torch.utils.data import DistributedSampler, TensorDataset
+from torch.utils.data import TensorDataset
 
 from lab.health import injected_error
 from lab.health.events import Event, EventLog, ExitReason, error_text
@@ -46,6 +50,7 @@ from lab.nodeenv import NodeEnv
 from lab.workloads import sharded
 from lab.workloads.checkpoint_dcp import ShardedCheckpoints
 from lab.workloads.comm_hooks import timed_allreduce_hook
+from lab.workloads.data_position import Data, Position
 from lab.workloads.distributed import Ctx, Preemption, StepDeadline, ddp, finite, joined, say, settle_buckets, single
 from lab.workloads.monitoring_ab import MonitoringAB
 from lab.workloads.step_clock import StepClock, record_step
@@ -69,7 +74,10 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     events = EventLog(args.events_dir, rank, local_rank)
-    events.write(Event.START, world_size=int(os.environ.get("WORLD_SIZE", 1)), steps=args.steps)
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    # What an uninterrupted epoch consumes at this size (DistributedSampler's drop_last, whole batches).
+    epoch_samples = args.samples // world // args.batch_size * args.batch_size * world
+    events.write(Event.START, world_size=world, steps=args.steps, epoch_samples=epoch_samples)
     metrics = None
     if args.metrics_port_base:
         # Nodes with their own address (pods) all use the same ports: keyed by local rank.
@@ -125,6 +133,7 @@ class Held:
     model: nn.Module | None = None
     optimizer: torch.optim.Optimizer | None = None
     step: int | None = None
+    position: Position = Position()  # where in the data the step leaves the job
 
 
 def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None, progress: dict, held: Held) -> None:
@@ -143,10 +152,7 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
     clock = StepClock()
     ddp_model = wrapped(model, ctx, args, metrics, ab, clock) if args.parallel == "ddp" else model
     dataset = make_dataset(args.samples)
-    sampler: DistributedSampler = DistributedSampler(
-        dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed, drop_last=True
-    )
-    steps_per_epoch = len(sampler) // args.batch_size
+    data = Data(args.samples, args.seed, ctx.world_size, ctx.rank, args.batch_size)
     loss_fn = nn.MSELoss()
     if ctx.distributed and args.parallel == "ddp":
         settle_buckets(ddp_model, dataset, args.batch_size, loss_fn, optimizer, ctx)
@@ -158,9 +164,7 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
         deadline.start()  # renewed every iteration: it covers the step, the stop vote and a checkpoint
         if ab:
             ab.step_started(step)
-        epoch, batch = divmod(step, steps_per_epoch)
-        sampler.set_epoch(epoch)
-        indices = list(sampler)[batch * args.batch_size : (batch + 1) * args.batch_size]
+        at, indices = data.take(held.position)
         x, y = (t.to(ctx.device) for t in dataset[indices])
         optimizer.zero_grad()
         injected_error.stall()  # a slowed rank's extra work (SIGRTMIN+5), a no-op otherwise
@@ -169,18 +173,18 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
         loss.backward()
         optimizer.step()
         step += 1
-        progress["step"] = held.step = step
+        progress["step"], held.step, held.position = step, step, data.after(at)
         value, busy = loss.item(), clock.busy()
         if args.step_time:
             busy += clock.pace(args.step_time)
         seconds = time.perf_counter() - started
         if ab is None:
-            record_step(events, metrics, step, seconds, len(indices), value, busy)
+            record_step(events, metrics, step, seconds, (at.epoch, indices), value, busy)
         elif ab.on:
-            ab.timed(record_step, events, metrics, step, seconds, len(indices), value, busy)
+            ab.timed(record_step, events, metrics, step, seconds, (at.epoch, indices), value, busy)
         if preemption.agreed():
             if args.ckpt_dir:
-                saved(args, ctx, store, model, optimizer, (step, epoch, batch + 1), events, metrics)
+                saved(args, ctx, store, model, optimizer, (step, held.position), events, metrics)
                 sharded.flush(store, events)
             events.write(Event.EXIT, reason=ExitReason.PREEMPTED, step=step, signalled=preemption.requested)
             say(f"rank {ctx.rank} preempted: checkpointed step {step} and stopped")
@@ -188,19 +192,19 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
             deadline.stop()
             return
         if args.ckpt_dir and args.ckpt_every and step % args.ckpt_every == 0:
-            saved(args, ctx, store, model, optimizer, (step, epoch, batch + 1), events, metrics)
+            saved(args, ctx, store, model, optimizer, (step, held.position), events, metrics)
     sharded.flush(store, events)
     deadline.stop()
     finish(ctx, model, ab, step - first_step, time.perf_counter() - loop_started, events, step)
 
 
-def saved(args, ctx: Ctx, store, model, optimizer, place: tuple[int, int, int], events, metrics) -> None:
+def saved(args, ctx: Ctx, store, model, optimizer, place: tuple[int, Position], events, metrics) -> None:
     """The step's checkpoint: one file (ddp), or DCP's folder of shards (fsdp2, lab.workloads.sharded)."""
-    step, epoch, batch = place
+    step, position = place
     if store is None:
-        save_checkpoint(args, ctx, model, optimizer, step, epoch, batch, events, metrics)
+        save_checkpoint(args, ctx, model, optimizer, step, position, events, metrics)
         return
-    meta = {"sampler": {"epoch": epoch, "batch": batch, "seed": args.seed}, "world_size": ctx.world_size}
+    meta = {"sampler": {**position.to_json(), "seed": args.seed}, "world_size": ctx.world_size}
     sharded.save(store, model, optimizer, step, meta, events)
 
 
@@ -218,8 +222,16 @@ def held_state(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics |
     assert held.optimizer is not None
     step = held.step = attempt.adopt(held.model, held.optimizer, held.step)
     if attempt.adopted_from is not None:
+        held.position = handed_over(held.position, attempt.adopted_from)
         events.write(Event.STATE_FROM_PEER, step=step, source=attempt.adopted_from)
     return held.model, held.optimizer, step
+
+
+def handed_over(position: Position, source: int) -> Position:
+    """The data's position of the rank whose state every rank took (a replacement holds none)."""
+    box = [position.to_json()]
+    dist.broadcast_object_list(box, src=source)
+    return Position(**box[0])
 
 
 def wrapped(model: nn.Module, ctx: Ctx, args, metrics: RankMetrics | None, ab: MonitoringAB | None, clock) -> nn.Module:
@@ -240,21 +252,20 @@ def restore(args, ctx: Ctx, events: EventLog, metrics: RankMetrics | None, held:
     model, optimizer = held.model, held.optimizer
     assert model is not None and optimizer is not None
     if store is not None:
-        step = sharded.restore(args, ctx, store, events, model, optimizer)
-        if metrics and step:
-            metrics.last_checkpoint_time.set(time.time())
-        return step
-    state = resume(args, ctx, events)
+        state = sharded.restore(args, ctx, store, events, model, optimizer)
+    elif state := resume(args, ctx, events):
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if state["world_size"] == ctx.world_size:
+            set_rng_state(state["rng"][ctx.rank])
+        events.write(Event.CHECKPOINT_LOADED, step=state["step"], path=state["path"])
     if not state:
         return 0
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    if state["world_size"] == ctx.world_size:
-        set_rng_state(state["rng"][ctx.rank])
-    events.write(Event.CHECKPOINT_LOADED, step=state["step"], path=state["path"])
+    # Where the data goes on: the saved position, whatever world size saved it (a resized job).
+    held.position = Position.from_checkpoint(state["sampler"], state["world_size"], args.batch_size)
     if metrics:
         metrics.last_checkpoint_time.set(time.time())
-    return state["step"]
+    return int(state["step"])
 
 
 def finish(ctx: Ctx, model, ab, steps: int, loop_seconds: float, events: EventLog, step: int) -> None:

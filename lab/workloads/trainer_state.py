@@ -90,7 +90,9 @@ def resume(args, ctx: Ctx, events: EventLog) -> dict | None:
     return {**state, "path": str(path)}
 
 
-def save_checkpoint(args, ctx, model, optimizer, step, epoch, batch, events, metrics) -> None:
+def save_checkpoint(args, ctx, model, optimizer, step, position, events, metrics) -> None:
+    """Every rank takes part (the RNG states are gathered); the keeper of checkpoints writes the
+    model, the optimizer, the step and the data's position (lab.workloads.data_position)."""
     rngs = all_rng(ctx)  # a collective: every rank takes part
     if not keeps_checkpoints(args, ctx):
         return
@@ -103,7 +105,7 @@ def save_checkpoint(args, ctx, model, optimizer, step, epoch, batch, events, met
                 "step": step,
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
-                "sampler": {"epoch": epoch, "batch": batch, "seed": args.seed},
+                "sampler": {**position.to_json(), "seed": args.seed},
                 "world_size": ctx.world_size,
                 "rng": rngs,
             },

@@ -1,0 +1,121 @@
+"""The exactly-once ledger (lab.exercises.samples) on recorded step events: restarts that redo
+steps are no repeat; a resume that replays or skips batches is counted, and where."""
+
+from __future__ import annotations
+
+import json
+
+from lab.exercises import samples
+from lab.health.events import EventLog, read_events
+from lab.report import Report
+
+N, WORLD, BATCH = 16, 2, 2
+PER_EPOCH = N // WORLD // BATCH  # 4 steps
+
+
+def batch(rank: int, step: int) -> tuple[int, list[int]]:
+    """What a DistributedSampler-like split gives rank at step (1-based): its epoch and indices."""
+    epoch, b = divmod(step - 1, PER_EPOCH)
+    order = [(i * 5 + epoch) % N for i in range(N)]  # a permutation per epoch
+    mine = order[rank::WORLD]
+    return epoch, mine[b * BATCH : (b + 1) * BATCH]
+
+
+class Job:
+    """Events as the ranks write them, one clock for all."""
+
+    def __init__(self):
+        self.events: list[dict] = []
+        self.clock = 100.0
+
+    def add(self, rank: int, event: str, **fields) -> None:
+        self.clock += 0.01
+        self.events.append({"time": self.clock, "event": event, "rank": rank, **fields})
+
+    def start(self) -> None:
+        for rank in range(WORLD):
+            self.add(rank, "start", restart=0, epoch_samples=N)
+
+    def steps(self, first: int, last: int, at=batch) -> None:
+        for step in range(first, last + 1):
+            for rank in range(WORLD):
+                epoch, indices = at(rank, step)
+                self.add(rank, "step", step=step, epoch=epoch, samples=indices)
+
+    def loaded(self, step: int, event: str = "checkpoint_loaded") -> None:
+        for rank in range(WORLD):
+            self.add(rank, event, step=step)
+
+
+def test_an_uninterrupted_run_consumes_every_sample_once_per_epoch():
+    job = Job()
+    job.start()
+    job.steps(1, 3 * PER_EPOCH)
+    epochs = samples.ledger(job.events)
+    assert [(e.epoch, e.consumed, e.distinct, e.repeated) for e in epochs] == [
+        (0, 16, 16, 0),
+        (1, 16, 16, 0),
+        (2, 16, 16, 0),
+    ]
+    assert [e.skipped for e in epochs] == [0, 0, None]  # the last epoch is not over: not judged for skips
+    assert samples.summary(job.events)["why"].startswith("0 repeated, 0 skipped over 3 epoch(s)")
+
+
+def test_steps_redone_after_a_restart_from_a_checkpoint_are_not_repeats():
+    job = Job()
+    job.start()
+    job.steps(1, 7)  # killed after step 7; the checkpoint holds step 4
+    job.start()
+    job.loaded(4)
+    job.steps(5, 9)
+    assert {(e.repeated, e.skipped) for e in samples.ledger(job.events)} == {(0, 0), (0, None)}
+
+
+def test_a_resume_that_replays_its_epoch_from_the_start_is_counted_with_the_first_repeat():
+    job = Job()
+    job.start()
+    job.steps(1, 6)
+    job.loaded(6)
+    # The sampler's position forgotten: steps 7 and 8 train on the epoch's first batches again.
+    job.steps(7, 9, at=lambda rank, step: batch(rank, step - 2) if step <= 8 else batch(rank, step))
+    found = samples.summary(job.events)
+    assert found["repeated"] == 2 * WORLD * BATCH
+    first = samples.ledger(job.events)[1].first_repeat
+    assert first is not None and first["step"] == 7 and first["sample"] in batch(first["rank"], 5)[1]
+    assert "first repeat: sample" in found["why"]
+
+
+def test_a_resume_that_jumps_to_the_next_epoch_skips_the_rest_of_its_epoch():
+    job = Job()
+    job.start()
+    job.steps(1, 6)
+    job.loaded(6)
+    job.steps(9, 13)  # resumed at the next epoch's start: steps 7 and 8 never ran
+    epoch1 = samples.ledger(job.events)[1]
+    assert (epoch1.distinct, epoch1.skipped) == (N - 2 * WORLD * BATCH, 2 * WORLD * BATCH)
+    assert samples.summary(job.events)["skipped"] == 8
+
+
+def test_a_rank_moved_forward_by_a_peers_state_is_not_judged_for_skips_there():
+    job = Job()
+    job.start()
+    job.steps(1, 5)
+    job.add(0, "step", step=6, epoch=1, samples=batch(0, 6)[1])  # rank 1 died before recording step 6
+    job.add(1, "state_from_peer", step=6, source=0)
+    job.steps(7, 9)
+    epoch1 = samples.ledger(job.events)[1]
+    assert epoch1.adopted and epoch1.skipped is None and epoch1.repeated == 0
+
+
+def test_no_recorded_samples_adds_no_check():
+    report = Report("x", "local", 4)
+    assert samples.check(report, [{"time": 1.0, "event": "step", "rank": 0, "step": 1}]) is None
+    assert report.checks == []
+
+
+def test_the_trainers_event_line_carries_its_epoch_and_samples(tmp_path):
+    log = EventLog(tmp_path, rank=1, local_rank=1)
+    log.step(3, 0.5, 0.01, 0.002, (2, [7, 11]))
+    (record,) = [e for e in read_events(tmp_path) if e["event"] == "step"]
+    assert (record["epoch"], record["samples"], record["busy"]) == (2, [7, 11], 0.002)
+    assert json.loads((tmp_path / "rank1.jsonl").read_text().splitlines()[-1])["samples"] == [7, 11]
