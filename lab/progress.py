@@ -6,6 +6,7 @@
         def step(n, unit="step"): pass
     ...
     step(global_step)            # or step(epoch, unit="epoch")
+    step(global_step, samples=batch_indices, epoch=epoch)  # and the drills count skipped or repeated data
 
 Outside the lab (not a torchrun worker, or no LAB_EVENTS_DIR) it does nothing. In a drill
 (`lab exercise run NAME --script ...`) the count it records is preferred over anything the
@@ -30,8 +31,9 @@ def use(log: EventLog | None) -> None:
     _log, _opened = log, True
 
 
-def step(n: int, unit: str = "step") -> None:
-    """Record that this rank is at step (or epoch, ...) n."""
+def step(n: int, unit: str = "step", samples=None, epoch: int | None = None) -> None:
+    """Record that this rank is at step (or epoch, ...) n; with the sample indices the step
+    trained on and its epoch, the drills judge exactly-once data (lab.exercises.samples)."""
     global _log, _opened, called
     called = True
     if not _opened:  # first call without the shim: a worker of `lab run` or bare torchrun
@@ -39,5 +41,7 @@ def step(n: int, unit: str = "step") -> None:
         directory, rank = NodeEnv.parse().events_dir, os.environ.get("RANK")
         if directory and rank is not None:
             _log = EventLog(directory, int(rank), int(os.environ.get("LOCAL_RANK", "0")))
-    if _log is not None:
-        _log.write(Event.STEP, step=int(n), unit=str(unit), source="helper")
+    if _log is None:
+        return
+    data = {} if samples is None or epoch is None else {"epoch": int(epoch), "samples": [int(i) for i in samples]}
+    _log.write(Event.STEP, step=int(n), unit=str(unit), source="helper", **data)

@@ -6,11 +6,17 @@ The verdicts on other scripts (one that never loads its checkpoint, a silent one
 never fired, a straggler) are drawn in tests/unit/test_script_judge.py from recorded runs."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
 from conftest import ARTIFACTS, REPO, chromium, needs_chromium, needs_netns, report_of
+
+from lab.exercises import samples
+from lab.health.events import read_events
 
 pytestmark = [pytest.mark.slow, needs_netns]
 SCRIPTS = REPO / "tests" / "user_scripts"
@@ -101,3 +107,29 @@ def test_a_checkpoint_left_in_an_absolute_dir_is_reported_not_judged_as_a_recove
     report = report_of(out)
     stale = next(c for c in report["checks"] if c["name"] == "it started from a clean slate")
     assert not stale["ok"] and "already held snapshot.pt" in stale["detail"]
+
+
+def test_a_script_that_replays_its_epoch_on_resume_fails_the_drill_with_the_count(lab, tmp_path):
+    """A script that restores its step but starts the epoch again from its first batch trains on
+    those batches twice: the kill-worker drill counts the repeats from the samples it reports
+    (lab.progress.step(n, samples=..., epoch=...)) and fails; resumed right, nothing is repeated."""
+    out = lab(
+        "exercise", "run", "kill-worker", "--script", script("mid_epoch_resume.py"), "--ckpt-dir", ".",
+        "--at-step", "22", "--", "--steps", "40", "--resume-sampler", "replay", timeout=600,
+    )  # fmt: skip
+    report = report_of(out)
+    failed = {c["name"]: c["detail"] for c in report["checks"] if not c["ok"]}
+    assert out.returncode == 1 and list(failed) == ["every sample once per epoch"], out.stdout[-3000:]
+    assert report["samples"]["repeated"] > 0 and "first repeat: sample" in failed["every sample once per epoch"]
+
+    events = tmp_path / "events"  # the same script resumed right, under torchrun alone
+    for steps in (22, 40):
+        run = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+             script("mid_epoch_resume.py"), "--steps", str(steps), "--step-time", "0"],
+            cwd=tmp_path, env={**os.environ, "LAB_EVENTS_DIR": str(events), "PYTHONPATH": str(REPO)},
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr[-2000:]
+    right = samples.summary(list(read_events(events)))
+    assert right is not None and (right["repeated"], right["skipped"]) == (0, 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from lab.exercises import observe
+from lab.exercises import observe, samples
 from lab.exercises.script import resume, signals
 from lab.exercises.seen import Seen
 from lab.health.events import Event, ExitReason
@@ -180,6 +180,7 @@ def judge_fault(report: Report, seen: Seen) -> None:
     if unit is not None:  # first: ranks apart is why such a job then hangs or fails
         resume.check_together(report, signals.resumed_by_rank(events, fault["time"], source, unit), unit, seen.extra)
     check_finished(report, codes)
+    samples.check(report, events)  # where the script records its samples (lab.progress.step(n, samples=...))
     if recovery == "none":
         report.check("no restart was needed", facts["restarts"] == 0, f"restarts {facts['restarts']}")
         facts["work_redone"] = None
