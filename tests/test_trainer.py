@@ -11,6 +11,7 @@ import pytest
 from conftest import REPO
 
 from lab import results
+from lab.exercises import samples
 from lab.health.events import read_events
 from lab.workloads import script_path
 
@@ -110,3 +111,24 @@ def wait_for_step(events_dir, ok, timeout_s=120) -> int:
             return steps[-1]
         time.sleep(0.02)
     raise AssertionError(f"never reached the step: {json.dumps(steps[-3:] if steps else [])}")
+
+
+@pytest.mark.slow  # two torchrun jobs
+def test_a_job_resumed_on_fewer_ranks_goes_on_from_the_next_unconsumed_sample(tmp_path):
+    """4 ranks checkpoint mid-epoch, 3 resume (a node lost for good): the epoch's rest is dealt to
+    the 3, so over every epoch no sample is repeated and none skipped (lab.exercises.samples)."""
+    events, ckpt = tmp_path / "ev", str(tmp_path / "ckpt")
+    for ranks, steps in ((4, 150), (3, 300)):  # 1024 samples: 32 steps an epoch at 4 ranks; 150 is mid-epoch
+        job = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", TRAINER,
+             "--steps", str(steps), "--samples", "1024", "--ckpt-every", "50", "--ckpt-dir", ckpt,
+             "--events-dir", str(events)],
+            capture_output=True, text=True, timeout=300, cwd=REPO,
+        )  # fmt: skip
+        assert job.returncode == 0, job.stderr[-2000:]
+    loaded = [e for e in read_events(events) if e["event"] == "checkpoint_loaded"]
+    assert {e["step"] for e in loaded} == {150} and len(loaded) == 3
+    ledger = samples.ledger(list(read_events(events)))
+    straddling = next(e for e in ledger if e.epoch == 150 // 32)
+    assert straddling.complete and straddling.distinct > 1000 and straddling.repeated == 0
+    assert samples.summary(list(read_events(events)))["why"].startswith("0 repeated, 0 skipped")
