@@ -29,7 +29,7 @@ class LogFollower:
     torchrun ends a failed job with its own traceback and a ChildFailedError summary
     ("exitcode: -9 ... error_file: <N/A>") on every node, which says little and buries the
     rest; that block is left out here (it stays in the node's log), and the lab's
-    first-failure card (lab.why) is printed instead by the verb.
+    first-failure card (lab.why.card) is printed instead by the verb.
     """
 
     def __init__(self, nodes: Sequence[Node], out: TextIO = sys.stdout):

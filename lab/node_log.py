@@ -1,6 +1,6 @@
 """What torchrun's node logs say of a failed group: each rank's exception and the deepest frame
 of its own code (torch prefixes a rank's traceback with `[rankN]:`), the pids the agent
-stopped with a signal, and a native abort's last words. lab.why reads them.
+stopped with a signal, and a native abort's last words. lab.why.card reads them.
 
 A C++ exception nobody catches (gloo's EnforceNotMet, say) aborts the worker: the C++ runtime
 prints "terminate called after throwing an instance of 'T'" and "what(): ...", and Python's

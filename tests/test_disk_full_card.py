@@ -9,9 +9,9 @@ import subprocess
 import pytest
 from conftest import needs_netns
 
-from lab import why
 from lab.cli.why import save_or_say
 from lab.rundir import RunDir
+from lab.why import card as why
 
 pytestmark = [pytest.mark.slow, needs_netns]  # root, to mount the tmpfs
 

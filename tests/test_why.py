@@ -8,9 +8,9 @@ import subprocess
 import pytest
 from conftest import REPO, SCRIPTS, needs_netns, wait_for
 
-from lab import why
 from lab.bench.cages import memory_cgroup
 from lab.errors import LabError
+from lab.why import card as why
 
 pytestmark = [pytest.mark.slow, needs_netns]
 SCRIPT = SCRIPTS / "fail_one_rank.py"

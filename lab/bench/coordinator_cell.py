@@ -25,13 +25,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import evidence, files, procs, runtimes, why
+from lab import files, procs, runtimes
 from lab.bench import up_on_its_own_port
 from lab.bench.diagnosis_cell import NPROC, TRUTH, cell_topology, reached, waiting
 from lab.errors import LabError
 from lab.health.events import Event, ExitReason, read_events
 from lab.rundir import RunDir
 from lab.topology import Topology
+from lab.why import card as why
+from lab.why import evidence
 from lab.workloads import script_path
 
 # 14 s still to run after the kill: longer than any incidental wait (a node's shim gives its
@@ -139,7 +141,7 @@ def judged(cell: Cell, run_path: Path, codes: dict[str, int | None], seconds: fl
 
 
 def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event) -> Outcome:
-    """keep: a folder for the evidence the verdict was drawn from (lab.evidence), with its truth."""
+    """keep: a folder for the evidence the verdict was drawn from (lab.why.evidence), with its truth."""
     coordinator = cell.coordinator
     run_dir = RunDir(tmp / cell.name)
     taken = {o.name for o in runtimes.runtime_class(cell.runtime).OPTIONS}

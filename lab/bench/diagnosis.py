@@ -7,7 +7,7 @@
 Each cell is one 2 x 2 job with no restart budget (lab.bench.diagnosis_cell): the lab's
 trainer, or an ordinary DDP script with no lab import (lab/workloads/plain_train.py, watched
 through lab.node.user_script), broken by one signal to one rank after a given step. The card
-`lab why` prints for its run dir (lab.why) is graded by lab.diagnosis: the rank it names, the
+`lab why` prints for its run dir (lab.why.card) is graded by lab.bench.grading: the rank it names, the
 class of fault, the step. The score table counts right cells, "unknown" answers and
 wrong ranks named with confidence, per fault class and overall.
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 
 from lab.bench.diagnosis_cell import NODES, NPROC, STEPS, Cell, run_cell
 from lab.bench.diagnosis_table import table
+from lab.bench.grading import FAULT_NAMES, FAULTS, Fault, Grade
 from lab.bench.result import BenchResult, this_command
 from lab.bench.side_by_side import run_in_temp
-from lab.diagnosis import FAULT_NAMES, FAULTS, Fault, Grade
 from lab.errors import LabError
 from lab.options import Option
 from lab.runtimes.local import HOSTS
@@ -64,7 +64,9 @@ AT_STEPS = Option(
 )
 TARGETS_OPTION = Option("--targets", "what the ranks run: trainer, script (default: both)", ",".join(TARGETS))
 SIDE_BY_SIDE = Option("--side-by-side", "cells run side by side, each its own lab (default %(default)s)", 2, int)
-KEEP = Option("--keep", "keep each cell's evidence (lab.evidence: what its card was drawn from) under this folder", "")
+KEEP = Option(
+    "--keep", "keep each cell's evidence (lab.why.evidence: what its card was drawn from) under this folder", ""
+)
 
 
 def add_arguments(p) -> None:

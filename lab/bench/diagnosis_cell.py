@@ -16,16 +16,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import evidence, files, runtimes, why
+from lab import files, runtimes
 from lab.bench import free_port, up_on_its_own_port
 from lab.bench.cages import memory_cage
-from lab.diagnosis import Fault, Grade, grade
+from lab.bench.grading import Fault, Grade, grade
 from lab.errors import LabError
 from lab.health import stragglers
 from lab.health.events import Event, read_events
 from lab.kernel_log import kernel_log
 from lab.rundir import RunDir
 from lab.topology import Topology
+from lab.why import card as why
+from lab.why import evidence
 from lab.workloads import checkpoint_files, script_path
 
 NODES, NPROC = 2, 2
@@ -67,7 +69,7 @@ def cell_topology(**more) -> Topology:
 def job(cell: Cell, workdir: Path, steps: int = STEPS) -> tuple[Topology, str, list[str]]:
     topology = cell_topology(pg_timeout_s=PG_TIMEOUT_S)
     paced = ["--steps", str(steps), "--step-time", str(STEP_TIME)]
-    if cell.fault.workload:  # a fault the trainer has no hook for (lab.diagnosis.Fault.workload)
+    if cell.fault.workload:  # a fault the trainer has no hook for (lab.bench.grading.Fault.workload)
         debug = "DETAIL" if cell.fault.detail else topology.distributed_debug
         return topology.replace(distributed_debug=debug), script_path(cell.fault.workload), paced
     every = cell.fault.save_every

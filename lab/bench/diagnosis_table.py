@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lab.bench.grading import Fault, Grade
 from lab.bench.result import goal_line
-from lab.diagnosis import Fault, Grade
 
 GOAL_RIGHT, GOAL_MINUTES = 0.95, 15.0
 

@@ -6,7 +6,7 @@ Each case of the corpus is a script that fails through its own code or torch's (
 the lab's injection hooks) and a truth written down by hand: the rank that failed first (none
 where no one rank did) and the class. The bench runs each script as `lab run` runs a user's,
 1 node x 2 ranks on loopback hosts, draws the card from what the failed job kept, and grades it
-strictly (lab.diagnosis.named: only what the card states). The tuning half is what the card
+strictly (lab.bench.grading.named: only what the card states). The tuning half is what the card
 was changed against; the held-out half was graded before any change, and its score is the
 honest one: the two halves get their own tables.
 """
@@ -61,7 +61,7 @@ def run(args, out_dir: Path) -> BenchResult:
 
 def card_of(script: Path) -> tuple[object | None, str]:
     """The card `lab run` would draw for the script's failed job (None if it did not fail), and why not."""
-    from lab import why
+    from lab.why import card as why
 
     with tempfile.TemporaryDirectory(prefix="lab-bench-natural-") as tmp:
         run_dir = Path(tmp) / "run"
@@ -75,7 +75,7 @@ def card_of(script: Path) -> tuple[object | None, str]:
 
 
 def grade(name: str, truth: dict, card, why_not: str) -> dict:
-    from lab.diagnosis import named
+    from lab.bench.grading import named
 
     said = named(card) if card is not None else None
     return {

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from lab import procs, why
+from lab import procs
 from lab.bench.coordinator_cell import KILL_AT, NPROC, STEP_TIME, STEPS, Cell, Outcome, completed_ranks, trainer_args
 from lab.bench.diagnosis_cell import NODES, reached, waiting
 from lab.bench.ray_cluster import RayCluster, ray_cluster
@@ -32,6 +32,7 @@ from lab.node.nodeproc import recorded_exits
 from lab.ownership import new_lab_id
 from lab.rundir import RunDir
 from lab.runtimes.tempdirs import temp_dir
+from lab.why import card as why
 
 
 def run_cell(cell: Cell, tmp: Path, stop: threading.Event) -> Outcome:

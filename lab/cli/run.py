@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from lab import job, why
+from lab import job
 from lab.cli import why as why_cli
 from lab.cli.flags import add_topology_options
 from lab.cli.starting import start
+from lab.why import card as why
 
 
 def register(sub) -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from lab import job, results, why
+from lab import job, results
 from lab.cli.flags import add_topology_options
 from lab.cli.starting import start
 from lab.health import prometheus
 from lab.node.restart_budget import CRASH_LOOP_EXIT
 from lab.runtimes import state as runstate
+from lab.why import card as why
 from lab.workloads import script_path
 
 WORKLOADS = ("ddp_train", "trainer", "broadcast_demo")

@@ -1,4 +1,4 @@
-"""`lab why [--run-dir DIR] [--json]`: the first-failure card of the lab's job (lab.why).
+"""`lab why [--run-dir DIR] [--json]`: the first-failure card of the lab's job (lab.why.card).
 
 From the run dir's events and node logs while the lab's hosts are up (`lab up` keeps them);
 after `lab run` or `lab down`, from the card `lab run` saved in the run dir's reports when
@@ -13,12 +13,14 @@ import json
 import time
 from pathlib import Path
 
-from lab import evidence, files, why
+from lab import files
 from lab.cli.flags import add_run_dir_option
 from lab.errors import LabError
-from lab.failure_card import Card
 from lab.options import run_dir_from_args
 from lab.rundir import RunDir
+from lab.why import card as why
+from lab.why import evidence
+from lab.why.failure_card import Card
 
 
 def register(sub) -> None:
@@ -30,7 +32,7 @@ def register(sub) -> None:
 
 def save(run_dir: RunDir, card: Card) -> str:
     """Keep the card where `lab down` leaves it (the reports), and beside it the evidence it
-    was drawn from (lab.evidence); returns the card's path."""
+    was drawn from (lab.why.evidence); returns the card's path."""
     path = run_dir.reports_dir() / f"why-{time.strftime('%Y%m%d-%H%M%S')}.json"
     files.write_text(path, json.dumps({**card.to_json(), "text": card.text()}, indent=2) + "\n")
     evidence.keep(run_dir.path, path.with_suffix(""))

@@ -157,7 +157,7 @@ def install(metrics: AgentMetrics | None, events_path: Path | None, node: str, o
                                 "name": AgentEvent.FAILURE_DETECTED,
                                 "state": result.state.name,
                                 "exit_codes": {str(r): f.exitcode for r, f in result.failures.items()},
-                                # Where each failed rank ran, and what it raised, for `lab why` (lab.why).
+                                # Where each failed rank ran, and what it raised, for `lab why` (lab.why.card).
                                 "failures": every_failure(agent, worker_group, result),
                             }
                         )

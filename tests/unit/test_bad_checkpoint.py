@@ -1,4 +1,4 @@
-"""A damaged checkpoint as the card reads it (lab.bad_checkpoint): torch's own errors on files
+"""A damaged checkpoint as the card reads it (lab.why.bad_checkpoint): torch's own errors on files
 damaged the ways a crash mid-save or a bad disk leaves them, made here with real torch.load,
 and the trainer's record of one it set aside."""
 
@@ -9,9 +9,9 @@ import traceback
 import pytest
 import torch
 
-from lab import bad_checkpoint
-from lab.diagnosis import kind_of
+from lab.bench.grading import kind_of
 from lab.health.events import Event, error_text
+from lab.why import bad_checkpoint
 
 
 def error_line(exc: BaseException) -> str:

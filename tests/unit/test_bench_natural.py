@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lab import why
 from lab.bench.natural import cases, grade, section
 from lab.errors import LabError
+from lab.why import card as why
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "natural"
 

@@ -1,4 +1,4 @@
-"""`lab why` graded (lab.diagnosis) on cells of `lab bench diagnosis` recorded from real runs
+"""`lab why` graded (lab.bench.grading) on cells of `lab bench diagnosis` recorded from real runs
 (tests/fixtures/diagnosis/: each folder is the evidence a cell's card was drawn from, and its
 truth.json what the bench did: which signal, to which rank, after which step; kernel.log the
 kernel's line when it OOM-killed the rank; recorded by scripts/record-fixtures.sh), and the
@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from lab import why
 from lab.bench import diagnosis
 from lab.bench.diagnosis import listed, paired, steps_list
 from lab.bench.diagnosis_cell import Cell
 from lab.bench.diagnosis_table import table
-from lab.diagnosis import FAULTS, Grade, Named, grade, kind_of, named
+from lab.bench.grading import FAULTS, Grade, Named, grade, kind_of, named
 from lab.errors import LabError
-from lab.failure_card import Card, RankFailure
 from lab.health.stragglers import SlowNetwork, Straggler
+from lab.why import card as why
+from lab.why.failure_card import Card, RankFailure
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnosis"
 CELLS = sorted(p.parent for p in FIXTURES.glob("*/truth.json"))

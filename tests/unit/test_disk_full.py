@@ -1,4 +1,4 @@
-"""A full disk, as the card reads it (lab.disk_full) and as the lab makes one (the disk-full fault of
+"""A full disk, as the card reads it (lab.why.disk_full) and as the lab makes one (the disk-full fault of
 lab.health.injected_error): real writes to /dev/full, whose every write the kernel refuses with ENOSPC."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import signal
 import pytest
 import torch
 
-from lab import disk_full
-from lab.diagnosis import kind_of
+from lab.bench.grading import kind_of
 from lab.health import injected_error
 from lab.node.user_script import onto_a_full_disk
+from lab.why import disk_full
 from lab.workloads import checkpoint
 
 

@@ -1,11 +1,11 @@
 """A rendezvous store lost mid-run: what the agents do (lab.node.store_loss), what `lab why`
-says (lab.lost_store) and the coordinators bench's verdict (lab.bench.coordinator_cell).
+says (lab.why.lost_store) and the coordinators bench's verdict (lab.bench.coordinator_cell).
 
 The cards are drawn from cells of `lab bench coordinators` kept by scripts/record-fixtures.sh
 (tests/fixtures/coordinators/: a 2 x 2 trainer job on loopback hosts whose store was SIGKILLed
 after step 20: node 0's agent under c10d and under the lab's backend, the lab's etcd under
 etcd-v2), each beside the verdict the bench gave it; how `lab bench diagnosis` grades a card on
-a lost store (lab.diagnosis). The agent-side tests use real torch stores, exceptions and event
+a lost store (lab.bench.grading). The agent-side tests use real torch stores, exceptions and event
 records, in this process."""
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from torch.distributed.elastic import events
 from torch.distributed.elastic.events import handlers as event_handlers
 from torch.distributed.elastic.rendezvous import RendezvousConnectionError
 
-from lab import why
 from lab.bench.coordinator_cell import COORDINATORS, KILL_AT, Cell, judged
-from lab.diagnosis import FAULTS, Named, grade, named
-from lab.failure_card import Card, RankFailure
+from lab.bench.grading import FAULTS, Named, grade, named
 from lab.health.agent_exporter import EVENT_HANDLER, EventFileHandler
 from lab.health.events import AgentEvent, read_agent_events
-from lab.lost_store import StoreLoss
 from lab.node import store_loss
 from lab.node.fast_rendezvous import FastRendezvous
+from lab.why import card as why
+from lab.why.failure_card import Card, RankFailure
+from lab.why.lost_store import StoreLoss
 
 KEPT = Path(__file__).resolve().parents[1] / "fixtures" / "coordinators"
 

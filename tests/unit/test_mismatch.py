@@ -1,4 +1,4 @@
-"""The odd rank of a collective mismatch (lab.mismatch), from the errors ranks die of under
+"""The odd rank of a collective mismatch (lab.why.mismatch), from the errors ranks die of under
 TORCH_DISTRIBUTED_DEBUG=DETAIL. The errors are the ones real ranks printed in a recorded cell
 of `lab bench diagnosis` (tests/fixtures/diagnosis/trainer-mismatch-r2-s6: rank 2 issued one
 extra all-reduce); the cases where the reports do not agree are made from them."""
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from doc_commands import quotes
 
-from lab import why
-from lab.diagnosis import named
-from lab.failure_card import Card, RankFailure
-from lab.mismatch import DETECTED, odd_rank
+from lab.bench.grading import named
+from lab.why import card as why
+from lab.why.failure_card import Card, RankFailure
+from lab.why.mismatch import DETECTED, odd_rank
 
 CELL = Path(__file__).resolve().parents[1] / "fixtures" / "diagnosis" / "trainer-mismatch-r2-s6"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab import mismatch
 from lab.node_log import native_aborts
+from lab.why import mismatch
 
 CELL = Path(__file__).resolve().parents[1] / "fixtures" / "diagnosis" / "trainer-mismatch-no-detail-r2-s10"
 

@@ -2,7 +2,7 @@
 the lab's injection hooks: each recorded with `lab run --hosts loopback --nodes 1
 --nproc-per-node 2 SCRIPT` (its kept evidence in tests/fixtures/natural/NAME, the truth beside it).
 
-Graded strictly (lab.diagnosis.named: only what the card states). The tuning half is what the
+Graded strictly (lab.bench.grading.named: only what the card states). The tuning half is what the
 card was changed against (uneven inputs, every rank diverging, a syntax error); the held-out
 half was recorded after those changes and graded before any change: its score is the honest one,
 and its miss stays visible here, marked, rather than tuned away."""
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from lab import why
-from lab.diagnosis import named
+from lab.bench.grading import named
+from lab.why import card as why
 
 CELLS = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "natural").iterdir())
 # Held-out cells the card gets wrong today: the grade says so; a fix flips it. Graded before any
 # change, the second held-out half scored 12 of 14; cuda_oom_message (an exception, not out of
 # memory) and dataloader_timeout (its own timeout taken for a peer's) were then fixed for their
-# class (lab.why.OUT_OF_MEMORY, lab.node_log.COMMUNICATION_TIMEOUT): docs/benchmarks.md keeps both scores.
+# class (lab.why.card.OUT_OF_MEMORY, lab.node_log.COMMUNICATION_TIMEOUT): docs/benchmarks.md keeps both scores.
 KNOWN_MISSES = {
     "early_return": "names rank 0, right, but as hung: it returned, then hung in destroy_process_group (the kept "
     "evidence holds no stack to show it left its loop)",

@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
-from lab import why
 from lab.health import net_probe, stragglers
 from lab.health.events import PROBE_PREFIX, EventLog, read_probes
+from lab.why import card as why
 
 
 def probes(tmp_path, rtt_of, seconds=20.0, nodes=("node0", "node1")):

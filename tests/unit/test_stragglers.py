@@ -8,11 +8,11 @@ import re
 
 import pytest
 
-from lab import why
 from lab.cli.watch import ranks_now
 from lab.health import stragglers
 from lab.health.events import Event, EventLog, read_events
 from lab.health.step_metrics import StepMetrics
+from lab.why import card as why
 from lab.workloads import step_clock
 
 RANKS = 4

@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lab import why
+from lab.why import card as why
 
 RAISED = Path(__file__).resolve().parents[1] / "fixtures" / "why" / "raise"
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lab import evidence, why
+from lab.why import card as why
+from lab.why import evidence
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "why"
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fail_one_rank.py"

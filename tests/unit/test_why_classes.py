@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from lab.diagnosis import kind_of
-from lab.failure_card import RankFailure
-from lab.why import how_it_failed
+from lab.bench.grading import kind_of
+from lab.why.card import how_it_failed
+from lab.why.failure_card import RankFailure
 
 
 def failed(error: str, exit_code: int = 1) -> tuple[str, bool]:

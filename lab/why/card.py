@@ -18,8 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import bad_checkpoint, disk_full, files
-from lab.card_notes import (
+from lab import files
+from lab.health import net_probe
+from lab.health.events import AgentEvent, Event, ExitReason, agent_failures, read_agent_events, read_events, read_probes
+from lab.health.stragglers import SlowNetwork, Straggler, first_named, first_slow_network
+from lab.node_log import COMMUNICATION_TIMEOUT, SIGTERM_SENT, bare_errors, native_aborts, own_frame, tracebacks
+from lab.why import bad_checkpoint, disk_full
+from lab.why.card_notes import (
     hung_ranks,
     left_first,
     node_workers,
@@ -27,15 +32,11 @@ from lab.card_notes import (
     note_no_cause,
     note_the_first_error,
 )
-from lab.evidence import LOG_TAIL_BYTES
-from lab.failure_card import Card, RankFailure
-from lab.health import net_probe
-from lab.health.events import AgentEvent, Event, ExitReason, agent_failures, read_agent_events, read_events, read_probes
-from lab.health.stragglers import SlowNetwork, Straggler, first_named, first_slow_network
-from lab.lost_store import StoreLoss
-from lab.lost_store import found as store_lost
-from lab.mismatch import odd_rank, unsettled
-from lab.node_log import COMMUNICATION_TIMEOUT, SIGTERM_SENT, bare_errors, native_aborts, own_frame, tracebacks
+from lab.why.evidence import LOG_TAIL_BYTES
+from lab.why.failure_card import Card, RankFailure
+from lab.why.lost_store import StoreLoss
+from lab.why.lost_store import found as store_lost
+from lab.why.mismatch import odd_rank, unsettled
 
 # What a rank says when a *peer* failed: these are consequences, never the first cause. A
 # timeout counts only where communication timed out (lab.node_log.COMMUNICATION_TIMEOUT).
@@ -65,7 +66,7 @@ def describe(code: int | None, pid: int | None, terminated_by_agent: set[int]) -
 
 @dataclass
 class Evidence:
-    """What a run dir (or a failed job's kept evidence, lab.evidence) says, read once."""
+    """What a run dir (or a failed job's kept evidence, lab.why.evidence) says, read once."""
 
     agents: list[dict]  # the agents' lab.failure_detected records
     traces: dict[int, tuple[str, str]]  # rank -> (error, where) from the node logs
@@ -229,7 +230,7 @@ LEFT_FIRST = (
 
 
 def settled_by_a_mismatch(result: Card, failures: list[RankFailure]) -> bool:
-    """True when the ranks' errors name the odd rank of a collective mismatch (lab.mismatch): it
+    """True when the ranks' errors name the odd rank of a collective mismatch (lab.why.mismatch): it
     comes first, however late its agent saw it, as every other rank failed because of it. Where
     they report a mismatch but name no rank, or one with no record of its end, the card is not
     certain of whichever rank it puts first."""

@@ -1,17 +1,17 @@
 """What `lab why` says about one failed job, as data: the first failure, the ranks that
 followed it, and what else was found (a straggler, a slow network, a lost store).
 
-lab.why draws it from a run dir; this module only holds it and writes it out (text, JSON).
+lab.why.card draws it from a run dir; this module only holds it and writes it out (text, JSON).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from lab.bad_checkpoint import SetAside
-from lab.disk_full import FailedWrite
 from lab.health.stragglers import SlowNetwork, Straggler
-from lab.lost_store import StoreLoss
+from lab.why.bad_checkpoint import SetAside
+from lab.why.disk_full import FailedWrite
+from lab.why.lost_store import StoreLoss
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Card:
     certain: bool = True  # False: `first` is only the earliest noticed of several like it
     straggler: Straggler | None = None  # the rank that slowed the others, if one did (lab.health.stragglers)
     slow_network: SlowNetwork | None = None  # the node whose network did
-    store_loss: StoreLoss | None = None  # the rendezvous store, lost mid-run (lab.lost_store)
+    store_loss: StoreLoss | None = None  # the rendezvous store, lost mid-run (lab.why.lost_store)
     failed_write: FailedWrite | None = None  # a checkpoint a rank could not write and trained on without
     set_aside: SetAside | None = None  # a damaged checkpoint a rank found on resume and resumed without
 

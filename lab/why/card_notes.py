@@ -1,6 +1,6 @@
 """What the first-failure card adds to the rank it names: which silent rank hung, why no rank
 failed of its own, and what the first rank's error or signal means (a full disk, gloo's abort on
-a mismatch, an OOM kill). lab.why draws the card and calls these once its first rank is chosen.
+a mismatch, an OOM kill). lab.why.card draws the card and calls these once its first rank is chosen.
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from lab import disk_full, mismatch
-from lab.failure_card import Card, RankFailure
 from lab.health.stragglers import SlowNetwork
 from lab.kernel_log import kernel_log, oom_kill
-from lab.lost_store import StoreLoss
 from lab.node import worker_record
+from lab.why import disk_full, mismatch
+from lab.why.failure_card import Card, RankFailure
+from lab.why.lost_store import StoreLoss
 
 
 def hung_ranks(silent: list[RankFailure]) -> list[RankFailure]:

@@ -13,8 +13,8 @@ import re
 import signal
 from dataclasses import asdict, dataclass
 
-from lab.failure_card import Card
 from lab.health import injected_error as injected
+from lab.why.failure_card import Card
 
 CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
 HUNG_NOTE = "the likely hung rank"
@@ -187,7 +187,7 @@ def kind_of(how: str) -> str:
     diverged, mismatch, disk-full, corrupt-checkpoint."""
     if "OOM killer" in how or how.startswith("ran out of memory"):  # killed by the kernel, or its own allocation
         return "oom"
-    if how.endswith("(a collective mismatch)"):  # gloo's abort without DETAIL (lab.mismatch)
+    if how.endswith("(a collective mismatch)"):  # gloo's abort without DETAIL (lab.why.mismatch)
         return "mismatch"
     killed = re.match(r"killed by (SIG\w+)", how)
     if killed:
@@ -195,11 +195,11 @@ def kind_of(how: str) -> str:
         return {"SIGKILL": "killed", "SIGTERM": "terminated"}.get(name, "crashed" if name in CRASH_SIGNALS else name)
     if how.startswith("stopped on SIGTERM"):
         return "terminated"
-    if how.startswith("ran a different collective"):  # lab.mismatch
+    if how.startswith("ran a different collective"):  # lab.why.mismatch
         return "mismatch"
-    if how.endswith("disk full"):  # lab.disk_full
+    if how.endswith("disk full"):  # lab.why.disk_full
         return "disk-full"
-    if how.endswith("a damaged checkpoint"):  # lab.bad_checkpoint
+    if how.endswith("a damaged checkpoint"):  # lab.why.bad_checkpoint
         return "corrupt-checkpoint"
     if how.startswith("raised FloatingPointError"):  # what a loss check raises on NaN or inf
         return "diverged"
@@ -207,7 +207,7 @@ def kind_of(how: str) -> str:
         return "exception"
     if how.startswith("exited with status"):
         return "exited"
-    if how.startswith("exited 0 while its peers"):  # lab.card_notes.left_first: uneven inputs, say
+    if how.startswith("exited 0 while its peers"):  # lab.why.card_notes.left_first: uneven inputs, say
         return "left"
     return "unknown"
 
@@ -262,7 +262,7 @@ class Grade:
 
 
 def grade(target: str, fault: Fault, rank: int, step: int, card: Card) -> Grade:
-    """Strict: the rank, the class and the step only as the card itself states them (lab.diagnosis.named)."""
+    """Strict: the rank, the class and the step only as the card itself states them (lab.bench.grading.named)."""
     said = named(card)
     return Grade(
         target, fault.name, rank, step, said.rank, said.kind, said.step, fault.expect, fault.settled, said.ranks
