@@ -152,7 +152,7 @@ def terminate(pids: list[int], grace_s: float, run_dir: str | None = None) -> li
 
 class Child(Protocol):
     """A child process as the lab holds one: a subprocess.Popen, or a rank forked from a node's
-    fork server (lab.inprocess.forked.ForkedRank), which has the same shape."""
+    fork server (lab.node.inprocess.forked.ForkedRank), which has the same shape."""
 
     pid: int
     returncode: int | None

@@ -16,7 +16,7 @@
                unless the job is elastic, a drill needs torchrun's rendezvous, the runtime
                cannot host the lab's, or --rdzv-backend / --torch-defaults chose torchrun's
                path. A hang in-process cannot end (a rank hung in Python, still beating) falls
-               back to a restart of the whole group (lab.inprocess.rounds, docs/recovery.md).
+               back to a restart of the whole group (lab.node.inprocess.rounds, docs/recovery.md).
 
 `choose` turns the choice into the topology's rendezvous and says why; every refusal is
 one line naming what to use instead. It knows nothing of runtimes beyond what they declare

@@ -79,7 +79,7 @@ class Topology:
     # torchelastic's file-timer watchdog (lab.workloads.distributed.StepDeadline): a rank whose
     # training step takes longer than this is SIGKILLed by its agent. 0: off.
     step_watchdog_s: int = 0
-    # In-process recovery (lab.recovery): each node runs a keeper (lab.inprocess.keeper) instead of
+    # In-process recovery (lab.recovery): each node runs a keeper (lab.node.inprocess.keeper) instead of
     # torchrun's agent; node 0's hosts the job's store on rdzv_host:rdzv_port; max_restarts is
     # each node's budget of replacements.
     in_process: bool = False
@@ -278,7 +278,7 @@ class Topology:
         ]
 
     def keeper_args(self, node_rank: int) -> list[str]:
-        """The keeper's flags for one node (lab.inprocess.keeper), up to the script."""
+        """The keeper's flags for one node (lab.node.inprocess.keeper), up to the script."""
         store = f"--store={self.rdzv_host}:{self.rdzv_port}"
         shape = [f"--node-rank={node_rank}", f"--nodes={self.nodes}", f"--nproc-per-node={self.nproc_per_node}"]
         budget = [f"--max-replacements={self.max_restarts}", f"--return-timeout={self.join_timeout_s}"]

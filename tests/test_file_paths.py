@@ -38,7 +38,7 @@ WHY = {
     "lab/node/restart_budget.py": INSIDE_A_NODE,
     "lab/node/worker_record.py": INSIDE_A_NODE + " (its host-side reader uses lab.files)",
     "lab/node/fork_server.py": INSIDE_A_NODE,
-    "lab/inprocess/rank.py": INSIDE_A_NODE,
+    "lab/node/inprocess/rank.py": INSIDE_A_NODE,
     "lab/health/events.py": INSIDE_A_NODE + " (its host-side reader uses lab.files)",
     "lab/health/hang_dump.py": INSIDE_A_NODE,
     "lab/health/net_probe.py": INSIDE_A_NODE,

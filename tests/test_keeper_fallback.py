@@ -1,4 +1,4 @@
-"""In-process recovery's fallback on real keepers (lab.inprocess.fallback): faults no spare
+"""In-process recovery's fallback on real keepers (lab.node.inprocess.fallback): faults no spare
 survives, after which both keepers restart every rank of the group from the checkpoint (a rank
 hung in Python, a node lost whole and started again), and a fresh rank later to its group than
 the collectives' timeout, which is waited for. Spares taking a lost rank's place, and a keeper
@@ -29,7 +29,7 @@ def trainer_keeper(events: Path, port: int, node: int, timeout_s: float = 60) ->
     trainer = [script_path("trainer"), "--steps=30", "--step-time=0.05", "--ckpt-every=5", "--ckpt-shared"]
     return in_session(
         [
-            *(sys.executable, "-m", "lab.inprocess.keeper", f"--store=127.0.0.1:{port}", f"--node-rank={node}"),
+            *(sys.executable, "-m", "lab.node.inprocess.keeper", f"--store=127.0.0.1:{port}", f"--node-rank={node}"),
             *("--nodes=2", "--nproc-per-node=2", "--max-replacements=1", f"--events-dir={events}", "--"),
             *(*trainer, f"--ckpt-dir={events.parent / 'ckpt'}", f"--events-dir={events}"),
         ],
@@ -73,7 +73,7 @@ def test_a_rank_hung_in_python_makes_the_keepers_restart_every_rank_from_the_che
     """Issue 31's fault in-process cannot survive: rank 1 waits for ever in Python (SIGRTMIN+7), its
     threads running, so it still beats and no keeper ends it. Its peers' gloo collectives time out
     (4 s here), each leaves with status 76, and both keepers agree on one restart of the whole
-    group (lab.inprocess.rounds): every rank, the hung one too, starts afresh, loads the newest
+    group (lab.node.inprocess.rounds): every rank, the hung one too, starts afresh, loads the newest
     checkpoint and trains to the end. (The drill's verdict on the same, bit-identity included, is
     judged on its recorded run in tests/unit/test_judges.py: hang-rank-in-python.)"""
     events, port, timeout_s = tmp_path / "events", free_port(), 4
@@ -102,7 +102,13 @@ def test_a_rank_later_to_its_group_than_the_collectives_timeout_is_waited_for(tm
     keepers = [
         in_session(
             [
-                *(sys.executable, "-m", "lab.inprocess.keeper", f"--store=127.0.0.1:{port}", f"--node-rank={node}"),
+                *(
+                    sys.executable,
+                    "-m",
+                    "lab.node.inprocess.keeper",
+                    f"--store=127.0.0.1:{port}",
+                    f"--node-rank={node}",
+                ),
                 *("--nodes=2", "--nproc-per-node=1", "--max-replacements=0", "--return-timeout=30", "--", *script),
             ],
             env={**os.environ, "LAB_PG_TIMEOUT_S": "2"},

@@ -145,7 +145,7 @@ def test_a_keeper_sigkilled_and_never_back_ends_the_job_on_the_other_node_with_n
 ):
     """Issue 31's edge: the keeper itself SIGKILLed. Its ranks die with it (PR_SET_PDEATHSIG: spawned,
     their parent is the keeper; forked, the node's fork server, which leaves when the keeper does);
-    node 0's keeper, which heard it through the store (lab.inprocess.roll_call), stops its own ranks,
+    node 0's keeper, which heard it through the store (lab.node.inprocess.roll_call), stops its own ranks,
     waits --return-timeout for it to come back (15 s here; the job's join timeout in a lab), and ends
     the job. (The same timeout bounds the ranks' wait for one another at the job's start: at 3 s,
     node 1's ranks started 4 s after node 0's in a loaded CI run, and the job never began.)

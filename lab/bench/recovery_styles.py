@@ -193,7 +193,7 @@ def start_keepers(
     return [
         in_session(
             [
-                *(sys.executable, "-m", "lab.inprocess.keeper", f"--store=127.0.0.1:{port}", f"--node-rank={i}"),
+                *(sys.executable, "-m", "lab.node.inprocess.keeper", f"--store=127.0.0.1:{port}", f"--node-rank={i}"),
                 *("--nodes=2", "--nproc-per-node=2", f"--events-dir={events}", *keeper_flags),
                 *("--", script_path("inprocess_train"), f"--steps={steps}", f"--step-time={step_time}"),
             ],

@@ -24,7 +24,7 @@ With `--in-python` the rank hangs in Python instead (SIGRTMIN+7: it waits for ev
 data loader that never answers), its threads still running: it still beats and its exporter
 still answers. No keeper can tell it from a slow rank, so its peers' collectives time out after
 the 10 s, and in-process recovery falls back to a restart of the whole group from the
-checkpoint (lab.inprocess.rounds); the verdict says it fell back, why, and what it cost.
+checkpoint (lab.node.inprocess.rounds); the verdict says it fell back, why, and what it cost.
 
 Look for: the frozen rank's target going down in Prometheus (`up{rank="1"} == 0`); in-process,
 the keeper's "sent no heartbeat" line and the spare's start; under a restart, the peers'

@@ -75,7 +75,7 @@ def judge(report, seen, fault_time: float, target_rank: int) -> None:
 
 
 def fallback_facts(seen, fault_time: float) -> dict:
-    """In-process recovery's fallback after a hang it cannot end (lab.inprocess.rounds): why,
+    """In-process recovery's fallback after a hang it cannot end (lab.node.inprocess.rounds): why,
     when each node's keeper restarted its ranks, the steps redone, and what it cost in seconds
     from the fault: detect (the round), restart (the group re-formed), first_step, total."""
     rounds = [a for a in seen.agents if a["name"] == AgentEvent.GROUP_RESTARTED and a["time"] > fault_time]
@@ -102,7 +102,7 @@ def fallback_facts(seen, fault_time: float) -> dict:
 def judge_fallback(report, seen, fault_time: float) -> dict:
     """A fault under --recovery in-process that no spare can take over (a rank hung in Python,
     a node lost whole): every node's keeper restarted every rank from the checkpoint, in one
-    round (lab.inprocess.fallback). The drill checks what led there first. Returns the facts."""
+    round (lab.node.inprocess.fallback). The drill checks what led there first. Returns the facts."""
     fell = report.facts["fell_back"] = fallback_facts(seen, fault_time)
     report.facts["recovery"] = fell["seconds"]
     report.check(

@@ -13,7 +13,7 @@ they must: the same steps now average two ranks' gradients, not four.
 Under `--recovery in-process` (a fixed-size job; asked for, not the default) each node runs a
 keeper, not torchrun's agent: no spare can take a whole node's ranks. The surviving keeper
 hears the lost keeper's silence (5 s), stops its ranks and waits; when the node comes back its
-keeper asks for a round, and every rank restarts from the checkpoint (lab.inprocess.fallback).
+keeper asks for a round, and every rank restarts from the checkpoint (lab.node.inprocess.fallback).
 
     lab exercise run kill-node [--target-rank 3] [--at-step 25] [--elastic | --recovery in-process]
 
@@ -47,7 +47,7 @@ SCRIPT_REFUSES = {"elastic": "on your script the drill runs a fixed-size job and
 # (and an elastic job needs); the lab's tuned restart assumes every node comes back as it was.
 RECOVERY_NEEDS = ("torchrun", "kill-node drills a node's loss through torch's c10d rendezvous")
 # --recovery in-process (a fixed job): the survivors' keepers stop their ranks and wait for the
-# node's keeper to come back, then every rank restarts from the checkpoint (lab.inprocess.fallback).
+# node's keeper to come back, then every rank restarts from the checkpoint (lab.node.inprocess.fallback).
 # Only when asked: the keepers hear the loss after 5 s of silence, c10d's agent at once.
 IN_PROCESS_JUDGED, IN_PROCESS_FIRST = True, False
 

@@ -1,8 +1,9 @@
 """In-process recovery: the surviving ranks stay, the group is re-formed, and the lost rank is
 replaced by a warm spare that takes its state from a peer.
 
-api.py is what a training script uses (`from lab.inprocess import attempts`); keeper.py and
-rank.py are what a node runs under `lab up --recovery in-process`."""
+api.py is what a training script uses (`from lab.inprocess import attempts`), with lookout, group,
+handover and heartbeat beside it; what a node runs under `--recovery in-process` (the keeper,
+its ranks and spares) is lab.node.inprocess."""
 
 from __future__ import annotations
 

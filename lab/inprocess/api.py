@@ -14,7 +14,7 @@ A script opts in by training inside a loop of attempts:
                 step += 1
 
 Under in-process recovery (`lab run`'s default for such a script) each node runs a keeper
-(lab.inprocess.keeper), not torchrun's agent. When a rank dies, its keeper opens the next
+(lab.node.inprocess.keeper), not torchrun's agent. When a rank dies, its keeper opens the next
 generation within milliseconds; each attempt's lookout (lab.inprocess.lookout) sees that and
 shuts its group's connections down, so the collective every other rank is in, or its next one,
 fails at once ("Connection closed by peer"): the `with` block ends quietly, the rank drops the
@@ -35,7 +35,7 @@ process-group timeout (gloo's abort() does not free a pending collective either)
 (stopped, or holding the GIL) stops beating, and its keeper kills it well before that
 (lab.inprocess.heartbeat). A rank hung in Python still beats: its peers' collectives time out,
 each leaves with heartbeat.TIMED_OUT_EXIT, and the keepers restart the whole group
-(lab.inprocess.rounds): every rank starts afresh and loads the script's checkpoint
+(lab.node.inprocess.rounds): every rank starts afresh and loads the script's checkpoint
 (`attempt.replacement` is False).
 """
 
@@ -67,7 +67,7 @@ def attempts() -> Iterator[Attempt]:
         return
     store, store_sockets = _connect(wire)
     # The newest generation: a replacement's (a second death may have opened one after its own),
-    # or a restart's (lab.inprocess.rounds); 0 at the job's start.
+    # or a restart's (lab.node.inprocess.rounds); 0 at the job's start.
     generation = int(store.add("generation", 0))
     # What exists now (torch, the script's imports, its model) is kept out of the collections an
     # attempt that lost its group runs: measured, 0.22-0.30 s of a 0.5 s recovery; frozen, 0.04-0.07 s.

@@ -12,7 +12,7 @@ recovery from a death, well before its peers' timeout.
 
 Not seen this way: a rank that hangs in Python while its threads run (a deadlock on a lock, an
 endless loop). Its peers time out and leave with TIMED_OUT_EXIT, and their keepers fall back to
-a restart of the whole group from its checkpoint (lab.inprocess.rounds). A rank is judged only
+a restart of the whole group from its checkpoint (lab.node.inprocess.rounds). A rank is judged only
 once it has beaten: a process still importing torch is not.
 """
 
@@ -29,12 +29,12 @@ STRANDED_EXIT = 75
 # The exit status of a rank whose collective (or join) timed out: a peer is alive but does not
 # take part, as a rank that hangs in Python while its threads still beat does. A spare cannot
 # help (the hung rank holds its place), so its keepers restart the whole group
-# (lab.inprocess.rounds). EX_PROTOCOL.
+# (lab.node.inprocess.rounds). EX_PROTOCOL.
 TIMED_OUT_EXIT = 76
 # The exit status of a rank that found, once a regroup was joined, that no rank held the job's
 # state: every one was a replacement (a second and third death during the regroup left no
 # survivor), so nothing can be handed over in memory. Its keepers restart the whole group from
-# the script's checkpoint (lab.inprocess.rounds), as for a timeout.
+# the script's checkpoint (lab.node.inprocess.rounds), as for a timeout.
 NO_STATE_EXIT = 77
 # The exit status of a rank whose join waited the join timeout for ranks that never came: their
 # nodes are gone (node 0 started again alone, with a new store). A round cannot bring them: its

@@ -15,7 +15,7 @@ store and fail in `connectFullMesh`, so `--max-restarts` never recovers.
 restart works. `--torch-defaults` leaves it unset, to show the failure.
 
 `--preload-workers` makes restarts (and start-up) faster: see lab/node/preload.py.
-`--in-process` runs the node's keeper (lab.inprocess.keeper) instead of torchrun: the rest of
+`--in-process` runs the node's keeper (lab.node.inprocess.keeper) instead of torchrun: the rest of
 the command line is the keeper's.
 
 Two more things make a restart faster, both printed when they apply:
@@ -52,7 +52,7 @@ class LabFlags:
     env: dict[str, str] = field(default_factory=dict)
     torch_defaults: bool = False
     preload_workers: bool = False
-    in_process: bool = False  # run lab.inprocess.keeper, not torchrun: the rest is the keeper's argv
+    in_process: bool = False  # run lab.node.inprocess.keeper, not torchrun: the rest is the keeper's argv
 
 
 def split_lab_flags(argv: list[str]) -> tuple[LabFlags, list[str]]:
@@ -127,10 +127,10 @@ def main(argv: list[str] | None = None) -> None:
         from lab.node.preload import before_torch
 
         before_torch(torchrun_argv)  # the keeper's ranks get torchrun's 1 thread each (its flags say how many)
-        from lab.inprocess import keeper
+        from lab.node.inprocess import keeper
 
         log(
-            "[lab.node.launch] recovery: in-process (lab/inprocess/keeper.py): a lost rank's place goes to a warm "
+            "[lab.node.launch] recovery: in-process (lab/node/inprocess/keeper.py): a lost rank's place goes to a warm "
             "spare that takes its state from a peer; the other ranks stay"
         )
         keeper.main(torchrun_argv)

@@ -1,4 +1,4 @@
-"""What an in-process rank (lab.inprocess.rank) has loaded when its script starts: the script's
+"""What an in-process rank (lab.node.inprocess.rank) has loaded when its script starts: the script's
 top-level imports and torch._dynamo, done before the script joins its group (a cold rank that
 imported torch._dynamo after its join was late to its peers' first collective under load), and
 the script's own modules first on the path, as `python SCRIPT` would have them, even when an
@@ -33,7 +33,7 @@ def test_a_rank_has_the_scripts_imports_loaded_before_it_runs_and_its_own_module
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("LAB_INPROCESS_BEAT_FD", None)
     done = subprocess.run(
-        [sys.executable, "-m", "lab.inprocess.rank", str(folder / "train.py")],
+        [sys.executable, "-m", "lab.node.inprocess.rank", str(folder / "train.py")],
         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -59,7 +59,7 @@ def test_a_spare_leaves_the_scripts_own_modules_until_it_knows_its_rank(tmp_path
     for name in ("RANK", "LOCAL_RANK", "LAB_INPROCESS_BEAT_FD"):
         env.pop(name, None)
     done = subprocess.run(
-        [sys.executable, "-m", "lab.inprocess.rank", "--spare", "spare-node0", str(tmp_path / "train.py")],
+        [sys.executable, "-m", "lab.node.inprocess.rank", "--spare", "spare-node0", str(tmp_path / "train.py")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -69,7 +69,7 @@ def test_a_spare_leaves_the_scripts_own_modules_until_it_knows_its_rank(tmp_path
 def test_installed_tells_pythons_and_the_packages_modules_from_the_users(tmp_path, monkeypatch):
     """What a rank imports ahead: the standard library and site-packages, found without running
     them; not a module of the script's folder, even one named as an installed one."""
-    from lab.inprocess import rank
+    from lab.node.inprocess import rank
 
     for own in ("settings", "this"):  # "this": of the standard library, and imported by no test
         (tmp_path / f"{own}.py").write_text("")

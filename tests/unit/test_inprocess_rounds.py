@@ -1,9 +1,9 @@
-"""The keepers agree on a restart of the whole group through a real TCPStore (lab.inprocess.rounds):
+"""The keepers agree on a restart of the whole group through a real TCPStore (lab.node.inprocess.rounds):
 one round per hang however many keepers ask, heard by every keeper, in a generation of its own."""
 
 import torch.distributed as dist
 
-from lab.inprocess.rounds import POLL_S, Rounds
+from lab.node.inprocess.rounds import POLL_S, Rounds
 
 
 def keepers(count: int) -> tuple[dist.TCPStore, list[Rounds]]:

@@ -1,11 +1,11 @@
-"""A keeper's agent metrics (lab.inprocess.node_health), read over HTTP as Prometheus reads them:
+"""A keeper's agent metrics (lab.node.inprocess.node_health), read over HTTP as Prometheus reads them:
 a replacement shows as a restart used from the budget, the group's state and each exit by its
 code; and nothing is served where the lab asked for no agent exporter."""
 
 import urllib.request
 
 from lab.bench import free_port
-from lab.inprocess.node_health import NodeHealth
+from lab.node.inprocess.node_health import NodeHealth
 
 
 def scrape(port: int) -> str:

@@ -1,6 +1,6 @@
 """A rank whose collective timed out (a peer hangs in Python, still beating), or that regrouped
 where no rank held the job's state, makes its keeper fall back to a restart of the whole group
-(lab.inprocess.rounds). The keeper is real, with a real TCPStore; its ranks and spares are small
+(lab.node.inprocess.rounds). The keeper is real, with a real TCPStore; its ranks and spares are small
 stand-in processes: rank 0 exits with TIMED_OUT_EXIT (or NO_STATE_EXIT) at once, rank 1 hangs (a
 long sleep) until the round stops it."""
 
@@ -16,7 +16,7 @@ KEEPER = textwrap.dedent(
     """
     import argparse, subprocess, sys
     import torch.distributed as dist
-    from lab.inprocess import keeper as k
+    from lab.node.inprocess import keeper as k
     from lab.inprocess.heartbeat import ABSENT_EXIT, NO_STATE_EXIT, TIMED_OUT_EXIT
 
     STATUS = {"timed-out": TIMED_OUT_EXIT, "no-state": NO_STATE_EXIT, "absent": ABSENT_EXIT}

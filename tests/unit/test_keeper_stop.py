@@ -18,7 +18,7 @@ from conftest import REPO
 KEEPER = textwrap.dedent(
     """
     import argparse, os, signal, subprocess, sys
-    from lab.inprocess import keeper as k
+    from lab.node.inprocess import keeper as k
 
     args = argparse.Namespace(store="-", node_rank=0, nodes=1, nproc_per_node=2, events_dir=None, script=["-"])
     args.max_replacements = 3

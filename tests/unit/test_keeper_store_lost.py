@@ -28,7 +28,7 @@ KEEPER = textwrap.dedent(
     import argparse, subprocess, sys
     from datetime import timedelta
     import torch.distributed as dist
-    from lab.inprocess import keeper as k
+    from lab.node.inprocess import keeper as k
 
     port, flag = int(sys.argv[1]), sys.argv[2]
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))

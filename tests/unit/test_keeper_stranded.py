@@ -14,7 +14,7 @@ KEEPER = textwrap.dedent(
     """
     import argparse, subprocess, sys
     import torch.distributed as dist
-    from lab.inprocess import keeper as k
+    from lab.node.inprocess import keeper as k
     from lab.inprocess.heartbeat import STRANDED_EXIT
 
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)

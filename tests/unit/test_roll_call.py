@@ -1,4 +1,4 @@
-"""The keepers' roll call (lab.inprocess.roll_call) on a real TCPStore, with each keeper's clock
+"""The keepers' roll call (lab.node.inprocess.roll_call) on a real TCPStore, with each keeper's clock
 given: a keeper that stops beating is judged gone after silent_s of its peer's own clock; one
 that said it was done, or has not beaten yet, is never judged; node 0 waits for the others."""
 
@@ -10,7 +10,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from lab.inprocess.roll_call import BEAT_S, KeeperLost, RollCall
+from lab.node.inprocess.roll_call import BEAT_S, KeeperLost, RollCall
 
 
 class Clock:
@@ -43,7 +43,7 @@ def test_a_keeper_that_stops_beating_is_lost_after_silent_s_and_not_before(store
 
 
 def test_a_lost_keeper_is_not_judged_again_until_a_new_one_beats_on_from_its_count(store):
-    """lab.inprocess.fallback waits for a lost node: its silence is not news; a keeper started anew
+    """lab.node.inprocess.fallback waits for a lost node: its silence is not news; a keeper started anew
     on that node goes on from the stored count, and from then on is judged like any other."""
     clock0 = Clock()
     node0, node1 = RollCall(store, 0, 2, 1.0, clock0), RollCall(store, 1, 2, 1.0, Clock())
@@ -93,7 +93,7 @@ def test_node_0_waits_for_every_other_keepers_word_before_it_takes_the_store_dow
 
 def test_a_keeper_back_on_its_node_beats_as_it_asks_so_its_predecessors_silence_is_not_held_against_it(store):
     """Node 1's keeper SIGKILLed with its node, a new one started on it: the new keeper asks for a
-    round and beats at once (lab.inprocess.fallback.rejoin). Node 0, which heard the round, then
+    round and beats at once (lab.node.inprocess.fallback.rejoin). Node 0, which heard the round, then
     judges node 1 by the new beat, not by how long the old keeper has been silent; without that
     beat it stopped its ranks to wait for a round already asked (found by `lab chaos` under load)."""
     clock0 = Clock()

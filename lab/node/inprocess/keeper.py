@@ -1,13 +1,13 @@
 """One node of an in-process-recovery job: it starts the node's ranks and replaces a lost one.
 
-    python -m lab.inprocess.keeper --store HOST:PORT --node-rank N --nodes M --nproc-per-node P
+    python -m lab.node.inprocess.keeper --store HOST:PORT --node-rank N --nodes M --nproc-per-node P
         [--max-replacements K] [--return-timeout S] [--events-dir DIR] [--preload] -- SCRIPT [ARGS...]
 
 What torchrun's agent is to a restart, the keeper is to in-process recovery (`lab up
 --recovery in-process` runs one per node, lab.node.launch). Node 0's keeper hosts the job's
-TCPStore. Each keeper starts its P ranks and one warm spare (lab.inprocess.rank: the script's
+TCPStore. Each keeper starts its P ranks and one warm spare (lab.node.inprocess.rank: the script's
 process, with torch imported, waiting for an assignment; forked from a server with torch loaded
-under --preload, lab.inprocess.forked), and waits on them:
+under --preload, lab.node.inprocess.forked), and waits on them:
 - a rank that dies: the keeper bumps the job's generation, gives the rank's place to the spare,
   opens the new generation (`genG/open`, which the survivors wait on: lab.inprocess.api) and
   starts the next spare (a spare that dies while it waits is replaced too);
@@ -17,13 +17,13 @@ under --preload, lab.inprocess.forked), and waits on them:
   lab.rank_stranded event);
 - a rank whose collective timed out (heartbeat.TIMED_OUT_EXIT: a peer hangs in Python), or that
   regrouped where no rank held the state (NO_STATE_EXIT): the keepers restart every rank from
-  the script's checkpoint (lab.inprocess.rounds; a lab.group_restarted event);
+  the script's checkpoint (lab.node.inprocess.rounds; a lab.group_restarted event);
 - a rank whose join waited the join timeout for ranks that never came (ABSENT_EXIT: node 0
   started again alone) ends the job, as torchrun's rendezvous would.
 Each counts against the node's budget of K replacements; one more ends the job (exit 1). It
 ends with 0 once every rank it holds finished, and stops its children when stopped (or dead:
 they get SIGKILL from the kernel, PR_SET_PDEATHSIG). One that loses the store (node 0's keeper)
-or no longer hears another node's keeper (lab.inprocess.roll_call) says so in one line, stops
+or no longer hears another node's keeper (lab.node.inprocess.roll_call) says so in one line, stops
 its children and exits 1. It records its ranks' pids where the lab's faults look for them
 (LAB_WORKERS_FILE), with the generation as the restart.
 """
@@ -41,12 +41,12 @@ from pathlib import Path
 
 from lab.health.events import AgentEvent, append_agent_record, node_name
 from lab.inprocess import heartbeat
-from lab.inprocess.fallback import Fallback
-from lab.inprocess.forked import ForkedRank, start_server
-from lab.inprocess.node_health import NodeHealth
-from lab.inprocess.roll_call import KeeperLost, RollCall
-from lab.inprocess.rounds import Rounds
 from lab.node import worker_record
+from lab.node.inprocess.fallback import Fallback
+from lab.node.inprocess.forked import ForkedRank, start_server
+from lab.node.inprocess.node_health import NodeHealth
+from lab.node.inprocess.roll_call import KeeperLost, RollCall
+from lab.node.inprocess.rounds import Rounds
 from lab.nodeenv import NodeEnv
 from lab.procs import Child, Stopped, die_with_parent, stop_children, stop_on
 
@@ -80,10 +80,10 @@ class Keeper(Fallback):
         )
         env = {**os.environ, **env, **wire.render(), "WORLD_SIZE": str(self.world_size)}
         env.update(LOCAL_WORLD_SIZE=str(self.args.nproc_per_node), GROUP_RANK=str(self.args.node_rank))
-        if self.args.preload:  # forked with torch loaded (lab.inprocess.forked); it closes write
+        if self.args.preload:  # forked with torch loaded (lab.node.inprocess.forked); it closes write
             proc: Child = ForkedRank([*extra, *self.args.script], env, write)
         else:
-            argv = [sys.executable, "-m", "lab.inprocess.rank", *extra, *self.args.script]
+            argv = [sys.executable, "-m", "lab.node.inprocess.rank", *extra, *self.args.script]
             try:
                 proc = subprocess.Popen(argv, env=env, preexec_fn=die_with_parent, pass_fds=(write,))
             finally:
@@ -257,7 +257,7 @@ def run_until_stopped(keeper: Keeper) -> int:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="lab.inprocess.keeper")
+    p = argparse.ArgumentParser(prog="lab.node.inprocess.keeper")
     p.add_argument("--store", required=True, help="HOST:PORT; node 0 hosts it")
     p.add_argument("--node-rank", type=int, required=True)
     p.add_argument("--nodes", type=int, required=True)
@@ -273,7 +273,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--preload",
         action="store_true",
-        help="fork ranks and spares from a server with torch imported (lab.inprocess.forked), not fresh interpreters",
+        help="fork ranks and spares from a server that imported torch (lab.node.inprocess.forked)",
     )
     p.add_argument("script", nargs=argparse.REMAINDER, help="-- then the script and its arguments")
     args = p.parse_args(argv)

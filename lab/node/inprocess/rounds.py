@@ -8,7 +8,7 @@ asks for a round: every keeper then stops every rank it holds, the hung one with
 starts them afresh, as at the job's start, in a generation of their own; they load the
 script's checkpoint (`attempt.replacement` is False), so the steps since it are lost, as in a
 restart. What it costs is the process-group timeout, the start and the steps redone. A node
-lost whole ends in a round too, once its keeper comes back (lab.inprocess.fallback).
+lost whole ends in a round too, once its keeper comes back (lab.node.inprocess.fallback).
 
 The store holds the rounds: `rounds` counts those asked; `roundN/asked` makes the first
 keeper to ask for round N the one that opens it (the others' asks for the same round, made

@@ -5,7 +5,7 @@ them. The other keepers act only on their own children's deaths, so their ranks 
 a generation nobody opens, for ever: measured, node 1's keeper SIGKILLed and node 0's keeper
 still running 90 s later. So each keeper bumps a counter in the store every BEAT_S and watches
 the others'. One whose counter has not moved for silent_s, and that never said it was done, is
-gone: the others stop their ranks and wait for it to come back (lab.inprocess.fallback), and
+gone: the others stop their ranks and wait for it to come back (lab.node.inprocess.fallback), and
 judge it again once its counter moves (a keeper started anew goes on from the stored count).
 The counter is a count, not a time: the nodes' clocks need not agree, and each keeper times
 the others on its own clock.
@@ -67,7 +67,7 @@ class RollCall:
                 continue  # not started yet: a keeper is judged once it has beaten
             value = self.store.get(self.key(node, "beat"))
             if self.gone.get(node) == value:
-                continue  # still gone: not lost again (lab.inprocess.fallback waits for it)
+                continue  # still gone: not lost again (lab.node.inprocess.fallback waits for it)
             self.gone.pop(node, None)
             last = self.heard.get(node)
             if last is None or last[0] != value:

@@ -2,7 +2,7 @@
 (lab.health.agent_exporter), so a job that recovers in-process is watched like any other.
 
 What the keeper does maps onto them: its ranks running are the worker group HEALTHY; a
-replacement or a round (lab.inprocess.fallback) is a restart used from its budget
+replacement or a round (lab.node.inprocess.fallback) is a restart used from its budget
 (--max-replacements); each child's exit is counted by its code; the job's end is SUCCEEDED
 or FAILED. Served only where the lab asked for an agent exporter (LAB_AGENT_METRICS_PORT),
 with the node's round trips to the lab's bridge probed as an agent's are (LAB_NET_PROBE).
@@ -35,7 +35,7 @@ class NodeHealth:
         try:
             agent_exporter.serve(self.metrics, port)
         except ExporterPortError as e:
-            raise SystemExit(f"lab.inprocess.keeper: error: {e}") from None
+            raise SystemExit(f"lab.node.inprocess.keeper: error: {e}") from None
         if wire.targets_dir:
             register_target(wire.targets_dir, f"agent-{node}", port, {"node": node})
         print(f"[lab.node.launch] agent metrics on :{port}/metrics", file=sys.stderr, flush=True)

@@ -1,6 +1,6 @@
 """Ranks and spares forked from the node's fork server, torch already imported (preloaded).
 
-A keeper that starts `python -m lab.inprocess.rank` pays torch's import in every rank and
+A keeper that starts `python -m lab.node.inprocess.rank` pays torch's import in every rank and
 every spare, and torch._dynamo's too (an optimizer's constructor imports it): about 2.3 s of
 CPU each here, six processes at a 2 x 2 job's start, so seconds of a 2-core machine before the
 first step, and again for every spare that replaces one. With `--preload` the keeper forks the
@@ -33,11 +33,11 @@ from lab.procs import die_with_parent
 
 def start_server() -> int:
     """Fork the node's fork server from the keeper (torch loaded, no thread started yet); its pid."""
-    return fork_server_here([*PRELOAD_MODULES, "lab.inprocess.rank"])
+    return fork_server_here([*PRELOAD_MODULES, "lab.node.inprocess.rank"])
 
 
 class ForkedRank:
-    """`python -m lab.inprocess.rank ARGV` with env, forked from the server; beat_fd (the write end
+    """`python -m lab.node.inprocess.rank ARGV` with env, forked from the server; beat_fd (the write end
     of its heartbeat pipe) goes to it and is closed here once it has."""
 
     def __init__(self, argv: list[str], env: dict[str, str], beat_fd: int):
@@ -50,7 +50,7 @@ class ForkedRank:
         finally:
             beat.close()
         self.pid: int = self._process.pid or 0
-        self.args = ["lab.inprocess.rank", *argv]
+        self.args = ["lab.node.inprocess.rank", *argv]
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
@@ -87,9 +87,9 @@ def _run_rank(argv: list[str], env: dict[str, str], beat: Connection, server: in
     forget_start_method()
     os.environ.clear()
     os.environ.update({**env, **NodeEnv(inprocess_beat_fd=beat_fd).render()})
-    from lab.inprocess import rank
+    from lab.node.inprocess import rank
 
     code = rank.main(argv)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)  # as lab.inprocess.rank's own main: no interpreter teardown
+    os._exit(code)  # as lab.node.inprocess.rank's own main: no interpreter teardown

@@ -1,8 +1,8 @@
 """One rank of an in-process-recovery job, or a warm spare waiting to become one.
 
-    python -m lab.inprocess.rank [--spare KEY] SCRIPT [ARGS...]
+    python -m lab.node.inprocess.rank [--spare KEY] SCRIPT [ARGS...]
 
-The keeper (lab.inprocess.keeper) starts one per rank, with RANK, LOCAL_RANK, WORLD_SIZE and
+The keeper (lab.node.inprocess.keeper) starts one per rank, with RANK, LOCAL_RANK, WORLD_SIZE and
 LAB_INPROCESS_STORE set, and one spare per node. Every one imports torch and the installed
 modules the script imports at its top level (import_what_the_script_imports) before the script
 runs, so before it joins its group: the join waits for a late rank as long as a rendezvous waits for a node, while
@@ -11,7 +11,7 @@ a round that imported torch._dynamo after the join were more than 4 s late to it
 A spare then connects to the store and waits for 'RANK,LOCAL_RANK,GENERATION[,fresh]' under
 KEY: the seconds a fresh process would spend are spent before anyone needs them. A spare
 replaces a lost rank among survivors, or (fresh) starts as at the job's start, in a restart of
-the whole group (lab.inprocess.rounds). Either way the script then runs as `__main__`, as
+the whole group (lab.node.inprocess.rounds). Either way the script then runs as `__main__`, as
 `python SCRIPT ARGS` would run it, in this process (runpy): its exit status is this process's.
 """
 
@@ -130,7 +130,7 @@ def main(argv: list[str]) -> int:
         os.environ["TORCHELASTIC_RESTART_COUNT"] = generation
         argv = argv[2:]
     if not argv:
-        print("lab.inprocess.rank: error: no script given", file=sys.stderr)
+        print("lab.node.inprocess.rank: error: no script given", file=sys.stderr)
         return 2
     sys.argv = list(argv)
     try:

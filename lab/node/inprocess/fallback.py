@@ -1,9 +1,9 @@
 """The keeper's side of in-process recovery's fallback: restart every rank from the checkpoint.
 
-Two faults leave a spare nothing to take over (lab.inprocess.rounds opens the rounds):
+Two faults leave a spare nothing to take over (lab.node.inprocess.rounds opens the rounds):
 - a rank hangs in Python, still beating: its peers' collectives time out, and each keeper
   whose rank left with heartbeat.TIMED_OUT_EXIT asks for a round;
-- a node is lost whole, its keeper with its ranks (lab.inprocess.roll_call hears the silence):
+- a node is lost whole, its keeper with its ranks (lab.node.inprocess.roll_call hears the silence):
   the other keepers stop their ranks, which have no group to rejoin, and wait for the node's
   keeper to come back (a runtime or a drill starts it again) and ask for a round; a keeper
   that starts in a job already under way (its node's beat is in the store) does so at once.
@@ -21,14 +21,14 @@ from typing import Any
 
 from lab.health.events import AgentEvent
 from lab.inprocess import heartbeat
-from lab.inprocess.node_health import NodeHealth
-from lab.inprocess.roll_call import KeeperLost, RollCall
-from lab.inprocess.rounds import Round, Rounds
+from lab.node.inprocess.node_health import NodeHealth
+from lab.node.inprocess.roll_call import KeeperLost, RollCall
+from lab.node.inprocess.rounds import Round, Rounds
 from lab.procs import Child
 
 
 class Fallback:
-    """Mixed into lab.inprocess.keeper.Keeper, whose children, spare and budget it restarts."""
+    """Mixed into lab.node.inprocess.keeper.Keeper, whose children, spare and budget it restarts."""
 
     # The keeper's, which this part of it uses.
     args: argparse.Namespace
@@ -116,7 +116,7 @@ class Fallback:
             heard = self.rounds.heard()
             if heard:
                 return self.restart_all(heard)
-            self.roll.tick()  # another node lost meanwhile: the job ends (lab.inprocess.keeper)
+            self.roll.tick()  # another node lost meanwhile: the job ends (lab.node.inprocess.keeper)
             time.sleep(0.05)
         print(f"{tag} node {lost.node}'s keeper did not come back in {wait_s:g} s: the job ends", flush=True)
         self.stop()
