@@ -21,7 +21,7 @@ LAYERS = [
     ("lab.chaos",),
     ("lab.exercises", "lab.lessons"),
     ("lab.report", "lab.job", "lab.results", "lab.why"),
-    ("lab.runtimes", "lab.user_image"),
+    ("lab.runtimes",),
     ("lab.node", "lab.progress"),
     ("lab.workloads", "lab.inprocess"),
     ("lab.health",),

@@ -21,7 +21,7 @@ from docker_support import build_images
 from registry_support import needs_registry, serving
 
 from lab.bench import free_port
-from lab.user_image import MANIFEST_TYPES
+from lab.runtimes.user_image import MANIFEST_TYPES
 
 pytestmark = [
     pytest.mark.docker,

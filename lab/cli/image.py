@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab import user_image
 from lab.errors import LabError
 from lab.exercises.script import spec
+from lab.runtimes import user_image
 
 
 def register(sub) -> None:

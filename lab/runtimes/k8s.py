@@ -22,11 +22,11 @@ from pathlib import Path
 
 import yaml
 
-from lab import procs, recovery, user_image
+from lab import procs, recovery
 from lab.errors import LabError
 from lab.options import Option
 from lab.rundir import MARKER, RunDir
-from lab.runtimes import pod_resources
+from lab.runtimes import pod_resources, user_image
 from lab.runtimes.base import IMAGE, Log, Node, Runtime
 from lab.runtimes.k8s_node import PodNode, follow_logs
 from lab.runtimes.kubectl import Kubectl, kubectl_exe

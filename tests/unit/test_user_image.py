@@ -5,7 +5,7 @@ import pytest
 from registry_support import needs_registry, serving
 
 from lab.errors import LabError
-from lab.user_image import check_reference, script_in_image
+from lab.runtimes.user_image import check_reference, script_in_image
 
 
 @pytest.mark.parametrize(
@@ -53,7 +53,7 @@ def test_a_digest_is_refused_where_a_registry_says_it_holds_none_and_left_to_the
     named, no digest, or a registry that does not answer: left to the cluster, which may reach
     it with its pull secret (the call returns, having asked nobody or nobody who answered)."""
     from lab.bench import free_port
-    from lab.user_image import check_digest
+    from lab.runtimes.user_image import check_digest
 
     digest = "sha256:" + "0" * 64
     with serving(tmp_path) as registry:
@@ -67,7 +67,7 @@ def test_a_digest_is_refused_where_a_registry_says_it_holds_none_and_left_to_the
 @pytest.mark.parametrize("name", ["my code", "evil\nLABEL x=1\nCOPY / /stolen", "..", "ünïcode", ".hidden"])
 def test_a_folder_name_never_adds_to_the_dockerfile(tmp_path, name):
     """`lab image build DIR` pasted DIR's name into its Dockerfile: a newline added instructions."""
-    from lab.user_image import dockerfile, folder_in_image
+    from lab.runtimes.user_image import dockerfile, folder_in_image
 
     code = tmp_path / name if name != ".." else tmp_path / "a" / ".."
     code.mkdir(parents=True, exist_ok=True)
