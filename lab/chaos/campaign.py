@@ -94,7 +94,7 @@ def finish_soon(drill: Any, steps: int, say=print) -> int:
     again for those steps, resuming from that checkpoint, so its final weights still match an
     uninterrupted run of as many steps. A job sized for the paced rate ran for hours past its
     last fault beside 2 busy loops on 2 cores. Returns the steps the job now ends at."""
-    front = Progress(drill.events_dir).polled().front()
+    front = Progress(drill.events_dir).polled(whole=True).front()
     target = front + FINISH_STEPS
     if steps - front <= 4 * FINISH_STEPS or _ended(drill):  # it ends soon enough as it is (a quiet machine)
         return steps
@@ -222,10 +222,10 @@ def final_weights(drill: Any, trainer_args: list[str], job: Progress, blows: lis
     why = f"final checksums {sorted(final)} against the reference's {sorted(reference)}"
     ran = drill.runtime.run_dir.path / "reference" / "events"
     events = ran if source == "ran" else drill.run_reference(trainer_args)
-    first = divergence.first_difference(job, Progress(events).polled(), blows) or divergence.redone_differently(
-        job, blows
-    )
-    why += f"; first: {first['why']}" if first else "; every step's loss matches the reference's (the last save?)"
+    reference_run = Progress(events).polled(whole=True)
+    first = divergence.first_difference(job, reference_run, blows) or divergence.redone_differently(job, blows)
+    compared = divergence.compared(job, reference_run)
+    why += f"; first: {first['why']}" if first else f"; the losses of all {compared} (rank, step) both ran agree"
     return {
         "identical": False,
         "final": sorted(final),

@@ -29,6 +29,11 @@ def first_difference(job: Progress, reference: Progress, blows: list[Any]) -> di
     return None
 
 
+def compared(job: Progress, reference: Progress) -> int:
+    """How many (rank, step) losses the two runs share: what first_difference's None stands on."""
+    return len(job.losses.keys() & reference.losses.keys())
+
+
 def redone_differently(job: Progress, blows: list[Any]) -> dict[str, Any] | None:
     """The earliest step a rank ran twice with two different losses (None: no such step)."""
     for (rank, step), runs in sorted(job.losses.items(), key=lambda item: (item[0][1], item[0][0])):

@@ -27,21 +27,22 @@ class Progress:
     starts: list[tuple[float, int]] = field(default_factory=list)  # (time, rank): a rank's process began
     losses: dict[tuple[int, int], list[tuple[float, str]]] = field(default_factory=dict)  # (rank, step): (time, hex)
 
-    def poll(self) -> None:
-        """Read what the ranks wrote since the last poll."""
+    def poll(self, whole: bool = False) -> None:
+        """Read what the ranks wrote since the last poll: at most CHUNK of each file, so a poll
+        in the campaign's loop stays short; whole: all of it (the ledger's final read)."""
         for path in sorted(self.events_dir.glob("rank*.jsonl")) if self.events_dir.is_dir() else []:
-            read = files.read_from(path, self.offsets.get(path.name, 0), CHUNK)
-            if read is None:
-                continue
-            chunk, _size = read
-            self.offsets[path.name] = self.offsets.get(path.name, 0) + len(chunk)
-            *lines, rest = (self.partial.get(path.name, b"") + chunk).split(b"\n")
-            self.partial[path.name] = rest
-            for line in lines:
-                self._take(line)
+            while (read := files.read_from(path, self.offsets.get(path.name, 0), CHUNK)) is not None:
+                chunk, _size = read
+                self.offsets[path.name] = self.offsets.get(path.name, 0) + len(chunk)
+                *lines, rest = (self.partial.get(path.name, b"") + chunk).split(b"\n")
+                self.partial[path.name] = rest
+                for line in lines:
+                    self._take(line)
+                if not whole or len(chunk) < CHUNK:
+                    break
 
-    def polled(self) -> Progress:
-        self.poll()
+    def polled(self, whole: bool = False) -> Progress:
+        self.poll(whole)
         return self
 
     def _take(self, line: bytes) -> None:

@@ -31,9 +31,10 @@ REGROUP = Blow("kill-in-regroup", 2.0, ranks=[0, 1], time=112.5, front=12, bound
 def test_a_faithful_campaign_with_redone_steps_has_no_difference(tmp_path):
     job = {r: [(100.0 + s, s, 1.0 / (s + r)) for s in range(1, 21)] for r in (0, 1)}
     job[1] += [(106.0 + s, s, 1.0 / (s + 1)) for s in (4, 5)]  # redone after the kill, the same losses
-    run = losses(tmp_path, "job", job)
-    assert divergence.first_difference(run, reference(tmp_path), [KILL, REGROUP]) is None
+    run, ran = losses(tmp_path, "job", job), reference(tmp_path)
+    assert divergence.first_difference(run, ran, [KILL, REGROUP]) is None
     assert divergence.redone_differently(run, [KILL, REGROUP]) is None
+    assert divergence.compared(run, ran) == 40
 
 
 def test_the_first_step_that_differs_names_its_rank_and_the_fault_before_it(tmp_path):

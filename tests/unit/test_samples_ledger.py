@@ -107,6 +107,14 @@ def test_a_rank_moved_forward_by_a_peers_state_is_not_judged_for_skips_there():
     assert epoch1.adopted and epoch1.skipped is None and epoch1.repeated == 0
 
 
+def test_events_read_from_their_tail_leave_the_first_epoch_in_view_unjudged():
+    job = Job()
+    job.start()
+    job.steps(1, 3 * PER_EPOCH)
+    tail = [e for e in job.events if e.get("step", 99) > 2]  # steps 1 and 2 out of sight
+    assert [e.skipped for e in samples.ledger(tail)] == [None, 0, None]
+
+
 def test_no_recorded_samples_adds_no_check():
     report = Report("x", "local", 4)
     assert samples.check(report, [{"time": 1.0, "event": "step", "rank": 0, "step": 1}]) is None
