@@ -91,6 +91,7 @@ def section(record: dict) -> list[str]:
             f"{record['faults_injected']} of {record['faults_planned']}",
         ),
         goal_line("final weights bit-identical", identical, record["final_weights"].get("why") or "same bits"),
+        *_data_goal(record.get("samples")),
         goal_line(
             ">= 100 faults in <= 60 minutes",
             record["faults_injected"] >= 100 and record["campaign_s"] <= HOUR_S,
@@ -98,3 +99,11 @@ def section(record: dict) -> list[str]:
         ),
     ]
     return lines
+
+
+def _data_goal(samples: dict | None) -> list[str]:
+    """Exactly-once data, where the ranks recorded their samples (lab.exercises.samples)."""
+    if samples is None:
+        return []
+    clean = not samples["repeated"] and not samples["skipped"]
+    return [goal_line("every sample once per epoch", clean, samples["why"])]
