@@ -114,15 +114,17 @@ def wait_for_step(events_dir, ok, timeout_s=120) -> int:
 
 
 @pytest.mark.slow  # two torchrun jobs
-def test_a_job_resumed_on_fewer_ranks_goes_on_from_the_next_unconsumed_sample(tmp_path):
+@pytest.mark.parametrize("parallel", [[], ["--parallel", "fsdp2", "--ckpt-shared"]], ids=["ddp", "fsdp2"])
+def test_a_job_resumed_on_fewer_ranks_goes_on_from_the_next_unconsumed_sample(tmp_path, parallel):
     """4 ranks checkpoint mid-epoch, 3 resume (a node lost for good): the epoch's rest is dealt to
-    the 3, so over every epoch no sample is repeated and none skipped (lab.exercises.samples)."""
+    the 3, so over every epoch no sample is repeated and none skipped (lab.exercises.samples).
+    FSDP2's DCP step, saved as 4 shards, loads resharded onto 3."""
     events, ckpt = tmp_path / "ev", str(tmp_path / "ckpt")
     for ranks, steps in ((4, 150), (3, 300)):  # 1024 samples: 32 steps an epoch at 4 ranks; 150 is mid-epoch
         job = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", TRAINER,
              "--steps", str(steps), "--samples", "1024", "--ckpt-every", "50", "--ckpt-dir", ckpt,
-             "--events-dir", str(events)],
+             "--events-dir", str(events), *parallel],
             capture_output=True, text=True, timeout=300, cwd=REPO,
         )  # fmt: skip
         assert job.returncode == 0, job.stderr[-2000:]
