@@ -20,6 +20,7 @@ from lab.nodeenv import NodeEnv
 BACKENDS = ("gloo", "nccl")
 RDZV_BACKENDS = ("c10d", "static", "etcd-v2", "lab")
 WORKER_STARTS = ("auto", "preload", "spawn")
+PARALLEL = ("ddp", "fsdp2")  # the lab trainer's --parallel (lab.workloads.sharded)
 WATCHER = "lab.node.user_script"  # the module that runs a user's script in a drill, watched
 
 
@@ -83,9 +84,7 @@ class Topology:
     # torchrun's agent; node 0's hosts the job's store on rdzv_host:rdzv_port; max_restarts is
     # each node's budget of replacements.
     in_process: bool = False
-    # The lab trainer's parallelism (its --parallel, through the node's LAB_PARALLEL): ddp, or fsdp2
-    # (sharded, DCP checkpoints), which cannot recover in-process (a rank holds only its shard).
-    parallel: str = "ddp"
+    parallel: str = "ddp"  # the trainer's --parallel, through LAB_PARALLEL (fsdp2: never in-process)
 
     @classmethod
     def from_json(cls, fields: dict) -> Topology:
@@ -104,8 +103,9 @@ class Topology:
                 raise TopologyError(f"min_nodes must not exceed nodes ({self.min_nodes} > {self.nodes})")
         _one_of("backend", self.backend, BACKENDS)
         _one_of("rdzv_backend", self.rdzv_backend, RDZV_BACKENDS)
-        if self.in_process and (self.min_nodes or self.torch_defaults or self.script_wrapper):
-            raise TopologyError("in_process runs fixed-size jobs of the script itself, on the lab's path")
+        _one_of("parallel", self.parallel, PARALLEL)
+        if self.in_process and (self.min_nodes or self.torch_defaults or self.script_wrapper or self.parallel != "ddp"):
+            raise TopologyError("in_process runs fixed-size jobs of the script itself, on the lab's path, unsharded")
         if self.rdzv_backend == "lab" and self.min_nodes:
             raise TopologyError(
                 "rdzv_backend lab is for fixed-size jobs; an elastic job (min_nodes) needs c10d or etcd-v2"
@@ -122,9 +122,6 @@ class Topology:
         if not self.monitor_interval_s > 0:
             raise TopologyError(f"monitor_interval_s must be positive, got {self.monitor_interval_s}")
         _one_of("worker_start", self.worker_start, WORKER_STARTS)
-        _one_of("parallel", self.parallel, ("ddp", "fsdp2"))
-        if self.in_process and self.parallel != "ddp":
-            raise TopologyError("in_process hands a whole model from a peer: parallel fsdp2 shards it")
         _one_of("metrics_ports", self.metrics_ports, ("offset", "fixed"))
         if self.distributed_debug is not None:
             _one_of("distributed_debug", self.distributed_debug, ("OFF", "INFO", "DETAIL"))

@@ -80,11 +80,19 @@ def test_a_watched_script_is_preloaded_too_and_spawned_as_a_module_otherwise():
         ("max_restarts", -1),
         ("pg_timeout_s", 0),
         ("min_nodes", 5),
+        ("parallel", "fsdp3"),
     ],
 )
 def test_bad_values_are_rejected_naming_the_field(field, value):
     with pytest.raises(TopologyError, match=field):
         Topology(**{field: value})
+
+
+def test_a_sharded_job_is_no_in_process_job():
+    """fsdp2 ranks hold only their shards: no peer can hand a replacement the whole model."""
+    with pytest.raises(TopologyError, match="unsharded"):
+        Topology(in_process=True, parallel="fsdp2")
+    assert Topology(parallel="fsdp2").env(0)["LAB_PARALLEL"] == "fsdp2" and "LAB_PARALLEL" not in Topology().env(0)
 
 
 def test_topology_is_frozen_and_keyword_only():

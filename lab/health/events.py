@@ -174,15 +174,11 @@ class EventLog:
     def step(
         self, step: int, loss: float, seconds: float, busy: float | None = None, data: tuple[int, list] | None = None
     ) -> None:
-        """The record every training step writes: `write(Event.STEP, ...)`'s line, formatted directly.
-
-        Building the dict and json.dumps-ing it took 24 us a step inside the trainer on the
-        lab's machines; this takes 16 (`lab bench overhead`). repr() of a finite float is
-        its JSON form; NaN and infinities go through json.dumps, which spells them as
-        Python's json reads them back. busy: the step's seconds outside the all-reduce
-        (lab.workloads.step_clock), from a workload that times it. data: (epoch, the sample
-        indices the step trained on), for the exactly-once ledger (lab.exercises.samples).
-        """
+        """The record every training step writes: `write(Event.STEP, ...)`'s line, formatted directly
+        (24 us a step through a dict and json.dumps, 16 so: `lab bench overhead`). repr() of a finite
+        float is its JSON form; NaN and infinities go through json.dumps, as Python's json reads them.
+        busy: the step's seconds outside the all-reduce (lab.workloads.step_clock). data: (epoch, the
+        sample indices the step trained on), for the exactly-once ledger (lab.exercises.samples)."""
         if self._file is None:
             return
         loss_text = repr(loss) if math.isfinite(loss) else json.dumps(loss)
