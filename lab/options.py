@@ -16,7 +16,7 @@ from typing import Any
 
 from lab import recovery
 from lab.rundir import RunDir
-from lab.topology import BACKENDS, RDZV_BACKENDS, WORKER_STARTS, Topology
+from lab.topology import BACKENDS, PARALLEL, RDZV_BACKENDS, WORKER_STARTS, Topology
 
 Adder = argparse.ArgumentParser | argparse._ArgumentGroup
 
@@ -144,12 +144,12 @@ RECOVERY = Option(
     recovery.AUTO,
     choices=recovery.CHOICES,
 )
-PARALLEL = Option(
+PARALLEL_OPTION = Option(
     "--parallel",
     "the lab trainer's parallelism: ddp (the whole model on every rank) or fsdp2 (each layer sharded with "
     "fully_shard, DCP checkpoints; recovers by restart: a rank holds only its shard) (default %(default)s)",
     "ddp",
-    choices=("ddp", "fsdp2"),
+    choices=PARALLEL,
 )
 RDZV_PORT = Option("--rdzv-port", "", _DEFAULTS.rdzv_port, port)
 MAX_RESTARTS = Option(

@@ -19,7 +19,7 @@ from lab.cli.flags import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, 
 from lab.errors import LabError
 from lab.exercises.script import spec
 from lab.lessons.runner import DEPTHS, explain, run_lesson
-from lab.options import PARALLEL, RECOVERY, TORCH_DEFAULTS, add_all, run_dir_from_args
+from lab.options import PARALLEL_OPTION, RECOVERY, TORCH_DEFAULTS, add_all, run_dir_from_args
 from lab.report import Report
 from lab.rundir import RunDir
 from lab.runtimes.local import HOSTS
@@ -50,11 +50,11 @@ def add_exercise_parser(names: argparse._SubParsersAction, name: str, module: Mo
     if exercises.kind(module) == "lesson":
         # Lessons run whole small jobs on the local runtime's hosts; the fault flags are taken to
         # refuse them in words (they are for drills).
-        add_all(parser, (HOSTS, TARGET_RANK, AT_STEP, PARALLEL))
+        add_all(parser, (HOSTS, TARGET_RANK, AT_STEP, PARALLEL_OPTION))
         parser.set_defaults(handler=handle_lesson, exercise=module)
     else:
         own = exercises.own_options(module)
-        add_all(parser, (TARGET_RANK, AT_STEP, *spec.SCRIPT_TOPOLOGY, TORCH_DEFAULTS, RECOVERY, PARALLEL, *own))
+        add_all(parser, (TARGET_RANK, AT_STEP, *spec.SCRIPT_TOPOLOGY, TORCH_DEFAULTS, RECOVERY, PARALLEL_OPTION, *own))
         # Every drill takes --script: one without a script side refuses it in words (NO_SCRIPT).
         exercise_script.add_script_options(parser, job_size=False)
         runtimes.add_options(parser, drills_only=True, default="local")
@@ -115,7 +115,7 @@ def handle_drill(args: argparse.Namespace) -> int:
     run_dir = run_dir_from_args(args)
     where = report_dir(args, run_dir)
     if getattr(args, "script", None):
-        if args.parallel != PARALLEL.default:
+        if args.parallel != PARALLEL_OPTION.default:
             raise LabError("--parallel is the lab trainer's: your script parallelises as it does itself; drop it")
         return exercise_script.handle_script_drill(args, where)
     exercise_script.refuse_script_flags(args)
@@ -136,7 +136,7 @@ def handle_drill(args: argparse.Namespace) -> int:
 def handle_lesson(args: argparse.Namespace) -> int:
     if args.target_rank is not None or args.at_step is not None:
         raise LabError(f"{args.name} is a lesson exercise: --target-rank and --at-step are for fault drills")
-    if args.parallel != PARALLEL.default:
+    if args.parallel != PARALLEL_OPTION.default:
         raise LabError(
             f"{args.name} is a lesson exercise: it runs its own scripts; --parallel is for drills on the trainer"
         )

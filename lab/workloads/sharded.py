@@ -19,11 +19,11 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from lab.health.events import Event, EventLog
+from lab.topology import PARALLEL
 from lab.workloads import checkpoint_dcp
 from lab.workloads.checkpoint_dcp import ShardedCheckpoints
 from lab.workloads.distributed import Ctx, say
 
-PARALLEL = ("ddp", "fsdp2")
 SAVE = ("sync", "async")
 
 
