@@ -22,7 +22,8 @@ from lab.health.events import Event, EventLog
 from lab.topology import PARALLEL
 from lab.workloads import checkpoint_dcp
 from lab.workloads.checkpoint_dcp import ShardedCheckpoints
-from lab.workloads.distributed import Ctx, say
+from lab.workloads.distributed import Ctx
+from lab.workloads.trainer_state import reporter
 
 SAVE = ("sync", "async")
 
@@ -54,12 +55,7 @@ def restore(args, ctx: Ctx, store: ShardedCheckpoints, events: EventLog, model, 
     (step, sampler, world_size), or None: no checkpoint, a fresh start."""
     chosen: list[str | None] = [None]
     if ctx.rank == 0:
-
-        def invalid(path, why):
-            events.write(Event.CHECKPOINT_INVALID, path=str(path), reason=why)
-            say(f"rank 0: skipping checkpoint {path.name}: {why}; set aside as {path.name}.bad")
-
-        found = checkpoint_dcp.newest_valid(Path(args.ckpt_dir), invalid)
+        found = checkpoint_dcp.newest_valid(Path(args.ckpt_dir), reporter(events, 0))
         chosen = [str(found) if found else None]
     if ctx.distributed:
         dist.broadcast_object_list(chosen, src=0)

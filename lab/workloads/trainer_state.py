@@ -47,6 +47,16 @@ def keeps_checkpoints(args, ctx: Ctx) -> bool:
     return ctx.rank == 0 if args.ckpt_shared else ctx.local_rank == 0
 
 
+def reporter(events: EventLog, rank: int):
+    """What a loader calls on each damaged checkpoint it sets aside: an event and one line."""
+
+    def invalid(path: Path, why: str) -> None:
+        events.write(Event.CHECKPOINT_INVALID, path=str(path), reason=why)
+        say(f"rank {rank}: skipping checkpoint {path.name}: {why}; set aside as {path.name}.bad")
+
+    return invalid
+
+
 def resume(args, ctx: Ctx, events: EventLog) -> dict | None:
     """The newest checkpoint any node can load, on every rank (peer recovery).
 
@@ -60,12 +70,7 @@ def resume(args, ctx: Ctx, events: EventLog) -> dict | None:
     directory = Path(args.ckpt_dir)
     found = None
     if keeps_checkpoints(args, ctx):
-
-        def invalid(path, why):
-            events.write(Event.CHECKPOINT_INVALID, path=str(path), reason=why)
-            say(f"rank {ctx.rank}: skipping checkpoint {path.name}: {why}; set aside as {path.name}.bad")
-
-        found = checkpoint.load_newest_valid(directory, invalid)
+        found = checkpoint.load_newest_valid(directory, reporter(events, ctx.rank))
     mine = found[1]["step"] if found else -1
     steps = [mine]
     if ctx.distributed:
