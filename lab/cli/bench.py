@@ -1,7 +1,7 @@
 """`lab bench NAME`: the lab's benchmarks, each measured side by side with its reference.
 
     lab bench collectives | recovery | goodput | detection | diagnosis | stragglers | coordinators | startup
-              | overhead | chaos | natural
+              | overhead | chaos | natural | scale
               [--out DIR]
     lab bench docs [--out DIR] [--output docs/benchmarks.md]
 
@@ -26,6 +26,7 @@ from lab.bench import (
     natural,
     overhead,
     recovery,
+    scale,
     startup,
     stragglers,
 )
@@ -44,6 +45,7 @@ BENCHES = {
     "startup": startup,
     "overhead": overhead,
     "chaos": chaos_campaign,
+    "scale": scale,
 }
 OUT = Option("--out", "where results go (default %(default)s)", "bench-results")
 

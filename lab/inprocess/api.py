@@ -190,15 +190,7 @@ class Attempt:
         prefixed = dist.PrefixStore(f"gen{self.generation}/", self.store)
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         # All come first, however late a fresh one starts: init_process_group waits the collectives' timeout.
-        if prefixed.add("came", 1) == world:
-            prefixed.set("all-came", "1")
-        join_timeout_s, asked = self.wire.inprocess_join_timeout_s or 120.0, time.monotonic()
-        try:
-            prefixed.wait(["all-came"], timedelta(seconds=join_timeout_s))
-        except dist.DistStoreError as error:
-            if time.monotonic() - asked < join_timeout_s / 2:
-                raise  # its connection shut down (its lookout: the next generation opened), not the wait lapsing
-            raise group.Absent(int(prefixed.add("came", 0)), join_timeout_s) from error
+        group.await_everyone(prefixed, world, self.wire.inprocess_join_timeout_s or 120.0)
         try:
             dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world, timeout=self._timeout)
         finally:

@@ -10,6 +10,8 @@ gone. A join the next generation overtook (Superseded) starts again in that one.
 from __future__ import annotations
 
 import contextlib
+import time
+from datetime import timedelta
 
 import torch.distributed as dist
 
@@ -31,6 +33,21 @@ class Absent(RuntimeError):
     def __init__(self, came: int, waited_s: float):
         super().__init__(f"{came} rank(s) came within {waited_s:.0f} s")
         self.came, self.waited_s = came, waited_s
+
+
+def await_everyone(prefixed, world: int, join_timeout_s: float) -> None:
+    """Count this rank in under the generation's prefix and wait until all `world` ranks came
+    (the last to come says so: one write, which every waiter hears). Absent when the wait
+    lapses; the store's error at once when its connection is shut down (the next generation opened)."""
+    if prefixed.add("came", 1) == world:
+        prefixed.set("all-came", "1")
+    asked = time.monotonic()
+    try:
+        prefixed.wait(["all-came"], timedelta(seconds=join_timeout_s))
+    except dist.DistStoreError as error:
+        if time.monotonic() - asked < join_timeout_s / 2:
+            raise  # its connection shut down (its lookout: the next generation opened), not the wait lapsing
+        raise Absent(int(prefixed.add("came", 0)), join_timeout_s) from error
 
 
 def destroy_quietly() -> None:

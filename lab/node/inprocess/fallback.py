@@ -110,7 +110,7 @@ class Fallback:
         print(f"{tag} {gone}; this node's ranks stop and wait {wait_s:g} s for it to come back", flush=True)
         self._kill_ranks()
         assert self.roll is not None
-        self.roll.away(lost.node)
+        self.roll.away(lost)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             heard = self.rounds.heard()

@@ -3,10 +3,17 @@
 A keeper's ranks die with it (PR_SET_PDEATHSIG), and a fixed-size job cannot regroup without
 them. The other keepers act only on their own children's deaths, so their ranks would wait for
 a generation nobody opens, for ever: measured, node 1's keeper SIGKILLed and node 0's keeper
-still running 90 s later. So each keeper bumps a counter in the store every BEAT_S and watches
-the others'. One whose counter has not moved for silent_s, and that never said it was done, is
-gone: the others stop their ranks and wait for it to come back (lab.node.inprocess.fallback), and
-judge it again once its counter moves (a keeper started anew goes on from the stored count).
+still running 90 s later. So each keeper bumps a counter in the store every BEAT_S, and watches
+the next WATCHED keepers round the ring of nodes (node i watches i+1 and i+2). One whose counter
+has not moved for silent_s, and that never said it was done, is gone: its watcher writes so in
+the job's log of lost keepers, which every keeper reads (one counter per beat), and each stops
+its ranks and waits for it to come back (lab.node.inprocess.fallback); its watchers judge it
+again once its counter moves (a keeper started anew goes on from the stored count).
+
+Why a ring and a log, not every keeper reading every beat: that is 2 (M - 1) store round trips
+per keeper per beat, M^2 in all, and `lab bench scale` measured the store saturating at 64
+keepers (512 ranks at 8 a node) on this machine. Watching two and reading one counter is
+constant per keeper, linear in all; a loss is heard one beat later by those not watching.
 The counter is a count, not a time: the nodes' clocks need not agree, and each keeper times
 the others on its own clock.
 
@@ -21,20 +28,24 @@ import time
 from collections.abc import Callable
 
 BEAT_S = 0.5
+WATCHED = 2  # two watchers for each keeper: a loss is seen unless three nodes in a row are lost at once
+LOST = "keeper/lost"  # the count of entries in the log of lost keepers; entry k at LOST + str(k)
 
 
 class KeeperLost(Exception):
-    def __init__(self, node: int, silent_s: float):
+    def __init__(self, node: int, silent_s: float, beat: bytes = b""):
         super().__init__(f"node {node}'s keeper")
-        self.node, self.silent_s = node, silent_s
+        self.node, self.silent_s, self.beat = node, silent_s, beat  # beat: its counter when it fell silent
 
 
 class RollCall:
     def __init__(self, store, node: int, nodes: int, silent_s: float, clock: Callable[[], float] = time.monotonic):
         self.store, self.node, self.nodes, self.silent_s, self.clock = store, node, nodes, silent_s, clock
         self.count = 0
+        self.watched = [(node + k) % nodes for k in range(1, min(WATCHED, nodes - 1) + 1)]
         self.heard: dict[int, tuple[bytes, float]] = {}  # node -> (its counter, when this keeper saw it move)
         self.gone: dict[int, bytes] = {}  # node -> its counter when it was lost: not judged until it moves
+        self.read = int(store.add(LOST, 0))  # the log's entries before this keeper: not news (one started anew)
         self.next_at = 0.0
 
     @staticmethod
@@ -49,19 +60,23 @@ class RollCall:
         self.store.set(self.key(self.node, "beat"), str(self.count))
 
     def tick(self) -> None:
-        """Beat, and raise KeeperLost for a keeper silent silent_s; does something at most every BEAT_S."""
+        """Beat, judge the watched keepers, and raise KeeperLost for a loss in the log this keeper
+        has not heard yet; does something at most every BEAT_S."""
         now = self.clock()
         if now < self.next_at:
             return
         self.beat()
         lost = self.silent(now)
         if lost is not None:
-            raise KeeperLost(*lost)
+            self.post(lost)
+        news = self.news()
+        if news is not None:
+            raise news
 
-    def silent(self, now: float) -> tuple[int, float] | None:
-        """(node, seconds) of a keeper not done whose counter has not moved for silent_s."""
-        for node in range(self.nodes):
-            if node == self.node or self.store.check([self.key(node, "done")]):
+    def silent(self, now: float) -> KeeperLost | None:
+        """A watched keeper, not done, whose counter has not moved for silent_s."""
+        for node in self.watched:
+            if self.store.check([self.key(node, "done")]):
                 continue
             if not self.store.check([self.key(node, "beat")]):
                 continue  # not started yet: a keeper is judged once it has beaten
@@ -73,12 +88,29 @@ class RollCall:
             if last is None or last[0] != value:
                 self.heard[node] = (value, now)
             elif now - last[1] >= self.silent_s:
-                return node, now - last[1]
+                return KeeperLost(node, now - last[1], value)
         return None
 
-    def away(self, node: int) -> None:
+    def post(self, lost: KeeperLost) -> None:
+        """Write a loss into the job's log, for every keeper (this one reads it back with the rest)."""
+        entry = int(self.store.add(LOST, 1))
+        self.store.set(f"{LOST}{entry}", f"{lost.node} {lost.silent_s:.3f} {lost.beat.decode()}")
+
+    def news(self) -> KeeperLost | None:
+        """The first loss in the log this keeper has not heard of (a second watcher's word on the
+        same loss, or a loss of this very keeper, is not news)."""
+        while self.read < int(self.store.add(LOST, 0)):
+            self.read += 1
+            node, silent_s, beat = self.store.get(f"{LOST}{self.read}").decode().split(" ")
+            lost = KeeperLost(int(node), float(silent_s), beat.encode())
+            if lost.node != self.node and self.gone.get(lost.node) != lost.beat:
+                return lost
+        return None
+
+    def away(self, lost: KeeperLost) -> None:
         """A lost node's keeper is not judged again until it beats again (its keeper started anew)."""
-        self.gone[node] = self.heard.pop(node)[0]
+        self.gone[lost.node] = lost.beat
+        self.heard.pop(lost.node, None)
 
     def finish(self) -> None:
         """Say this keeper is done; node 0's, the store's host, then waits until every other keeper
