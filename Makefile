@@ -93,7 +93,7 @@ soak: venv host-deps ## 20 kill-worker + 5 kill-node drills on netns hosts, 5 ki
 BENCH_OUT := docs/bench
 bench: venv host-deps ## measure everything (about an hour) and write docs/benchmarks.md
 	$(BIN)/lab bench collectives --out $(BENCH_OUT)
-	$(BIN)/lab bench recovery --out $(BENCH_OUT) $$(docker info >/dev/null 2>&1 && echo --runtimes local,docker)
+	$(BIN)/lab bench recovery --worlds 4,8,16 --out $(BENCH_OUT) $$(docker info >/dev/null 2>&1 && echo --runtimes local,docker)
 	$(BIN)/lab bench chaos --out $(BENCH_OUT)
 	$(BIN)/lab bench goodput --out $(BENCH_OUT) --chaos-json $(BENCH_OUT)/chaos.json
 	$(BIN)/lab bench detection --out $(BENCH_OUT)
@@ -102,5 +102,6 @@ bench: venv host-deps ## measure everything (about an hour) and write docs/bench
 	$(BIN)/lab bench stragglers --hosts netns --out $(BENCH_OUT)
 	$(BIN)/lab bench coordinators --out $(BENCH_OUT) $$(docker info >/dev/null 2>&1 && echo --runtimes local,docker,ray)
 	$(BIN)/lab bench startup --out $(BENCH_OUT)
+	$(BIN)/lab bench scale --out $(BENCH_OUT)
 	$(BIN)/lab bench overhead --out $(BENCH_OUT)
 	$(BIN)/lab bench docs --out $(BENCH_OUT) --output docs/benchmarks.md

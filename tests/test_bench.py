@@ -199,11 +199,33 @@ def test_the_recovery_table_runs_the_labs_styles_on_every_runtime_and_the_others
 
     table = recovery.cells(["bare torchrun", "tuned", "in-process"], ["local", "docker"])
     assert table == [
-        ("bare torchrun", "bare torchrun", "local"),
-        ("tuned", "tuned", "local"),
-        ("in-process", "in-process", "local"),
-        ("tuned on docker", "tuned", "docker"),
-        ("in-process on docker", "in-process", "docker"),
+        ("bare torchrun", "bare torchrun", "local", 4),
+        ("tuned", "tuned", "local", 4),
+        ("in-process", "in-process", "local", 4),
+        ("tuned on docker", "tuned", "docker", 4),
+        ("in-process on docker", "in-process", "docker", 4),
+    ]
+    assert recovery.cells(["bare torchrun", "in-process"], ["local"], (4, 16)) == [
+        ("bare torchrun", "bare torchrun", "local", 4),
+        ("in-process", "in-process", "local", 4),  # the name lab bench goodput reads
+        ("in-process at 16 ranks", "in-process", "local", 16),
     ]
     with pytest.raises(LabError, match="--runtimes: unknown auto, nosuch; choose from .*docker"):
         recovery.chosen_runtimes("auto,nosuch")
+
+
+@pytest.mark.parametrize(
+    ("worlds", "styles", "said"),
+    [
+        ("4,x", ["in-process"], "whole numbers"),
+        ("4,6,7", ["in-process"], "even and 4 or more.*not \\[7\\]"),
+        ("2", ["tuned"], "not \\[2\\]"),
+        ("8,16", ["bare torchrun", "in-process"], "bare torchrun is timed at 4 ranks only"),
+    ],
+)
+def test_world_sizes_the_recovery_bench_cannot_run_are_refused_in_one_line(worlds, styles, said):
+    from lab.bench import recovery
+
+    with pytest.raises(LabError, match=said):
+        recovery.chosen_worlds(worlds, styles)
+    assert recovery.chosen_worlds("16,8,8", ["in-process"]) == [8, 16]

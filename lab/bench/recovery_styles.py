@@ -115,8 +115,9 @@ def steps_done_twice(events: list[dict], killed: float, first_after: int) -> int
     return max(0, reached - (first_after - 1))
 
 
-def lab_trial(tmp: Path, hosts: str, style: str, runtime_name: str) -> tuple[float, dict]:
-    """One of the lab's styles on a runtime (hosts: the local runtime's kind, where it takes one)."""
+def lab_trial(tmp: Path, hosts: str, style: str, runtime_name: str, world: int = 4) -> tuple[float, dict]:
+    """One of the lab's styles on a runtime (hosts: the local runtime's kind, where it takes one),
+    `world` ranks at BASE's ranks a node."""
     taken = {o.name for o in runtimes.runtime_class(runtime_name).OPTIONS}
     options = {k: v for k, v in {"hosts": hosts, "monitoring": "off"}.items() if k in taken}
     run_dir = RunDir(tmp / f"lab-run-{runtime_name}")
@@ -126,7 +127,8 @@ def lab_trial(tmp: Path, hosts: str, style: str, runtime_name: str) -> tuple[flo
         # A rendezvous port of its own, and no exporters (what a trial times is in the run dir's files):
         # loopback hosts share this machine's ports with any lab beside it (a CI run's lab met its 9400).
         ports = {"rdzv_port": free_port(), "agent_metrics_port": 0, "rank_metrics_port": 0}
-        topology, script, args = LAB_STYLES[style].replace(**ports), script_path("trainer"), TRAINER_ARGS
+        topology = LAB_STYLES[style].replace(nodes=world // BASE.nproc_per_node, **ports)
+        script, args = script_path("trainer"), TRAINER_ARGS
         if style in SCRIPT_STYLES:  # its snapshot in a working dir of its own, under the run dir
             watched = ("--workdir", str(runtime.script_workdir("bench")))
             topology, script, args = topology.replace(script_wrapper=watched), script_path("plain_train"), SCRIPT_ARGS
@@ -209,8 +211,8 @@ def one_thread_each() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
 
 
-def trial(style: str, tmp: Path, hosts: str, runtime_name: str) -> tuple[float, dict]:
-    """One timed recovery; bare torchrun runs as plain processes here, whatever the runtime."""
+def trial(style: str, tmp: Path, hosts: str, runtime_name: str, world: int = 4) -> tuple[float, dict]:
+    """One timed recovery; bare torchrun runs as plain processes here, whatever the runtime, at 2 x 2."""
     if style == "bare torchrun":
         return bare_trial(tmp)
-    return lab_trial(tmp, hosts, style, runtime_name)
+    return lab_trial(tmp, hosts, style, runtime_name, world)
