@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -136,9 +137,14 @@ def keepers(port: int, nodes: int, keep_s: float) -> dict:
     gaps: list[float] = []
     false_losses = [0]
     start = threading.Barrier(nodes + 1)
+    waiting: list[Rounds] = []
+
+    def connect() -> tuple[dist.TCPStore, Callable[[], None]]:
+        return dist.TCPStore("127.0.0.1", port, is_master=False, timeout=TIMEOUT), lambda: None
 
     def keeper(node: int, store: Counted) -> None:
-        roll, rounds = RollCall(store, node, nodes, SILENT_S), Rounds(store)
+        roll, rounds = RollCall(store, node, nodes, SILENT_S), Rounds(store, connect)
+        waiting.append(rounds)
         start.wait()
         last, worst, until, beats = time.monotonic(), 0.0, time.monotonic() + keep_s, 0
         while time.monotonic() < until:
@@ -162,11 +168,26 @@ def keepers(port: int, nodes: int, keep_s: float) -> dict:
     for thread in threads:
         thread.join()
     took = time.monotonic() - began
+    Rounds(clients(port, 1)[0], connect).ask("the simulation is over")  # which ends every keeper's wait
+    for rounds in waiting:
+        rounds.close()
     return {
         "calls_per_s": sum(s.calls for s in stores) / took,
         "worst_beat_gap_s": max(gaps),
         "false_losses": false_losses[0],
     }
+
+
+def store_rate(port: int, callers: int = 64, calls: int = 300) -> float:
+    """The store's calls a second with `callers` clients adding at once: what it serves at most."""
+    stores = clients(port, callers)
+    threads = [threading.Thread(target=lambda s=s: [s.add("rate", 1) for _ in range(calls)]) for s in stores]
+    began = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return callers * calls / (time.monotonic() - began)
 
 
 def measure(ranks: int, per_node: int, keep_s: float) -> dict:
@@ -183,6 +204,7 @@ def measure(ranks: int, per_node: int, keep_s: float) -> dict:
         return {
             "ranks": ranks,
             "nodes": ranks // per_node,
+            "store_calls_per_s": store_rate(port),
             **regroup(port, ranks),
             **keepers(port, ranks // per_node, keep_s),
         }

@@ -46,7 +46,7 @@ from lab.node.inprocess.fallback import Fallback
 from lab.node.inprocess.forked import ForkedRank, start_server
 from lab.node.inprocess.node_health import NodeHealth
 from lab.node.inprocess.roll_call import KeeperLost, RollCall
-from lab.node.inprocess.rounds import Rounds
+from lab.node.inprocess.rounds import Rounds, connecting
 from lab.nodeenv import NodeEnv
 from lab.procs import Child, Stopped, die_with_parent, stop_children, stop_on
 
@@ -66,7 +66,7 @@ class Keeper(Fallback):
         # A keeper is a light loop that never waits on a collective: it is judged sooner than a rank.
         silent_s = min(5.0, self.frozen_after_s)
         self.roll = RollCall(store, args.node_rank, args.nodes, silent_s) if store is not None else None
-        self.rounds = Rounds(store)
+        self.rounds = Rounds(store, connecting(args.store))
         self.health = NodeHealth(args.max_replacements)  # its agent metrics, where the lab asked for them
         self.timed_out: set[int] = set()  # ranks that left asking for a round (heartbeat.ROUND_FOR), until it comes
 
@@ -263,18 +263,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--nproc-per-node", type=int, default=2)
     p.add_argument("--max-replacements", type=int, default=3, help="ranks this node may replace (the job's budget)")
-    p.add_argument(
-        "--return-timeout",
-        type=float,
-        default=120.0,
-        help="seconds to wait for a lost node's keeper to come back before the job ends",
-    )
+    back = "seconds to wait for a lost node's keeper to come back before the job ends"
+    p.add_argument("--return-timeout", type=float, default=120.0, help=back)
     p.add_argument("--events-dir")
-    p.add_argument(
-        "--preload",
-        action="store_true",
-        help="fork ranks and spares from a server that imported torch (lab.node.inprocess.forked)",
-    )
+    forked = "fork ranks and spares from a server that imported torch (lab.node.inprocess.forked)"
+    p.add_argument("--preload", action="store_true", help=forked)
     p.add_argument("script", nargs=argparse.REMAINDER, help="-- then the script and its arguments")
     args = p.parse_args(argv)
     args.script = args.script[1:] if args.script[:1] == ["--"] else args.script
@@ -293,7 +286,12 @@ def main(argv=None) -> None:
     store = dist.TCPStore(
         host, int(port), is_master=args.node_rank == 0, timeout=timedelta(seconds=120), wait_for_workers=False
     )
-    sys.exit(run_until_stopped(Keeper(args, store)))
+    keeper = Keeper(args, store)
+    try:
+        code = run_until_stopped(keeper)
+    finally:
+        keeper.rounds.close()
+    sys.exit(code)
 
 
 if __name__ == "__main__":
