@@ -29,6 +29,7 @@ import math
 from pathlib import Path
 
 from lab import files
+from lab.bench import goodput_mix
 from lab.bench.plots import figure
 from lab.bench.result import BenchResult, this_command
 from lab.errors import LabError
@@ -153,13 +154,20 @@ def run(args, out_dir: Path) -> BenchResult:
     rows = project(figures, checkpoint_s, args.gpu_mttf_hours, share)
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(rows, figures, checkpoint_s, out_dir / "goodput.png")
+    mix_lines, mix = (
+        goodput_mix.section(args.chaos_json, figures["styles"], path.parent / "startup.json")
+        if (args.chaos_json)
+        else ([], None)
+    )
     return BenchResult(
         "goodput",
         this_command(),
-        [*report(rows, checkpoint_s, source, args.gpu_mttf_hours, path), "", fallback_line(share, share_source)],
-        {"checkpoint_s": checkpoint_s, "gpu_mttf_hours": args.gpu_mttf_hours, "fallback_share": share, "rows": rows},
+        [*report(rows, checkpoint_s, source, args.gpu_mttf_hours, path), "", fallback_line(share, share_source),
+         *mix_lines],
+        {"checkpoint_s": checkpoint_s, "gpu_mttf_hours": args.gpu_mttf_hours, "fallback_share": share, "rows": rows,
+         "campaign_mix": mix},
         ["goodput.png"],
-    )
+    )  # fmt: skip
 
 
 def fallback_share(args) -> tuple[float, str]:

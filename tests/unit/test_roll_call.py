@@ -183,3 +183,32 @@ def test_a_keepers_store_calls_per_beat_do_not_grow_with_the_nodes(store, nodes)
     before = counted.calls
     beat_all(keepers, clocks, 10)
     assert (counted.calls - before) / 10 <= 2 + 3 * 2  # its beat, the log's count, three calls a watched keeper
+
+
+def test_node_0_does_not_wait_out_the_silence_of_a_keeper_that_left_when_stopped(store):
+    """A preempted node's keeper is stopped by SIGTERM: it says it left, and node 0's keeper at the
+    job's end takes that for its word (waiting out its silence cost each such preemption 5 s)."""
+    node0, node1 = RollCall(store, 0, 2, 60.0), RollCall(store, 1, 2, 60.0)
+    node1.tick()
+    node1.leave()
+    finished = threading.Thread(target=node0.finish)
+    finished.start()
+    finished.join(5)
+    assert not finished.is_alive()
+
+
+def test_a_keeper_back_on_its_node_voids_its_predecessors_word_so_node_0_waits_for_its_own(store):
+    node0, node1 = RollCall(store, 0, 2, 60.0), RollCall(store, 1, 2, 60.0)
+    node1.tick()
+    node1.leave()
+    back = RollCall(store, 1, 2, 60.0)
+    back.back()
+    finished = threading.Thread(target=node0.finish)
+    finished.start()
+    time.sleep(0.3)
+    assert finished.is_alive()  # the keeper back on node 1 runs its ranks still
+    back.finish()
+    back.finish()  # said twice, counted once
+    finished.join(5)
+    assert not finished.is_alive()
+    assert int(store.add("keeper/out", 0)) == 2

@@ -132,6 +132,7 @@ class Fallback:
         if self.roll:  # its count goes on from its last one, and moves before it asks: the others
             # hear the round and its beat together (a keeper that heard the round first, then its
             # predecessor's silence, once stopped its ranks to wait for a round already asked).
+            self.roll.back()
             self.roll.count = int(self.store.get(beat))
             self.roll.beat()
         self.rounds.carried_out = int(self.store.add("rounds", 0))  # the rounds before it left are not its

@@ -21,16 +21,16 @@ under --preload, lab.node.inprocess.forked), and waits on them:
 - a rank whose join waited the join timeout for ranks that never came (ABSENT_EXIT: node 0
   started again alone) ends the job, as torchrun's rendezvous would.
 Each counts against the node's budget of K replacements; one more ends the job (exit 1). It
-ends with 0 once every rank it holds finished, and stops its children when stopped (or dead:
-they get SIGKILL from the kernel, PR_SET_PDEATHSIG). One that loses the store (node 0's keeper)
-or no longer hears another node's keeper (lab.node.inprocess.roll_call) says so in one line, stops
-its children and exits 1. It records its ranks' pids where the lab's faults look for them
-(LAB_WORKERS_FILE), with the generation as the restart.
+ends with 0 once every rank it holds finished, and stops its children when stopped (saying it
+left) or dead (PR_SET_PDEATHSIG). One that loses the store or no longer hears another node's
+keeper (lab.node.inprocess.roll_call) says so in one line, stops its children and exits 1. It
+records its ranks' pids where the faults look for them (LAB_WORKERS_FILE), generation as restart.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -235,6 +235,8 @@ def run_until_stopped(keeper: Keeper) -> int:
         return code
     except Stopped as stopped:
         keeper.stop()
+        with contextlib.suppress(DistError):  # node 0's own keeper stopped: the store went with it
+            keeper.roll.leave() if keeper.roll else None
         return 128 + stopped.signum
     except KeeperLost as lost:  # a second node lost while this keeper waited for the first
         print(

@@ -19,7 +19,9 @@ the others on its own clock.
 
 At the end each keeper says it is done. Node 0's keeper hosts the store, so it waits for the
 others' word (or their silence) before it exits: no keeper then finds the store gone while its
-own last ranks finish.
+own last ranks finish. A keeper stopped by a signal (its node preempted) says it left, which
+node 0's keeper counts as its word: waiting out its silence instead cost every preemption of
+another node 5 s (`lab bench goodput --chaos-json`: 11.3 s against 6.9 s for node 0's own).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import Callable
 BEAT_S = 0.5
 WATCHED = 2  # two watchers for each keeper: a loss is seen unless three nodes in a row are lost at once
 LOST = "keeper/lost"  # the count of entries in the log of lost keepers; entry k at LOST + str(k)
+OUT = "keeper/out"  # how many keepers said they were done or left (each once: its own keeper/nodeN/out)
 
 
 class KeeperLost(Exception):
@@ -114,14 +117,29 @@ class RollCall:
 
     def finish(self) -> None:
         """Say this keeper is done; node 0's, the store's host, then waits until every other keeper
-        has said so too, or has fallen silent."""
+        has said it is done or left, or has fallen silent."""
         self.store.set(self.key(self.node, "done"), "1")
+        self._out()
         if self.node != 0:
             return
-        others = [self.key(node, "done") for node in range(self.nodes) if node != self.node]
-        while others and not self.store.check(others):
+        while int(self.store.add(OUT, 0)) < self.nodes:
             try:
                 self.tick()
             except KeeperLost:
                 return
             time.sleep(0.02)
+
+    def leave(self) -> None:
+        """A keeper stopped by a signal: node 0's keeper need not wait for its word at the end. Its
+        silence is still judged while the job runs (its ranks are gone: the others must hear it)."""
+        self._out()
+
+    def back(self) -> None:
+        """A keeper started anew on its node is in the job again: its predecessor's word is void."""
+        if self.store.check([self.key(self.node, "out")]):
+            self.store.delete_key(self.key(self.node, "out"))
+            self.store.add(OUT, -1)
+
+    def _out(self) -> None:
+        if int(self.store.add(self.key(self.node, "out"), 1)) == 1:
+            self.store.add(OUT, 1)
