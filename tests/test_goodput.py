@@ -105,3 +105,69 @@ def test_bad_input_is_one_line(tmp_path, setup, args, message):
     out = bench(tmp_path, *args)
     assert out.returncode != 0
     assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
+
+
+def chaos_ledger(path, faults, wall_s=100.0, checkpoint_s=2.0, ettr=0.8):
+    """A `lab bench chaos` result as it saves one: the ledger as its figures."""
+    struck = [{"kind": k, "ranks": r, "time": 1.0, "recovered_s": back, "bound_s": 70.0} for k, r, back in faults]
+    ledger = {"world_size": 4, "wall_s": wall_s, "checkpoint_s": checkpoint_s, "ettr": ettr, "faults": struck}
+    path.write_text(json.dumps({"name": "chaos", "command": "lab bench chaos", "markdown": [], "figures": ledger}))
+
+
+def startup_result(path, start_s):
+    figures = {"lab up (netns hosts, no Prometheus)": {"median_s": start_s}}
+    path.write_text(json.dumps({"name": "startup", "command": "lab bench startup", "markdown": [], "figures": figures}))
+
+
+def test_a_campaigns_mix_is_projected_kind_by_kind_from_single_fault_figures_beside_its_measured_ettr(tmp_path):
+    """Recorded figures: in-process 0.5 s, tuned 1.0 s, a job's start 3.0 s; the campaign's process-group
+    timeout is 20 s (a frozen rank is ended at a third of it) and its checkpoint period 1 s."""
+    recovery_result(tmp_path / "recovery.json", **{"bare torchrun": 7.0, "tuned": 1.0, "in-process": 0.5})
+    startup_result(tmp_path / "startup.json", 3.0)
+    faults = [
+        ("kill-worker", [1], 0.4),
+        ("hang-worker", [2], 7.0),
+        ("kill-node", [2, 3], 6.0),  # node 1: back after 1 s, a tuned restart, half a period redone
+        ("kill-node", [0, 1], 9.0),  # node 0 holds the store: the job starts again
+        ("preempt-node", [3], 11.0),
+        ("kill-in-regroup", [0, 2], 1.1),
+    ]
+    chaos_ledger(tmp_path / "chaos.json", faults, ettr=0.7)
+    out = bench(tmp_path, "--chaos-json", str(tmp_path / "chaos.json"))
+    assert out.returncode == 0, out.stderr
+    figures = json.loads((tmp_path / "goodput.json").read_text())["figures"]
+    assert figures["fallback_share"] == pytest.approx(3 / 6)  # the two node losses and the preemption
+    kinds = figures["campaign_mix"]["kinds"]
+    projected = {kind: row["projected_s"] for kind, row in kinds.items()}
+    assert projected == pytest.approx({
+        "kill-worker": 0.5, "hang-worker": 20 / 3 + 0.5, "kill-node": 1.0 + 1.0 + 0.5,
+        "kill-node of node 0": 3.0 + 0.5, "preempt-node": 3.0, "kill-in-regroup": 1.0,
+    })  # fmt: skip
+    assert kinds["kill-node"]["measured_median_s"] == 6.0 and kinds["kill-node of node 0"]["struck"] == 1
+    expected = (100 - sum(projected.values()) - 2) / 100  # one of each struck; 2 s of checkpoints
+    assert figures["campaign_mix"]["projected_ettr"] == pytest.approx(expected)
+    assert figures["campaign_mix"]["measured_ettr"] == 0.7
+    assert "the model misses most on preempt-node (11.00 s measured against 3.00 s projected" in out.stdout
+    goal = "Goal: measured ETTR within 2 points of the projection for the same mix"
+    assert f"{goal}: **missed** ({100 * (expected - 0.7):.1f} points below it)" in out.stdout
+
+
+def test_a_campaign_without_a_startup_result_says_what_is_not_projected_and_why(tmp_path):
+    recovery_result(tmp_path / "recovery.json", **{"bare torchrun": 7.0, "tuned": 1.0, "in-process": 0.5})
+    chaos_ledger(tmp_path / "chaos.json", [("kill-worker", [1], 0.4)])
+    out = bench(tmp_path, "--chaos-json", str(tmp_path / "chaos.json"))
+    assert out.returncode == 0, out.stderr
+    assert "The campaign's mix is not projected: no " in out.stdout and "run `lab bench startup` first" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("ledger", "message"),
+    [("not json", "is not a `lab chaos` ledger"), ("empty", "the campaign injected no fault")],
+)
+def test_a_chaos_json_that_is_no_campaign_is_one_line(tmp_path, ledger, message):
+    recovery_result(tmp_path / "recovery.json", **{"bare torchrun": 7.0, "tuned": 1.0, "in-process": 0.5})
+    path = tmp_path / "chaos.json"
+    path.write_text("not json") if ledger == "not json" else chaos_ledger(path, [])
+    out = bench(tmp_path, "--chaos-json", str(path))
+    assert out.returncode != 0
+    assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
