@@ -122,8 +122,10 @@ def test_the_node_side_never_imports_the_controller():
 
 def declared_flags() -> list[str]:
     """Every flag the `lab` command declares. The scripts a node runs (lab.node, lab.inprocess, lab.workloads, the
-    collectives worker) are programs of their own, with their own command lines."""
-    own_programs = ("lab/node/", "lab/inprocess/", "lab/workloads/", "lab/bench/collectives_worker.py")
+    collectives worker, the scale simulation) are programs of their own, with their own command lines."""
+    own_programs = (
+        "lab/node/", "lab/inprocess/", "lab/workloads/", "lab/bench/collectives_worker.py", "lab/bench/scale_sim.py",
+    )  # fmt: skip
     flags = []
     for path in LAB.rglob("*.py"):
         if not str(path.relative_to(REPO)).startswith(own_programs):

@@ -33,6 +33,7 @@ WHY = {
     "lab/runtimes/ports.py": PROC,
     "lab/bench/__init__.py": PROC,
     "lab/bench/docs.py": PROC,
+    "lab/bench/scale_sim.py": PROC + " (its own network namespace's TCP counters)",
     "lab/bench/cages.py": PROC + " (cgroup controllers), and a cgroup the bench made",
     "lab/node/nodeproc.py": INSIDE_A_NODE,
     "lab/node/restart_budget.py": INSIDE_A_NODE,

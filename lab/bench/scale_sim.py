@@ -91,6 +91,21 @@ def clients(port: int, count: int) -> list[Counted]:
         return list(pool.map(one, range(count)))
 
 
+def tcp_counters() -> dict[str, int]:
+    """This network namespace's TCP counters a stall would show in: segments sent again, and
+    retransmission timeouts (the kernel's own, /proc/net/snmp and /proc/net/netstat)."""
+    found: dict[str, int] = {}
+    for path, table, names in (
+        ("/proc/net/snmp", "Tcp:", ("RetransSegs",)),
+        ("/proc/net/netstat", "TcpExt:", ("TCPTimeouts", "ListenOverflows")),
+    ):
+        with open(path) as f:
+            rows = [line.split() for line in f if line.startswith(table)]
+        header, values = rows[0], rows[1]
+        found.update({name: int(values[header.index(name)]) for name in names if name in header})
+    return found
+
+
 def regroup(port: int, ranks: int) -> dict:
     """Every rank waits for generation 1 to open, then joins it: seconds from the opening until
     the last rank heard it, counted in, and read the group's id; store calls per rank."""
@@ -117,7 +132,7 @@ def regroup(port: int, ranks: int) -> dict:
         thread.start()
     ready.wait()
     time.sleep(0.5)  # every rank in its wait
-    opened = time.monotonic()
+    before, opened = tcp_counters(), time.monotonic()
     opener.add("generation", 1)  # the keeper's two writes (lab.node.inprocess.keeper.replace)
     opener.set("gen1/open", b"1")
     for thread in threads:
@@ -127,6 +142,7 @@ def regroup(port: int, ranks: int) -> dict:
         "counted_in_s": max(m[1] for m in marks) - opened,
         "regroup_s": max(m[2] for m in marks) - opened,
         "calls_per_rank": sum(s.calls for s in stores) / ranks,
+        "tcp_during_regroup": {k: v - before[k] for k, v in tcp_counters().items()},
     }
 
 
@@ -204,6 +220,7 @@ def measure(ranks: int, per_node: int, keep_s: float) -> dict:
         return {
             "ranks": ranks,
             "nodes": ranks // per_node,
+            "silent_s": SILENT_S,
             "store_calls_per_s": store_rate(port),
             **regroup(port, ranks),
             **keepers(port, ranks // per_node, keep_s),
