@@ -26,7 +26,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -153,14 +152,9 @@ def keepers(port: int, nodes: int, keep_s: float) -> dict:
     gaps: list[float] = []
     false_losses = [0]
     start = threading.Barrier(nodes + 1)
-    waiting: list[Rounds] = []
-
-    def connect() -> tuple[dist.TCPStore, Callable[[], None]]:
-        return dist.TCPStore("127.0.0.1", port, is_master=False, timeout=TIMEOUT), lambda: None
 
     def keeper(node: int, store: Counted) -> None:
-        roll, rounds = RollCall(store, node, nodes, SILENT_S), Rounds(store, connect)
-        waiting.append(rounds)
+        roll, rounds = RollCall(store, node, nodes, SILENT_S), Rounds(store)
         start.wait()
         last, worst, until, beats = time.monotonic(), 0.0, time.monotonic() + keep_s, 0
         while time.monotonic() < until:
@@ -184,9 +178,6 @@ def keepers(port: int, nodes: int, keep_s: float) -> dict:
     for thread in threads:
         thread.join()
     took = time.monotonic() - began
-    Rounds(clients(port, 1)[0], connect).ask("the simulation is over")  # which ends every keeper's wait
-    for rounds in waiting:
-        rounds.close()
     return {
         "calls_per_s": sum(s.calls for s in stores) / took,
         "worst_beat_gap_s": max(gaps),

@@ -46,7 +46,7 @@ from lab.node.inprocess.fallback import Fallback
 from lab.node.inprocess.forked import ForkedRank, start_server
 from lab.node.inprocess.node_health import NodeHealth
 from lab.node.inprocess.roll_call import KeeperLost, RollCall
-from lab.node.inprocess.rounds import Rounds, connecting
+from lab.node.inprocess.rounds import Rounds
 from lab.nodeenv import NodeEnv
 from lab.procs import Child, Stopped, die_with_parent, stop_children, stop_on
 
@@ -66,7 +66,7 @@ class Keeper(Fallback):
         # A keeper is a light loop that never waits on a collective: it is judged sooner than a rank.
         silent_s = min(5.0, self.frozen_after_s)
         self.roll = RollCall(store, args.node_rank, args.nodes, silent_s) if store is not None else None
-        self.rounds = Rounds(store, connecting(args.store))
+        self.rounds = Rounds(store)
         self.health = NodeHealth(args.max_replacements)  # its agent metrics, where the lab asked for them
         self.timed_out: set[int] = set()  # ranks that left asking for a round (heartbeat.ROUND_FOR), until it comes
 
@@ -235,8 +235,9 @@ def run_until_stopped(keeper: Keeper) -> int:
         return code
     except Stopped as stopped:
         keeper.stop()
-        with contextlib.suppress(DistError):  # node 0's own keeper stopped: the store went with it
-            keeper.roll.leave() if keeper.roll else None
+        if keeper.roll:
+            with contextlib.suppress(DistError):  # node 0's own keeper stopped: the store went with it
+                keeper.roll.leave()
         return 128 + stopped.signum
     except KeeperLost as lost:  # a second node lost while this keeper waited for the first
         print(
@@ -288,12 +289,7 @@ def main(argv=None) -> None:
     store = dist.TCPStore(
         host, int(port), is_master=args.node_rank == 0, timeout=timedelta(seconds=120), wait_for_workers=False
     )
-    keeper = Keeper(args, store)
-    try:
-        code = run_until_stopped(keeper)
-    finally:
-        keeper.rounds.close()
-    sys.exit(code)
+    sys.exit(run_until_stopped(Keeper(args, store)))
 
 
 if __name__ == "__main__":
