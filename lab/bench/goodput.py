@@ -150,15 +150,15 @@ def run(args, out_dir: Path) -> BenchResult:
     source = "--checkpoint-s" if args.checkpoint_s else "the trainer's, measured"
     if not checkpoint_s:
         raise LabError(f"{path} has no checkpoint time: give --checkpoint-s")
-    share, share_source = fallback_share(args)
+    ledger = load_ledger(args.chaos_json) if args.chaos_json else None
+    share, share_source = fallback_share(args, ledger)
     rows = project(figures, checkpoint_s, args.gpu_mttf_hours, share)
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(rows, figures, checkpoint_s, out_dir / "goodput.png")
-    mix_lines, mix = (
-        goodput_mix.section(args.chaos_json, figures["styles"], path.parent / "startup.json")
-        if (args.chaos_json)
-        else ([], None)
-    )
+    mix_lines: list[str] = []
+    mix: dict | None = None
+    if ledger is not None:
+        mix_lines, mix = goodput_mix.section(args.chaos_json, ledger, figures["styles"], path.parent / "startup.json")
     return BenchResult(
         "goodput",
         this_command(),
@@ -170,22 +170,31 @@ def run(args, out_dir: Path) -> BenchResult:
     )  # fmt: skip
 
 
-def fallback_share(args) -> tuple[float, str]:
-    """The share of failures in-process recovery does not survive, and where it came from."""
+def load_ledger(path: str) -> dict:
+    """A `lab chaos` ledger (or `lab bench chaos`'s result, which saves it as its figures) that
+    struck at least one fault; one line if not."""
+    try:
+        data = json.loads(files.read_regular(path, 16 << 20) or b"")
+        ledger = data.get("figures", data)
+        struck = [f for f in ledger["faults"] if f["time"] is not None]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise LabError(f"--chaos-json {path} is not a `lab chaos` ledger") from None
+    if not struck:
+        raise LabError(f"--chaos-json {path}: the campaign injected no fault")
+    return ledger
+
+
+def fallback_share(args, ledger: dict | None = None) -> tuple[float, str]:
+    """The share of failures in-process recovery does not survive, and where it came from;
+    ledger: --chaos-json's, where the caller has read it already."""
     if args.fallback_share is not None:
         if not 0 <= args.fallback_share <= 1:
             raise LabError(f"--fallback-share is a share, 0 to 1; got {args.fallback_share}")
         return args.fallback_share, "--fallback-share"
-    if args.chaos_json:
-        raw = files.read_regular(args.chaos_json, 16 << 20)
-        try:
-            data = json.loads(raw or b"")
-            ledger = data.get("figures", data)  # `lab bench chaos` saves the ledger as its figures
-            faults = [f for f in ledger["faults"] if f["time"] is not None]
-        except (ValueError, KeyError, TypeError):
-            raise LabError(f"--chaos-json {args.chaos_json} is not a `lab chaos` ledger") from None
-        if not faults:
-            raise LabError(f"--chaos-json {args.chaos_json}: the campaign injected no fault")
+    if ledger is None and args.chaos_json:
+        ledger = load_ledger(args.chaos_json)
+    if ledger is not None:
+        faults = [f for f in ledger["faults"] if f["time"] is not None]
         restarted = sum(f["kind"] in RESTARTED_KINDS for f in faults)
         return restarted / len(faults), f"measured: {restarted} of {len(faults)} faults in {args.chaos_json}"
     return DEFAULT_FALLBACK_SHARE, "assumed (no campaign given: --chaos-json)"

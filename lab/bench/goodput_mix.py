@@ -85,15 +85,14 @@ def project(ledger: dict, recovery: dict, start_s: float) -> dict:
     }
 
 
-def section(chaos_json: str, recovery: dict, startup_json: Path) -> tuple[list[str], dict | None]:
+def section(chaos_json: str, ledger: dict, recovery: dict, startup_json: Path) -> tuple[list[str], dict | None]:
     """The markdown for the campaign's mix and its figures; a line saying what is missing instead."""
     if not startup_json.is_file():
         return [f"- The campaign's mix is not projected: no {startup_json} (run `lab bench startup` first)."], None
     rows = json.loads(files.read_regular(startup_json, 16 << 20) or b"{}").get("figures", {})
     if START_ROW not in rows:
         return [f"- The campaign's mix is not projected: {startup_json} has no row {START_ROW!r}."], None
-    data = json.loads(files.read_regular(chaos_json, 16 << 20) or b"{}")
-    mix = project(data.get("figures", data), recovery, rows[START_ROW]["median_s"])
+    mix = project(ledger, recovery, rows[START_ROW]["median_s"])
     gap = 100 * (mix["projected_ettr"] - mix["measured_ettr"])
     lines = [
         "",

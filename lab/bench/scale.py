@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -55,7 +56,8 @@ def simulate(ranks: int, per_node: int, keep_s: float) -> dict:
     """One world size, in a network namespace of its own (lab.bench.scale_sim says why)."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         raise LabError("lab bench scale runs its store in a network namespace of its own: run it as root")
-    sim = f"{sys.executable} -m lab.bench.scale_sim --ranks {ranks} --per-node {per_node} --keep-s {keep_s}"
+    sim = shlex.join([sys.executable, "-m", "lab.bench.scale_sim", "--ranks", str(ranks), "--per-node", str(per_node),
+                      "--keep-s", str(keep_s)])  # fmt: skip
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     done = subprocess.run(
         ["unshare", "--net", "--", "sh", "-c", f"ip link set lo up && exec {sim}"],
