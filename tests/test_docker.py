@@ -10,12 +10,15 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import shlex
 import signal
 import time
 
 import pytest
 from conftest import REPO, Lab, loopback_labs, report_of, wait_for_output
+from doc_commands import commands
 from docker_support import docker, labelled
+from test_chaos import ledger_of
 from test_multinode import ranks_from
 
 from lab.bench import free_port
@@ -225,3 +228,16 @@ def test_gpus_asked_of_the_cpu_image_are_refused_in_one_line(docker_lab, flags):
     assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert f"image {NODE_IMAGE} has torch's CPU build" in out.stderr and "TARGETS=cuda" in out.stderr
     assert labelled(docker_lab.run_dir) == []
+
+
+def test_the_docs_campaign_in_containers_survives_each_node_lost_beside_a_busy_process(docker_lab):
+    """docs/chaos.md's docker campaign: node 1 preempted, node 0 lost (it holds the job's store:
+    the campaign starts the job again whole), two ranks killed inside one regroup, node 1 lost
+    and started again; each judged from the job's own events, beside a busy process."""
+    shown = next(c.text for c in commands("docs/chaos.md") if "--runtime docker" in c.text)
+    out = docker_lab(*shlex.split(shown)[1:], timeout=900)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    record = ledger_of(out.stdout)
+    struck = [(f["kind"], min(f["ranks"])) for f in record["faults"]]
+    assert ("kill-node", 0) in struck and ("kill-node", 2) in struck and "kill-in-regroup" in dict(struck)
+    assert record["stuck"] == 0 and record["load"] == 1 and record["final_weights"]["identical"] is True

@@ -122,7 +122,8 @@ def test_a_job_resumed_on_fewer_ranks_goes_on_from_the_next_unconsumed_sample(tm
     events, ckpt = tmp_path / "ev", str(tmp_path / "ckpt")
     for ranks, steps in ((4, 150), (3, 300)):  # 1024 samples: 32 steps an epoch at 4 ranks; 150 is mid-epoch
         job = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", TRAINER,
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+             f"--log-dir={tmp_path / f'torchrun-logs-{ranks}'}", TRAINER,
              "--steps", str(steps), "--samples", "1024", "--ckpt-every", "50", "--ckpt-dir", ckpt,
              "--events-dir", str(events), *parallel],
             capture_output=True, text=True, timeout=300, cwd=REPO,

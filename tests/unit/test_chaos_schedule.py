@@ -65,7 +65,7 @@ def test_a_bad_mix_is_one_line(text, words):
         (["--count", "3", "--load", "-1"], ["--load must be 0 or more"]),
         (["--count", "3", "--mix", "kill-worker,nosuch"], ["unknown fault 'nosuch'"]),
         (["--count", "3", "--report-dir", ""], ["--report-dir is empty"]),
-        (["--count", "3", "--runtime", "docker"], ["does not run on --runtime docker yet", "proven on local"]),
+        (["--count", "3", "--runtime", "k8s"], ["does not run on --runtime k8s yet", "proven on docker, local"]),
     ],
 )
 def test_bad_input_is_one_line_and_nothing_starts(tmp_path, capsys, args, words):
