@@ -126,7 +126,8 @@ def test_a_script_that_replays_its_epoch_on_resume_fails_the_drill_with_the_coun
     for steps in (22, 40):
         run = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-             f"--log-dir={tmp_path / f'torchrun-logs-{steps}'}", script("mid_epoch_resume.py"), "--steps", str(steps), "--step-time", "0"],
+             f"--log-dir={tmp_path / f'torchrun-logs-{steps}'}", script("mid_epoch_resume.py"),
+             "--steps", str(steps), "--step-time", "0"],
             cwd=tmp_path, env={**os.environ, "LAB_EVENTS_DIR": str(events), "PYTHONPATH": str(REPO)},
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
