@@ -14,6 +14,7 @@ from conftest import needs_netns, wait_for_output
 from doc_commands import commands
 from test_exercises import assert_nothing_left
 
+from lab.chaos.schedule import KINDS
 from lab.rundir import MARKER
 
 pytestmark = [pytest.mark.slow, needs_netns]
@@ -42,7 +43,8 @@ def test_the_docs_campaign_recovers_every_fault(lab):
     out = lab(*shlex.split(shown)[1:], timeout=900)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     record = ledger_of(out.stdout)
-    assert record["faults_injected"] == 10 and record["faults_inside_a_recovery"] >= 2
+    assert record["faults_injected"] == 10 and record["faults_inside_a_recovery"] >= 3
+    assert {f["kind"] for f in record["faults"]} == set(KINDS)  # every kind, a partition and the store's loss too
     assert record["stuck"] == 0 and record["findings"] == []
     assert all(f["recovered_s"] is not None and f["recovered_s"] < f["bound_s"] for f in record["faults"])
     assert record["final_weights"]["identical"] is True, record["final_weights"]

@@ -69,7 +69,7 @@ ELSEWHERE = {
     '--lab-script-args "--epochs 6"': (
         "tests/test_ci_fresh_venv.py::test_the_pytest_option_makes_each_drill_a_test_case"
     ),
-    "lab chaos --count 10 --mtbf 3s --seed 7": "tests/test_chaos.py::test_the_docs_campaign_recovers_every_fault",
+    "lab chaos --count 10 --mtbf 3s --seed 48": "tests/test_chaos.py::test_the_docs_campaign_recovers_every_fault",
     "lab chaos --runtime docker --count 4 --mtbf 6s --seed 25 --mix kill-node,preempt-node,kill-in-regroup,"
     "kill-after-save --load 1": (
         "tests/test_docker.py::test_the_docs_campaign_in_containers_survives_each_node_lost_beside_a_busy_process"

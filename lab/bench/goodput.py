@@ -200,7 +200,12 @@ def fallback_share(args, ledger: dict | None = None) -> tuple[float, str]:
     return DEFAULT_FALLBACK_SHARE, "assumed (no campaign given: --chaos-json)"
 
 
-RESTARTED_KINDS = ("preempt-node", "kill-node")  # chaos kinds in-process recovery survives only by a restart
+RESTARTED_KINDS = (
+    "preempt-node",
+    "kill-node",
+    "lose-store",
+    "partition-node",
+)  # chaos kinds in-process recovery survives only by a restart
 
 
 def fallback_line(share: float, source: str) -> str:

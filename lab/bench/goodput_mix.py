@@ -14,6 +14,10 @@ misses, and so what a projection at 100,000 GPUs would miss too. What each kind 
                                    redone; another node: it comes back after NODE_BACK_AFTER_S,
                                    every rank restarts from the checkpoint (a tuned restart) and
                                    half a checkpoint period is redone
+    lose-store                     as kill-node of node 0
+    partition-node                 the cut (PARTITION_S: the keepers judge each other lost within it),
+                                   then every rank restarts from the checkpoint (a tuned restart)
+                                   and half a checkpoint period is redone
     preempt-node                   the job started again (the checkpoint is taken at the stop)
 
 The measured recovery of a fault runs until every rank is two steps past where it struck
@@ -29,7 +33,7 @@ from pathlib import Path
 from lab import files
 from lab.bench.result import goal_line
 from lab.chaos import PG_TIMEOUT_S
-from lab.chaos.campaign import CKPT_EVERY, NODE_BACK_AFTER_S, STEP_TIME_S
+from lab.chaos.campaign import CKPT_EVERY, NODE_BACK_AFTER_S, PARTITION_S, STEP_TIME_S
 from lab.inprocess.heartbeat import frozen_after
 
 START_ROW = "lab up (netns hosts, no Prometheus)"  # lab bench startup's row for a job started on netns hosts
@@ -47,13 +51,16 @@ def single_fault_costs(recovery: dict, start_s: float) -> dict[str, float]:
         "hang-worker": frozen_after(PG_TIMEOUT_S) + in_process,
         "kill-node": NODE_BACK_AFTER_S + tuned + half_period,
         "kill-node of node 0": start_s + half_period,
+        "partition-node": PARTITION_S + tuned + half_period,
         "preempt-node": start_s,
     }
 
 
 def cost_kind(fault: dict, nproc_per_node: int) -> str:
     """The row of single_fault_costs a struck fault is projected by."""
-    if fault["kind"] == "kill-node" and any(r < nproc_per_node for r in fault["ranks"]):
+    if fault["kind"] == "lose-store" or (
+        fault["kind"] == "kill-node" and any(r < nproc_per_node for r in fault["ranks"])
+    ):
         return "kill-node of node 0"
     return fault["kind"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from lab.chaos import divergence
 from lab.chaos.progress import Progress
-from lab.chaos.schedule import Planned
+from lab.chaos.schedule import KINDS, Planned
 from lab.errors import LabError
 from lab.exercises import observe
 from lab.exercises.drill import paced_trainer
@@ -24,6 +24,8 @@ from lab.exercises.drill import paced_trainer
 POLL_S = 0.05
 PREEMPT_GRACE_S = 10.0
 NODE_BACK_AFTER_S = 1.0
+NODE_LOSSES = ("kill-node", "lose-store")  # a node SIGKILLed whole (lose-store: node 0, the store's host)
+PARTITION_S = 6.0  # longer than a keeper's silence bound (5 s), shorter than the process group's timeout
 FINISH_STEPS = 100  # steps past the front the job runs once the schedule is over (finish_soon)
 STEP_TIME_S, CKPT_EVERY = 0.05, 20  # the campaign's paced trainer (lab.chaos)
 
@@ -64,14 +66,21 @@ def bound_s(kind: str, pg_timeout_s: int) -> float:
 def strike(drill: Any, progress: Progress, planned: Planned, world: int, ckpt_every: int) -> list[int]:
     """Land one fault; returns the ranks it hit."""
     first = int(planned.rank_draw * world)
+    if planned.kind == "lose-store":
+        first = next(r for r in range(world) if drill.locate(r)[0] == drill.store_host)
     if planned.kind == "kill-after-save":
         _wait_for_a_save_step(progress, ckpt_every)
     node, local = drill.locate(first)
     if planned.kind == "hang-worker":
         drill.inject(node, "pause_worker", local_rank=local)
+    elif planned.kind == "partition-node":
+        drill.inject(node, "partition")
+        time.sleep(PARTITION_S)
+        drill.inject(node, "heal")
+        return [r for r in range(world) if drill.locate(r)[0] == node]
     elif planned.kind == "preempt-node":
         drill.inject(node, "preempt", grace_s=PREEMPT_GRACE_S)
-    elif planned.kind == "kill-node":
+    elif planned.kind in NODE_LOSSES:
         drill.inject(node, "kill_node")
         if not loses_the_job(drill, node):
             time.sleep(NODE_BACK_AFTER_S)  # the machine reboots: its agent starts again with the same command
@@ -184,10 +193,12 @@ def run(
         # declared from such steps, before the node's ranks had started again).
         blow.front = progress.polled().front()
         struck = drill.faults[landed]["node"]
-        if planned.kind == "preempt-node" or (planned.kind == "kill-node" and loses_the_job(drill, struck)):
+        if planned.kind == "preempt-node" or (
+            planned.kind in ("kill-node", "lose-store") and loses_the_job(drill, struck)
+        ):
             start_again(drill, trainer_args, blow.bound_s)
         watch(progress, blow, world, lambda: _ended(drill))
-        if not blow.finding and not set(blow.ranks) <= progress.started_since(blow.time):
+        if not blow.finding and KINDS[planned.kind].kills and not set(blow.ranks) <= progress.started_since(blow.time):
             missed = sorted(set(blow.ranks) - progress.started_since(blow.time))
             hit = [f.get("result") for f in drill.faults[landed:]]
             blow.finding = f"no new process for rank {missed} after the fault (it hit pid {hit}): it may have missed"

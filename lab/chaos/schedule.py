@@ -23,6 +23,8 @@ class Kind:
     summary: str
     injects: tuple[str, ...]  # Node faults (lab.runtimes.faults) it uses
     in_recovery: bool = False  # its second blow lands inside the first one's recovery
+    kills: bool = True  # every rank it hits is a new process afterwards (a partition need not be)
+    cuts_network: bool = False  # needs nodes with networks of their own (Runtime.network_fault_refusal)
 
 
 KINDS = {
@@ -40,6 +42,20 @@ KINDS = {
             "SIGTERM one node with a grace period (a VM reclaimed); the job stops at an agreed step, "
             "checkpointed, and is started again, as a scheduler would",
             ("preempt",),
+        ),
+        Kind(
+            "partition-node",
+            "drop all of one node's traffic for 6 s, then heal it: its peers' collectives and its keeper's "
+            "or agent's store calls block on a silent network",
+            ("partition", "heal"),
+            kills=False,
+            cuts_network=True,
+        ),
+        Kind(
+            "lose-store",
+            "SIGKILL node 0 whole, which holds the job's store (the rendezvous store, or the in-process keepers'): "
+            "every node loses it and the job ends; the campaign starts it again whole, as a scheduler would",
+            ("kill_node",),
         ),
         Kind(
             "kill-in-regroup",
@@ -74,6 +90,8 @@ DEFAULT_MIX = {
     "hang-worker": 1,
     "kill-node": 1,
     "preempt-node": 1,
+    "partition-node": 1,
+    "lose-store": 1,
     "kill-in-regroup": 2,
     "kill-after-save": 1,
 }
@@ -100,10 +118,12 @@ def seconds(text: str, flag: str) -> float:
     return value
 
 
-def parse_mix(text: str | None) -> dict[str, int]:
-    """--mix kill-worker=4,hang-worker=1 (a name alone weighs 1); every kind by default."""
+def parse_mix(text: str | None, refused: dict[str, str] | None = None) -> dict[str, int]:
+    """--mix kill-worker=4,hang-worker=1 (a name alone weighs 1); by default every kind this
+    runtime can inject. refused: kind -> why this runtime cannot, named in --mix or not."""
+    refused = refused or {}
     if not text:
-        return dict(DEFAULT_MIX)
+        return {name: weight for name, weight in DEFAULT_MIX.items() if name not in refused}
     mix: dict[str, int] = {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         name, _, weight = part.partition("=")
@@ -111,6 +131,8 @@ def parse_mix(text: str | None) -> dict[str, int]:
             raise LabError(f"--mix: unknown fault {name!r}; choose from {', '.join(KINDS)}")
         if weight and not weight.isdigit():
             raise LabError(f"--mix: {name}={weight}: a weight is a whole number")
+        if name in refused and weight != "0":
+            raise LabError(f"--mix: {name} cannot run here: {refused[name]}")
         mix[name] = int(weight or 1)
     if not mix or not any(mix.values()):
         raise LabError(f"--mix names no fault with a weight above 0; choose from {', '.join(KINDS)}")

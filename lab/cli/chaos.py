@@ -61,7 +61,8 @@ def plan_from_args(args: argparse.Namespace) -> chaos.Plan:
     schedule.check_load(args.load)
     mtbf = schedule.seconds(args.mtbf, "--mtbf")
     duration = schedule.seconds(args.duration, "--duration") if args.duration is not None else None
-    mix = schedule.parse_mix(args.mix)
+    cut = runtimes.registry()[args.runtime].network_fault_refusal(args)
+    mix = schedule.parse_mix(args.mix, {k.name: cut for k in schedule.KINDS.values() if k.cuts_network and cut})
     faults = schedule.draw(mix, mtbf, args.seed, count=args.count, duration_s=duration)
     return chaos.Plan(faults, args.seed, args.load)
 

@@ -220,6 +220,11 @@ class Runtime(ABC):
         return str(path.resolve())
 
     @classmethod
+    def network_fault_refusal(cls, args: argparse.Namespace) -> str:
+        """Why a node of this runtime, with these flags, cannot be cut off the network; "" when it can."""
+        return cls.NODE.refusal("partition") if cls.NODE is not None else f"the {cls.name} runtime has no nodes"
+
+    @classmethod
     def refuse_script_drill(cls, args: argparse.Namespace) -> None:
         """Refuse, in one line before anything starts, a drill on a user's script that this
         runtime cannot run with these flags (SCRIPT_DRILLS_NEED says what it takes)."""

@@ -10,6 +10,7 @@ fault can be injected.
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from lab import gpus, procs
@@ -63,6 +64,14 @@ class LocalRuntime(MonitoredRuntime):
         self.hosts = hosts
         self._net: netns.LabNet | None = None
         self._userns_pid: int | None = None
+
+    @classmethod
+    def network_fault_refusal(cls, args: argparse.Namespace) -> str:
+        hosts = getattr(args, "hosts", "auto")
+        if hosts in ("loopback", "userns"):
+            return f"--hosts {hosts}: the nodes share one network, which no fault can cut (--hosts netns)"
+        reason = netns.unavailable_reason()
+        return f"network faults need netns hosts: {reason}" if reason else ""
 
     @property
     def net(self) -> netns.LabNet:

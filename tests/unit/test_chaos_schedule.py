@@ -16,6 +16,17 @@ from lab.chaos.progress import Progress
 from lab.errors import LabError
 
 
+def test_the_default_mix_is_every_kind_this_runtime_can_inject_and_a_named_one_it_cannot_is_refused():
+    """Loopback nodes share one network: no partition in the default mix, and a mix that names one
+    is one line; a weight of 0 names it away."""
+    assert set(schedule.parse_mix(None)) == set(schedule.KINDS)
+    shared = {"partition-node": "--hosts loopback: the nodes share one network"}
+    assert set(schedule.parse_mix(None, shared)) == set(schedule.KINDS) - {"partition-node"}
+    assert schedule.parse_mix("kill-worker,partition-node=0", shared) == {"kill-worker": 1, "partition-node": 0}
+    with pytest.raises(LabError, match="partition-node cannot run here: --hosts loopback"):
+        schedule.parse_mix("kill-worker,partition-node", shared)
+
+
 def test_the_same_seed_replays_the_same_schedule_and_another_seed_does_not():
     mix = schedule.parse_mix(None)
     one = schedule.draw(mix, 20.0, 7, count=30, duration_s=None)
@@ -66,6 +77,7 @@ def test_a_bad_mix_is_one_line(text, words):
         (["--count", "3", "--mix", "kill-worker,nosuch"], ["unknown fault 'nosuch'"]),
         (["--count", "3", "--report-dir", ""], ["--report-dir is empty"]),
         (["--count", "3", "--runtime", "k8s"], ["does not run on --runtime k8s yet", "proven on docker, local"]),
+        (["--count", "3", "--hosts", "loopback", "--mix", "partition-node"], ["partition-node cannot run here", "netns"]),
     ],
 )
 def test_bad_input_is_one_line_and_nothing_starts(tmp_path, capsys, args, words):

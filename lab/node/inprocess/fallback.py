@@ -116,6 +116,10 @@ class Fallback:
             heard = self.rounds.heard()
             if heard:
                 return self.restart_all(heard)
+            if self.roll.beats_again(lost):  # a partition healed, or a stall ended: it was never lost, and
+                # judged this node lost in its turn, so each waited for the other to come back, for ever
+                # (`lab chaos --mix partition-node`). Its ranks may be stopped too: every rank restarts.
+                self.rounds.ask(f"node {lost.node}'s keeper beats again after a silence (cut off or stalled)")
             self.roll.tick()  # another node lost meanwhile: the job ends (lab.node.inprocess.keeper)
             time.sleep(0.05)
         print(f"{tag} node {lost.node}'s keeper did not come back in {wait_s:g} s: the job ends", flush=True)
@@ -129,12 +133,14 @@ class Fallback:
         beat = RollCall.key(self.args.node_rank, "beat")
         if self.store is None or not self.store.check([beat]):
             return False
+        # The rounds before it left are not its. Read before its beat moves: a keeper waiting for it
+        # asks for a round once it beats again, and the two asks must name the same round.
+        self.rounds.carried_out = int(self.store.add("rounds", 0))
         if self.roll:  # its count goes on from its last one, and moves before it asks: the others
             # hear the round and its beat together (a keeper that heard the round first, then its
             # predecessor's silence, once stopped its ranks to wait for a round already asked).
             self.roll.back()
             self.roll.count = int(self.store.get(beat))
             self.roll.beat()
-        self.rounds.carried_out = int(self.store.add("rounds", 0))  # the rounds before it left are not its
         self.rounds.ask(f"node {self.args.node_rank}'s keeper came back after the node was lost")
         return True

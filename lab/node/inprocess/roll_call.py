@@ -50,7 +50,7 @@ class RollCall:
         self.heard: dict[int, tuple[bytes, float]] = {}  # node -> (its counter, when this keeper saw it move)
         self.gone: dict[int, bytes] = {}  # node -> its counter when it was lost: not judged until it moves
         self.read = int(store.add(LOST, 0))  # the log's entries before this keeper: not news (one started anew)
-        self.next_at = 0.0
+        self.next_at = self.next_look = 0.0
 
     @staticmethod
     def key(node: int, what: str) -> str:
@@ -110,6 +110,15 @@ class RollCall:
             if lost.node != self.node and self.gone.get(lost.node) != lost.beat:
                 return lost
         return None
+
+    def beats_again(self, lost: KeeperLost) -> bool:
+        """Whether a keeper judged lost has beaten since (asked at most every BEAT_S): it was cut off
+        or stalled, not lost, or it was started anew on its node."""
+        now = self.clock()
+        if now < self.next_look:
+            return False
+        self.next_look = now + BEAT_S
+        return self.store.get(self.key(lost.node, "beat")) != lost.beat
 
     def away(self, lost: KeeperLost) -> None:
         """A lost node's keeper is not judged again until it beats again (its keeper started anew)."""
