@@ -14,6 +14,7 @@ from conftest import needs_netns, wait_for_output
 from doc_commands import commands
 from test_exercises import assert_nothing_left
 
+from lab.chaos.on_script import TRAINER_ONLY
 from lab.chaos.schedule import KINDS
 from lab.rundir import MARKER
 
@@ -49,6 +50,20 @@ def test_the_docs_campaign_recovers_every_fault(lab):
     assert all(f["recovered_s"] is not None and f["recovered_s"] < f["bound_s"] for f in record["faults"])
     assert record["final_weights"]["identical"] is True, record["final_weights"]
     assert 0 < record["ettr"] <= 1 and record["productive_s"] < record["wall_s"]
+    assert_nothing_left(lab)
+
+
+def test_the_docs_campaign_on_an_ordinary_script_resumes_it_each_time_and_ends_identical(lab):
+    """plain_train, no lab import: every kind a script can take, its final weights against a
+    fault-free run of it in a working dir of its own."""
+    shown = next(c.text for c in commands("docs/chaos.md") if "--script" in c.text)
+    out = lab(*shlex.split(shown)[1:], timeout=900)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    record = ledger_of(out.stdout)
+    assert {f["kind"] for f in record["faults"]} == set(KINDS) - set(TRAINER_ONLY)
+    assert record["faults_injected"] == 6 and record["stuck"] == 0 and record["recovery_style"] != "in-process"
+    assert record["final_weights"]["identical"] is True, record["final_weights"]
+    assert record["final_weights"]["compared"] == "result.txt" and record["steps_redone"] > 0
     assert_nothing_left(lab)
 
 

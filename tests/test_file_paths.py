@@ -48,6 +48,7 @@ WHY = {
     "lab/workloads/checkpoint.py": INSIDE_A_NODE,
     "lab/workloads/checkpoint_dcp.py": INSIDE_A_NODE,
     "lab/workloads/local_shards.py": INSIDE_A_NODE,
+    "lab/workloads/plain_train.py": INSIDE_A_NODE,
     "lab/bench/collectives_worker.py": INSIDE_A_NODE,
     "lab/health/prometheus.py": OWN + " (Prometheus' config and log)",
     "lab/health/prometheus_rule.py": OWN_CODE,

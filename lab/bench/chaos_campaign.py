@@ -1,10 +1,12 @@
 """`lab bench chaos`: a long chaos campaign, its ledger summarised by fault kind.
 
-    lab bench chaos [--count 100] [--mtbf 15s] [--load 2] [--seed 1]
+    lab bench chaos [--count 100] [--mtbf 15s] [--load 2] [--seed 1] [--runtime docker] [--target plain-train]
 
 Runs `lab chaos` itself (the same act, its own process, its output streamed): faults drawn
 from a seeded schedule on one long trainer job, beside busy processes, some inside the
-recovery of the one before. The section gives the campaign's wall time, the measured ETTR,
+recovery of the one before (--target plain-train: the lab's ordinary script, no lab import,
+struck as a user's script is and compared by its final weights; --runtime docker: in
+containers; each its own section). The section gives the campaign's wall time, the measured ETTR,
 the work redone, and per kind how many struck and how long recovery took (median and
 worst), against the goals: no stuck recovery, every fault injected, the final weights
 bit-identical to an uninterrupted run, 100 faults in an hour on this machine.
@@ -19,23 +21,28 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab import files, procs
+from lab import files, procs, runtimes
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.chaos import schedule
 from lab.errors import LabError
-from lab.options import add_all
+from lab.options import Option, add_all
+from lab.workloads import script_path
 
 OPTIONS = (  # lab chaos's own flags, with the defaults of `make chaos`
     schedule.COUNT.but(default=100, help="how many faults (default %(default)s)"),
     schedule.MTBF.but(default="15s"),
     schedule.LOAD.but(default=2),
     schedule.SEED,
+    Option("--target", "the job struck (default %(default)s)", "trainer", choices=("trainer", "plain-train")),
 )
+LOCAL = "local"  # the runtime `make chaos` runs on, whose section keeps the plain name
+PLAIN_STEP_S = 0.02  # plain_train's pace: its reference runs at it too (a user's script has no unpaced mode)
 HOUR_S = 3600.0
 
 
 def add_arguments(parser) -> None:
     add_all(parser, OPTIONS)
+    runtimes.add_runtime_flag(parser, runtimes.chaos_runtimes(), "local")
 
 
 def run(args, out_dir: Path) -> BenchResult:
@@ -45,7 +52,7 @@ def run(args, out_dir: Path) -> BenchResult:
         report = Path(tmp) / "report"
         argv = [sys.executable, "-m", "lab", "chaos", "--count", str(args.count), "--mtbf", args.mtbf]
         argv += ["--load", str(args.load), "--seed", str(args.seed), "--report-dir", str(report)]
-        argv += ["--run-dir", str(Path(tmp) / "run")]
+        argv += ["--run-dir", str(Path(tmp) / "run"), "--runtime", args.runtime, *_target(args)]
         began = time.monotonic()
         code = procs.run_child_lab(argv).returncode  # its progress straight to this terminal; stopped, it tears down
         took = time.monotonic() - began
@@ -54,7 +61,20 @@ def run(args, out_dir: Path) -> BenchResult:
             raise LabError(f"the campaign wrote no ledger (lab chaos exited {code})")
         record = json.loads(raw)
     record["campaign_s"] = round(took, 1)
-    return BenchResult("chaos", this_command(), section(record), figures=record)
+    # `make chaos`'s campaign (the trainer, on the local runtime) keeps the plain name; the others add theirs
+    name = "-".join(["chaos", *(v for v, usual in ((args.runtime, LOCAL), (args.target, "trainer")) if v != usual)])
+    return BenchResult(name, this_command(), section(record), figures=record)
+
+
+def _target(args) -> list[str]:
+    """lab chaos's flags for the job struck: plain_train runs long enough for the whole schedule,
+    redone work and recoveries included, snapshots every 20 steps and writes its weights at the end."""
+    if args.target == "trainer":
+        return []
+    steps = int((args.count * schedule.seconds(args.mtbf, "--mtbf") * 2 + 60) / PLAIN_STEP_S)
+    script = ["--steps", str(steps), "--step-time", str(PLAIN_STEP_S), "--snapshot-every", "20"]
+    script += ["--timeout-s", "20", "--result", "result.txt"]
+    return ["--script", script_path("plain_train"), "--compare", "result.txt", "--", *script]
 
 
 def section(record: dict) -> list[str]:
@@ -64,7 +84,7 @@ def section(record: dict) -> list[str]:
     lines = [
         f"`lab chaos` with seed {record['seed']}: {record['faults_injected']} of {record['faults_planned']} faults "
         f"injected ({record['faults_inside_a_recovery']} inside a recovery), {record['recovery_style']} recovery, "
-        f"{record['world_size']} ranks on 2 netns hosts, {record['load']} busy process(es) beside the job; "
+        f"{record['world_size']} ranks on {_hosts(record)}, {record['load']} busy process(es) beside the job; "
         f"{record['campaign_s'] / 60:.1f} min in all.",
         "",
         f"- wall {record['wall_s']:.0f} s from the first step to the last: productive {record['productive_s']:.0f} s, "
@@ -99,6 +119,12 @@ def section(record: dict) -> list[str]:
         ),
     ]
     return lines
+
+
+def _hosts(record: dict) -> str:
+    """Where the campaign ran (a ledger from before it said so: the local runtime's netns hosts)."""
+    kind = runtimes.registry()[record.get("runtime", LOCAL)].NODES_ARE
+    return f"{record.get('nodes', 2)} {kind}"
 
 
 def _data_goal(samples: dict | None) -> list[str]:

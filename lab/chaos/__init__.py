@@ -17,6 +17,7 @@ from typing import Any
 
 from lab.chaos import campaign, ledger, load
 from lab.chaos.campaign import CKPT_EVERY, STEP_TIME_S
+from lab.chaos.on_script import ScriptTarget
 from lab.chaos.progress import Progress
 from lab.chaos.schedule import KINDS, Planned
 from lab.exercises import DrillOptions, drill_job, samples
@@ -41,43 +42,42 @@ class Plan:
         return int((last + self.tail_s) / STEP_TIME_S) + 40
 
 
-def exercise(plan: Plan) -> Any:
-    """The campaign as the engine runs an exercise: a name, its job, its faults, its act."""
+def exercise(plan: Plan, target: ScriptTarget | None = None) -> Any:
+    """The campaign as the engine runs an exercise: a name, its job, its faults, its act.
+    target: a user's script (lab.chaos.on_script); None: the lab's trainer."""
     injects = tuple(sorted({f for p in plan.faults for f in KINDS[p.kind].injects}))
-    args = paced_trainer(plan.steps(), CKPT_EVERY, STEP_TIME_S)
+    args = list(target.spec.args) if target else paced_trainer(plan.steps(), CKPT_EVERY, STEP_TIME_S)
 
     def topology(options: DrillOptions) -> Topology:
-        return drill_job(options, pg_timeout_s=PG_TIMEOUT_S, max_restarts=len(plan.faults) * 2 + 2)
+        job = drill_job(options, pg_timeout_s=PG_TIMEOUT_S, max_restarts=len(plan.faults) * 2 + 2)
+        return target.topology(job) if target else job
 
     def run(drill, options: DrillOptions) -> Report:
         blows: list[campaign.Blow] = []
         style = "in-process" if drill.topology.in_process else "restart"
-        setup = {"seed": plan.seed, "load": plan.load, "recovery_style": style,
-                 "world_size": drill.topology.world_size, "steps": plan.steps()}  # fmt: skip
+        setup = {"seed": plan.seed, "load": plan.load, "recovery_style": style, "runtime": drill.runtime.name,
+                 "target": target.spec.path if target else "trainer", "nodes": drill.topology.nodes,
+                 "world_size": drill.topology.world_size, "steps": None if target else plan.steps()}  # fmt: skip
         try:  # the load starts now: the lab has taken its run dir over (lab.chaos.load says why)
             with load.busy(plan.load, str(drill.runtime.run_dir.path)) as running:
                 campaign.run(drill, plan.faults, args, CKPT_EVERY, blows, say=drill.progress)
                 over = time.time()  # the ledger counts the job's time up to here
-                if not any(b.finding for b in blows):  # a stuck job is left to its bound below
-                    setup["steps"] = campaign.finish_soon(drill, plan.steps(), say=drill.progress)
-                drill.wait_job(setup["steps"] * STEP_TIME_S * 4 + 240)
+                _job_ends(drill, plan, target, blows, setup)
                 loaded = running()
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the ledger of what ran, while the events still exist
             state.partial = ledger.ledger(blows, _progress(drill), {"identical": False, "why": "interrupted"}, setup)
             raise
-        job = paced_trainer(setup["steps"], CKPT_EVERY, STEP_TIME_S)  # as it ran last (finish_soon)
         progress = _progress(drill)
-        weights = campaign.final_weights(drill, job[:-2], progress, blows)  # the reference runs unpaced
+        if target:
+            weights = target.final_result(drill)
+        else:
+            job = paced_trainer(setup["steps"], CKPT_EVERY, STEP_TIME_S)  # as it ran last (finish_soon)
+            weights = campaign.final_weights(drill, job[:-2], progress, blows)  # the reference runs unpaced
         record = ledger.ledger(blows, progress, weights, setup, until=over)
         report = drill.new_report("chaos")
-        report.check("every fault injected", record["faults_injected"] == len(plan.faults),
-                     f"{record['faults_injected']} of {len(plan.faults)}")  # fmt: skip
-        report.check("no stuck recovery", record["stuck"] == 0, f"{record['stuck']} past their bound")
-        report.check("final weights bit-identical", bool(weights.get("identical")), weights.get("why", ""))
+        _judge(report, record, plan, target is not None, loaded)
         samples.check(report, drill.events())  # exactly-once data, through every recovery
         record["samples"] = report.facts.get("samples")
-        report.check(f"the load ran beside the whole job ({plan.load} busy)", loaded == plan.load,
-                     f"{loaded} of {plan.load} still running at the job's end")  # fmt: skip
         report.facts["ledger"] = record
         return report
 
@@ -85,7 +85,8 @@ def exercise(plan: Plan) -> Any:
         partial=None,  # the ledger of what ran, when the campaign was interrupted
         NAME="chaos",
         SUMMARY="random faults on one long job",
-        IN_PROCESS_JUDGED=True,
+        IN_PROCESS_JUDGED=target is None,
+        SCRIPT_TARGET=True,  # it breaks a user's script through its own strikes (lab.exercises.grid)
         INJECTS=injects,
         DEFAULT_TARGET_RANK=0,
         DEFAULT_AT_STEP=1,
@@ -93,7 +94,38 @@ def exercise(plan: Plan) -> Any:
         trainer_args=lambda options: args,
         run=run,
     )
+    if target:
+        state.SCRIPT = target.spec.path
     return state
+
+
+def _job_ends(drill, plan: Plan, target: ScriptTarget | None, blows: list, setup: dict) -> None:
+    """Until the job ends: a script's when it does; the trainer's soon after the schedule."""
+    if target:  # the script's length is its own
+        drill.wait_job(target.spec.deadline_s + plan.faults[-1].at_s)
+        return
+    if not any(b.finding for b in blows):  # a stuck job is left to its bound below
+        setup["steps"] = campaign.finish_soon(drill, plan.steps(), say=drill.progress)
+    drill.wait_job(setup["steps"] * STEP_TIME_S * 4 + 240)
+
+
+def _judge(report: Report, record: dict, plan: Plan, on_script: bool, loaded: int) -> None:
+    injected, planned = record["faults_injected"], len(plan.faults)
+    short = (
+        " (your script ended first: give it more steps, or fewer faults)"
+        if on_script and not record["findings"]
+        else ""
+    )
+    report.check(
+        "every fault injected", injected == planned, f"{injected} of {planned}" + ("" if injected == planned else short)
+    )
+    report.check("no stuck recovery", record["stuck"] == 0, f"{record['stuck']} past their bound")
+    weights = record["final_weights"]
+    if weights.get("identical") is not None:  # a script's result is compared when --compare names it
+        what = "final result identical" if on_script else "final weights bit-identical"
+        report.check(what, bool(weights["identical"]), weights.get("why", ""))
+    report.check(f"the load ran beside the whole job ({plan.load} busy)", loaded == plan.load,
+                 f"{loaded} of {plan.load} still running at the job's end")  # fmt: skip
 
 
 def _progress(drill) -> Progress:

@@ -58,8 +58,7 @@ def markdown(record: dict[str, Any]) -> str:
         f"- wall {record['wall_s']:.1f} s: productive {record['productive_s']:.1f} s, checkpoints "
         f"{record['checkpoint_s']:.1f} s, recovery {sum(record['recovery_s'].values()):.1f} s",
         f"- measured ETTR: {_ratio(record['ettr'])}; steps redone: {record['steps_redone']}",
-        f"- stuck recoveries: {record['stuck']}; final weights "
-        + ("bit-identical to an uninterrupted run" if weights.get("identical") else f"differ: {weights.get('why')}"),
+        f"- stuck recoveries: {record['stuck']}; {_final(weights)}",
         f"- load beside the job: {record['load']} busy process(es)",
         *([f"- data, every sample once per epoch: {record['samples']['why']}"] if record.get("samples") else []),
         "",
@@ -72,6 +71,18 @@ def markdown(record: dict[str, Any]) -> str:
         cells = [str(i), blow["kind"], ranks, str(blow["front"]), back, f"{blow['bound_s']:.0f}", blow["finding"]]
         lines.append("| " + " | ".join(job_text.markdown_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _final(weights: dict[str, Any]) -> str:
+    """The final weights (the trainer's) or result (a script's --compare file) against an uninterrupted run."""
+    if weights.get("compared"):
+        verdict = "identical to" if weights["identical"] else f"differs from ({weights['why']})"
+        return f"final {weights['compared']} {verdict} an uninterrupted run's"
+    if weights.get("identical") is None:
+        return f"final result {weights.get('why')}"
+    return "final weights " + (
+        "bit-identical to an uninterrupted run" if weights["identical"] else f"differ: {weights.get('why')}"
+    )
 
 
 def _ratio(value: float | None) -> str:

@@ -12,13 +12,16 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 from lab import chaos, files, output_paths, runtimes
 from lab.chaos import ledger, schedule
+from lab.chaos.on_script import TRAINER_ONLY, ScriptTarget
 from lab.cli.flags import REPORT_DIR, add_run_dir_option, add_verbose
 from lab.errors import LabError
 from lab.exercises import DrillOptions
-from lab.options import NODES, NPROC_PER_NODE, RECOVERY, Option, add_all, run_dir_from_args
+from lab.exercises.script import spec
+from lab.options import NODES, NPROC_PER_NODE, RECOVERY, Option, add_all, given, run_dir_from_args
 
 OPTIONS = (
     schedule.COUNT,
@@ -42,10 +45,35 @@ def register(sub) -> None:
             REPORT_DIR,
         ),
     )
+    group = parser.add_argument_group("your own script (instead of the lab's trainer)")
+    for option in SCRIPT_OPTIONS:  # recorded: one given without --script is refused, at any value
+        option.add_to(group, recorded=True)
+    parser.add_argument("script_args", nargs="*", metavar="-- ARGS", help="arguments for --script")
     runtimes.add_options(parser, drills_only=True, default="local")
     add_verbose(parser)
     add_run_dir_option(parser)
     parser.set_defaults(handler=handle, monitoring="off")
+
+
+SCRIPT_OPTIONS = (spec.SCRIPT, spec.PROGRESS_REGEX, spec.COMPARE, spec.RTOL, spec.DEADLINE)
+
+
+def script_target(args: argparse.Namespace, runtime, where: Path) -> ScriptTarget | None:
+    """The user's script as the campaign's job (lab.chaos.on_script), or None: the lab's trainer.
+    One line for a --script flag without --script, or a recovery the script cannot take."""
+    if not args.script:
+        named = [o.flag for o in SCRIPT_OPTIONS if o.name in given(args)]
+        if named or args.script_args:
+            raise LabError(f"{', '.join(named) or 'arguments after --'}: only with --script (your own training script)")
+        return None
+    if args.recovery == "in-process":
+        raise LabError(
+            "--recovery in-process: not behind lab chaos on your script yet (lab run --recovery in-process "
+            "SCRIPT runs it); use restart or torchrun"
+        )
+    # The script-drill flags a campaign has no use for, at their defaults (never accepted and ignored).
+    told = spec.spec_from_args(argparse.Namespace(**vars(args), at_time=15.0, ckpt_dir=None, workdir=None))
+    return ScriptTarget(told, runtime.script_workdir("chaos"), runtime.script_workdir("chaos-reference"), where)
 
 
 def plan_from_args(args: argparse.Namespace) -> chaos.Plan:
@@ -62,7 +90,10 @@ def plan_from_args(args: argparse.Namespace) -> chaos.Plan:
     mtbf = schedule.seconds(args.mtbf, "--mtbf")
     duration = schedule.seconds(args.duration, "--duration") if args.duration is not None else None
     cut = runtimes.registry()[args.runtime].network_fault_refusal(args)
-    mix = schedule.parse_mix(args.mix, {k.name: cut for k in schedule.KINDS.values() if k.cuts_network and cut})
+    refused = {k.name: cut for k in schedule.KINDS.values() if k.cuts_network and cut}
+    if args.script:
+        refused.update({kind: f"on your script, {why}" for kind, why in TRAINER_ONLY.items()})
+    mix = schedule.parse_mix(args.mix, refused)
     faults = schedule.draw(mix, mtbf, args.seed, count=args.count, duration_s=duration)
     return chaos.Plan(faults, args.seed, args.load)
 
@@ -76,7 +107,7 @@ def handle(args: argparse.Namespace) -> int:
     where = chosen or run_dir.reports / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}"
     runtime = runtimes.from_args(args, run_dir, shared=runtimes.DRILL_FLAGS)
     options = DrillOptions(0, 1, nodes=args.nodes, nproc_per_node=args.nproc_per_node, recovery=args.recovery)
-    exercise = chaos.exercise(plan)
+    exercise = chaos.exercise(plan, script_target(args, runtime, where))
     print(f"chaos: {len(plan.faults)} faults, seed {plan.seed}, over about {plan.faults[-1].at_s:.0f}s; "
           f"load {plan.load}")  # fmt: skip
     try:

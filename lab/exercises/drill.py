@@ -52,6 +52,7 @@ class Drill:
     started: float = field(default_factory=time.time)
     faults: list[dict[str, Any]] = field(default_factory=list)
     out: TextIO = sys.stdout
+    workload: str = ""  # the job's script (a lab workload, or a user's); "": the trainer
 
     @property
     def store_host(self) -> str:
@@ -186,6 +187,8 @@ class Drill:
         self.wait_job(240)
         return events
 
-    def rerun(self, trainer_args: list[str], fresh: str | None = None) -> Path:
-        """Start the trainer again on the same hosts (they stay up between runs); see Runtime.rerun."""
-        return self.runtime.rerun(self.topology, script_path("trainer"), trainer_args, fresh)
+    def rerun(self, trainer_args: list[str], fresh: str | None = None, topology: Topology | None = None) -> Path:
+        """Start the job's script again on the same hosts (they stay up between runs); see Runtime.rerun.
+        topology: the job's own unless given (a user's script run in another working dir)."""
+        script = self.workload or script_path("trainer")
+        return self.runtime.rerun(topology or self.topology, script, trainer_args, fresh)

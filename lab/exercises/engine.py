@@ -93,6 +93,7 @@ def bring_up(exercise: ModuleType, options: DrillOptions, runtime: Runtime, topo
         ckpt_dir=runtime.checkpoint_dir(),
         ray=ray,
         out=out,
+        workload=workload,
     )
     drill.progress(f"{exercise.NAME}: {len(nodes)} nodes x {topology.nproc_per_node} workers up")
     return drill

@@ -30,7 +30,7 @@ def injected(drill: ModuleType, options: Any = None) -> tuple[str, ...]:
 
 def no_script(drill: ModuleType) -> str:
     """Why the drill cannot break a user's script, in one line; "" when it can."""
-    if hasattr(drill, "break_script"):
+    if hasattr(drill, "break_script") or getattr(drill, "SCRIPT_TARGET", False):
         return ""
     return f"{drill.NAME} cannot run on your script: {getattr(drill, 'NO_SCRIPT', 'it has no script side')}"
 

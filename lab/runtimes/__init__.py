@@ -11,7 +11,8 @@ import argparse
 import importlib
 import os
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from lab.errors import LabError
 from lab.options import Option, given
@@ -48,12 +49,20 @@ def runtime_class(name: str) -> type[Runtime]:
     return found[name]
 
 
+def add_runtime_flag(parser: Any, choices: Sequence[str], default: str) -> None:
+    """--runtime alone (`lab bench chaos` takes the runtimes a campaign runs on, none of their flags)."""
+    parser.add_argument("--runtime", choices=choices, default=default, help="where the nodes run (default %(default)s)")
+
+
+def chaos_runtimes() -> list[str]:
+    """The runtimes whose nodes a chaos campaign is proven on (Runtime.CHAOS)."""
+    return [name for name, cls in registry().items() if cls.CHAOS]
+
+
 def add_options(parser: argparse.ArgumentParser, drills_only: bool = False, default: str = AUTO) -> None:
     """--runtime and every runtime's own flags, each once, its help naming the runtimes that take it."""
     group = parser.add_argument_group("runtime")
-    group.add_argument(
-        "--runtime", choices=names(drills_only), default=default, help="where the nodes run (default %(default)s)"
-    )
+    add_runtime_flag(group, names(drills_only), default)
     takers: dict[Option, list[str]] = {}
     for name, cls in registry().items():
         if cls.DRILLS or not drills_only:

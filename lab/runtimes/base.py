@@ -103,6 +103,7 @@ class Runtime(ABC):
     DRILLS: ClassVar[bool] = False  # the exercise engine can drive its nodes (lab exercise run --runtime)
     # lab chaos runs here: its kinds' waits and restarts are proven on this runtime's nodes.
     CHAOS: ClassVar[bool] = False
+    NODES_ARE: ClassVar[str] = "nodes"  # what its nodes are, in a few words ("2 containers")
     # Its nodes' files are this machine's, at the same paths (the run dir, shared or mounted):
     # a drill reads a script's working dir, checkpoints and result file here. Not so in pods.
     HOST_FILES: ClassVar[bool] = True

@@ -44,6 +44,7 @@ class LocalRuntime(MonitoredRuntime):
     OPTIONS = (HOSTS, *MonitoredRuntime.OPTIONS)
     DRILLS = True
     CHAOS = True
+    NODES_ARE = "netns hosts"
     HOST_CODE = True
     AUTO = True
     RDZV_BACKENDS = RDZV_BACKENDS  # every one: etcd-v2's server runs beside the nodes

@@ -8,7 +8,8 @@ With --save-every N each rank saves its model every N steps to rank<R>.pt in its
 dir, as a script that keeps per-rank state on each node's own disk does. With
 --snapshot-every N rank 0 saves a snapshot (model, optimizer, step) every N steps to
 snapshot.pt, and every rank resumes from it at start: the tutorial's pattern. Each step's
-batch comes from the rank and the step alone, so a resumed run trains on the same data.
+batch comes from the rank and the step alone, so a resumed run trains on the same data, and
+with --result FILE rank 0 writes the final weights at the end, for `--compare FILE`.
 --timeout-s is the process-group timeout: torch's default (30 minutes on gloo) would let a
 hung peer hold the others for that long.
 """
@@ -33,6 +34,7 @@ def main() -> None:
     p.add_argument("--timeout-s", type=float, default=1800.0, help="the process group's timeout")
     p.add_argument("--save-every", type=int, default=0, help="each rank saves its model every N steps (0: never)")
     p.add_argument("--snapshot-every", type=int, default=0, help="rank 0 snapshots every N steps (0: never)")
+    p.add_argument("--result", default="", help="at the end rank 0 writes the weights here, one hex float a line")
     args = p.parse_args()
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout_s))
     rank = dist.get_rank()
@@ -62,6 +64,9 @@ def main() -> None:
             os.replace(f"{SNAPSHOT}.tmp", SNAPSHOT)
         time.sleep(max(0.0, args.step_time - (time.monotonic() - started)))
     print(f"rank {rank} done on {os.uname().nodename}", flush=True)
+    if args.result and rank == 0:  # exact: a float's hex form is its bits
+        with open(args.result, "w") as out:
+            out.writelines(f"{v.hex()}\n" for w in model.module.parameters() for v in w.detach().flatten().tolist())
     dist.destroy_process_group()
 
 

@@ -93,3 +93,18 @@ def test_goodput_refuses_a_file_that_is_no_ledger_in_one_line(tmp_path):
     path.write_text(json.dumps({"name": "startup", "figures": {"agent": 1.0}}))
     with pytest.raises(LabError, match="is not a `lab chaos` ledger"):
         fallback_share(argparse.Namespace(fallback_share=None, chaos_json=str(path)))
+
+
+def test_the_plain_train_campaign_runs_long_enough_for_its_schedule_and_compares_its_weights():
+    """lab bench chaos --target plain-train: the lab's ordinary script as the user's, paced, with a
+    snapshot to resume from and its final weights written for --compare; sized to outlast twice
+    its schedule (the recoveries and the work they redo)."""
+    from lab.bench.chaos_campaign import PLAIN_STEP_S, _target
+
+    argv = _target(argparse.Namespace(target="plain-train", count=30, mtbf="15s"))
+    script_args = argv[argv.index("--") + 1 :]
+    steps = int(script_args[script_args.index("--steps") + 1])
+    assert steps * PLAIN_STEP_S >= 2 * 30 * 15
+    assert argv[argv.index("--compare") + 1] == script_args[script_args.index("--result") + 1]
+    assert "--snapshot-every" in script_args and argv[1].endswith("plain_train.py")
+    assert _target(argparse.Namespace(target="trainer", count=30, mtbf="15s")) == []

@@ -14,6 +14,9 @@ from lab.chaos import progress as progress_module
 from lab.chaos.campaign import Blow
 from lab.chaos.progress import Progress
 from lab.errors import LabError
+from lab.workloads import script_path
+
+PLAIN = script_path("plain_train")
 
 
 def test_the_default_mix_is_every_kind_this_runtime_can_inject_and_a_named_one_it_cannot_is_refused():
@@ -77,7 +80,16 @@ def test_a_bad_mix_is_one_line(text, words):
         (["--count", "3", "--mix", "kill-worker,nosuch"], ["unknown fault 'nosuch'"]),
         (["--count", "3", "--report-dir", ""], ["--report-dir is empty"]),
         (["--count", "3", "--runtime", "k8s"], ["does not run on --runtime k8s yet", "proven on docker, local"]),
-        (["--count", "3", "--hosts", "loopback", "--mix", "partition-node"], ["partition-node cannot run here", "netns"]),
+        (
+            ["--count", "3", "--hosts", "loopback", "--mix", "partition-node"],
+            ["partition-node cannot run here", "netns"],
+        ),
+        (["--count", "3", "--compare", "out.pt"], ["--compare: only with --script"]),
+        (["--count", "3", "--deadline", "180"], ["--deadline: only with --script"]),  # its default, given
+        (["--count", "3", "--", "--epochs", "2"], ["arguments after --: only with --script"]),
+        (["--count", "3", "--script", "tests/user_scripts/nosuch.py"], ["--script: no such file"]),
+        (["--count", "3", "--script", PLAIN, "--mix", "hang-worker"], ["hang-worker cannot run here: on your script"]),
+        (["--count", "3", "--script", PLAIN, "--recovery", "in-process"], ["not behind lab chaos on your script"]),
     ],
 )
 def test_bad_input_is_one_line_and_nothing_starts(tmp_path, capsys, args, words):
@@ -136,3 +148,19 @@ def test_the_ledger_splits_wall_time_and_counts_what_was_redone(tmp_path):
     assert record["ettr"] == pytest.approx(2.45 / 3.4, abs=1e-4) and record["steps_redone"] == 1
     table = [line for line in ledger.markdown(record).splitlines() if line.startswith("| 2 ")]
     assert "not injected" in table[0]
+
+
+@pytest.mark.parametrize(
+    ("weights", "said"),
+    [
+        ({"identical": True}, "final weights bit-identical to an uninterrupted run"),
+        ({"identical": False, "why": "checksums a against b"}, "final weights differ: checksums a against b"),
+        ({"identical": None, "why": "not compared: give --compare FILE"}, "final result not compared: give --compare"),
+        ({"identical": True, "compared": "r.txt", "why": ""}, "final r.txt identical to an uninterrupted run's"),
+        ({"identical": False, "compared": "r.txt", "why": "r.txt differs"}, "final r.txt differs from (r.txt differs)"),
+    ],
+)
+def test_the_ledger_says_what_the_end_was_compared_with(tmp_path, weights, said):
+    """The trainer's weights, or a script's --compare file, or nothing compared: said as it is."""
+    record = ledger.ledger([], recorded(tmp_path), weights, {"seed": 1, "load": 0, "recovery_style": "restart"})
+    assert said in ledger.markdown(record)
