@@ -53,9 +53,10 @@ def test_the_docs_campaign_recovers_every_fault(lab):
     assert_nothing_left(lab)
 
 
-def test_the_docs_campaign_on_an_ordinary_script_resumes_it_each_time_and_ends_identical(lab):
+def test_the_docs_campaign_on_an_ordinary_script_resumes_it_each_time_and_ends_where_a_run_without_faults_does(lab):
     """plain_train, no lab import: every kind a script can take, its final weights against a
-    fault-free run of it in a working dir of its own."""
+    fault-free run of it in a working dir of its own, within --rtol (4 ranks resumed from a
+    snapshot sum one step's gradients in another order: docs/chaos.md)."""
     shown = next(c.text for c in commands("docs/chaos.md") if "--script" in c.text)
     out = lab(*shlex.split(shown)[1:], timeout=900)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
@@ -63,7 +64,8 @@ def test_the_docs_campaign_on_an_ordinary_script_resumes_it_each_time_and_ends_i
     assert {f["kind"] for f in record["faults"]} == set(KINDS) - set(TRAINER_ONLY)
     assert record["faults_injected"] == 6 and record["stuck"] == 0 and record["recovery_style"] != "in-process"
     assert record["final_weights"]["identical"] is True, record["final_weights"]
-    assert record["final_weights"]["compared"] == "result.txt" and record["steps_redone"] > 0
+    assert record["final_weights"]["compared"] == "result.txt" and "within" in record["final_weights"]["how"]
+    assert record["steps_redone"] > 0
     assert_nothing_left(lab)
 
 

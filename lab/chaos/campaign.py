@@ -25,6 +25,8 @@ POLL_S = 0.05
 PREEMPT_GRACE_S = 10.0
 NODE_BACK_AFTER_S = 1.0
 NODE_LOSSES = ("kill-node", "lose-store")  # a node SIGKILLed whole (lose-store: node 0, the store's host)
+ALONE_S = 10.0  # after a node of the job ended, how long the others get to end on their own (start_again)
+SECOND_KILL_WITHIN_S = 30.0  # kill-in-regroup's second blow: until a worker of the new generation is there
 PARTITION_S = 6.0  # longer than a keeper's silence bound (5 s), shorter than the process group's timeout
 FINISH_STEPS = 100  # steps past the front the job runs once the schedule is over (finish_soon)
 STEP_TIME_S, CKPT_EVERY = 0.05, 20  # the campaign's paced trainer (lab.chaos)
@@ -92,9 +94,24 @@ def strike(drill: Any, progress: Progress, planned: Planned, world: int, ckpt_ev
         return [first]
     second = (first + 1 + int(planned.second_draw * (world - 1))) % world
     time.sleep(0.05)  # the survivors are regrouping now
-    node, local = drill.locate(second)
-    drill.inject(node, "kill_worker", local_rank=local)
+    kill_in_the_regroup(drill, *drill.locate(second))
     return [first, second]
+
+
+def kill_in_the_regroup(drill: Any, node: str, local_rank: int, within_s: float = SECOND_KILL_WITHIN_S) -> None:
+    """The second blow of kill-in-regroup. In-process, the rank is a survivor, regrouping. Under a
+    restart its agent has stopped every worker of the node already, and the blow lands on the
+    worker it starts in their place (a campaign on a script once found none to hit, 50 ms after
+    the first blow, and stopped)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            drill.inject(node, "kill_worker", local_rank=local_rank)
+            return
+        except LabError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def finish_soon(drill: Any, steps: int, say=print) -> int:
@@ -137,8 +154,23 @@ def _wait_for_a_save_step(progress: Progress, ckpt_every: int, timeout_s: float 
 def start_again(drill: Any, trainer_args: list[str], bound_s: float) -> None:
     """After a preemption (every rank stops at the agreed step) or the loss of the node that held
     the job's store (every node ends): the job starts again on the same hosts, as a scheduler
-    would, and resumes from its checkpoint."""
-    drill.wait_for(lambda: all(c is not None for c in drill.exit_codes().values()), bound_s, "the job to stop")
+    would, and resumes from its checkpoint. A user's script agrees on no step: the nodes left
+    wait in the rendezvous for the one preempted, so ALONE_S after a node ended the others are
+    stopped, as a scheduler ends a job that lost a node (a campaign on a script once waited
+    out its bound there)."""
+
+    def ended() -> dict[str, int | None]:
+        return {name: code for name, code in drill.exit_codes().items() if code is not None}
+
+    drill.wait_for(ended, bound_s, "a node of the job to stop")
+    try:
+        drill.wait_for(lambda: len(ended()) == len(drill.agents), ALONE_S, "the job to stop")
+    except LabError:
+        gone = ended()
+        for node in drill.runtime.attach():
+            if node.name not in gone:
+                node.stop(grace_s=5.0)
+        drill.wait_for(lambda: len(ended()) == len(drill.agents), bound_s, "the job's other nodes to stop")
     drill.rerun(trainer_args)
 
 

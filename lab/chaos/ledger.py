@@ -76,8 +76,8 @@ def markdown(record: dict[str, Any]) -> str:
 def _final(weights: dict[str, Any]) -> str:
     """The final weights (the trainer's) or result (a script's --compare file) against an uninterrupted run."""
     if weights.get("compared"):
-        verdict = "identical to" if weights["identical"] else f"differs from ({weights['why']})"
-        return f"final {weights['compared']} {verdict} an uninterrupted run's"
+        verdict = "as" if weights["identical"] else "differs from"
+        return f"final {weights['compared']} {verdict} an uninterrupted run's ({weights.get('how') or weights['why']})"
     if weights.get("identical") is None:
         return f"final result {weights.get('why')}"
     return "final weights " + (

@@ -34,7 +34,7 @@ def main() -> None:
     p.add_argument("--timeout-s", type=float, default=1800.0, help="the process group's timeout")
     p.add_argument("--save-every", type=int, default=0, help="each rank saves its model every N steps (0: never)")
     p.add_argument("--snapshot-every", type=int, default=0, help="rank 0 snapshots every N steps (0: never)")
-    p.add_argument("--result", default="", help="at the end rank 0 writes the weights here, one hex float a line")
+    p.add_argument("--result", default="", help="at the end rank 0 writes the weights here, one number a line")
     args = p.parse_args()
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout_s))
     rank = dist.get_rank()
@@ -64,9 +64,9 @@ def main() -> None:
             os.replace(f"{SNAPSHOT}.tmp", SNAPSHOT)
         time.sleep(max(0.0, args.step_time - (time.monotonic() - started)))
     print(f"rank {rank} done on {os.uname().nodename}", flush=True)
-    if args.result and rank == 0:  # exact: a float's hex form is its bits
+    if args.result and rank == 0:  # exact: a float's repr reads back as the same bits
         with open(args.result, "w") as out:
-            out.writelines(f"{v.hex()}\n" for w in model.module.parameters() for v in w.detach().flatten().tolist())
+            out.writelines(f"{v!r}\n" for w in model.module.parameters() for v in w.detach().flatten().tolist())
     dist.destroy_process_group()
 
 

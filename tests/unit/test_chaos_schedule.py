@@ -156,8 +156,14 @@ def test_the_ledger_splits_wall_time_and_counts_what_was_redone(tmp_path):
         ({"identical": True}, "final weights bit-identical to an uninterrupted run"),
         ({"identical": False, "why": "checksums a against b"}, "final weights differ: checksums a against b"),
         ({"identical": None, "why": "not compared: give --compare FILE"}, "final result not compared: give --compare"),
-        ({"identical": True, "compared": "r.txt", "why": ""}, "final r.txt identical to an uninterrupted run's"),
-        ({"identical": False, "compared": "r.txt", "why": "r.txt differs"}, "final r.txt differs from (r.txt differs)"),
+        (
+            {"identical": True, "compared": "r.txt", "why": "", "how": "bitwise equal (9 bytes)"},
+            "final r.txt as an uninterrupted run's (bitwise equal (9 bytes))",
+        ),
+        (
+            {"identical": False, "compared": "r.txt", "why": "r.txt differs", "how": "r.txt differs"},
+            "final r.txt differs from an uninterrupted run's (r.txt differs)",
+        ),
     ],
 )
 def test_the_ledger_says_what_the_end_was_compared_with(tmp_path, weights, said):
