@@ -26,6 +26,10 @@ def ledger_of(stdout: str) -> dict:
     return json.loads(Path(line.split()[1].rstrip(",")).read_text())
 
 
+def report_dir_of(stdout: str) -> Path:
+    return Path(next(line for line in stdout.splitlines() if line.startswith("ledger: ")).split()[1].rstrip(",")).parent
+
+
 def busy_of(run_dir: Path) -> list[int]:
     """The pids of the campaign's busy processes: marked with the run dir (lab.chaos.load)."""
     found = []
@@ -50,6 +54,9 @@ def test_the_docs_campaign_recovers_every_fault(lab):
     assert all(f["recovered_s"] is not None and f["recovered_s"] < f["bound_s"] for f in record["faults"])
     assert record["final_weights"]["identical"] is True, record["final_weights"]
     assert 0 < record["ettr"] <= 1 and record["productive_s"] < record["wall_s"]
+    logs = report_dir_of(out.stdout) / "nodes"  # what each node said, kept after the lab came down
+    assert {p.name for p in logs.iterdir()} == {"node0.log", "node1.log"}
+    assert "keeper" in (logs / "node0.log").read_text()
     assert_nothing_left(lab)
 
 
@@ -84,5 +91,6 @@ def test_an_interrupted_campaign_beside_a_busy_process_leaves_nothing_and_writes
     record = ledger_of(rest)
     assert 1 <= record["faults_injected"] < 10 and record["load"] == 1
     assert record["final_weights"] == {"identical": False, "why": "interrupted"}
+    assert (report_dir_of(rest) / "nodes" / "node1.log").stat().st_size > 0
     assert busy_of(lab.run_dir) == []
     assert_nothing_left(lab)

@@ -66,6 +66,7 @@ def exercise(plan: Plan, target: ScriptTarget | None = None) -> Any:
                 loaded = running()
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the ledger of what ran, while the events still exist
             state.partial = ledger.ledger(blows, _progress(drill), {"identical": False, "why": "interrupted"}, setup)
+            state.logs = drill.node_logs()
             raise
         progress = _progress(drill)
         if target:
@@ -74,6 +75,7 @@ def exercise(plan: Plan, target: ScriptTarget | None = None) -> Any:
             job = paced_trainer(setup["steps"], CKPT_EVERY, STEP_TIME_S)  # as it ran last (finish_soon)
             weights = campaign.final_weights(drill, job[:-2], progress, blows)  # the reference runs unpaced
         record = ledger.ledger(blows, progress, weights, setup, until=over)
+        state.logs = drill.node_logs()  # kept beside the ledger: what a slow recovery's nodes said
         report = drill.new_report("chaos")
         _judge(report, record, plan, target is not None, loaded)
         samples.check(report, drill.events())  # exactly-once data, through every recovery
@@ -83,6 +85,7 @@ def exercise(plan: Plan, target: ScriptTarget | None = None) -> Any:
 
     state = SimpleNamespace(
         partial=None,  # the ledger of what ran, when the campaign was interrupted
+        logs={},  # each node's log (its last 8 MiB), read before the lab comes down
         NAME="chaos",
         SUMMARY="random faults on one long job",
         IN_PROCESS_JUDGED=target is None,

@@ -114,19 +114,24 @@ def handle(args: argparse.Namespace) -> int:
         report = run_drill(exercise, options, runtime, verbose=args.verbose)
     except KeyboardInterrupt:
         if exercise.partial is not None:  # torn down already: what ran is still told
-            write_ledger(run_dir, where, exercise.partial)
+            write_ledger(run_dir, where, exercise.partial, exercise.logs)
         raise
     record = report.facts["ledger"]
     record["recovery_style"] = report.facts.get("recovery_style", {}).get("style", record["recovery_style"])
     report.summary()
-    write_ledger(run_dir, where, record)
+    write_ledger(run_dir, where, record, exercise.logs)
     return 0 if report.verdict == "pass" else 1
 
 
-def write_ledger(run_dir, where, record: dict) -> None:
+def write_ledger(run_dir, where, record: dict, logs: dict[str, str]) -> None:
+    """chaos.json, chaos.md, and each node's log as nodes/NAME.log (the run dir's go with `lab down`)."""
     run_dir.claim_for_report(where)
-    where.mkdir(parents=True, exist_ok=True)
+    (where / "nodes").mkdir(parents=True, exist_ok=True)
+    for name, text in logs.items():
+        files.write_text(where / "nodes" / f"{name}.log", text)
     files.write_text(where / "chaos.json", json.dumps(record, indent=2) + "\n")
     files.write_text(where / "chaos.md", ledger.markdown(record))
     print(ledger.markdown(record))
-    print(f"ledger: {where / 'chaos.json'}, {where / 'chaos.md'}")
+    print(
+        f"ledger: {where / 'chaos.json'}, {where / 'chaos.md'}" + (f"; node logs in {where / 'nodes'}" if logs else "")
+    )
