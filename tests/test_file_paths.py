@@ -34,6 +34,7 @@ WHY = {
     "lab/bench/__init__.py": PROC,
     "lab/bench/docs.py": PROC,
     "lab/bench/scale_sim.py": PROC + " (its own network namespace's TCP counters)",
+    "lab/bench/ray_cluster.py": OWN + ": each Ray machine's output, in the cluster's own 0700 temp dir",
     "lab/bench/cages.py": PROC + " (cgroup controllers), and a cgroup the bench made",
     "lab/node/nodeproc.py": INSIDE_A_NODE,
     "lab/node/restart_budget.py": INSIDE_A_NODE,

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import procs
+from lab import files, procs
 from lab.errors import LabError
 from lab.runtimes import netns
 
@@ -36,6 +36,10 @@ JOIN_S = 120.0
 # node 0's shim, orphaned by its actor, was adopted by the machine's and then SIGTERMed or not,
 # as the race went (one CI run of tests/test_ray_runtime.py lost node 0's ranks that way).
 NAMED_EXEC = "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execv(sys.argv[2], sys.argv[2:])"
+
+
+class MachineEnded(LabError):
+    """A machine's `ray start --block` ended before it joined the cluster."""
 
 
 @dataclass
@@ -81,6 +85,18 @@ class RayCluster:
         return gcs
 
     def start_machine(self, index: int) -> None:
+        """`ray start` on a machine, until it has joined: once more if its first start ended (under
+        load on 2 cores a worker's `ray start` once gave up before the head answered, and the
+        machine never joined: 7 tests of a CI run errored on it, with nothing said of why)."""
+        for attempt in (1, 2):
+            started = self._ray_start(index)
+            try:
+                return self.wait_for_machines(index + 1, started)
+            except MachineEnded as ended:
+                if attempt == 2:
+                    raise LabError(str(ended)) from None
+
+    def _ray_start(self, index: int) -> subprocess.Popen:
         host = self.hosts[index]
         role = (
             ["--head", f"--port={GCS_PORT}", "--include-dashboard=false"]
@@ -95,10 +111,17 @@ class RayCluster:
             "--object-store-memory=100000000", f"--temp-dir={machine}", "--disable-usage-stats",
         ]  # fmt: skip
         env = {**os.environ, **self.env, CLUSTER_MARK: self.net.lab_id}
-        subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
-        self.wait_for_machines(index + 1)
+        # Its output in the cluster's own 0700 temp dir, which no job writes: what a machine that
+        # never joined said.
+        log = os.open(self.temp / f"m{index}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            return subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True, env=env)
+        finally:
+            os.close(log)
 
-    def wait_for_machines(self, count: int) -> None:
+    def wait_for_machines(self, count: int, started: subprocess.Popen | None = None) -> None:
+        """Until `count` machines are in the cluster; MachineEnded when `started` (the last one's
+        `ray start --block`) ended first, LabError after JOIN_S, each saying what it printed last."""
         deadline, said = time.monotonic() + JOIN_S, "no answer"
         while time.monotonic() < deadline:
             status = subprocess.run(
@@ -108,8 +131,20 @@ class RayCluster:
             if status.stdout.count("node_") >= count and "Active:" in status.stdout:
                 return
             said = ((status.stdout + status.stderr).strip().splitlines() or ["no answer"])[-1]
+            if started is not None and started.poll() is not None:
+                raise MachineEnded(
+                    f"machine {count - 1}'s `ray start` exited {started.returncode} before it joined the Ray "
+                    f"cluster at {self.address}: {self._last_words(count - 1)}"
+                )
             time.sleep(1)
-        raise LabError(f"machine {count - 1} never joined the Ray cluster at {self.address}: {said}")
+        raise LabError(
+            f"machine {count - 1} never joined the Ray cluster at {self.address} in {JOIN_S:g} s: {said}; "
+            f"it said: {self._last_words(count - 1)}"
+        )
+
+    def _last_words(self, index: int) -> str:
+        text = files.read_text(self.temp / f"m{index}.log", 1 << 16, tail=True) or ""
+        return " / ".join(line.strip() for line in text.strip().splitlines()[-3:]) or "nothing"
 
     def stop(self) -> None:
         for pid in self.pids():

@@ -225,9 +225,7 @@ def run(
         # declared from such steps, before the node's ranks had started again).
         blow.front = progress.polled().front()
         struck = drill.faults[landed]["node"]
-        if planned.kind == "preempt-node" or (
-            planned.kind in ("kill-node", "lose-store") and loses_the_job(drill, struck)
-        ):
+        if planned.kind == "preempt-node" or (planned.kind in NODE_LOSSES and loses_the_job(drill, struck)):
             start_again(drill, trainer_args, blow.bound_s)
         watch(progress, blow, world, lambda: _ended(drill))
         if not blow.finding and KINDS[planned.kind].kills and not set(blow.ranks) <= progress.started_since(blow.time):
