@@ -7,6 +7,8 @@ Two faults leave a spare nothing to take over (lab.node.inprocess.rounds opens t
   the other keepers stop their ranks, which have no group to rejoin, and wait for the node's
   keeper to come back (a runtime or a drill starts it again) and ask for a round; a keeper
   that starts in a job already under way (its node's beat is in the store) does so at once.
+  One that beats again was only cut off or stalled (a partition: each side judged the other
+  lost): the keeper waiting for it asks for the round itself.
 In a round each keeper stops every rank it holds and starts them afresh in the round's
 generation, as at the job's start: they load the script's checkpoint. Each round counts as one
 replacement of the node's budget and is recorded as a lab.group_restarted agent event.
