@@ -97,6 +97,7 @@ bench: venv host-deps ## measure everything (about an hour) and write docs/bench
 	$(BIN)/lab bench collectives --out $(BENCH_OUT)
 	$(BIN)/lab bench recovery --worlds 4,8,16 --out $(BENCH_OUT) $$(docker info >/dev/null 2>&1 && echo --runtimes local,docker)
 	$(BIN)/lab bench chaos --out $(BENCH_OUT)
+	$(BIN)/lab bench chaos --runtime docker --out $(BENCH_OUT)
 	$(BIN)/lab bench goodput --out $(BENCH_OUT) --chaos-json $(BENCH_OUT)/chaos.json
 	$(BIN)/lab bench detection --out $(BENCH_OUT)
 	$(BIN)/lab bench diagnosis --hosts netns --out $(BENCH_OUT)
