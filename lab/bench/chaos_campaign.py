@@ -24,6 +24,7 @@ from pathlib import Path
 from lab import files, procs, runtimes
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.chaos import schedule
+from lab.chaos.on_script import TRAINER_ONLY
 from lab.errors import LabError
 from lab.options import Option, add_all
 from lab.workloads import script_path
@@ -36,6 +37,7 @@ OPTIONS = (  # lab chaos's own flags, with the defaults of `make chaos`
     Option("--target", "the job struck (default %(default)s)", "trainer", choices=("trainer", "plain-train")),
 )
 LOCAL = "local"  # the runtime `make chaos` runs on, whose section keeps the plain name
+SCRIPT_TAIL_S = 60.0  # plain_train's steps past the last planned fault
 PLAIN_STEP_S = 0.02  # plain_train's pace: its reference runs at it too (a user's script has no unpaced mode)
 HOUR_S = 3600.0
 
@@ -67,20 +69,24 @@ def run(args, out_dir: Path) -> BenchResult:
 
 
 def _target(args) -> list[str]:
-    """lab chaos's flags for the job struck: plain_train runs long enough for the whole schedule,
-    redone work and recoveries included, snapshots every 20 steps and writes its weights at the end."""
+    """lab chaos's flags for the job struck: plain_train runs until a minute past the schedule's
+    last fault (at its pace: recoveries lengthen the job as they delay the faults), snapshots
+    every 20 steps and writes its weights at the end. Its numbers are compared within 1e-3: DDP
+    regroups its gradient buckets after a resume, and at 4 ranks gloo's ring then sums some
+    elements in another order (docs/chaos.md); the trainer is the bit-identical one."""
     if args.target == "trainer":
         return []
-    steps = int((args.count * schedule.seconds(args.mtbf, "--mtbf") * 2 + 60) / PLAIN_STEP_S)
+    mix = schedule.parse_mix(None, refused=dict(TRAINER_ONLY))  # lab chaos --script's default mix
+    planned = schedule.draw(mix, schedule.seconds(args.mtbf, "--mtbf"), args.seed, count=args.count, duration_s=None)
+    steps = int((planned[-1].at_s + SCRIPT_TAIL_S) / PLAIN_STEP_S)
     script = ["--steps", str(steps), "--step-time", str(PLAIN_STEP_S), "--snapshot-every", "20"]
     script += ["--timeout-s", "20", "--result", "result.txt"]
-    return ["--script", script_path("plain_train"), "--compare", "result.txt", "--", *script]
+    return ["--script", script_path("plain_train"), "--compare", "result.txt", "--rtol", "1e-3", "--", *script]
 
 
 def section(record: dict) -> list[str]:
     """The ledger by kind, its figures and its goals, as markdown lines."""
     faults = [f for f in record["faults"] if f["time"] is not None]
-    identical = bool(record["final_weights"].get("identical"))
     lines = [
         f"`lab chaos` with seed {record['seed']}: {record['faults_injected']} of {record['faults_planned']} faults "
         f"injected ({record['faults_inside_a_recovery']} inside a recovery), {record['recovery_style']} recovery, "
@@ -90,7 +96,7 @@ def section(record: dict) -> list[str]:
         f"- wall {record['wall_s']:.0f} s from the first step to the last: productive {record['productive_s']:.0f} s, "
         f"recovery {sum(record['recovery_s'].values()):.0f} s, checkpoints {record['checkpoint_s']:.1f} s",
         f"- measured ETTR {100 * (record['ettr'] or 0):.1f}%; steps redone {record['steps_redone']}; "
-        f"final weights {'bit-identical to an uninterrupted run' if identical else 'differ'}",
+        f"final {_weights(record['final_weights'])}",
         "",
         "| fault | struck | back in, median s | worst s | bound s | findings |",
         "|---|---|---|---|---|---|",
@@ -110,7 +116,7 @@ def section(record: dict) -> list[str]:
             record["faults_injected"] == record["faults_planned"],
             f"{record['faults_injected']} of {record['faults_planned']}",
         ),
-        goal_line("final weights bit-identical", identical, record["final_weights"].get("why") or "same bits"),
+        _weights_goal(record["final_weights"]),
         *_data_goal(record.get("samples")),
         goal_line(
             ">= 100 faults in <= 60 minutes",
@@ -119,6 +125,18 @@ def section(record: dict) -> list[str]:
         ),
     ]
     return lines
+
+
+def _weights(weights: dict) -> str:
+    if weights.get("compared"):  # a script's result file (lab.chaos.on_script)
+        return f"{weights['compared']} {'as' if weights['identical'] else 'differs from'} an uninterrupted run's"
+    return "weights " + ("bit-identical to an uninterrupted run" if weights.get("identical") else "differ")
+
+
+def _weights_goal(weights: dict) -> str:
+    if weights.get("compared"):
+        return goal_line("final result as an uninterrupted run's", bool(weights["identical"]), weights["how"])
+    return goal_line("final weights bit-identical", bool(weights.get("identical")), weights.get("why") or "same bits")
 
 
 def _hosts(record: dict) -> str:
