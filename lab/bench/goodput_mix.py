@@ -33,7 +33,8 @@ from pathlib import Path
 from lab import files
 from lab.bench.result import goal_line
 from lab.chaos import PG_TIMEOUT_S
-from lab.chaos.campaign import CKPT_EVERY, NODE_BACK_AFTER_S, PARTITION_S, STEP_TIME_S
+from lab.chaos.campaign import CKPT_EVERY, STEP_TIME_S
+from lab.chaos.strikes import NODE_BACK_AFTER_S, PARTITION_S
 from lab.inprocess.heartbeat import frozen_after
 
 START_ROW = "lab up (netns hosts, no Prometheus)"  # lab bench startup's row for a job started on netns hosts

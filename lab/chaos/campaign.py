@@ -17,17 +17,13 @@ from typing import Any
 from lab.chaos import divergence
 from lab.chaos.progress import Progress
 from lab.chaos.schedule import KINDS, Planned
+from lab.chaos.strikes import PREEMPT_GRACE_S, loses_the_job, strike
 from lab.errors import LabError
 from lab.exercises import observe
 from lab.exercises.drill import paced_trainer
 
 POLL_S = 0.05
-PREEMPT_GRACE_S = 10.0
-NODE_BACK_AFTER_S = 1.0
-NODE_LOSSES = ("kill-node", "lose-store")  # a node SIGKILLed whole (lose-store: node 0, the store's host)
 ALONE_S = 10.0  # after a node of the job ended, how long the others get to end on their own (start_again)
-SECOND_KILL_WITHIN_S = 30.0  # kill-in-regroup's second blow: until a worker of the new generation is there
-PARTITION_S = 6.0  # longer than a keeper's silence bound (5 s), shorter than the process group's timeout
 FINISH_STEPS = 100  # steps past the front the job runs once the schedule is over (finish_soon)
 STEP_TIME_S, CKPT_EVERY = 0.05, 20  # the campaign's paced trainer (lab.chaos)
 
@@ -65,55 +61,6 @@ def bound_s(kind: str, pg_timeout_s: int) -> float:
     return 2 * pg_timeout_s + 30.0
 
 
-def strike(drill: Any, progress: Progress, planned: Planned, world: int, ckpt_every: int) -> list[int]:
-    """Land one fault; returns the ranks it hit."""
-    first = int(planned.rank_draw * world)
-    if planned.kind == "lose-store":
-        first = next(r for r in range(world) if drill.locate(r)[0] == drill.store_host)
-    if planned.kind == "kill-after-save":
-        _wait_for_a_save_step(progress, ckpt_every)
-    node, local = drill.locate(first)
-    if planned.kind == "hang-worker":
-        drill.inject(node, "pause_worker", local_rank=local)
-    elif planned.kind == "partition-node":
-        drill.inject(node, "partition")
-        time.sleep(PARTITION_S)
-        drill.inject(node, "heal")
-        return [r for r in range(world) if drill.locate(r)[0] == node]
-    elif planned.kind == "preempt-node":
-        drill.inject(node, "preempt", grace_s=PREEMPT_GRACE_S)
-    elif planned.kind in NODE_LOSSES:
-        drill.inject(node, "kill_node")
-        if not loses_the_job(drill, node):
-            time.sleep(NODE_BACK_AFTER_S)  # the machine reboots: its agent starts again with the same command
-            drill.inject(node, "restart")
-        return [r for r in range(world) if drill.locate(r)[0] == node]
-    else:
-        drill.inject(node, "kill_worker", local_rank=local)
-    if planned.kind != "kill-in-regroup":
-        return [first]
-    second = (first + 1 + int(planned.second_draw * (world - 1))) % world
-    time.sleep(0.05)  # the survivors are regrouping now
-    kill_in_the_regroup(drill, *drill.locate(second))
-    return [first, second]
-
-
-def kill_in_the_regroup(drill: Any, node: str, local_rank: int, within_s: float = SECOND_KILL_WITHIN_S) -> None:
-    """The second blow of kill-in-regroup. In-process, the rank is a survivor, regrouping. Under a
-    restart its agent has stopped every worker of the node already, and the blow lands on the
-    worker it starts in their place (a campaign on a script once found none to hit, 50 ms after
-    the first blow, and stopped)."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            drill.inject(node, "kill_worker", local_rank=local_rank)
-            return
-        except LabError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
-
-
 def finish_soon(drill: Any, steps: int, say=print) -> int:
     """Once the schedule is over, the job ends FINISH_STEPS past the front, whatever rate this
     machine gives it: it is preempted (every rank checkpoints at an agreed step) and started
@@ -128,27 +75,6 @@ def finish_soon(drill: Any, steps: int, say=print) -> int:
     drill.inject(drill.locate(0)[0], "preempt", grace_s=PREEMPT_GRACE_S)
     start_again(drill, paced_trainer(target, CKPT_EVERY, STEP_TIME_S), 2 * PREEMPT_GRACE_S + 60)
     return target
-
-
-def loses_the_job(drill: Any, node: str) -> bool:
-    """Node 0 hosts the job's store, whatever the recovery style: the rendezvous store in its
-    agent (restart styles) or the job's store in its keeper (in-process). Lost, every other node
-    loses the store and ends at once, by design (docs/recovery.md): the job is over, and a
-    scheduler starts it again, whole, from the checkpoint. (Node 0 started again alone waits for
-    peers that ended, and gives up at the join timeout, under torchrun and under in-process
-    recovery alike: lab.inprocess.heartbeat.ABSENT_EXIT. Found by this campaign: each lapsed join
-    was once taken for a hang and restarted, round after round, for over 8 minutes.)"""
-    return node == drill.store_host
-
-
-def _wait_for_a_save_step(progress: Progress, ckpt_every: int, timeout_s: float = 60) -> None:
-    """Until the front reaches the next step at the checkpoint interval: the save begins then."""
-    progress.poll()
-    target = (progress.front() // ckpt_every + 1) * ckpt_every
-    deadline = time.monotonic() + timeout_s
-    while progress.front() < target and time.monotonic() < deadline:
-        time.sleep(0.005)
-        progress.poll()
 
 
 def start_again(drill: Any, trainer_args: list[str], bound_s: float) -> None:
@@ -225,7 +151,7 @@ def run(
         # declared from such steps, before the node's ranks had started again).
         blow.front = progress.polled().front()
         struck = drill.faults[landed]["node"]
-        if planned.kind == "preempt-node" or (planned.kind in NODE_LOSSES and loses_the_job(drill, struck)):
+        if KINDS[planned.kind].stops_the_job or (KINDS[planned.kind].loses_a_node and loses_the_job(drill, struck)):
             start_again(drill, trainer_args, blow.bound_s)
         watch(progress, blow, world, lambda: _ended(drill))
         if not blow.finding and KINDS[planned.kind].kills and not set(blow.ranks) <= progress.started_since(blow.time):

@@ -25,6 +25,8 @@ class Kind:
     in_recovery: bool = False  # its second blow lands inside the first one's recovery
     kills: bool = True  # every rank it hits is a new process afterwards (a partition need not be)
     cuts_network: bool = False  # needs nodes with networks of their own (Runtime.network_fault_refusal)
+    loses_a_node: bool = False  # a node SIGKILLed whole: node 0's loss ends the job (campaign.loses_the_job)
+    stops_the_job: bool = False  # every rank stops; the campaign starts the job again, as a scheduler would
 
 
 KINDS = {
@@ -36,12 +38,14 @@ KINDS = {
             "kill-node",
             "SIGKILL a node's agent and every worker at once (a machine lost), then start it again 1 s later",
             ("kill_node", "restart"),
+            loses_a_node=True,
         ),
         Kind(
             "preempt-node",
             "SIGTERM one node with a grace period (a VM reclaimed); the job stops at an agreed step, "
             "checkpointed, and is started again, as a scheduler would",
             ("preempt",),
+            stops_the_job=True,
         ),
         Kind(
             "partition-node",
@@ -56,6 +60,7 @@ KINDS = {
             "SIGKILL node 0 whole, which holds the job's store (the rendezvous store, or the in-process keepers'): "
             "every node loses it and the job ends; the campaign starts it again whole, as a scheduler would",
             ("kill_node",),
+            loses_a_node=True,
         ),
         Kind(
             "kill-in-regroup",

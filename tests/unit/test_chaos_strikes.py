@@ -1,0 +1,94 @@
+"""Each chaos kind lands through the Node faults its declaration names (a runtime's refusal speaks
+for a kind by them: lab.exercises.grid), and hits the ranks the campaign then watches.
+
+The drill here records what it is asked to inject instead of reaching nodes: what the faults do to
+real processes is proven by tests/test_chaos.py's campaigns; this proves which faults each kind asks
+for, for every kind, in milliseconds."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab.chaos import strikes
+from lab.chaos.schedule import KINDS, Planned
+
+WORLD, PER_NODE = 4, 2
+
+
+class RecordingDrill:
+    store_host = "node0"
+
+    def __init__(self) -> None:
+        self.injected: list[tuple[str, str, dict]] = []
+
+    def locate(self, rank: int) -> tuple[str, int]:
+        return f"node{rank // PER_NODE}", rank % PER_NODE
+
+    def inject(self, node: str, fault: str, **kwargs) -> None:
+        self.injected.append((node, fault, kwargs))
+
+
+class SavingProgress:
+    """Steps that reach the next checkpoint step a few polls after they are first read."""
+
+    def __init__(self) -> None:
+        self.step = 37
+
+    def poll(self) -> None:
+        self.step += 1
+
+    def front(self) -> int:
+        return self.step
+
+
+@pytest.fixture(autouse=True)
+def no_waiting(monkeypatch):
+    monkeypatch.setattr(strikes.time, "sleep", lambda seconds: None)
+
+
+def test_every_declared_kind_has_a_strike_and_every_strike_a_declaration():
+    assert set(strikes.STRIKES) == set(KINDS)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("draw", [0.0, 0.3, 0.6, 0.99])
+def test_each_kind_injects_only_the_node_faults_it_declares_and_hits_ranks_of_the_world(kind, draw):
+    drill = RecordingDrill()
+    hit = strikes.strike(drill, SavingProgress(), Planned(1.0, kind, draw, 0.5), WORLD, 20)
+    asked = {fault for _, fault, _ in drill.injected}
+    assert asked and asked <= set(KINDS[kind].injects), (kind, asked)
+    assert hit and set(hit) <= set(range(WORLD)) and len(set(hit)) == len(hit)
+    struck_nodes = {node for node, _, _ in drill.injected}
+    assert struck_nodes == {drill.locate(r)[0] for r in hit}, (kind, struck_nodes, hit)
+
+
+@pytest.mark.parametrize("draw", [0.0, 0.6, 0.99])
+def test_a_node_lost_is_every_rank_of_it_and_only_a_node_other_than_the_stores_comes_back(draw):
+    drill = RecordingDrill()
+    hit = strikes.strike(drill, SavingProgress(), Planned(1.0, "kill-node", draw, 0.5), WORLD, 20)
+    node = drill.locate(hit[0])[0]
+    assert sorted(hit) == [r for r in range(WORLD) if drill.locate(r)[0] == node]
+    restarted = [f for n, f, _ in drill.injected if f == "restart"]
+    assert restarted == ([] if node == drill.store_host else ["restart"])
+
+
+@pytest.mark.parametrize("draw", [0.0, 0.6, 0.99])
+def test_losing_the_store_hits_the_stores_host_whatever_rank_was_drawn(draw):
+    drill = RecordingDrill()
+    hit = strikes.strike(drill, SavingProgress(), Planned(1.0, "lose-store", draw, 0.5), WORLD, 20)
+    assert {drill.locate(r)[0] for r in hit} == {drill.store_host}
+    assert [f for _, f, _ in drill.injected] == ["kill_node"]
+
+
+@pytest.mark.parametrize("second", [0.0, 0.5, 0.99])
+def test_a_kill_in_the_regroup_hits_two_different_ranks(second):
+    drill = RecordingDrill()
+    hit = strikes.strike(drill, SavingProgress(), Planned(1.0, "kill-in-regroup", 0.3, second), WORLD, 20)
+    assert len(hit) == 2 and hit[0] != hit[1]
+    assert [f for _, f, _ in drill.injected] == ["kill_worker", "kill_worker"]
+
+
+def test_a_kill_after_save_waits_for_the_next_checkpoint_step():
+    drill, progress = RecordingDrill(), SavingProgress()
+    strikes.strike(drill, progress, Planned(1.0, "kill-after-save", 0.3, 0.5), WORLD, 20)
+    assert progress.front() >= 40 and len(drill.injected) == 1
