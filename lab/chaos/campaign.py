@@ -84,19 +84,9 @@ def start_again(drill: Any, trainer_args: list[str], bound_s: float) -> None:
     wait in the rendezvous for the one preempted, so ALONE_S after a node ended the others are
     stopped, as a scheduler ends a job that lost a node (a campaign on a script once waited
     out its bound there)."""
-
-    def ended() -> dict[str, int | None]:
-        return {name: code for name, code in drill.exit_codes().items() if code is not None}
-
-    drill.wait_for(ended, bound_s, "a node of the job to stop")
-    try:
-        drill.wait_for(lambda: len(ended()) == len(drill.agents), ALONE_S, "the job to stop")
-    except LabError:
-        gone = ended()
-        for node in drill.runtime.attach():
-            if node.name not in gone:
-                node.stop(grace_s=5.0)
-        drill.wait_for(lambda: len(ended()) == len(drill.agents), bound_s, "the job's other nodes to stop")
+    codes = drill.wait_end(bound_s, ALONE_S)
+    if any(code is None for code in codes.values()):
+        raise LabError(f"the job had not stopped {bound_s:.0f}s after the fault: exit codes {codes}")
     drill.rerun(trainer_args)
 
 

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab import files
-from lab.exercises.script.compare import RESULT_LIMIT_BYTES, compare
+from lab.exercises.script.compare import compare, keep
 from lab.exercises.script.spec import ScriptSpec
 from lab.topology import Topology
 
@@ -52,12 +51,6 @@ class ScriptTarget:
         return {"identical": equal, "why": "" if equal else how, "compared": self.spec.compare, "how": how}
 
     def _keep(self, workdir: Path, label: str) -> Path:
-        """The result file copied out of a working dir: read as a regular file reached through no
-        link, bounded (the working dir is the job's)."""
         kept = self.keep_dir / f"{label}-{Path(str(self.spec.compare)).name}"
-        produced = self.spec.compare_path(workdir)
-        raw = files.read_regular(produced, RESULT_LIMIT_BYTES) if produced is not None else None
-        self.keep_dir.mkdir(parents=True, exist_ok=True)
-        if raw is not None:
-            files.replace_with(kept, lambda f: f.write(raw))
+        keep(self.spec.compare_path(workdir), kept)
         return kept

@@ -134,6 +134,27 @@ class Drill:
 
         return self.wait_for(codes, timeout_s, "a node to fail")
 
+    def wait_end(self, timeout_s: float, alone_s: float) -> dict[str, int | None]:
+        """Each node's exit status once all have ended, or as they stand after timeout_s (None:
+        still running; lab down stops it). Once a node has ended, the others get alone_s to end
+        on their own and are then stopped, as a scheduler ends a fixed-size job that lost a node
+        (it cannot finish without it: a preempted node's peers wait for it in the rendezvous)."""
+        deadline = time.monotonic() + timeout_s
+        self.progress(f"waiting up to {timeout_s:g} s for the job to end")
+        first_end = None
+        while True:
+            codes = self.exit_codes()
+            if all(c is not None for c in codes.values()) or time.monotonic() > deadline:
+                return codes
+            if first_end is None and any(c is not None for c in codes.values()):
+                first_end = time.monotonic()
+            if first_end is not None and time.monotonic() - first_end > alone_s:
+                for node in self.runtime.attach():
+                    if codes.get(node.name) is None:
+                        node.stop(grace_s=5.0)
+                first_end = None
+            time.sleep(0.1)
+
     def node_logs(self) -> dict[str, str]:
         # The nodes write their logs: read through no link, no FIFO, the last 8 MiB at most.
         return {n.name: files.read_text(n.log_path, 8 << 20, tail=True) or "" for n in self.runtime.attach()}

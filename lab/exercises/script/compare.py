@@ -43,6 +43,15 @@ def _collect(value: object, found: list[float]) -> None:
             _collect(item, found)
 
 
+def keep(produced: Path | None, kept: Path) -> None:
+    """The result file copied out of the job's working dir (which `lab down` removes) to kept.
+    The working dir is the job's: read as a regular file reached through no link, bounded."""
+    raw = files.read_regular(produced, RESULT_LIMIT_BYTES) if produced is not None else None
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    if raw is not None:
+        files.replace_with(kept, lambda f: f.write(raw))
+
+
 def compare(ours: Path, reference: Path, rtol: float | None) -> tuple[bool, str]:
     """(equal?, what was compared and found)."""
     b = files.read_regular(reference, RESULT_LIMIT_BYTES)

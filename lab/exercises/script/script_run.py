@@ -15,11 +15,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from lab import files
 from lab.errors import LabError
 from lab.exercises import DrillOptions, forensics
 from lab.exercises.script import judge, signals
-from lab.exercises.script.compare import RESULT_LIMIT_BYTES, compare
+from lab.exercises.script.compare import compare, keep
 from lab.exercises.script.spec import ScriptSpec
 from lab.exercises.seen import Seen
 from lab.report import Report
@@ -78,7 +77,7 @@ class ScriptRun:
             "workdir_note": self.workdir_note,
         }
         if self.fault is None:
-            codes = wait_end(drill, self.spec.deadline_s + signals.FIRE_POINT_TIMEOUT_S)
+            codes = drill.wait_end(self.spec.deadline_s + signals.FIRE_POINT_TIMEOUT_S, RERUN_WAIT_S)
             fire_point = {"at_step": options.at_step, "at_time_s": self.spec.at_time_s}  # where faults will fire
             seen = drill.snapshot(self.NAME, codes, fire_point=fire_point, **setup)
         else:
@@ -111,12 +110,12 @@ class ScriptRun:
             time.sleep(max(0.0, FORENSICS_AFTER_S - (time.time() - fault["time"])))
             found = forensics.collect(drill.events_dir, drill.topology.world_size)
             drill.progress(f"forensics: {found['finding']}")
-        codes = wait_end(drill, self.spec.deadline_s)
+        codes = drill.wait_end(self.spec.deadline_s, RERUN_WAIT_S)
         rerun = recovery == "rerun" and all(c is not None for c in codes.values())
         if rerun:
             drill.progress("starting the job again, as after a preemption")
             drill.runtime.rerun(drill.topology, self.spec.path, list(self.spec.args))
-            codes = wait_end(drill, self.spec.deadline_s)
+            codes = drill.wait_end(self.spec.deadline_s, RERUN_WAIT_S)
         extra = {"fire": fire, "target": target, "recovery": recovery, "rerun": rerun, "forensics": found}
         return drill.snapshot(self.NAME, codes, fault=fault, **extra, **setup)
 
@@ -125,38 +124,10 @@ class ScriptRun:
         [equal, how], or None with nothing to compare."""
         if not self.spec.compare or self.kept_result is None:
             return None
-        produced = self.spec.compare_path(self.workdir)
-        self.keep_dir.mkdir(parents=True, exist_ok=True)
-        # The working dir is the job's: read as a regular file reached through no link, bounded.
-        kept = files.read_regular(produced, RESULT_LIMIT_BYTES) if produced is not None else None
-        if kept is not None:
-            files.replace_with(self.kept_result, lambda f: f.write(kept))
+        keep(self.spec.compare_path(self.workdir), self.kept_result)
         if self.reference_result is None:
             return None
         return list(compare(self.kept_result, self.reference_result, self.spec.rtol))
-
-
-def wait_end(drill: Any, timeout_s: float) -> dict[str, int | None]:
-    """Each node's exit status once all have ended, or as they stand after timeout_s (None:
-    still running; lab down stops it). After a preemption-like end of one node, the others
-    get RERUN_WAIT_S and are then stopped, as the job's end."""
-    deadline = time.monotonic() + timeout_s
-    drill.progress(f"waiting up to {timeout_s:g} s for the job to end")
-    first_end = None
-    while True:
-        codes = drill.exit_codes()
-        if all(c is not None for c in codes.values()):
-            return codes
-        if any(c is not None for c in codes.values()) and first_end is None:
-            first_end = time.monotonic()
-        if first_end is not None and time.monotonic() - first_end > RERUN_WAIT_S:
-            for node in drill.runtime.attach():  # a fixed-size job cannot finish without the node
-                if codes.get(node.name) is None:
-                    node.stop(grace_s=5.0)
-            first_end = None
-        if time.monotonic() > deadline:
-            return codes
-        time.sleep(0.5)
 
 
 def target_rank(fault: ModuleType, chosen: int | None, world_size: int) -> int:
