@@ -95,6 +95,8 @@ def test_docs_page_is_written_from_saved_results(tmp_path):
     BenchResult("collectives", "lab bench collectives", ["![plot](collectives.png)"], {}, ["collectives.png"]).save(
         out_dir
     )
+    for name in ("chaos-docker-plain-train", "chaos-docker", "chaos"):  # one bench, a section per runtime and target
+        BenchResult(name, f"lab bench chaos ({name})", [f"{name}'s ledger"], {}).save(out_dir)
     (out_dir / "soak.json").write_text('{"plan": "not a benchmark"}')  # make soak's output, same folder
     page = tmp_path / "docs" / "benchmarks.md"
     done = subprocess.run(
@@ -105,6 +107,7 @@ def test_docs_page_is_written_from_saved_results(tmp_path):
     assert done.returncode == 0, done.stderr
     text = page.read_text()
     assert text.index("## collectives") < text.index("## recovery")  # the page's fixed order
+    assert text.index("## chaos\n") < text.index("## chaos-docker\n") < text.index("## chaos-docker-plain-train")
     assert "    lab bench recovery --trials 5" in text and "| lab | 2.89 s |" in text
     assert "](../results/collectives.png)" in text
     assert "cores" in text and "torch" in text

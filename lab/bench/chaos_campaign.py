@@ -29,12 +29,13 @@ from lab.errors import LabError
 from lab.options import Option, add_all
 from lab.workloads import script_path
 
+TARGETS = ("trainer", "plain-train")
 OPTIONS = (  # lab chaos's own flags, with the defaults of `make chaos`
     schedule.COUNT.but(default=100, help="how many faults (default %(default)s)"),
     schedule.MTBF.but(default="15s"),
     schedule.LOAD.but(default=2),
     schedule.SEED,
-    Option("--target", "the job struck (default %(default)s)", "trainer", choices=("trainer", "plain-train")),
+    Option("--target", "the job struck (default %(default)s)", "trainer", choices=TARGETS),
 )
 LOCAL = "local"  # the runtime `make chaos` runs on, whose section keeps the plain name
 SCRIPT_TAIL_S = 60.0  # plain_train's steps past the last planned fault
@@ -63,9 +64,18 @@ def run(args, out_dir: Path) -> BenchResult:
             raise LabError(f"the campaign wrote no ledger (lab chaos exited {code})")
         record = json.loads(raw)
     record["campaign_s"] = round(took, 1)
-    # `make chaos`'s campaign (the trainer, on the local runtime) keeps the plain name; the others add theirs
-    name = "-".join(["chaos", *(v for v, usual in ((args.runtime, LOCAL), (args.target, "trainer")) if v != usual)])
-    return BenchResult(name, this_command(), section(record), figures=record)
+    return BenchResult(section_name(args.runtime, args.target), this_command(), section(record), figures=record)
+
+
+def section_name(runtime: str, target: str) -> str:
+    """`make chaos`'s campaign (the trainer, on the local runtime) keeps the plain name; the others add theirs."""
+    return "-".join(["chaos", *(v for v, usual in ((runtime, LOCAL), (target, "trainer")) if v != usual)])
+
+
+def sections() -> list[str]:
+    """Every section this bench can publish, in docs/benchmarks.md's order (lab bench docs)."""
+    kinds = sorted(runtimes.chaos_runtimes(), key=lambda r: r != LOCAL)  # the local runtime's first
+    return [section_name(r, t) for t in TARGETS for r in kinds]
 
 
 def _target(args) -> list[str]:

@@ -50,8 +50,9 @@ BENCHES = {
 OUT = Option("--out", "where results go (default %(default)s)", "bench-results")
 
 
-# Benches that publish more than one section (lab bench chaos: one per runtime and target).
-SECTIONS = {"chaos": ["chaos", "chaos-docker", "chaos-plain-train", "chaos-docker-plain-train"]}
+def _sections(bench: str, module) -> list[str]:
+    """A bench that publishes more than one section names them (lab bench chaos: per runtime and target)."""
+    return module.sections() if hasattr(module, "sections") else [bench]
 
 
 def register(sub) -> None:
@@ -87,7 +88,7 @@ def handle_docs(args: argparse.Namespace) -> int:
     page = write_page(
         Path(args.out),
         output or Path("docs/benchmarks.md"),
-        order=[name for bench in BENCHES for name in SECTIONS.get(bench, [bench])],
+        order=[name for bench, module in BENCHES.items() for name in _sections(bench, module)],
     )
     print(f"wrote {page}")
     return 0
