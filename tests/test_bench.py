@@ -232,3 +232,16 @@ def test_world_sizes_the_recovery_bench_cannot_run_are_refused_in_one_line(world
     with pytest.raises(LabError, match=said):
         recovery.chosen_worlds(worlds, styles)
     assert recovery.chosen_worlds("16,8,8", ["in-process"]) == [8, 16]
+
+
+@pytest.mark.parametrize("bench", ["recovery", "startup"])
+def test_a_negative_load_is_refused_in_one_line_before_any_trial(bench, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "lab", "bench", bench, "--load", "-1", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and done.stderr.strip().endswith(": --load must be 0 or more, got -1"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # nothing ran, nothing saved

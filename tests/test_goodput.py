@@ -107,21 +107,24 @@ def test_bad_input_is_one_line(tmp_path, setup, args, message):
     assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
 
 
-def chaos_ledger(path, faults, wall_s=100.0, checkpoint_s=2.0, ettr=0.8):
+def chaos_ledger(path, faults, wall_s=100.0, checkpoint_s=2.0, ettr=0.8, load=0):
     """A `lab bench chaos` result as it saves one: the ledger as its figures."""
     struck = [{"kind": k, "ranks": r, "time": 1.0, "recovered_s": back, "bound_s": 70.0} for k, r, back in faults]
     ledger = {"world_size": 4, "wall_s": wall_s, "checkpoint_s": checkpoint_s, "ettr": ettr, "faults": struck}
+    ledger["load"] = load
     path.write_text(json.dumps({"name": "chaos", "command": "lab bench chaos", "markdown": [], "figures": ledger}))
 
 
-def startup_result(path, start_s):
+def startup_result(path, start_s, agent_s=1.5):
     figures = {"lab up (netns hosts, no Prometheus)": {"median_s": start_s}}
+    figures["stages"] = [{"agent": agent_s + d, "total": start_s} for d in (-0.1, 0.0, 0.4)]  # median: agent_s
     path.write_text(json.dumps({"name": "startup", "command": "lab bench startup", "markdown": [], "figures": figures}))
 
 
 def test_a_campaigns_mix_is_projected_kind_by_kind_from_single_fault_figures_beside_its_measured_ettr(tmp_path):
-    """Recorded figures: in-process 0.5 s, tuned 1.0 s, a job's start 3.0 s; the campaign's process-group
-    timeout is 20 s (a frozen rank is ended at a third of it) and its checkpoint period 1 s."""
+    """Recorded figures: in-process 0.5 s, tuned 1.0 s, a job's start 3.0 s, an agent's 1.5 s; the
+    campaign's process-group timeout is 20 s (a frozen rank is ended at a third of it) and its
+    checkpoint period 1 s."""
     recovery_result(tmp_path / "recovery.json", **{"bare torchrun": 7.0, "tuned": 1.0, "in-process": 0.5})
     startup_result(tmp_path / "startup.json", 3.0)
     faults = [
@@ -140,7 +143,7 @@ def test_a_campaigns_mix_is_projected_kind_by_kind_from_single_fault_figures_bes
     kinds = figures["campaign_mix"]["kinds"]
     projected = {kind: row["projected_s"] for kind, row in kinds.items()}
     assert projected == pytest.approx({
-        "kill-worker": 0.5, "hang-worker": 20 / 3 + 0.5, "kill-node": 1.0 + 1.0 + 0.5,
+        "kill-worker": 0.5, "hang-worker": 20 / 3 + 0.5, "kill-node": 1.0 + 1.5 + 1.0 + 0.5,
         "kill-node of node 0": 3.0 + 0.5, "preempt-node": 3.0, "kill-in-regroup": 1.0,
     })  # fmt: skip
     assert kinds["kill-node"]["measured_median_s"] == 6.0 and kinds["kill-node of node 0"]["struck"] == 1
@@ -148,8 +151,38 @@ def test_a_campaigns_mix_is_projected_kind_by_kind_from_single_fault_figures_bes
     assert figures["campaign_mix"]["projected_ettr"] == pytest.approx(expected)
     assert figures["campaign_mix"]["measured_ettr"] == 0.7
     assert "the model misses most on preempt-node (11.00 s measured against 3.00 s projected" in out.stdout
-    goal = "Goal: measured ETTR within 2 points of the projection for the same mix"
+    goal = "Goal: measured ETTR within 2 points of the projection for the same mix (quiet figures)"
     assert f"{goal}: **missed** ({100 * (expected - 0.7):.1f} points below it)" in out.stdout
+    assert "Not projected beside" not in out.stdout  # a quiet campaign is judged by quiet figures
+
+
+def test_a_busy_campaign_is_judged_against_figures_measured_as_busy_and_shown_beside_the_quiet_ones(tmp_path):
+    """The same faults and figures, but the campaign ran beside 2 busy processes, and the benches
+    measured again beside 2 (--load 2): recovery and starts twice as slow. The goal is judged
+    against those; the quiet projection stays on the page."""
+    recovery_result(tmp_path / "recovery.json", **{"bare torchrun": 7.0, "tuned": 1.0, "in-process": 0.5})
+    startup_result(tmp_path / "startup.json", 3.0)
+    faults = [("kill-worker", [1], 1.0), ("kill-node", [0, 1], 7.0), ("preempt-node", [3], 6.0)]
+    chaos_ledger(tmp_path / "chaos.json", faults, ettr=0.84, load=2)  # 7 points under the quiet projection
+    quiet_only = bench(tmp_path, "--chaos-json", str(tmp_path / "chaos.json"))
+    assert quiet_only.returncode == 0, quiet_only.stderr
+    assert "Not projected beside 2 busy process(es): no " in quiet_only.stdout
+    assert "lab bench recovery --load 2" in quiet_only.stdout and "(quiet figures): **missed**" in quiet_only.stdout
+
+    recovery_result(tmp_path / "recovery-load2.json", **{"bare torchrun": 9.0, "tuned": 2.0, "in-process": 1.0})
+    startup_result(tmp_path / "startup-load2.json", 6.0, agent_s=3.0)
+    out = bench(tmp_path, "--chaos-json", str(tmp_path / "chaos.json"))
+    assert out.returncode == 0, out.stderr
+    mix = json.loads((tmp_path / "goodput.json").read_text())["figures"]["campaign_mix"]
+    busy = {kind: row["projected_s"] for kind, row in mix["at_load"]["kinds"].items()}
+    assert busy == pytest.approx({"kill-worker": 1.0, "kill-node of node 0": 6.0 + 0.5, "preempt-node": 6.0})
+    expected = (100 - sum(busy.values()) - 2) / 100
+    assert mix["at_load"]["projected_ettr"] == pytest.approx(expected)
+    assert mix["projected_ettr"] == pytest.approx((100 - 0.5 - 3.5 - 3.0 - 2) / 100)  # the quiet one, kept
+    assert "| kill-node of node 0 | 1 | 3.50 s | 6.50 s | 7.00 s | 6.5 s | 7.0 s |" in out.stdout
+    goal = "Goal: measured ETTR within 2 points of the projection for the same mix (figures beside 2 busy)"
+    assert f"{goal}: **met** ({100 * abs(expected - 0.84):.1f} points" in out.stdout
+    assert "Not projected beside" not in out.stdout
 
 
 def test_a_campaign_without_a_startup_result_says_what_is_not_projected_and_why(tmp_path):

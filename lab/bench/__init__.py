@@ -7,7 +7,25 @@ from lab.options import Option
 from lab.runtimes.ports import PortInUse
 
 TRIALS = Option("--trials", "how many times each side is measured (default %(default)s)", 3, int)
+LOAD = Option(
+    "--load",
+    "busy processes beside every trial, as `lab chaos --load` puts them beside a campaign; the figures are "
+    "saved as NAME-loadN, which `lab bench goodput --chaos-json` projects a campaign of that load from "
+    "(default %(default)s)",
+    0,
+    int,
+)
 BENCH_RUNTIMES = Option("--runtimes", "where the bench runs, comma-separated (default %(default)s)", "local")
+
+
+def loaded(name: str, load: int) -> str:
+    """A bench's result name at a load: recovery, recovery-load2."""
+    return f"{name}-load{load}" if load else name
+
+
+def beside(load: int) -> str:
+    """The words a loaded bench's table opens with."""
+    return f"Beside {load} busy process(es) (--load {load}): " if load else ""
 
 
 # Ports are picked above the kernel's range for outgoing connections' source ports: one picked

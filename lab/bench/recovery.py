@@ -22,9 +22,10 @@ import tempfile
 from pathlib import Path
 
 from lab import runtimes
-from lab.bench import BENCH_RUNTIMES, TRIALS, gloo_abort
+from lab.bench import BENCH_RUNTIMES, LOAD, TRIALS, beside, gloo_abort, loaded
 from lab.bench.recovery_styles import LAB_STYLES, STEP_TIME, STYLES, trial
 from lab.bench.result import BenchResult, goal_line, this_command
+from lab.chaos import load, schedule
 from lab.errors import LabError
 from lab.runtimes.local import HOSTS
 
@@ -35,6 +36,7 @@ IN_PROCESS_GOAL_S = 0.5  # issue 31: the default kill-worker, on this machine's 
 
 def add_arguments(p) -> None:
     TRIALS.but(default=5).add_to(p)
+    LOAD.add_to(p)
     HOSTS.but(default="loopback").add_to(p)
     p.add_argument("--styles", default=",".join(STYLES), help="which, comma-separated (default: all)")
     where = "where the lab's styles run, comma-separated, e.g. local,docker (default %(default)s)"
@@ -101,11 +103,12 @@ def median_stages(details: list[dict]) -> dict:
 def run(args, out_dir: Path) -> BenchResult:
     if args.trials < 1:
         raise LabError("--trials must be at least 1")
+    schedule.check_load(args.load)
     styles = chosen_styles(args.styles)
     table = cells(styles, chosen_runtimes(args.runtimes), tuple(chosen_worlds(args.worlds, styles)))
     seconds: dict[str, list[float]] = {row: [] for row, *_ in table}
     details: dict[str, list[dict]] = {row: [] for row, *_ in table}
-    with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp, load.busy(args.load, None):
         for i in range(args.trials):
             for row, style, runtime, world in table:
                 took, detail = trial(style, Path(tmp), args.hosts, runtime, world)
@@ -131,17 +134,17 @@ def run(args, out_dir: Path) -> BenchResult:
     saves = [d["checkpoint_s"] for ds in details.values() for d in ds if d["checkpoint_s"] is not None]
     checkpoint_s = statistics.median(saves) if saves else None
     return BenchResult(
-        "recovery",
+        loaded("recovery", args.load),
         this_command(),
         report(args, rows, abort),
-        {"styles": rows, "checkpoint_s": checkpoint_s, "step_s": STEP_TIME, "gloo_abort": abort},
+        {"styles": rows, "checkpoint_s": checkpoint_s, "step_s": STEP_TIME, "gloo_abort": abort, "load": args.load},
     )
 
 
 def report(args, rows: dict, abort: dict) -> list[str]:
     lines = [
-        f"Kill to the first step after recovery, median of {args.trials} trials, the styles in turn in every "
-        f"trial ({args.hosts} hosts for the lab's styles; bare torchrun on loopback), 2 ranks a node, "
+        f"{beside(args.load)}Kill to the first step after recovery, median of {args.trials} trials, the styles "
+        f"in turn in every trial ({args.hosts} hosts for the lab's styles; bare torchrun on loopback), 2 ranks a node, "
         f"the trainer's model at 0.1 s a step, rank 1 SIGKILLed at step 25, checkpoints every 10 steps "
         "(your script: lab/workloads/plain_train.py, an ordinary DDP script with no lab import, at 0.1 s a step, "
         "rank 0 snapshotting every 10 steps):",

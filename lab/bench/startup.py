@@ -22,8 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab.bench import TRIALS, free_port, startup_stages
+from lab.bench import LOAD, TRIALS, beside, free_port, loaded, startup_stages
 from lab.bench.result import BenchResult, goal_line, this_command
+from lab.chaos import load, schedule
 from lab.errors import LabError
 from lab.workloads import script_path
 
@@ -91,14 +92,16 @@ def docker_ready() -> bool:
 
 def add_arguments(p) -> None:
     TRIALS.add_to(p)
+    LOAD.add_to(p)
 
 
 def run(args, out_dir: Path) -> BenchResult:
     if args.trials < 1:
         raise LabError("--trials must be at least 1")
+    schedule.check_load(args.load)
     env = dict(os.environ)
     bare = "bare torchrun (loopback)"
-    with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp, load.busy(args.load, None):
         run_dir = f"{tmp}/run"
         variants = {
             bare: lambda: bare_torchrun(tmp),
@@ -123,10 +126,12 @@ def run(args, out_dir: Path) -> BenchResult:
                     if name != bare:
                         lab_down(run_dir)
                 print(f"trial {trial + 1}: {name}: {times[name][-1]:.2f} s", flush=True)
+        hosts = "netns" if os.geteuid() == 0 else "loopback"
+        stage_runs = [startup_stages.one_start(hosts) for _ in range(args.trials)]  # beside the same load
     base = statistics.median(times[bare])
     lines = [
-        f"Seconds from the launch command to the first step, median of {args.trials} interleaved trials, "
-        "the lesson's script on 2 nodes x 2 processes:",
+        f"{beside(args.load)}Seconds from the launch command to the first step, median of {args.trials} "
+        "interleaved trials, the lesson's script on 2 nodes x 2 processes:",
         "",
         "| how | median | range | x bare torchrun |",
         "|---|---|---|---|",
@@ -136,7 +141,6 @@ def run(args, out_dir: Path) -> BenchResult:
         median = statistics.median(values)
         figures[name] = {"median_s": median, "trials": values}
         lines.append(f"| {name} | {median:.2f} s | {min(values):.2f}-{max(values):.2f} | {median / base:.2f}x |")
-    stage_runs = [startup_stages.one_start("netns" if os.geteuid() == 0 else "loopback") for _ in range(args.trials)]
     figures["stages"] = stage_runs
     lines += [
         "",
@@ -151,7 +155,8 @@ def run(args, out_dir: Path) -> BenchResult:
         if ratios:
             worst = max(ratios)
             lines.append(goal_line(f"start-up {where} within {share}x bare torchrun", worst <= share, f"{worst:.2f}x"))
-    return BenchResult("startup", this_command(), lines, figures)
+    figures["load"] = args.load
+    return BenchResult(loaded("startup", args.load), this_command(), lines, figures)
 
 
 # Issue 31's goals: (where, the most start-up may be as a share of bare torchrun's, which rows).
