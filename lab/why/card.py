@@ -161,7 +161,11 @@ def how_it_failed(failure: RankFailure, terminated: set[int]) -> tuple[str, bool
         if OUT_OF_MEMORY.search(failure.error):  # its own allocation failed: out of memory, not a bug of its code
             return f"ran out of memory: raised {failure.error.split(':')[0]}", False
         return f"raised {failure.error.split(':')[0]}", consequence
-    if failure.error and not CONSEQUENCE.search(failure.error) and failure.pid in terminated:
+    # Its own exception came first when torchrun then stopped it, or when it died of a signal on
+    # its way out: an uncaught exception with gloo's threads still running can end in SIGABRT
+    # (`lab bench natural`: every rank diverging was once called a native crash for it).
+    dying = failure.pid in terminated or (failure.exit_code or 0) < 0
+    if failure.error and not CONSEQUENCE.search(failure.error) and dying:
         return f"raised {failure.error.split(':')[0]}, then was {stopped}", False
     return stopped, consequence
 

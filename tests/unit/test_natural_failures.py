@@ -65,3 +65,30 @@ def test_a_syntax_error_is_quoted_with_its_line():
     card = why.card(next(c for c in CELLS if c.name == "syntax_error"), kernel=lambda: "")
     assert card.first is not None and card.first.error == "SyntaxError: '(' was never closed"
     assert card.first.where.endswith("syntax_error.py:10")
+
+
+@pytest.mark.parametrize("signal_code", [-6, -11])
+@pytest.mark.parametrize("which", [["1"], ["0", "1"]])
+def test_a_rank_that_raised_and_then_died_of_a_signal_on_its_way_out_is_named_for_its_exception(
+    tmp_path, signal_code, which
+):
+    """Live, every rank diverging was once graded a native crash: rank 1 raised FloatingPointError
+    and then ended in SIGABRT (an uncaught exception with gloo's threads still running). The same
+    recorded evidence with the raising ranks' exits turned into SIGABRT or SIGSEGV: still diverged."""
+    import shutil
+
+    cell = tmp_path / "cell"
+    shutil.copytree(next(c for c in CELLS if c.name == "every_rank_diverges"), cell)
+    events = cell / "events" / "agent-node0.jsonl"
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    for record in records:
+        detected = record["torchelastic"]
+        if detected.get("name") == "lab.failure_detected":
+            for rank in which:
+                detected["exit_codes"][rank] = signal_code
+                detected["failures"][rank]["exitcode"] = signal_code
+    events.write_text("".join(json.dumps(r) + "\n" for r in records))
+    card = why.card(cell, kernel=lambda: "")
+    said = named(card)
+    assert card.first is not None and "raised FloatingPointError" in card.first.how, card.text()
+    assert (said.rank, said.kind) == (None, "diverged"), card.text()
