@@ -21,6 +21,7 @@ from lab import procs
 from lab.runtimes import netns
 from lab.runtimes.tempdirs import ray_session_prefix
 
+pytest_plugins = ["suite_schedule"]  # the system tier's order, and when each test ran (tests/suite_schedule.py)
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
