@@ -7,13 +7,10 @@ from lab.options import Option
 from lab.runtimes.ports import PortInUse
 
 TRIALS = Option("--trials", "how many times each side is measured (default %(default)s)", 3, int)
-LOAD = Option(
-    "--load",
+LOAD_HELP = (  # lab.chaos.schedule.LOAD's help on a bench
     "busy processes beside every trial, as `lab chaos --load` puts them beside a campaign; the figures are "
     "saved as NAME-loadN, which `lab bench goodput --chaos-json` projects a campaign of that load from "
-    "(default %(default)s)",
-    0,
-    int,
+    "(default %(default)s)"
 )
 BENCH_RUNTIMES = Option("--runtimes", "where the bench runs, comma-separated (default %(default)s)", "local")
 

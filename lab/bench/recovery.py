@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from lab import runtimes
-from lab.bench import BENCH_RUNTIMES, LOAD, TRIALS, beside, gloo_abort, loaded
+from lab.bench import BENCH_RUNTIMES, LOAD_HELP, TRIALS, beside, gloo_abort, loaded
 from lab.bench.recovery_styles import LAB_STYLES, STEP_TIME, STYLES, trial
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.chaos import load, schedule
@@ -36,7 +36,7 @@ IN_PROCESS_GOAL_S = 0.5  # issue 31: the default kill-worker, on this machine's 
 
 def add_arguments(p) -> None:
     TRIALS.but(default=5).add_to(p)
-    LOAD.add_to(p)
+    schedule.LOAD.but(help=LOAD_HELP).add_to(p)
     HOSTS.but(default="loopback").add_to(p)
     p.add_argument("--styles", default=",".join(STYLES), help="which, comma-separated (default: all)")
     where = "where the lab's styles run, comma-separated, e.g. local,docker (default %(default)s)"

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab.bench import LOAD, TRIALS, beside, free_port, loaded, startup_stages
+from lab.bench import LOAD_HELP, TRIALS, beside, free_port, loaded, startup_stages
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.chaos import load, schedule
 from lab.errors import LabError
@@ -92,7 +92,7 @@ def docker_ready() -> bool:
 
 def add_arguments(p) -> None:
     TRIALS.add_to(p)
-    LOAD.add_to(p)
+    schedule.LOAD.but(help=LOAD_HELP).add_to(p)
 
 
 def run(args, out_dir: Path) -> BenchResult:
