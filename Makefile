@@ -93,18 +93,21 @@ soak: venv host-deps ## 20 kill-worker + 5 kill-node drills on netns hosts, 5 ki
 	$(BIN)/python -m lab.soak --cycles kill-worker=20 kill-node=5 docker:kill-node=5 --json docs/bench/soak.json --markdown docs/reliability.md
 
 BENCH_OUT := docs/bench
-bench: venv host-deps ## measure everything (about an hour) and write docs/benchmarks.md
+bench: venv host-deps ## measure everything (about three hours: three 100-fault campaigns) and write docs/benchmarks.md
 	$(BIN)/lab bench collectives --out $(BENCH_OUT)
 	$(BIN)/lab bench recovery --worlds 4,8,16 --out $(BENCH_OUT) $$(docker info >/dev/null 2>&1 && echo --runtimes local,docker)
+	$(BIN)/lab bench recovery --styles tuned,in-process --hosts netns --load 2 --out $(BENCH_OUT)
+	$(BIN)/lab bench startup --out $(BENCH_OUT)
+	$(BIN)/lab bench startup --load 2 --out $(BENCH_OUT)
 	$(BIN)/lab bench chaos --out $(BENCH_OUT)
 	$(BIN)/lab bench chaos --runtime docker --out $(BENCH_OUT)
+	$(BIN)/lab bench chaos --target plain-train --mtbf 10s --out $(BENCH_OUT)
 	$(BIN)/lab bench goodput --out $(BENCH_OUT) --chaos-json $(BENCH_OUT)/chaos.json
 	$(BIN)/lab bench detection --out $(BENCH_OUT)
 	$(BIN)/lab bench diagnosis --hosts netns --out $(BENCH_OUT)
 	$(BIN)/lab bench natural --out $(BENCH_OUT)
 	$(BIN)/lab bench stragglers --hosts netns --out $(BENCH_OUT)
 	$(BIN)/lab bench coordinators --out $(BENCH_OUT) $$(docker info >/dev/null 2>&1 && echo --runtimes local,docker,ray)
-	$(BIN)/lab bench startup --out $(BENCH_OUT)
 	$(BIN)/lab bench scale --out $(BENCH_OUT)
 	$(BIN)/lab bench overhead --out $(BENCH_OUT)
 	$(BIN)/lab bench docs --out $(BENCH_OUT) --output docs/benchmarks.md
