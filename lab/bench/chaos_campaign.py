@@ -138,6 +138,8 @@ def section(record: dict) -> list[str]:
 
 
 def _weights(weights: dict) -> str:
+    if weights.get("reference_ended") is False:
+        return f"result {weights['why']}"
     if weights.get("compared"):  # a script's result file (lab.chaos.on_script)
         return f"{weights['compared']} {'as' if weights['identical'] else 'differs from'} an uninterrupted run's"
     return "weights " + ("bit-identical to an uninterrupted run" if weights.get("identical") else "differ")

@@ -70,7 +70,8 @@ def exercise(plan: Plan, target: ScriptTarget | None = None) -> Any:
             raise
         progress = _progress(drill)
         if target:
-            weights = target.final_result(drill)
+            began = min((when for when, _, _ in progress.steps), default=time.time())  # the job's first step
+            weights = target.final_result(drill, job_s=time.time() - began)
         else:
             job = paced_trainer(setup["steps"], CKPT_EVERY, STEP_TIME_S)  # as it ran last (finish_soon)
             weights = campaign.final_weights(drill, job[:-2], progress, blows)  # the reference runs unpaced

@@ -75,6 +75,8 @@ def markdown(record: dict[str, Any]) -> str:
 
 def _final(weights: dict[str, Any]) -> str:
     """The final weights (the trainer's) or result (a script's --compare file) against an uninterrupted run."""
+    if weights.get("reference_ended") is False:
+        return f"final result {weights['why']}"
     if weights.get("compared"):
         verdict = "as" if weights["identical"] else "differs from"
         return f"final {weights['compared']} {verdict} an uninterrupted run's ({weights.get('how') or weights['why']})"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.errors import LabError
 from lab.exercises.script.compare import compare, keep
 from lab.exercises.script.spec import ScriptSpec
 from lab.topology import Topology
@@ -37,15 +38,23 @@ class ScriptTarget:
     def topology(self, base: Topology, workdir: Path | None = None) -> Topology:
         return base.replace(script_wrapper=self.spec.wrapper(workdir or self.workdir))
 
-    def final_result(self, drill: Any) -> dict[str, Any]:
-        """The --compare file of the job against the fault-free run's: {"identical", "why"}."""
+    def final_result(self, drill: Any, job_s: float) -> dict[str, Any]:
+        """The --compare file of the job against the fault-free run's: {"identical", "why"}. job_s:
+        how long the struck job ran; the reference, the same steps without its faults, gets as
+        long and --deadline more (a 100-fault campaign's reference once had 180 s for 18 minutes
+        of steps, and the 30 minutes of ledger before it were lost)."""
         if not self.spec.compare:
             return {"identical": None, "why": "not compared: give --compare FILE, a file your script writes at its end"}
         ours = self._keep(self.workdir, "job")
-        drill.progress("running the uninterrupted reference, in a working dir of its own")
+        bound_s = job_s + self.spec.deadline_s
+        drill.progress(f"running the uninterrupted reference, in a working dir of its own (up to {bound_s:.0f} s)")
         alone = self.topology(drill.topology, self.reference_workdir)
         drill.rerun(list(self.spec.args), fresh=REFERENCE, topology=alone)
-        drill.wait_job(self.spec.deadline_s)
+        try:
+            drill.wait_job(bound_s)
+        except LabError as e:
+            return {"identical": False, "why": f"not compared: the uninterrupted reference did not end ({e})",
+                    "reference_ended": False}  # fmt: skip
         theirs = self._keep(self.reference_workdir, REFERENCE)
         equal, how = compare(ours, theirs, self.spec.rtol)
         return {"identical": equal, "why": "" if equal else how, "compared": self.spec.compare, "how": how}

@@ -164,6 +164,14 @@ def test_the_ledger_splits_wall_time_and_counts_what_was_redone(tmp_path):
             {"identical": False, "compared": "r.txt", "why": "r.txt differs", "how": "r.txt differs"},
             "final r.txt differs from an uninterrupted run's (r.txt differs)",
         ),
+        (
+            {
+                "identical": False,
+                "why": "not compared: the uninterrupted reference did not end (timed out)",
+                "reference_ended": False,
+            },
+            "final result not compared: the uninterrupted reference did not end (timed out)",
+        ),
     ],
 )
 def test_the_ledger_says_what_the_end_was_compared_with(tmp_path, weights, said):
