@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from lab import files, procs, runtimes
+from lab.bench import CAMPAIGN_LOAD
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.chaos import schedule
 from lab.chaos.on_script import TRAINER_ONLY
@@ -33,7 +34,7 @@ TARGETS = ("trainer", "plain-train")
 OPTIONS = (  # lab chaos's own flags, with the defaults of `make chaos`
     schedule.COUNT.but(default=100, help="how many faults (default %(default)s)"),
     schedule.MTBF.but(default="15s"),
-    schedule.LOAD.but(default=2),
+    schedule.LOAD.but(default=CAMPAIGN_LOAD),
     schedule.SEED,
     Option("--target", "the job struck (default %(default)s)", "trainer", choices=TARGETS),
 )

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab.bench import LOAD_HELP, TRIALS, beside, free_port, loaded, startup_stages
+from lab.bench import CAMPAIGN_LOAD, LOAD_HELP, QUIET_GOALS, TRIALS, beside, free_port, loaded, startup_stages
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.chaos import load, schedule
 from lab.errors import LabError
@@ -90,6 +90,11 @@ def docker_ready() -> bool:
         return False
 
 
+def sections() -> list[str]:
+    """The quiet figures, and those beside a campaign's load (lab bench goodput projects a campaign from both)."""
+    return ["startup", loaded("startup", CAMPAIGN_LOAD)]
+
+
 def add_arguments(p) -> None:
     TRIALS.add_to(p)
     schedule.LOAD.but(help=LOAD_HELP).add_to(p)
@@ -150,11 +155,13 @@ def run(args, out_dir: Path) -> BenchResult:
         *startup_stages.table(stage_runs),
         "",
     ]
-    for where, share, matches in GOALS:
+    for where, share, matches in GOALS if not args.load else ():
         ratios = [statistics.median(v) / base for n, v in times.items() if n != bare and matches(n)]
         if ratios:
             worst = max(ratios)
             lines.append(goal_line(f"start-up {where} within {share}x bare torchrun", worst <= share, f"{worst:.2f}x"))
+    if args.load:
+        lines.append(QUIET_GOALS)
     figures["load"] = args.load
     return BenchResult(loaded("startup", args.load), this_command(), lines, figures)
 
