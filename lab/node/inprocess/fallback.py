@@ -115,7 +115,7 @@ class Fallback:
         self.roll.away(lost)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            heard = self.rounds.heard()
+            heard = self.rounds.heard(waiting=True)
             if heard:
                 return self.restart_all(heard)
             if self.roll.beats_again(lost):  # a partition healed, or a stall ended: it was never lost, and
