@@ -15,9 +15,10 @@ keeper to ask for round N the one that opens it (the others' asks for the same r
 on the same hang, count for nothing); `roundN/generation` and `roundN/why` say where its
 ranks start and why. A keeper waiting for a round (it asked for one, or it waits for a lost
 keeper to come back) hears of it within POLL_S; one with nothing amiss polls every IDLE_POLL_S.
-Nothing is lost by that: a round is asked because ranks timed out in a collective, and a rank of
-every node was in it, so every keeper's own ranks time out too and it asks (the same round) and
-then polls fast; a lost keeper is heard by all through the roll call. Polling for rounds ten
+Little is lost by that: a round is asked because ranks timed out in a collective, which (in a DDP
+job) every node's ranks were in, so every keeper's own ranks time out too and it asks (the same
+round) and then polls fast; a lost keeper is heard by all through the roll call. At worst (ranks
+of a node not in the hung collective) a keeper hears a round a second late. Polling for rounds ten
 times a second was 10 of a keeper's 22-26 store calls a second, the share that would have filled
 the store first (`lab bench scale`).
 """
