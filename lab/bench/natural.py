@@ -14,9 +14,11 @@ honest one: the two halves get their own tables.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from lab import files, procs
@@ -56,7 +58,42 @@ def run(args, out_dir: Path) -> BenchResult:
     for number, (name, truth) in enumerate(chosen.items(), 1):
         print(f"[{number}/{len(chosen)}] {name}", flush=True)
         graded.append(grade(name, truth, *card_of(Path(truth["script"]))))
-    return BenchResult("natural", this_command(), section(graded), figures={"cases": graded})
+    history = [*earlier_runs(out_dir / "natural.json"), summary(graded)]
+    return BenchResult("natural", this_command(), section(graded) + history_lines(history),
+                       figures={"cases": graded, "history": history})  # fmt: skip
+
+
+def summary(graded: list[dict], date: str | None = None) -> dict:
+    """One run's scores per half and its misses, as the bench's history keeps them."""
+    halves = {h: [g for g in graded if g["half"] == h] for h in HALVES}
+    return {
+        "date": date or time.strftime("%Y-%m-%d"),
+        "scores": {h: [sum(g["right"] for g in mine), len(mine)] for h, mine in halves.items() if mine},
+        "misses": [f"{g['case']} ({_cell(*g['said']) if g['said'] else 'no card'})" for g in graded if not g["right"]],
+    }
+
+
+def earlier_runs(path: Path) -> list[dict]:
+    """The runs before this one, from the result it replaces (its own summary, if it kept no history):
+    a miss stays on the page after a later run gets the case right."""
+    raw = files.read_regular(path, 16 << 20) if path.is_file() else None
+    if raw is None:
+        return []
+    result = json.loads(raw)
+    figures = result.get("figures", {})
+    if figures.get("history"):
+        return figures["history"]
+    measured = re.match(r"Measured (\d{4}-\d\d-\d\d)", (result.get("markdown") or [""])[0])
+    return [summary(figures["cases"], measured[1] if measured else "an earlier run")] if figures.get("cases") else []
+
+
+def history_lines(history: list[dict]) -> list[str]:
+    lines = ["", "Every run of the bench so far (the misses stay here after a later run gets them right):", ""]
+    lines += ["| run | " + " | ".join(HALVES) + " | missed |", "|---|---|---|---|"]
+    for number, run in enumerate(history, 1):
+        scores = [f"{run['scores'][h][0]} of {run['scores'][h][1]}" if h in run["scores"] else "-" for h in HALVES]
+        lines.append(f"| {number} ({run['date']}) | " + " | ".join(scores) + f" | {', '.join(run['misses']) or '-'} |")
+    return lines
 
 
 def card_of(script: Path) -> tuple[object | None, str]:
