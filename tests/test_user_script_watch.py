@@ -108,6 +108,23 @@ def test_compare_bitwise_then_within_rtol(tmp_path):
     assert not ok and "wrote no" in detail
 
 
+def test_a_number_near_zero_is_compared_at_the_numbers_typical_size_and_a_real_difference_still_fails(tmp_path):
+    """Rounding after a resume moves a weight of 1e-6 by as much again: within --rtol of the file's
+    typical size, not a failure; a weight that moved by a tenth of itself still is one."""
+    reference, rounded, moved = (tmp_path / f"{name}.txt" for name in ("reference", "rounded", "moved"))
+    reference.write_text("1.0\n-0.8\n0.000001\n0.5\n")
+    rounded.write_text("1.0\n-0.8\n0.000002\n0.5000001\n")
+    moved.write_text("1.0\n-0.8\n0.000001\n0.55\n")
+    ok, how = compare(rounded, reference, 1e-3)
+    assert ok and "within 0.001" in how, how
+    ok, how = compare(moved, reference, 1e-3)
+    assert (
+        not ok
+        and "largest difference 0.0727 of the number or of their typical size 0.687" in how
+        and "over 0.001" in how
+    ), how
+
+
 @pytest.mark.slow  # real torchrun jobs: the system tier
 def test_forensics_name_the_rank_that_never_entered_the_collective(tmp_path):
     """Real torchrun, 3 workers: rank 1 sleeps at step 5 instead of entering the next all-reduce.

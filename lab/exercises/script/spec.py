@@ -54,7 +54,10 @@ WORKDIR = Option(
     metavar="DIR",
 )
 RTOL = Option(
-    "--rtol", "compare the numbers in --compare within this relative tolerance (default: bitwise)", type=float
+    "--rtol",
+    "compare the numbers in --compare within this relative tolerance, of each number or of the numbers' "
+    "typical size, whichever is larger (default: bitwise)",
+    type=float,
 )
 SCRIPT_TOPOLOGY = (
     NODES,
