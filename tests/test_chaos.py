@@ -71,7 +71,10 @@ def test_the_docs_campaign_on_an_ordinary_script_resumes_it_each_time_and_ends_w
     assert {f["kind"] for f in record["faults"]} == set(KINDS) - set(TRAINER_ONLY)
     assert record["faults_injected"] == 6 and record["stuck"] == 0 and record["recovery_style"] != "in-process"
     assert record["final_weights"]["identical"] is True, record["final_weights"]
-    assert record["final_weights"]["compared"] == "result.txt" and "within" in record["final_weights"]["how"]
+    # Bitwise equal when every resume happened to sum in the uninterrupted run's order (a clean
+    # clone's CI once saw it), else within --rtol: either way what was compared is said.
+    how = record["final_weights"]["how"]
+    assert record["final_weights"]["compared"] == "result.txt" and ("within" in how or how.startswith("bitwise equal"))
     assert record["steps_redone"] > 0
     assert_nothing_left(lab)
 
