@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from lab.bench import CAMPAIGN_LOAD, LOAD_HELP, QUIET_GOALS, TRIALS, beside, free_port, loaded, startup_stages
@@ -95,6 +96,24 @@ def sections() -> list[str]:
     return ["startup", loaded("startup", CAMPAIGN_LOAD)]
 
 
+def lab_variants(run_dir: str) -> dict[str, Callable[[], list[list[str]]]]:
+    """The ways `lab up` starts the job here: loopback always, netns hosts as root, Docker where ready."""
+    variants = {
+        "lab up (loopback, no Prometheus)": lambda: lab_up(run_dir, "--hosts", "loopback", "--prometheus", "off"),
+    }
+    if os.geteuid() == 0:
+        variants["lab up (netns hosts, no Prometheus)"] = lambda: lab_up(
+            run_dir, "--hosts", "netns", "--prometheus", "off"
+        )
+        variants["lab up (netns hosts, Prometheus)"] = lambda: lab_up(run_dir, "--hosts", "netns")
+    if docker_ready():
+        variants["lab up --runtime docker (no Prometheus)"] = lambda: lab_up(
+            run_dir, "--runtime", "docker", "--prometheus", "off"
+        )
+        variants["lab up --runtime docker (Prometheus)"] = lambda: lab_up(run_dir, "--runtime", "docker")
+    return variants
+
+
 def add_arguments(p) -> None:
     TRIALS.add_to(p)
     schedule.LOAD.but(help=LOAD_HELP).add_to(p)
@@ -108,20 +127,7 @@ def run(args, out_dir: Path) -> BenchResult:
     bare = "bare torchrun (loopback)"
     with tempfile.TemporaryDirectory(prefix="lab-bench-") as tmp, load.busy(args.load, None):
         run_dir = f"{tmp}/run"
-        variants = {
-            bare: lambda: bare_torchrun(tmp),
-            "lab up (loopback, no Prometheus)": lambda: lab_up(run_dir, "--hosts", "loopback", "--prometheus", "off"),
-        }
-        if os.geteuid() == 0:
-            variants["lab up (netns hosts, no Prometheus)"] = lambda: lab_up(
-                run_dir, "--hosts", "netns", "--prometheus", "off"
-            )
-            variants["lab up (netns hosts, Prometheus)"] = lambda: lab_up(run_dir, "--hosts", "netns")
-        if docker_ready():
-            variants["lab up --runtime docker (no Prometheus)"] = lambda: lab_up(
-                run_dir, "--runtime", "docker", "--prometheus", "off"
-            )
-            variants["lab up --runtime docker (Prometheus)"] = lambda: lab_up(run_dir, "--runtime", "docker")
+        variants = {bare: lambda: bare_torchrun(tmp), **lab_variants(run_dir)}
         times: dict[str, list[float]] = {name: [] for name in variants}
         for trial in range(args.trials):
             for name, commands in variants.items():
