@@ -63,11 +63,12 @@ def run(args, out_dir: Path) -> BenchResult:
         argv = [sys.executable, "-m", "lab", "chaos", "--count", str(args.count), "--mtbf", args.mtbf]
         argv += ["--load", str(args.load), "--seed", str(args.seed), "--report-dir", str(report)]
         argv += ["--run-dir", str(Path(tmp) / "run"), "--runtime", args.runtime, *_target(args)]
-        began = time.monotonic()
+        began, since = time.monotonic(), time.time()
         code = procs.run_child_lab(argv).returncode  # its progress straight to this terminal; stopped, it tears down
         took = time.monotonic() - began
-        raw = files.read_regular(report / "chaos.json", 16 << 20)
-        if raw is None:
+        ledger = report / "chaos.json"
+        raw = files.read_regular(ledger, 16 << 20)
+        if raw is None or ledger.lstat().st_mtime < since:  # an earlier run's, left in the same report dir
             raise LabError(f"the campaign wrote no ledger (lab chaos exited {code})")
         record = json.loads(raw)
     record["campaign_s"] = round(took, 1)

@@ -131,3 +131,24 @@ def test_the_plain_train_campaign_outlasts_its_last_fault_and_compares_its_weigh
         assert float(argv[argv.index("--rtol") + 1]) > 0  # DDP's bucket regroup after a resume (the docstring)
     assert "--snapshot-every" in script_args and argv[1].endswith("plain_train.py")
     assert _target(argparse.Namespace(target="trainer", count=30, mtbf="15s", seed=1)) == []
+
+
+def test_a_ledger_an_earlier_run_left_in_the_report_dir_is_not_taken_for_this_runs(tmp_path, monkeypatch):
+    """The bench keeps each campaign's report beside its results (OUT/NAME-report): a campaign that
+    wrote nothing this time must not be published with the last one's ledger. lab chaos itself is
+    not run here (a stand-in that exits 1 at once); the real one runs in tests/test_chaos.py."""
+    import os
+    import subprocess
+    import types
+
+    from lab.bench import chaos_campaign
+
+    stale = tmp_path / "chaos-report" / "chaos.json"
+    stale.parent.mkdir()
+    stale.write_text(json.dumps(ledger([fault("kill-worker", 0.3)])))
+    an_hour_ago = stale.stat().st_mtime - 3600
+    os.utime(stale, (an_hour_ago, an_hour_ago))
+    monkeypatch.setattr(chaos_campaign.procs, "run_child_lab", lambda argv: subprocess.CompletedProcess(argv, 1))
+    args = types.SimpleNamespace(mtbf="15s", load=2, count=3, seed=1, runtime="local", target="trainer")
+    with pytest.raises(LabError, match="the campaign wrote no ledger \\(lab chaos exited 1\\)"):
+        chaos_campaign.run(args, tmp_path)
