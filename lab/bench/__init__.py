@@ -7,9 +7,7 @@ from lab.options import Option
 from lab.runtimes.ports import PortInUse
 
 TRIALS = Option("--trials", "how many times each side is measured (default %(default)s)", 3, int)
-CAMPAIGN_LOAD = (
-    2  # the busy processes beside `lab bench chaos`'s campaigns, and so beside the loaded single-fault benches
-)
+CAMPAIGN_LOAD = 2  # busy processes beside `lab bench chaos`'s campaigns and the loaded single-fault benches
 QUIET_GOALS = "- Goals are judged on the quiet machine's figures; these are what a campaign as busy is projected from."
 LOAD_HELP = (  # lab.chaos.schedule.LOAD's help on a bench
     "busy processes beside every trial, as `lab chaos --load` puts them beside a campaign; the figures are "

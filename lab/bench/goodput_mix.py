@@ -98,11 +98,11 @@ def project(ledger: dict, costs: dict[str, float]) -> dict:
     }
 
 
-def measured_costs(recovery: dict | None, startup_json: Path) -> dict[str, float] | str:
-    """Each kind's cost from a recovery bench's styles and a startup bench's result, or the line
-    saying which is missing (and the bench that makes it)."""
+def measured_costs(recovery: dict | None, startup_json: Path, load: int = 0) -> dict[str, float] | str:
+    """Each kind's cost from a recovery bench's styles and a startup bench's result at a load, or
+    the line saying which is missing (and the bench that makes it)."""
     if recovery is None:
-        return f"no {startup_json.parent / startup_json.name.replace('startup', 'recovery')} (run `lab bench recovery`)"
+        return f"no {startup_json.with_name(loaded('recovery', load) + '.json')} (run `lab bench recovery`)"
     if not startup_json.is_file():
         return f"no {startup_json} (run `lab bench startup` first)"
     rows = json.loads(files.read_regular(startup_json, 16 << 20) or b"{}").get("figures", {})
@@ -135,7 +135,7 @@ def section(chaos_json: str, ledger: dict, recovery: dict, startup_json: Path) -
     busy: dict[str, float] | str = "the campaign ran on a quiet machine"
     if load:
         startup_busy = startup_json.with_name(f"{loaded('startup', load)}.json")
-        busy = measured_costs(loaded_recovery(startup_json.parent, load), startup_busy)
+        busy = measured_costs(loaded_recovery(startup_json.parent, load), startup_busy, load)
         if not isinstance(busy, str):
             mix["at_load"] = project(ledger, busy)
     judged = mix.get("at_load") or mix
