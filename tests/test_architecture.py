@@ -157,6 +157,21 @@ def test_no_runtime_is_named_outside_its_own_modules():
     assert not offenders, "\n".join(offenders)
 
 
+def test_a_port_is_picked_by_one_function():
+    """A socket bound to port 0 and closed hands back a port from the kernel's range for outgoing
+    connections' source ports, and one was taken by a connection before the job bound it (a CI run:
+    both nodes' "connection to the C10d store has failed"). Ports are picked by lab.bench.free_port,
+    above that range; a port-0 bind is allowed only where the socket is kept listening (a busy port)."""
+    port_zero = re.compile(r"\.bind\(\([^()]*,\s*0\)\)")
+    offenders = []
+    for path in [*LAB.rglob("*.py"), *(REPO / "tests").rglob("*.py")]:
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines, 1):
+            if port_zero.search(line) and not any(".listen(" in after for after in lines[number : number + 2]):
+                offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
 ECHO_RUNTIME = """
 from lab.options import Option
 from lab.runtimes.base import Node, Runtime

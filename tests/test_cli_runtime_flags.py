@@ -2,19 +2,16 @@
 naming the runtime that does, and --ray-address, which names the cluster that drives drills on
 any runtime, is checked before anything starts."""
 
-import socket
-
 import pytest
 from conftest import lab_in_process
 from test_cli_errors import assert_one_line_error
 
+from lab.bench import free_port
 from lab.workloads import script_path
 
 
 def test_an_unreachable_ray_address_is_a_one_line_error_at_once(lab):
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there
     for address, words in (
         (f"127.0.0.1:{port}", ["no Ray cluster answers", str(port)]),
         ("nonsense", ["--ray-address", "HOST:PORT"]),

@@ -7,24 +7,18 @@ around torchrun, from Topology.launch_argv), each with a checkpoint directory of
 
 import os
 import shutil
-import socket
 import subprocess
 
 import pytest
 from conftest import loopback_labs
 
 from lab import results
+from lab.bench import free_port
 from lab.health.events import read_events
 from lab.topology import Topology
 from lab.workloads import checkpoint, script_path
 
 TRAINER = script_path("trainer")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_job(tmp_path, steps: int, events: str, ckpt: str = "ckpt", shared: bool = False) -> str:

@@ -1,10 +1,9 @@
 """A real Prometheus scraping a real 2-node x 2-process job on netns hosts."""
 
-import socket
-
 import pytest
 from conftest import needs_netns, wait_for
 
+from lab.bench import free_port
 from lab.health.prometheus import Prometheus, binary
 
 pytestmark = [
@@ -12,12 +11,6 @@ pytestmark = [
     needs_netns,
     pytest.mark.skipif(binary() is None, reason="prometheus not installed (make host-deps)"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def steps_by_rank(prom: Prometheus) -> dict[str, float]:

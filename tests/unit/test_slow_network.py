@@ -3,10 +3,10 @@ recorded as lab.health.net_probe records them, and the probe itself against a re
 `lab bench stragglers --hosts netns` slows a real netns host with tc netem."""
 
 import json
-import socket
 
 import pytest
 
+from lab.bench import free_port
 from lab.health import net_probe, stragglers
 from lab.health.events import PROBE_PREFIX, EventLog, read_probes
 from lab.why import card as why
@@ -69,9 +69,7 @@ def test_lab_why_says_which_node_has_the_slow_network(tmp_path):
 
 
 def test_the_probe_times_a_refused_connection():
-    with socket.socket() as s:  # a port that was just free: nothing listens there now
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there
     rtt = net_probe.round_trip("127.0.0.1", port)
     assert rtt is not None and 0 <= rtt < 1
 
