@@ -1,4 +1,4 @@
-"""The commands README.md, docs/exercises.md, docs/ci.md and docs/chaos.md show a reader, in the order they show them.
+"""The commands the docs (DOCS) show a reader, in the order they show them.
 
 A command is a line of a fenced block that starts with a program the reader types (`make`,
 `lab`, `pytest`, `.venv/bin/...`, `python3.11`, `torchrun`, `kubectl`, `docker`), its `\\`
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from conftest import REPO
 
-DOCS = ("README.md", "docs/exercises.md", "docs/ci.md", "docs/chaos.md")
+DOCS = ("README.md", "docs/exercises.md", "docs/ci.md", "docs/chaos.md", "docs/doctor.md")
 PROGRAM = re.compile(r"(make|lab|pytest|\.venv/bin/\S+|python3(\.\d+)?|torchrun|kubectl|docker)(\s|$)")
 FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)
 LESSON = re.compile(r"^\d+\. `([a-z0-9-]+)`", re.M)

@@ -19,7 +19,7 @@ LAYERS = [
     ("lab.cli",),
     ("lab.bench",),
     ("lab.chaos",),
-    ("lab.exercises", "lab.lessons"),
+    ("lab.exercises", "lab.lessons", "lab.doctor"),
     ("lab.report", "lab.job", "lab.results", "lab.why"),
     ("lab.runtimes",),
     ("lab.node", "lab.progress"),

@@ -31,7 +31,6 @@ WHY = {
     "lab/recovery.py": PROC,
     "lab/runtimes/memory.py": PROC,
     "lab/runtimes/ports.py": PROC,
-    "lab/bench/__init__.py": PROC,
     "lab/bench/docs.py": PROC,
     "lab/bench/scale_sim.py": PROC + " (its own network namespace's TCP counters)",
     "lab/bench/ray_cluster.py": OWN + ": each Ray machine's output, in the cluster's own 0700 temp dir",

@@ -1,10 +1,7 @@
 """Measurements, each side by side with its reference in the same run (machines here are noisy)."""
 
-import random
-import socket
-
 from lab.options import Option
-from lab.runtimes.ports import PortInUse
+from lab.runtimes.ports import PortInUse, free_port  # noqa: F401  # free_port: the benches' and tests' one way to pick a port
 
 TRIALS = Option("--trials", "how many times each side is measured (default %(default)s)", 3, int)
 CAMPAIGN_LOAD = 2  # busy processes beside `lab bench chaos`'s campaigns and the loaded single-fault benches
@@ -25,30 +22,6 @@ def loaded(name: str, load: int) -> str:
 def beside(load: int) -> str:
     """The words a loaded bench's table opens with."""
     return f"Beside {load} busy process(es) (--load {load}): " if load else ""
-
-
-# Ports are picked above the kernel's range for outgoing connections' source ports: one picked
-# inside it (as bind(0) picks) was once taken by a connection before the lab bound it, and a
-# CI run's diagnosis bench refused "rendezvous port 0.0.0.0:38221 is already in use".
-PORT_CEILING = 65000  # room above for a block of ports (overhead.free_port_block)
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now, on every address, outside the kernel's ephemeral range."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            ephemeral_top = int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        ephemeral_top = PORT_CEILING
-    for _ in range(200):
-        port = random.randrange(ephemeral_top + 1, PORT_CEILING) if ephemeral_top + 1 < PORT_CEILING else 0
-        with socket.socket() as s:
-            try:
-                s.bind(("0.0.0.0", port))
-            except OSError:
-                continue  # taken: another pick
-            return s.getsockname()[1]
-    raise OSError("no free TCP port above the ephemeral range")
 
 
 def up_on_its_own_port(runtime, topology, script: str, args: list[str], tries: int = 3):

@@ -31,11 +31,11 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> Parser:
-    from lab.cli import bench, chaos, ci, down, exercise, image, run, status, up, why
+    from lab.cli import bench, chaos, ci, doctor, down, exercise, image, run, status, up, why
 
     parser = Parser(prog="lab", description="Run, break and watch multi-node torchrun jobs.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for module in (up, down, status, run, why, exercise, chaos, ci, bench, image):
+    for module in (up, down, status, run, why, doctor, exercise, chaos, ci, bench, image):
         module.register(sub)
     return parser
 

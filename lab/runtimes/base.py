@@ -107,6 +107,8 @@ class Runtime(ABC):
     # Its nodes' files are this machine's, at the same paths (the run dir, shared or mounted):
     # a drill reads a script's working dir, checkpoints and result file here. Not so in pods.
     HOST_FILES: ClassVar[bool] = True
+    # `lab doctor` probes its nodes: proven on them (tests/test_doctor.py), its probes sharing a folder.
+    DOCTOR: ClassVar[bool] = False
     # What a drill on a user's script needs here beyond the script ("" where nothing): the grid says it.
     SCRIPT_DRILLS_NEED: ClassVar[str] = ""
     NODE: ClassVar[type[Node] | None] = None  # its Node class: which faults it can inject (Faults.refusal)

@@ -44,6 +44,7 @@ class LocalRuntime(MonitoredRuntime):
     OPTIONS = (HOSTS, *MonitoredRuntime.OPTIONS)
     DRILLS = True
     CHAOS = True
+    DOCTOR = True
     NODES_ARE = "netns hosts"
     HOST_CODE = True
     AUTO = True

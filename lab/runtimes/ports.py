@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 
 from lab import procs
@@ -67,3 +68,27 @@ def _name(pid: int) -> str:
         return open(f"/proc/{pid}/comm").read().strip()
     except OSError:
         return "a process"
+
+
+# Ports are picked above the kernel's range for outgoing connections' source ports: one picked
+# inside it (as bind(0) picks) was once taken by a connection before the lab bound it, and a
+# CI run's diagnosis bench refused "rendezvous port 0.0.0.0:38221 is already in use".
+PORT_CEILING = 65000  # room above for a block of ports (overhead.free_port_block)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, on every address, outside the kernel's ephemeral range."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_top = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        ephemeral_top = PORT_CEILING
+    for _ in range(200):
+        port = random.randrange(ephemeral_top + 1, PORT_CEILING) if ephemeral_top + 1 < PORT_CEILING else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue  # taken: another pick
+            return s.getsockname()[1]
+    raise OSError("no free TCP port above the ephemeral range")
