@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
-from pathlib import Path
+from contextlib import ExitStack
 
 import pytest
 from conftest import left_behind, loopback_labs, needs_netns
@@ -16,76 +16,40 @@ from lab import runtimes
 from lab.bench import free_port
 from lab.doctor.examine import examine
 from lab.rundir import RunDir
+from lab.runtimes import netns
+from lab.runtimes.misconfig import MISCONFIGS
 from lab.topology import Topology
 
 pytestmark = pytest.mark.slow
 
 
-def netns_runtime(tmp_path: Path):
-    return runtimes.create("local", RunDir(tmp_path / "run"), log=lambda line: None, hosts="netns", monitoring="off")
+def planted_cases() -> list:
+    """Each misconfiguration on 3 hosts, planted on a node that differs from one to the next (the
+    unit tests judge every position on recorded reports)."""
+    cases = []
+    for position, misconfig in enumerate(MISCONFIGS.values()):
+        index = position % 3 if misconfig.on_store or position % 3 else 1
+        marks = [loopback_labs] if misconfig.hosts[0] == "loopback" else []
+        cases.append(pytest.param(misconfig, index, id=f"{misconfig.name}-on-node{index}", marks=marks))
+    return cases
 
 
-def run_examine(tmp_path: Path, seed=None, nodes: int = 2):
-    runtime = netns_runtime(tmp_path)
-    exam = examine(runtime, Topology(nodes=nodes, agent_metrics_port=0, rank_metrics_port=0), lambda _: None, seed)
+@pytest.mark.parametrize("misconfig,index", planted_cases())
+def test_each_planted_misconfiguration_is_named_on_the_node_at_fault(tmp_path, misconfig, index):
+    hosts = misconfig.hosts[0]
+    if hosts == "netns" and netns.unavailable_reason():
+        pytest.skip(f"netns hosts unavailable: {netns.unavailable_reason()}")
+    runtime = runtimes.create("local", RunDir(tmp_path / "run"), log=lambda line: None, hosts=hosts, monitoring="off")
+    topology = Topology(nodes=3, rdzv_port=free_port(), agent_metrics_port=0, rank_metrics_port=0)
+    with ExitStack() as undo:
+        exam = examine(runtime, topology, lambda _: None, lambda _, plan: misconfig.plant(plan, index, undo))
     assert left_behind(runtime.run_dir.path, runtime.run_dir.lab_id) == []
-    return [f.line() for f in exam.found]
-
-
-def hosts_file(node) -> Path:
-    return Path("/etc/netns") / node.netns / "hosts"
-
-
-def in_netns(node, *argv: str) -> None:
-    subprocess.run(["ip", "netns", "exec", node.netns, *argv], check=True, capture_output=True)
-
-
-@needs_netns
-def test_healthy_netns_hosts_find_nothing_and_the_cli_says_so(lab):
-    out = lab("doctor", "--nodes", "3", timeout=180)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.strip().splitlines()[-1].startswith("nothing wrong: every node resolves itself")
-    assert "probing 3 node(s) (local, netns)" in out.stdout
-
-
-@needs_netns
-@pytest.mark.parametrize("bad", [1, 0, 2])
-def test_a_hostname_that_resolves_to_loopback_is_named_on_its_node(tmp_path, bad):
-    """The Debian default (127.0.1.1 for the machine's own name): gloo gives the peers that address."""
-
-    def seed(runtime, plan):
-        node = plan.nodes[bad]
-        hosts_file(node).write_text(f"127.0.1.1 {node.name}\n" + hosts_file(node).read_text())
-
-    (found,) = run_examine(tmp_path, seed, nodes=3)
-    assert found.startswith(f"node{bad}: it gives its peers 127.0.1.1 (hostname: loopback)"), found
-
-
-@needs_netns
-def test_a_firewall_that_drops_new_connections_names_who_cannot_reach_whom(tmp_path):
-    def seed(runtime, plan):
-        in_netns(plan.nodes[1], "iptables", "-A", "INPUT", "-p", "tcp", "--syn", "-j", "DROP")
-
-    found = run_examine(tmp_path, seed)
-    assert len(found) == 1 and found[0].startswith("node0: cannot reach node1 at 10.213."), found
-    assert "no answer in 2 s" in found[0] and "firewall" in found[0]
-
-
-@needs_netns
-def test_a_silent_dns_server_makes_reverse_lookups_slow(tmp_path):
-    """c10d looks up each peer's name: a node whose hosts file lacks its peers asks the DNS server."""
-    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # a server that never answers
-
-    def seed(runtime, plan):
-        gateway = plan.nodes[0].address.rsplit(".", 1)[0] + ".1"
-        silent.bind((gateway, 53))
-        etc = hosts_file(plan.nodes[0]).parent
-        (etc / "hosts").write_text(f"{plan.nodes[0].address} node0\n")
-        (etc / "resolv.conf").write_text(f"nameserver {gateway}\noptions timeout:2 attempts:1\n")
-
-    with silent:
-        found = run_examine(tmp_path, seed)
-    assert len(found) == 1 and found[0].startswith("node0: looking up the name of node1's address 10.213."), found
+    found = [f.line() for f in exam.found]
+    blamed = misconfig.blamed(index, 3)
+    assert any(f.node == blamed and misconfig.says in f.line() for f in exam.found), found
+    others = [f.line() for f in exam.found if f.node != blamed]
+    if misconfig.blames != "peer" and not misconfig.name.startswith("interface-"):  # those reach every node
+        assert others == [], f"only {blamed} is at fault: {found}"
 
 
 @needs_netns

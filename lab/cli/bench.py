@@ -1,7 +1,7 @@
 """`lab bench NAME`: the lab's benchmarks, each measured side by side with its reference.
 
     lab bench collectives | recovery | goodput | detection | diagnosis | stragglers | coordinators | startup
-              | overhead | chaos | natural | scale
+              | overhead | chaos | natural | scale | doctor
               [--out DIR]
     lab bench docs [--out DIR] [--output docs/benchmarks.md]
 
@@ -22,6 +22,7 @@ from lab.bench import (
     coordinators,
     detection,
     diagnosis,
+    doctor,
     goodput,
     natural,
     overhead,
@@ -46,6 +47,7 @@ BENCHES = {
     "overhead": overhead,
     "chaos": chaos_campaign,
     "scale": scale,
+    "doctor": doctor,
 }
 OUT = Option("--out", "where results go (default %(default)s)", "bench-results")
 

@@ -17,9 +17,10 @@ class Finding:
     node: str  # the node it is about ("" for all of them)
     what: str
     fix: str
+    note: bool = False  # worth knowing, but measured not to stop a job (lab bench doctor): exit 0
 
     def line(self) -> str:
-        return f"{self.node + ': ' if self.node else ''}{self.what}: {self.fix}"
+        return f"{'note: ' if self.note else ''}{self.node + ': ' if self.node else ''}{self.what}: {self.fix}"
 
 
 def is_loopback(address: str | None) -> bool:
@@ -37,6 +38,7 @@ def findings(nodes: list[str], facts: dict[str, dict], reach: dict[str, dict], b
             found += own_findings(facts[node], backend)
     found += peer_findings(facts, reach)
     found += rendezvous_findings(facts, reach)
+    found.sort(key=_by_node)
     versions = {f["torch"] for f in facts.values()}
     if len(versions) > 1:
         each = ", ".join(f"{f['torch'] or 'none'} on {n}" for n, f in sorted(facts.items()))
@@ -107,15 +109,7 @@ def peer_findings(facts: dict[str, dict], reach: dict[str, dict]) -> list[Findin
                 if peer in loopback:
                     continue
                 loopback.add(peer)
-                found.append(
-                    Finding(
-                        peer,
-                        f"it gives its peers {address} ({info['advertised_from']}: loopback), where {source} "
-                        f"cannot reach it ({tried['connect']}): the job hangs or fails at its first collective",
-                        f"make {info['hostname']} resolve to the address the other nodes reach (/etc/hosts), "
-                        "or set GLOO_SOCKET_IFNAME to that interface",
-                    )
-                )
+                found.append(_loopback(peer, info, source, tried["connect"]))
             elif tried["connect"] != "ok":
                 found.append(
                     Finding(
@@ -165,3 +159,30 @@ def rendezvous_findings(facts: dict[str, dict], reach: dict[str, dict]) -> list[
                 )
             )
     return found
+
+
+def _loopback(node: str, info: dict, source: str, error: str) -> Finding:
+    """A node that would give its peers a loopback address. Named by GLOO_SOCKET_IFNAME, gloo gives
+    it and the job fails in connectFullMesh; only its hostname's, torch's gloo gives another one, and
+    the lesson's job passes (both measured: lab bench doctor), so that is a note."""
+    address = info["advertised"]
+    if info["advertised_from"] != "hostname":  # GLOO_SOCKET_IFNAME=lo
+        return Finding(
+            node,
+            f"it gives its peers {address} ({info['advertised_from']}: loopback), where {source} cannot reach it "
+            f"({error}): gloo's connectFullMesh fails",
+            "set GLOO_SOCKET_IFNAME to the interface that reaches the other nodes, not loopback",
+        )
+    return Finding(
+        node,
+        f"its hostname {info['hostname']} resolves to {address} (loopback) first, where {source} cannot reach it "
+        f"({error}): a program that listens on its hostname's address is cut off (torch's gloo picks another)",
+        f"make {info['hostname']} resolve to the address the other nodes reach (/etc/hosts)",
+        note=True,
+    )
+
+
+def _by_node(finding: Finding) -> tuple[int, str]:
+    """node2 before node10; a finding about no one node last."""
+    digits = finding.node[len("node") :]
+    return (int(digits) if finding.node.startswith("node") and digits.isdigit() else 1 << 30, finding.node)

@@ -1,0 +1,133 @@
+"""The misconfigurations of a first multi-node run, planted on the lab's own hosts once they are up
+and before anything runs on them: each declared once, with the node it is planted on, the node a
+diagnosis should blame and the words it should use. `lab doctor`'s tests and `lab bench doctor`
+(what torchrun does with each, beside what the doctor says) take them from here.
+
+They work on netns hosts (each has its own hosts file, resolver and firewall) and, for those that
+need only the environment or a port, on loopback hosts too."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lab.runtimes.netns import NETNS_ETC
+
+
+@dataclass(frozen=True)
+class Misconfig:
+    name: str
+    what: str  # the mistake, in a user's words
+    hosts: tuple[str, ...]  # the local runtime's host kinds it can be planted on
+    plant: Callable[[Any, int, ExitStack], None]  # (plan, node index, what undoes it)
+    says: str  # words the doctor's finding about the blamed node holds
+    # Whom a finding should be about: the node it is planted on, a "peer" meeting it, the "store" host.
+    blames: str = "node"
+    on_store: bool = True  # it may be planted on node 0, the rendezvous host
+
+    def blamed(self, index: int, nodes: int) -> str:
+        """The node a finding about it names (the next one, for a peer: every peer meets it)."""
+        return {"node": f"node{index}", "peer": f"node{(index + 1) % nodes}", "store": "node0"}[self.blames]
+
+
+def _etc(plan: Any, index: int) -> Path:
+    return NETNS_ETC / plan.nodes[index].netns
+
+
+def _prepend_hosts_line(line: str) -> Callable[[Any, int, ExitStack], None]:
+    def plant(plan: Any, index: int, undo: ExitStack) -> None:
+        hosts = _etc(plan, index) / "hosts"
+        hosts.write_text(line.format(node=plan.nodes[index].name, store=plan.nodes[0].name) + "\n" + hosts.read_text())
+
+    return plant
+
+
+def _unresolvable_hostname(plan: Any, index: int, undo: ExitStack) -> None:
+    hosts = _etc(plan, index) / "hosts"
+    name = plan.nodes[index].name
+    kept = [line for line in hosts.read_text().splitlines() if name not in line.split()[1:]]
+    hosts.write_text("\n".join(kept) + "\n")
+
+
+def _firewall(plan: Any, index: int, undo: ExitStack) -> None:
+    """New TCP connections into the node dropped (its namespace's own firewall, gone with it)."""
+    subprocess.run(
+        ["ip", "netns", "exec", plan.nodes[index].netns, "iptables", "-A", "INPUT", "-p", "tcp", "--syn", "-j", "DROP"],
+        check=True,
+        capture_output=True,
+    )
+
+
+def _silent_dns(plan: Any, index: int, undo: ExitStack) -> None:
+    """The node's peers left out of its hosts file, and a DNS server that never answers: a UDP
+    socket on the lab's side of the bridge, held until the plant is undone."""
+    node = plan.nodes[index]
+    gateway = node.address.rsplit(".", 1)[0] + ".1"
+    silent = undo.enter_context(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+    silent.bind((gateway, 53))
+    (_etc(plan, index) / "hosts").write_text(f"127.0.0.1 localhost\n{node.address} {node.name}\n")
+    (_etc(plan, index) / "resolv.conf").write_text(f"nameserver {gateway}\noptions timeout:2 attempts:1\n")
+
+
+def _environment(variable: str, value: str) -> Callable[[Any, int, ExitStack], None]:
+    """Set for every node (the nodes' agents inherit the lab's environment), put back after."""
+
+    def plant(plan: Any, index: int, undo: ExitStack) -> None:
+        before = os.environ.get(variable)
+        os.environ[variable] = value
+        undo.callback(lambda: os.environ.pop(variable) if before is None else os.environ.update({variable: before}))
+
+    return plant
+
+
+def _taken_port(plan: Any, index: int, undo: ExitStack) -> None:
+    """Something else on this machine listens on the rendezvous port (loopback hosts share it)."""
+    busy = undo.enter_context(socket.socket())
+    busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    busy.bind(("0.0.0.0", plan.topology.rdzv_port))
+    busy.listen()
+
+
+NETNS = ("netns",)
+MISCONFIGS = {
+    m.name: m
+    for m in (
+        Misconfig(
+            "hostname-on-loopback", "the node's hostname resolves to 127.0.1.1 (Debian's /etc/hosts)", NETNS,
+            _prepend_hosts_line("127.0.1.1 {node}"), "resolves to 127.0.1.1 (loopback) first",
+        ),
+        Misconfig(
+            "hostname-unresolvable", "the node's hostname is in no hosts file and no DNS", NETNS,
+            _unresolvable_hostname, "does not resolve",
+        ),
+        Misconfig(
+            "firewall", "the node drops new TCP connections", NETNS, _firewall, "cannot reach", blames="peer",
+        ),
+        Misconfig(
+            "silent-dns", "the node's hosts file lacks its peers and its DNS server never answers", NETNS,
+            _silent_dns, "looking up the name of",
+        ),
+        Misconfig(
+            "rendezvous-on-localhost", "the rendezvous host resolves to 127.0.0.1 on the node", NETNS,
+            _prepend_hosts_line("127.0.0.1 {store}"), "it would rendezvous alone", on_store=False,
+        ),
+        Misconfig(
+            "interface-missing", "GLOO_SOCKET_IFNAME names an interface the nodes lack", ("netns", "loopback"),
+            _environment("GLOO_SOCKET_IFNAME", "eth9"), "GLOO_SOCKET_IFNAME=eth9 names no interface",
+        ),
+        Misconfig(
+            "interface-loopback", "GLOO_SOCKET_IFNAME names the loopback interface", NETNS,
+            _environment("GLOO_SOCKET_IFNAME", "lo"), "connectFullMesh fails",
+        ),
+        Misconfig(
+            "rendezvous-port-taken", "another program holds the rendezvous port", ("loopback",), _taken_port,
+            "the rendezvous port is already in use", blames="store",
+        ),
+    )
+}  # fmt: skip
