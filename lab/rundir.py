@@ -60,6 +60,7 @@ LAB_ENTRIES = (
     "applied.yaml",
     "work",
     "userns.log",
+    "doctor.json",  # lab.why.doctor_note
 )
 
 

@@ -60,6 +60,7 @@ WHY = {
     "lab/runtimes/k8s.py": OWN + " (the applied manifests)",
     "lab/runtimes/k8s_logs.py": OWN + ": pod logs streamed by kubectl into files the lab makes",
     "lab/runtimes/netns.py": "/etc/netns/<the lab's namespace>, root's, made by the lab",
+    "lab/runtimes/misconfig.py": "/etc/netns/<the lab's namespace>, root's, made by the lab (mistakes planted there)",
     "lab/cli/watch.py": "the terminal (/dev/tty)",
     "lab/exercises/drill.py": "os.devnull, when the reader of its output went away",
     "lab/exercises/ray_logs.py": OWN + " (Ray's session, inside the lab's 0700 folder), non-blocking",

@@ -8,6 +8,7 @@ from lab import job
 from lab.cli import why as why_cli
 from lab.cli.flags import add_topology_options
 from lab.cli.starting import start
+from lab.doctor import after_failure
 from lab.why import card as why
 
 
@@ -31,6 +32,7 @@ def handle(args: argparse.Namespace) -> int:
         status = job.job_status(codes)
         if status:  # the card before the run dir goes: it keeps the story, the logs are gone after down
             card = why.card(runtime.run_dir.path)
+            after_failure.diagnose(args, runtime.run_dir.path, topology, card)
             print(f"\n{card.text()}", end="", flush=True)  # shown first: a full disk must not hide it
             print(f"({why_cli.save_or_say(runtime.run_dir, card)})")
     finally:

@@ -7,6 +7,7 @@ import argparse
 from lab import job, results
 from lab.cli.flags import add_topology_options
 from lab.cli.starting import start
+from lab.doctor import after_failure
 from lab.health import prometheus
 from lab.node.restart_budget import CRASH_LOOP_EXIT
 from lab.runtimes import state as runstate
@@ -64,7 +65,9 @@ def handle(args: argparse.Namespace) -> int:
     print(line)
     if job.job_status(codes):
         print(f"job failed: node exit codes {codes}")
-        print(why.card(runtime.run_dir.path).text(), end="")
+        card = why.card(runtime.run_dir.path)
+        after_failure.diagnose(args, runtime.run_dir.path, topology, card)
+        print(card.text(), end="")
     print("the lab's hosts stay up for inspection: `lab status`, then `lab down`")
     status = job.job_status(codes)
     return status if status == CRASH_LOOP_EXIT else 0 if ok and status == 0 else 1

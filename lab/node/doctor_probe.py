@@ -24,6 +24,7 @@ import socket
 import struct
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lab import files
@@ -173,19 +174,23 @@ def _lookup(address: str) -> None:
 
 
 def reach(args: argparse.Namespace, peers: dict[str, dict]) -> dict:
-    """Each peer as a job would meet it, and the rendezvous host."""
+    """Each peer as a job would meet it (all at once: a slow lookup is paid once, not per peer),
+    and the rendezvous host as torch's store client meets it: each address the name resolves to,
+    in turn, until one answers."""
     rdzv_addresses, rdzv_error = resolve(args.rdzv_host)
     store = next((p for p in peers.values() if p["index"] == 0), None)
     rdzv = "not tried: node 0's probe did not report"
     if store and store.get("rdzv_port_free") and rdzv_addresses:
-        rdzv = connect(rdzv_addresses[0], args.rdzv_port)[0]
+        tried = [connect(address, args.rdzv_port)[0] for address in rdzv_addresses]
+        rdzv = "ok" if "ok" in tried else tried[0]
+    others = {name: p for name, p in peers.items() if name != args.node}
+    with ThreadPoolExecutor(max_workers=max(1, 2 * len(others))) as pool:
+        connects = {name: pool.submit(connect, p["advertised"], p["port"]) for name, p in others.items()}
+        lookups = {name: pool.submit(reverse_lookup_s, p["advertised"]) for name, p in others.items()}
+        met = {name: {"connect": connects[name].result()[0], "lookup_s": lookups[name].result()} for name in others}
     return {
         "node": args.node,
-        "peers": {
-            name: {"connect": connect(p["advertised"], p["port"])[0], "lookup_s": reverse_lookup_s(p["advertised"])}
-            for name, p in peers.items()
-            if name != args.node
-        },
+        "peers": met,
         "rdzv_addresses": rdzv_addresses,
         "rdzv_error": rdzv_error,
         "rdzv_connect": rdzv,

@@ -48,11 +48,20 @@ def _prepend_hosts_line(line: str) -> Callable[[Any, int, ExitStack], None]:
     return plant
 
 
+def _without(plan: Any, index: int, name: str) -> list[str]:
+    """The node's hosts file, less every line that names `name`."""
+    return [line for line in (_etc(plan, index) / "hosts").read_text().splitlines() if name not in line.split()[1:]]
+
+
 def _unresolvable_hostname(plan: Any, index: int, undo: ExitStack) -> None:
-    hosts = _etc(plan, index) / "hosts"
-    name = plan.nodes[index].name
-    kept = [line for line in hosts.read_text().splitlines() if name not in line.split()[1:]]
-    hosts.write_text("\n".join(kept) + "\n")
+    (_etc(plan, index) / "hosts").write_text("\n".join(_without(plan, index, plan.nodes[index].name)) + "\n")
+
+
+def _rendezvous_on_localhost(plan: Any, index: int, undo: ExitStack) -> None:
+    """The rendezvous host's name, on this node, for 127.0.0.1 alone (with its real address listed
+    too, torch's store client tries that next and the job goes on)."""
+    store = plan.nodes[0].name
+    (_etc(plan, index) / "hosts").write_text("\n".join([f"127.0.0.1 {store}", *_without(plan, index, store)]) + "\n")
 
 
 def _firewall(plan: Any, index: int, undo: ExitStack) -> None:
@@ -115,7 +124,7 @@ MISCONFIGS = {
         ),
         Misconfig(
             "rendezvous-on-localhost", "the rendezvous host resolves to 127.0.0.1 on the node", NETNS,
-            _prepend_hosts_line("127.0.0.1 {store}"), "it would rendezvous alone", on_store=False,
+            _rendezvous_on_localhost, "it would rendezvous alone", on_store=False,
         ),
         Misconfig(
             "interface-missing", "GLOO_SOCKET_IFNAME names an interface the nodes lack", ("netns", "loopback"),

@@ -23,7 +23,7 @@ from lab.health import net_probe
 from lab.health.events import AgentEvent, Event, ExitReason, agent_failures, read_agent_events, read_events, read_probes
 from lab.health.stragglers import SlowNetwork, Straggler, first_named, first_slow_network
 from lab.node_log import COMMUNICATION_TIMEOUT, SIGTERM_SENT, bare_errors, native_aborts, own_frame, tracebacks
-from lab.why import bad_checkpoint, disk_full
+from lab.why import bad_checkpoint, disk_full, doctor_note
 from lab.why.card_notes import (
     hung_ranks,
     left_first,
@@ -179,6 +179,7 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     per_node = Counter(a["node"] for a in found.agents)  # every node's agent reports each failed round
     rounds = max(per_node.values(), default=0)
     result = Card(first=None, rounds=rounds, straggler=found.straggler, slow_network=found.slow_network)
+    result.notes += doctor_note.notes(run_dir)
     result.store_loss, result.failed_write = found.store_loss, found.failed_write
     result.set_aside = found.set_aside
     if found.skipped:

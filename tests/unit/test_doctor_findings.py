@@ -116,9 +116,10 @@ def test_each_node_of_its_own():
     facts["node1"].update(ifnames={"GLOO_SOCKET_IFNAME": "eth9"}, advertised=None, port=None)
     facts["node2"]["nofile"] = 256
     facts["node0"].update(hostname_error="Name or service not known", hostname_addresses=[], advertised=None)
-    found = lines(nodes, facts, reach)
-    assert [f.split(":")[0] for f in found] == ["node0", "node1", "node2"], found
-    assert "its hostname node0 does not resolve" in found[0]
+    judged = findings(nodes, facts, reach, "gloo")
+    found = [f.line() for f in judged]
+    assert [(f.node, f.note) for f in judged] == [("node0", True), ("node1", False), ("node2", False)], found
+    assert found[0].startswith("note: node0: its hostname node0 does not resolve"), "measured: the job passes"
     assert "GLOO_SOCKET_IFNAME=eth9 names no interface here (it has eth0, lo)" in found[1]
     assert "open-file limit is 256" in found[2]
 
