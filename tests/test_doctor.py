@@ -91,3 +91,21 @@ def test_flags_it_does_not_take_are_refused(lab):
     )
     out = lab("doctor", "--recovery", "restart")
     assert out.returncode == 2 and "unrecognized arguments: --recovery restart" in out.stderr
+
+
+@needs_netns
+def test_a_job_whose_nodes_cannot_connect_gets_the_doctors_finding_in_its_card(lab):
+    """GLOO_SOCKET_IFNAME=lo, as a user might export it: the lesson's job fails in gloo's
+    connectFullMesh; lab up runs the doctor on hosts like the job's and the card (and `lab why`
+    after it) says what it found."""
+    env = {**lab.env(), "GLOO_SOCKET_IFNAME": "lo"}
+    up = lab.cmd("up", "--prometheus", "off", "--max-restarts", "0")
+    out = subprocess.run(up, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
+    said = (
+        "note: lab doctor, run on hosts like the job's after it failed to connect: node0: it gives its peers 127.0.0.1"
+    )
+    assert said in out.stdout and "set GLOO_SOCKET_IFNAME to the interface that reaches" in out.stdout, out.stdout
+    assert said in lab("why").stdout
+    lab("down")
+    assert not (lab.run_dir / "doctor.json").exists()

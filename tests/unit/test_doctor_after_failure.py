@@ -1,0 +1,64 @@
+"""When `lab up` and `lab run` call the doctor after a failed job (lab.doctor.after_failure): only
+when a failure says the nodes could not meet, whichever rank says it; and the card's note read
+back from the run dir (lab.why.doctor_note), never from a file the lab did not write."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from lab.doctor.after_failure import cannot_connect
+from lab.why import doctor_note
+from lab.why.failure_card import Card, RankFailure
+
+CANNOT_MEET = [
+    "RuntimeError: Gloo connectFullMesh failed with [pair.cc:152] timed out connecting: SO_ERROR: Connection refused",
+    "torch.distributed.DistNetworkError: The client socket has timed out after 60000ms while trying to connect to "
+    "(node0, 29400).",
+    "RendezvousTimeoutError: ",
+    "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed.",
+    "RuntimeError: [enforce fail at device.cc:81] ifa != nullptr. Unable to find interface for: [eth9] No such device",
+    "socket.gaierror: [Errno -2] Name or service not known",
+]
+NOT_THE_NETWORK = [
+    "ValueError: bad batch",
+    "RuntimeError: CUDA out of memory",
+    "RuntimeError: Error(s) in loading state_dict for Linear",
+    "",
+]
+
+
+def failure(rank: int, error: str) -> RankFailure:
+    return RankFailure(rank, f"node{rank // 2}", rank % 2, 1.0 + rank, 1, error=error)
+
+
+@pytest.mark.parametrize("error", CANNOT_MEET)
+@pytest.mark.parametrize("where", ["first", "then"])
+def test_a_failure_that_says_the_nodes_could_not_meet_calls_the_doctor(error, where):
+    first, later = (failure(2, error), failure(0, "")) if where == "first" else (failure(2, ""), failure(0, error))
+    assert cannot_connect(Card(first=first, then=[later]))
+
+
+@pytest.mark.parametrize("error", NOT_THE_NETWORK)
+def test_other_failures_do_not(error):
+    assert not cannot_connect(Card(first=failure(1, error), then=[failure(3, "")]))
+    assert not cannot_connect(Card(first=None))
+
+
+def test_the_note_is_read_back_from_the_run_dir_and_only_from_a_file(tmp_path):
+    assert doctor_note.notes(tmp_path) == []
+    (tmp_path / doctor_note.DOCTOR_FILE).write_text('{"found": ["node1: cannot reach node0: a firewall"]}\n')
+    (note,) = doctor_note.notes(tmp_path)
+    assert note.endswith("after it failed to connect: node1: cannot reach node0: a firewall")
+    (tmp_path / doctor_note.DOCTOR_FILE).write_text('{"found": []}')
+    assert doctor_note.notes(tmp_path) == [
+        "lab doctor, run on hosts like the job's after it failed to connect, found nothing wrong with them"
+    ]
+    for junk in ("not json", "[1, 2]", '{"found": "a string"}'):
+        (tmp_path / doctor_note.DOCTOR_FILE).write_text(junk)
+        assert doctor_note.notes(tmp_path) == []
+    (tmp_path / doctor_note.DOCTOR_FILE).unlink()
+    (tmp_path / "elsewhere.json").write_text('{"found": ["planted"]}')
+    os.symlink(tmp_path / "elsewhere.json", tmp_path / doctor_note.DOCTOR_FILE)  # a job's link is not followed
+    assert doctor_note.notes(tmp_path) == []
