@@ -110,4 +110,5 @@ bench: venv host-deps ## measure everything (about three hours: three 100-fault 
 	$(BIN)/lab bench coordinators --out $(BENCH_OUT) $$(docker info >/dev/null 2>&1 && echo --runtimes local,docker,ray)
 	$(BIN)/lab bench scale --out $(BENCH_OUT)
 	$(BIN)/lab bench overhead --out $(BENCH_OUT)
+	$(BIN)/lab bench doctor --bound 90 --out $(BENCH_OUT)
 	$(BIN)/lab bench docs --out $(BENCH_OUT) --output docs/benchmarks.md

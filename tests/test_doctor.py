@@ -5,12 +5,14 @@ that node, and nothing is left behind either way."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
+import sys
 from contextlib import ExitStack
 
 import pytest
-from conftest import left_behind, loopback_labs, needs_netns
+from conftest import REPO, left_behind, loopback_labs, needs_netns
 
 from lab import runtimes
 from lab.bench import free_port
@@ -109,3 +111,18 @@ def test_a_job_whose_nodes_cannot_connect_gets_the_doctors_finding_in_its_card(l
     assert said in lab("why").stdout
     lab("down")
     assert not (lab.run_dir / "doctor.json").exists()
+
+
+@needs_netns
+def test_the_bench_plants_a_misconfiguration_under_the_job_and_under_the_doctor(tmp_path):
+    """lab bench doctor, one row: the job meets the missing interface and fails at once (gloo finds
+    no such device); the doctor names it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "lab", "bench", "doctor", "--misconfigs", "interface-missing", "--bound", "60",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    row = json.loads((tmp_path / "doctor.json").read_text())["figures"]["rows"]["interface-missing"]
+    assert row["job"] == "failed" and "eth9" in row["error"], row
+    assert row["named"] and row["finding"].startswith("node1: GLOO_SOCKET_IFNAME=eth9 names no interface"), row

@@ -36,6 +36,7 @@ WHICH = Option("--misconfigs", f"comma-separated, of: {', '.join(MISCONFIGS)} (d
 BOUND = Option("--bound", "seconds a job is given before it is called hung (default %(default)s)", 90.0, float)
 RAISED = re.compile(r"^\s*\w+(Error|Exception): ")  # the first exception a rank raised
 ERROR = re.compile(r"error|timed out|timeout|refused|failed", re.I)
+NOISE = re.compile(r"^\s*frame #|\[lab\.node\.launch\]")  # a C++ stack frame; the lab's own settings
 
 
 def add_arguments(p) -> None:
@@ -89,7 +90,7 @@ def job_row(misconfig: Misconfig, bound_s: float) -> dict:
             runtime.down(grace_s=2.0)
             runtime.run_dir.release()
     raised = [line.strip() for line in said if RAISED.search(line)]
-    errors = raised[:1] or [line.strip() for line in said if ERROR.search(line) and "[lab.node.launch]" not in line]
+    errors = raised[:1] or [line.strip() for line in said if ERROR.search(line) and not NOISE.search(line)]
     ended = "hung" if any(c is None for c in codes.values()) else "passed" if set(codes.values()) == {0} else "failed"
     return {"job": ended, "job_s": round(seconds, 1), "codes": codes, "error": errors[-1][:200] if errors else ""}
 

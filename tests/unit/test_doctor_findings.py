@@ -144,3 +144,12 @@ def test_torch_versions_slow_lookups_and_silent_nodes():
     assert found[-1] == (
         "torch differs between the nodes (2.13.0 on node0, 2.12.1 on node2): install the same torch on every node"
     )
+
+
+def test_the_docs_table_names_every_misconfiguration_the_lab_plants():
+    from conftest import REPO
+
+    from lab.runtimes.misconfig import MISCONFIGS
+
+    table = (REPO / "docs" / "doctor.md").read_text()
+    assert [name for name in MISCONFIGS if f"| `{name}`" not in table] == []
