@@ -36,6 +36,16 @@ def planted_cases() -> list:
     return cases
 
 
+@needs_netns
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_healthy_netns_hosts_find_nothing_and_the_cli_says_so(lab, nodes):
+    out = lab("doctor", "--nodes", str(nodes), timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip().splitlines()[-1].startswith("nothing wrong: every node resolves itself")
+    assert f"probing {nodes} node(s) (local, netns)" in out.stdout and "note:" not in out.stdout
+    assert not lab.run_dir.exists(), "the doctor tears down what it brought up, and its run dir goes with it"
+
+
 @pytest.mark.parametrize("misconfig,index", planted_cases())
 def test_each_planted_misconfiguration_is_named_on_the_node_at_fault(tmp_path, misconfig, index):
     hosts = misconfig.hosts[0]
