@@ -18,6 +18,7 @@ from lab.why.failure_card import Card
 
 CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
 HUNG_NOTE = "the likely hung rank"
+NEVER_FORMED_NOTE = "so the group never formed"  # lab.why.card_notes.never_formed
 # A lost store is found by the agents, not the ranks: at their next call on it (every 0.1 s,
 # --monitor-interval), while the ranks train on. Measured 1 to 7 of the cells' 0.05 s steps late.
 STORE_NOTICED_WITHIN = 10
@@ -174,6 +175,8 @@ def named(card: Card) -> Named:
         return Named(card.straggler.rank, "slow", card.straggler.since)
     if first is None:
         return Named(None, "unknown", None)
+    if any(NEVER_FORMED_NOTE in note for note in card.notes):  # the ranks never connected: no rank's own
+        return Named(None, "cannot-connect", first.last_step)
     hung = any(HUNG_NOTE in note for note in card.notes)
     if first.consequence and not hung:
         return Named(None, "unknown", first.last_step)

@@ -27,6 +27,7 @@ from lab.why import bad_checkpoint, disk_full, doctor_note
 from lab.why.card_notes import (
     hung_ranks,
     left_first,
+    never_formed,
     node_workers,
     note_a_shared_error,
     note_no_cause,
@@ -197,14 +198,16 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     # A signal or an exception of its own says what happened; a bare exit status does not, and
     # agents notice their ranks' exits in their own time: such a rank is first only if it is alone.
     said = [f for f in causes if f.error or (f.exit_code or 0) < 0]
-    # A rank with nothing to say of its own that torchrun had to stop, while its peers failed waiting.
-    silent = hung_ranks([f for f in failures if not f.error and f.pid in found.terminated])
-    left = left_first(run_dir, failures, found.terminated) if not causes and not silent else []
+    # A rank with nothing to say of its own that torchrun had to stop, while its peers failed waiting
+    # (in a group that formed: ranks that never connected waited for no one).
+    formed = never_formed(result, failures) if not causes else None
+    silent = [] if formed else hung_ranks([f for f in failures if not f.error and f.pid in found.terminated])
+    left = left_first(run_dir, failures, found.terminated) if not causes and not silent and not formed else []
     if len(left) == 1:  # it left, and its peers failed waiting for it
         failures.insert(0, left[0])
         causes = said = left
         result.notes.append(LEFT_FIRST)
-    result.first = said[0] if said else causes[0] if causes else silent[0] if silent else failures[0]
+    result.first = said[0] if said else causes[0] if causes else formed or (silent[0] if silent else failures[0])
     if not said and len(causes) > 1:
         result.certain = False
         result.notes.append(
@@ -221,7 +224,7 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     # A rank its own agent noticed late (a kill, a hang stopped at last) failed no later than the
     # first of those that failed of it: the others' times are then never before it.
     result.first.time = failures[0].time
-    if not causes:
+    if not causes and not formed:
         note_no_cause(result, silent, found.store_loss, found.slow_network)
     note_the_first_error(result, found.terminated, kernel)
     return result

@@ -5,6 +5,7 @@ a mismatch, an OOM kill). lab.why.card draws the card and calls these once its f
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +26,26 @@ def hung_ranks(silent: list[RankFailure]) -> list[RankFailure]:
     the SIGTERM."""
     frozen = [f for f in silent if f.exit_code == -signal.SIGKILL]
     return frozen if len(silent) > 1 and len(frozen) == 1 else silent
+
+
+NEVER_FORMED = re.compile(r"connectFullMesh|timed out connecting|Connection refused")
+
+
+def never_formed(result: Card, failures: list[RankFailure]) -> RankFailure | None:
+    """Ranks that could not connect to their peers at all (gloo's connectFullMesh, refused
+    connections) while none failed of its own: the group never formed, so no rank hung in it (a
+    card once called the rank torchrun stopped "the likely hung rank", GLOO_SOCKET_IFNAME=lo). The
+    first to say so is shown, and the note says where to look."""
+    setup = [f for f in failures if NEVER_FORMED.search(f.error)]
+    if not setup:
+        return None
+    result.certain = False
+    result.notes.append(
+        f"ranks {', '.join(str(f.rank) for f in sorted(setup, key=lambda f: f.rank))} could not connect to their "
+        "peers, so the group never formed and no rank hung in it: the hosts' network (an interface, a firewall, "
+        "a name), not a rank's own failure; `lab doctor` checks it"
+    )
+    return setup[0]
 
 
 def note_a_shared_error(result: Card, said: list[RankFailure]) -> None:

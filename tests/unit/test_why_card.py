@@ -96,3 +96,18 @@ def test_the_kept_evidence_holds_the_network_probes_so_a_cut_node_is_named_again
     live = why.card(run).slow_network
     again = why.card(evidence.keep(run, tmp_path / "kept")).slow_network
     assert live is not None and live.cut and live.node == "node1" and again == live
+
+
+def test_ranks_that_never_connected_are_not_called_hung():
+    """Recorded: the lesson's job on 2 netns hosts with GLOO_SOCKET_IFNAME=lo (`lab up
+    --max-restarts 0`); node0's ranks fail in gloo's connectFullMesh (Connection refused), and
+    torchrun stops the rest. No rank hung: the group never formed. The card said "the likely hung
+    rank" of a rank that had raised; it now says the hosts' network, and the grade says so too."""
+    from lab.bench.grading import named
+
+    card = why.card(FIXTURES / "cannot_connect", kernel=lambda: "")
+    text = card.text()
+    assert "so the group never formed and no rank hung in it" in text and "`lab doctor` checks it" in text, text
+    assert "the likely hung rank" not in text, text
+    assert card.first is not None and "connectFullMesh" in card.first.error
+    assert named(card).kind == "cannot-connect" and named(card).rank is None
