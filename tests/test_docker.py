@@ -241,3 +241,12 @@ def test_the_docs_campaign_in_containers_survives_each_node_lost_beside_a_busy_p
     struck = [(f["kind"], min(f["ranks"])) for f in record["faults"]]
     assert ("kill-node", 0) in struck and ("kill-node", 2) in struck and "kill-in-regroup" in dict(struck)
     assert record["stuck"] == 0 and record["load"] == 1 and record["final_weights"]["identical"] is True
+
+
+def test_the_doctor_probes_containers_and_finds_nothing(docker_lab):
+    """lab doctor on the docker runtime: a probe per container in place of the job, sharing the run
+    dir's work folder, every container and the network gone after (the fixture checks)."""
+    out = docker_lab("doctor", "--runtime", "docker", "--nodes", "3", timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "probing 3 node(s) (docker, containers)" in out.stdout and "note:" not in out.stdout, out.stdout
+    assert out.stdout.strip().splitlines()[-1].startswith("nothing wrong: every node resolves itself")

@@ -99,7 +99,8 @@ def test_flags_it_does_not_take_are_refused(lab):
     )
     out = lab("doctor", "--runtime", "k8s")
     assert out.returncode == 1 and out.stderr.strip() == (
-        "lab doctor: error: lab doctor does not probe k8s nodes yet, only local ones: use --runtime local"
+        "lab doctor: error: lab doctor does not probe k8s nodes yet, only docker and local ones: use --runtime docker "
+        "or local"
     )
     out = lab("doctor", "--recovery", "restart")
     assert out.returncode == 2 and "unrecognized arguments: --recovery restart" in out.stderr

@@ -31,10 +31,10 @@ def handle(args: argparse.Namespace) -> int:
     setattr(args, MONITORING.name, "off")
     runtime = runtimes.from_args(args, run_dir_from_args(args))
     if not runtime.DOCTOR:
-        proven = [name for name, cls in runtimes.registry().items() if cls.DOCTOR]
+        proven = sorted(name for name, cls in runtimes.registry().items() if cls.DOCTOR)
         raise LabError(
-            f"lab doctor does not probe {runtime.name} nodes yet, only {', '.join(proven)} ones: "
-            f"use --runtime {proven[0]}"
+            f"lab doctor does not probe {runtime.name} nodes yet, only {' and '.join(proven)} ones: "
+            f"use --runtime {' or '.join(proven)}"
         )
     topology = Topology(
         nodes=args.nodes,

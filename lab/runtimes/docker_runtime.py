@@ -46,6 +46,7 @@ class DockerRuntime(MonitoredRuntime):
     OPTIONS = (IMAGE, *MonitoredRuntime.OPTIONS)
     DRILLS = True
     CHAOS = True
+    DOCTOR = True
     NODES_ARE = "containers"
     RDZV_BACKENDS = ("c10d", "lab")  # node0's agent hosts either store on the lab's network
     NO_IN_PROCESS = ""  # node 0's keeper hosts the job's store on the lab's network, as its agent would
