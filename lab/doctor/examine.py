@@ -20,7 +20,7 @@ from lab.runtimes.ports import PortInUse, free_port
 from lab.topology import Topology
 from lab.workloads import script_path
 
-PROBE_WAIT_S = 10.0  # how long a probe waits for the others' reports (the probe's --wait-s)
+PROBE_WAIT_S = 20.0  # how long a probe waits for the others' reports (--wait-s): a busy machine starts them apart
 BOUND_S = 3 * PROBE_WAIT_S + 15.0  # every probe has ended by then, or it is stopped
 
 
