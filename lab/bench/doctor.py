@@ -20,15 +20,13 @@ from pathlib import Path
 from lab import files, runtimes
 from lab.bench.diagnosis import listed
 from lab.bench.result import BenchResult, goal_line, this_command
-from lab.doctor.examine import examine
+from lab.doctor.examine import examine, hosts_up
 from lab.job_text import markdown_cell
 from lab.options import Option
 from lab.rundir import RunDir
-from lab.runtimes import state as runstate
 from lab.runtimes.misconfig import MISCONFIGS, Misconfig
 from lab.runtimes.ports import free_port
 from lab.topology import Topology
-from lab.workloads import script_path
 
 PLANTED_ON = 1
 DOCTOR_GOAL_S = 5.0
@@ -55,13 +53,18 @@ def _topology(**changes) -> Topology:
     )
 
 
+def _seed(misconfig: Misconfig, undo: ExitStack):
+    """What plants the misconfiguration on node PLANTED_ON once the hosts are up (examine's seed)."""
+    return lambda _, plan: misconfig.plant(plan, PLANTED_ON, undo)
+
+
 def doctor_row(misconfig: Misconfig) -> dict:
     with tempfile.TemporaryDirectory(prefix="tlab-bench-doctor-") as top, ExitStack() as undo:
         exam = examine(
             _runtime(misconfig, Path(top)),
             _topology(),
             lambda line: None,
-            lambda _, plan: misconfig.plant(plan, PLANTED_ON, undo),
+            _seed(misconfig, undo),
         )
     blamed = misconfig.blamed(PLANTED_ON, 2)
     named = [f.line() for f in exam.found if f.node == blamed and misconfig.says in f.line()]
@@ -73,12 +76,7 @@ def job_row(misconfig: Misconfig, bound_s: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="tlab-bench-doctor-") as top, ExitStack() as undo:
         runtime = _runtime(misconfig, Path(top))
         topology = _topology(rdzv_backend="c10d", torch_defaults=True, max_restarts=0)
-        runtimes.begin_job(runtime, lambda line: None)
-        try:
-            plan = runtime.prepare(topology, script_path("ddp_train"), [])
-            runstate.save(runtime.run_dir, plan.state())
-            runtime.provision(plan)
-            misconfig.plant(plan, PLANTED_ON, undo)
+        with hosts_up(runtime, topology, lambda line: None, _seed(misconfig, undo)) as (plan, _):
             started = time.monotonic()
             runtime.start_nodes(plan)
             while any(n.exit_code() is None for n in plan.nodes) and time.monotonic() - started < bound_s:
@@ -86,9 +84,6 @@ def job_row(misconfig: Misconfig, bound_s: float) -> dict:
             seconds = time.monotonic() - started
             codes = {n.name: n.exit_code() for n in plan.nodes}
             said = [line for n in plan.nodes for line in (files.read_text(n.log_path, 1 << 20) or "").splitlines()]
-        finally:
-            runtime.down(grace_s=2.0)
-            runtime.run_dir.release()
     raised = [line.strip() for line in said if RAISED.search(line)]
     errors = raised[:1] or [line.strip() for line in said if ERROR.search(line) and not NOISE.search(line)]
     ended = "hung" if any(c is None for c in codes.values()) else "passed" if set(codes.values()) == {0} else "failed"

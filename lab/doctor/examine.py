@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,22 @@ def examine(
     """Bring the hosts up, probe every node, judge, tear down. seed(runtime, plan), when given,
     runs once the hosts are up and before the probes: the tests' way to plant a misconfiguration."""
     started = time.monotonic()
+    with hosts_up(runtime, topology, log, seed) as (plan, refused):
+        exam = _probe(runtime, plan, log)
+    exam.found = refused + findings(exam.nodes, exam.facts, exam.reach, topology.backend)
+    exam.seconds = time.monotonic() - started
+    return exam
+
+
+@contextmanager
+def hosts_up(
+    runtime: Runtime,
+    topology: Topology,
+    log: Log = print,
+    seed: Callable[[Runtime, LaunchPlan], None] | None = None,
+) -> Iterator[tuple[LaunchPlan, list[Finding]]]:
+    """A job's hosts, up with nothing started on them (seeded, if asked), and what refusing them
+    found; torn down on the way out, whatever happened (`lab bench doctor` starts its job there)."""
     runtimes.begin_job(runtime, log)
     try:
         plan, refused = _prepare(runtime, topology)
@@ -51,13 +68,10 @@ def examine(
         runtime.provision(plan)
         if seed:
             seed(runtime, plan)
-        exam = _probe(runtime, plan, log)
+        yield plan, refused
     finally:
         runtime.down(grace_s=2.0)
         runtime.run_dir.release()
-    exam.found = refused + findings(exam.nodes, exam.facts, exam.reach, topology.backend)
-    exam.seconds = time.monotonic() - started
-    return exam
 
 
 def _prepare(runtime: Runtime, topology: Topology) -> tuple[LaunchPlan, list[Finding]]:
