@@ -38,7 +38,7 @@ def findings(nodes: list[str], facts: dict[str, dict], reach: dict[str, dict], b
             found += own_findings(facts[node], backend)
     found += peer_findings(facts, reach)
     found += rendezvous_findings(facts, reach)
-    found.sort(key=_by_node)
+    found.sort(key=lambda f: (len(f.node), f.node))  # node2 before node10
     versions = {f["torch"] for f in facts.values()}
     if len(versions) > 1:
         each = ", ".join(f"{f['torch'] or 'none'} on {n}" for n, f in sorted(facts.items()))
@@ -134,7 +134,7 @@ def peer_findings(facts: dict[str, dict], reach: dict[str, dict]) -> list[Findin
 def rendezvous_findings(facts: dict[str, dict], reach: dict[str, dict]) -> list[Finding]:
     store = next((f for f in facts.values() if f["index"] == 0), None)
     found = []
-    if store is not None and not store.get("rdzv_port_free", True):
+    if store is not None and store["rdzv_port_free"] is False:
         found.append(
             Finding(store["node"], "the rendezvous port is already in use there", "pick another with --rdzv-port")
         )
@@ -181,9 +181,3 @@ def _loopback(node: str, info: dict, source: str, error: str) -> Finding:
         f"make {info['hostname']} resolve to the address the other nodes reach (/etc/hosts)",
         note=True,
     )
-
-
-def _by_node(finding: Finding) -> tuple[int, str]:
-    """node2 before node10; a finding about no one node last."""
-    digits = finding.node[len("node") :]
-    return (int(digits) if finding.node.startswith("node") and digits.isdigit() else 1 << 30, finding.node)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.doctor.findings import findings
+from lab.doctor.findings import findings, is_loopback
 
 
 def healthy(count: int, shared_netns: bool = False) -> tuple[list[str], dict, dict]:
@@ -153,3 +153,83 @@ def test_the_docs_table_names_every_misconfiguration_the_lab_plants():
 
     table = (REPO / "docs" / "doctor.md").read_text()
     assert [name for name in MISCONFIGS if f"| `{name}`" not in table] == []
+
+
+@pytest.mark.parametrize(
+    "address,loopback",
+    [("127.0.1.1", True), ("::1", True), ("::1%lo", True), ("10.213.7.10", False), ("fe80::1%eth0", False),
+     (None, False), ("node0", False)],
+)  # fmt: skip
+def test_what_counts_as_loopback(address, loopback):
+    assert is_loopback(address) is loopback
+
+
+def change(**nodes_facts) -> list[str]:
+    """The lines for 2 healthy nodes with some facts changed: node=dict of facts."""
+    nodes, facts, reach = healthy(2)
+    backend = nodes_facts.pop("backend", "gloo")
+    for node, changes in nodes_facts.items():
+        facts[node].update(changes)
+    return lines(nodes, facts, reach, backend)
+
+
+def test_each_finding_of_a_node_on_its_own_in_its_words():
+    assert change(node1={"ifnames": {"NCCL_SOCKET_IFNAME": "eth0,eth9"}}) == [
+        "node1: NCCL_SOCKET_IFNAME=eth0,eth9 names no interface here (it has eth0, lo): name the interface that "
+        "reaches the other nodes, or unset it"
+    ]
+    assert change(node1={"ifnames": {"GLOO_SOCKET_IFNAME": "eth0,lo"}}) == []
+    assert change(node0={"advertised": None, "port": None, "hostname_addresses": ["10.9.9.9", "10.9.9.8"]}) == [
+        "node0: none of the addresses its hostname node0 resolves to (10.9.9.9, 10.9.9.8) is one of its own: gloo "
+        "cannot listen there: make the hostname resolve to this node's address (/etc/hosts), or set GLOO_SOCKET_IFNAME"
+    ]
+    assert change(node1={"hostname_error": "Name or service not known", "advertised": None}) == [
+        "note: node1: its hostname node1 does not resolve (Name or service not known): a program that looks up its "
+        "own name fails (torch's gloo picks an address without it): list the hostname in /etc/hosts with the address "
+        "the other nodes reach"
+    ]
+    assert change(node1={"shm_bytes": (512 << 20) - 1}, backend="nccl") == [
+        "node1: /dev/shm is 511 MiB: nccl's shared-memory transport needs more: give it 1 GiB or more (docker run "
+        "--shm-size=1g; in Kubernetes an emptyDir of medium Memory)"
+    ]
+    assert change(node1={"shm_bytes": 512 << 20}, backend="nccl") == change(node1={"shm_bytes": None}, backend="nccl")
+    assert change(node1={"shm_bytes": None}, backend="nccl") == []
+    assert change(node0={"nofile": 1023}) == [
+        "node0: its open-file limit is 1023: every peer connection and worker pipe takes one: raise it to 1024 or "
+        "more (ulimit -n, or the container's nofile limit)"
+    ]
+    assert change(node0={"nofile": 1024}) == []
+    assert change(node1={"torch": None}) == [
+        "torch differs between the nodes (2.13.0 on node0, none on node1): install the same torch on every node"
+    ]
+
+
+def test_each_finding_between_nodes_in_its_words():
+    nodes, facts, reach = healthy(3)
+    facts["node0"].update(advertised="127.0.0.1", advertised_from="GLOO_SOCKET_IFNAME=lo")
+    for source in ("node1", "node2"):
+        reach[source]["peers"]["node0"]["connect"] = "Connection refused"
+    reach["node2"]["peers"]["node1"]["connect"] = "no answer in 2 s"  # met after node0, by the same source
+    reach["node1"]["peers"]["node2"]["lookup_s"] = 1.0  # at the bound: not slow
+    reach["node0"]["peers"]["node2"]["lookup_s"] = 1.5
+    assert lines(nodes, facts, reach) == [
+        "node0: looking up the name of node2's address 10.213.7.12 took 1.5 s, paid on every connection: list the "
+        "nodes in /etc/hosts, or fix the DNS server in /etc/resolv.conf",
+        "node0: it gives its peers 127.0.0.1 (GLOO_SOCKET_IFNAME=lo: loopback), where node1 cannot reach it "
+        "(Connection refused): gloo's connectFullMesh fails: set GLOO_SOCKET_IFNAME to the interface that reaches "
+        "the other nodes, not loopback",
+        "node2: cannot reach node1 at 10.213.7.11:40001 (no answer in 2 s): a firewall or a route between them: "
+        "allow TCP between the nodes on every port above 1024",
+    ]
+
+
+def test_the_rendezvous_in_its_words_and_a_silent_store_host():
+    nodes, facts, reach = healthy(2)
+    reach["node1"].update(rdzv_addresses=["10.213.7.99"], rdzv_connect="no answer in 2 s")
+    assert lines(nodes, facts, reach) == [
+        "node1: the rendezvous host resolves to 10.213.7.99, and the store cannot be reached there (no answer in 2 s): "
+        "give the rendezvous node 0's address, one every node reaches"
+    ]
+    del facts["node0"], reach["node0"]  # node 0's probe never reported: nothing to say of the store's port
+    reach["node1"].update(rdzv_addresses=["10.213.7.10"], rdzv_connect="not tried: node 0's probe did not report")
+    assert lines(nodes, facts, reach) == ["node0: its probe did not report: see its log in the run dir"]
