@@ -25,7 +25,7 @@ class Finding:
 
 def is_loopback(address: str | None) -> bool:
     try:
-        return address is not None and ipaddress.ip_address(address.split("%")[0]).is_loopback
+        return address is not None and ipaddress.ip_address(address).is_loopback  # a scope (::1%lo) is read too
     except ValueError:
         return False
 

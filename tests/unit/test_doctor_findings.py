@@ -188,6 +188,8 @@ def test_each_finding_of_a_node_on_its_own_in_its_words():
         "own name fails (torch's gloo picks an address without it): list the hostname in /etc/hosts with the address "
         "the other nodes reach"
     ]
+    named = {"hostname_error": "Name or service not known", "ifnames": {"GLOO_SOCKET_IFNAME": "eth0"}}
+    assert change(node1=named) == [], "gloo takes the interface named, not the hostname"
     assert change(node1={"shm_bytes": (512 << 20) - 1}, backend="nccl") == [
         "node1: /dev/shm is 511 MiB: nccl's shared-memory transport needs more: give it 1 GiB or more (docker run "
         "--shm-size=1g; in Kubernetes an emptyDir of medium Memory)"
