@@ -97,11 +97,13 @@ def _probe(runtime: Runtime, plan: LaunchPlan, log: Log) -> Exam:
     topology = plan.topology
     for node in plan.nodes:
         python = runtime.node_argv(topology, node, plan.script, [])[0]
+        env = {**topology.env(node.index), **runtime.node_env(node)}  # the job's, as lab.node.launch sets it
         node.start(
             [
                 python, "-m", "lab.node.doctor_probe", f"--dir={directory}", f"--node={node.name}",
                 f"--index={node.index}", f"--nodes={topology.nodes}", f"--rdzv-host={topology.rdzv_host}",
                 f"--rdzv-port={topology.rdzv_port}", f"--wait-s={PROBE_WAIT_S}",
+                *(f"--env={name}={value}" for name, value in sorted(env.items())),
             ]
         )  # fmt: skip
     log(f"probing {len(plan.nodes)} node(s) ({runtime.name}, {plan.hosts})")

@@ -1,6 +1,7 @@
 """What `lab doctor` asks on each node, before any job: run there as the node's command.
 
     python -m lab.node.doctor_probe --dir D --node NAME --index I --nodes N --rdzv-host H --rdzv-port P
+        [--env NAME=VALUE ...]
 
 Two rounds through a folder every node of the lab sees (the run dir): each node writes what it
 knows of itself (D/NAME.json: its hostname and what that resolves to, the address gloo would give
@@ -28,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lab import files
+from lab.node.launch import apply_env
 
 IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 CONNECT_S = 2.0  # a peer that does not answer in this long is as good as dropped
@@ -221,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rdzv-host", required=True)
     parser.add_argument("--rdzv-port", type=int, required=True)
     parser.add_argument("--wait-s", type=float, default=10.0)
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="as the job's node gets it")
     args = parser.parse_args(argv)
+    # The environment the job's agent would set (lab.node.launch: the user's own values kept), so
+    # the probe meets what the job meets (a userns node's GLOO_SOCKET_IFNAME=lo, say).
+    apply_env(dict(pair.partition("=")[::2] for pair in args.env), os.environ, log=lambda line: None)
     args.dir.mkdir(parents=True, exist_ok=True)  # by the node: a container's user may write it
     facts, listening = self_facts(args)
     files.write_text(args.dir / f"{args.node}.json", json.dumps(facts))
