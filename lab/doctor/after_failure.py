@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lab import files, runtimes
 from lab.doctor.examine import examine
+from lab.errors import LabError
 from lab.rundir import RunDir
 from lab.runtimes.monitored import MONITORING
 from lab.runtimes.ports import free_port
@@ -28,7 +29,9 @@ def cannot_connect(card: Card) -> bool:
 
 def diagnose(args: argparse.Namespace, run_dir: Path, topology: Topology, card: Card, log=print) -> None:
     """Run the doctor when the card says the nodes could not meet and the runtime is one it
-    probes; add what it found to the card and keep it beside the job's evidence."""
+    probes; add what it found to the card and keep it beside the job's evidence. The card comes
+    first: a doctor that cannot run (no hosts to be had, a full disk) says so in one line and
+    leaves the card as it was, never in its place."""
     if not cannot_connect(card) or not runtimes.runtime_class(args.runtime).DOCTOR:
         return
     log("the job's nodes could not connect: running lab doctor on hosts like theirs")
@@ -39,7 +42,10 @@ def diagnose(args: argparse.Namespace, run_dir: Path, topology: Topology, card: 
         runtime = runtimes.from_args(like_args, RunDir(top / "run"), log=lambda line: None)
         like = topology.replace(rdzv_port=free_port(), agent_metrics_port=0, rank_metrics_port=0)
         found = [f.line() for f in examine(runtime, like, lambda line: None).found]
+        files.write_text(run_dir / doctor_note.DOCTOR_FILE, json.dumps({"found": found}) + "\n")
+    except (LabError, OSError) as e:
+        log(f"lab doctor could not run after the failure: {e}")
+        return
     finally:
         shutil.rmtree(top, ignore_errors=True)
-    files.write_text(run_dir / doctor_note.DOCTOR_FILE, json.dumps({"found": found}) + "\n")
     card.notes.insert(0, doctor_note.note(found))

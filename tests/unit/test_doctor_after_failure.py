@@ -62,3 +62,22 @@ def test_the_note_is_read_back_from_the_run_dir_and_only_from_a_file(tmp_path):
     (tmp_path / "elsewhere.json").write_text('{"found": ["planted"]}')
     os.symlink(tmp_path / "elsewhere.json", tmp_path / doctor_note.DOCTOR_FILE)  # a job's link is not followed
     assert doctor_note.notes(tmp_path) == []
+
+
+def test_a_doctor_that_cannot_run_leaves_the_card_as_it_was(tmp_path, monkeypatch):
+    """The card is what the user came for: no hosts to be had is one line, not the card's place."""
+    import argparse
+
+    from lab.doctor import after_failure
+    from lab.errors import LabError
+    from lab.topology import Topology
+
+    def no_hosts(*args, **kwargs):
+        raise LabError("netns hosts: every /24 of 10.213.0.0/16 is in use")
+
+    monkeypatch.setattr(after_failure.runtimes, "from_args", no_hosts)
+    card = Card(first=failure(2, CANNOT_MEET[0]))
+    said: list[str] = []
+    after_failure.diagnose(argparse.Namespace(runtime="local"), tmp_path, Topology(), card, log=said.append)
+    assert card.notes == [] and not (tmp_path / doctor_note.DOCTOR_FILE).exists()
+    assert said[-1] == "lab doctor could not run after the failure: netns hosts: every /24 of 10.213.0.0/16 is in use"
