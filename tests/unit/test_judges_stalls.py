@@ -7,7 +7,7 @@ import copy
 
 from drill_cases import after_fault, failed, judge, recorded_after, seen
 
-from lab.exercises import collective_mismatch, hang_rank, preempt
+from lab.exercises import collective_mismatch, hang_rank, preempt, straggler
 from lab.exercises.seen import Seen
 from lab.health.events import AgentEvent
 
@@ -118,6 +118,37 @@ def test_a_straggler_alert_for_every_rank_names_no_one():
         "LabStraggler fired for the slowed rank only",
         "the slowed rank is the busiest outside the all-reduce",
     ]
+
+
+def steps_shifted(evidence: Seen, ranks: set[int], factor: float) -> Seen:
+    """The evidence with the given ranks' steps after the fault renumbered to run `factor`
+    times as fast as they were recorded (as if those ranks had not waited)."""
+    evidence = copy.deepcopy(evidence)
+    at = after_fault(evidence, "slow_worker")
+    for rank in ranks:
+        steps = [e for e in evidence.events if e["event"] == "step" and e["rank"] == rank and e["time"] > at]
+        first = steps[0]["step"]
+        for e in steps:
+            e["step"] = first + round((e["step"] - first) * factor)
+    return evidence
+
+
+def test_a_straggler_whose_peers_kept_their_pace_or_that_never_slowed_fails_the_lockstep_check():
+    """Peers that ran on at their own rate while the slowed rank fell behind did not wait for it;
+    a slowed rank that kept its rate was not slowed. The alert checks hold either way."""
+    recorded = seen("straggler")
+    assert failed(judge("straggler", recorded)) == []
+    for changed in (steps_shifted(recorded, {0, 2, 3}, 1.6), steps_shifted(recorded, {0, 1, 2, 3}, 1.6)):
+        assert failed(judge("straggler", changed)) == ["every rank slowed down together"]
+
+
+def test_lockstep_allows_a_step_apart_at_each_end_of_the_window():
+    """The CI run that failed under load: 4.8 steps/s before, 2.8 and 3.0 after over 5 s."""
+    before = {rank: 4.8 for rank in range(4)}
+    assert straggler.slowed_together(before, {0: 2.8, 1: 3.0, 2: 2.8, 3: 2.8}, 1, 4, 5.0)
+    assert not straggler.slowed_together(before, {0: 2.8, 1: 3.0, 2: 2.8}, 1, 4, 5.0)
+    assert not straggler.slowed_together(before, {0: 2.8, 1: 3.8, 2: 2.8, 3: 2.8}, 1, 4, 5.0)
+    assert not straggler.slowed_together(before, {0: 4.0, 1: 4.0, 2: 4.0, 3: 4.0}, 1, 4, 5.0)
 
 
 def test_a_rank_that_died_instead_of_stopping_fails_the_preemption():
