@@ -51,24 +51,48 @@ def tracebacks(log: str) -> dict[int, tuple[str, str]]:
     return found
 
 
-def bare_errors(log: str) -> list[tuple[str, str]]:
-    """(error, where) of each exception a script's process printed itself, with no `[rankN]:`
-    (torch prefixes only what its own error handler prints): a SyntaxError or an ImportError
-    from before the script ran, raised once per process. Only one whose own frame (outside torch,
-    the lab and the standard library) comes within a few lines before it: torchrun's own
-    ChildFailedError traceback is not the script's."""
-    found, frame, since = [], "", 99
-    for line in log.splitlines():
-        since += 1
+class PrintedErrors:
+    """Exceptions a script's process printed itself, with no `[rankN]:` (torch prefixes only what
+    its own error handler prints), fed a line at a time: a SyntaxError or an ImportError from
+    before the script ran, a traceback a wrapper printed before it exited (Hydra's, a
+    `logging.exception`, `traceback.print_exc()`). Only one whose own frame (outside torch, the
+    lab and the standard library) comes a few printed lines before it, however many frames of
+    other code lie between: torchrun's own ChildFailedError traceback is not the script's."""
+
+    NEAR = 6  # unindented lines from the own frame to the exception line (other processes' lines between)
+
+    def __init__(self) -> None:
+        self.found: list[tuple[str, str]] = []  # (error, where), in the order printed
+        self.lines_after = 0  # unindented lines printed since the last one found
+        self._frame, self._since = "", self.NEAR + 1
+
+    def feed(self, line: str) -> None:
         match = FRAME.search(line)
         if match and not TRACE_LINE.match(line) and not NOT_OWN.search(match[1]) and not STDLIB.search(match[1]):
-            frame, since = f"{match[1]}:{match[2]}", 0
-            continue
+            self._frame, self._since = f"{match[1]}:{match[2]}", 0
+            return
+        if not line.strip() or line[:1].isspace():
+            return  # a traceback's frames of other code and its source lines
+        self._since += 1
+        self.lines_after += 1
         exception = EXCEPTION.match(line)
-        if exception and line[:1].isalpha() and frame and since <= 6 and "ChildFailedError" not in line:
-            found.append((line.strip(), frame))
-            frame = ""
-    return found
+        if (
+            exception
+            and line[:1].isalpha()
+            and self._frame
+            and self._since <= self.NEAR
+            and "ChildFailedError" not in line
+        ):
+            self.found.append((line.strip(), self._frame))
+            self._frame, self.lines_after = "", 0
+
+
+def bare_errors(log: str) -> list[tuple[str, str]]:
+    """(error, where) of each exception a process in the log printed itself (PrintedErrors)."""
+    printed = PrintedErrors()
+    for line in log.splitlines():
+        printed.feed(line)
+    return printed.found
 
 
 def own_frame(traceback: str) -> str:

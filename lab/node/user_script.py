@@ -34,6 +34,7 @@ from typing import Any
 from lab import progress
 from lab.health import hang_dump, injected_error
 from lab.health.events import ECHO_PREFIX, Event, EventLog, ExitReason, error_text
+from lab.node_log import PrintedErrors
 from lab.nodeenv import NodeEnv
 
 # "step 12", "Step: 12", "Epoch 3", "epoch=3", "iter 40/100", "Iteration 40", "[GPU0] Epoch 3 | ...",
@@ -81,11 +82,14 @@ class LineWatcher:
 STDERR_KEPT = 5  # the script's last lines of stderr, kept in its exit record (argparse's error, say)
 
 
-def watch_output(log: EventLog, pattern: re.Pattern[str]) -> collections.deque[str]:
-    """Read the script's steps from its output; returns its last lines of stderr, as they come."""
+def watch_output(log: EventLog, pattern: re.Pattern[str]) -> tuple[collections.deque[str], PrintedErrors]:
+    """Read the script's steps from its output; returns its last lines of stderr, as they come,
+    and the exceptions it printed itself (a wrapper's traceback, on either stream)."""
     tail: collections.deque[str] = collections.deque(maxlen=STDERR_KEPT)
+    printed = PrintedErrors()
 
     def on_line(line: str) -> None:
+        printed.feed(line)
         if progress.called:
             return  # the script reports its own steps: its output is not read for them
         if line.startswith(ECHO_PREFIX):
@@ -101,7 +105,18 @@ def watch_output(log: EventLog, pattern: re.Pattern[str]) -> collections.deque[s
 
     sys.stdout = LineWatcher(sys.stdout, on_line)
     sys.stderr = LineWatcher(sys.stderr, on_error_line)
-    return tail
+    return tail, printed
+
+
+def failed_exit(code: int, message: Any, tail: collections.deque[str], printed: PrintedErrors) -> dict:
+    """The exit record of a script that exited with a status: what a wrapper that caught its
+    exception printed last (Hydra's "Set the environment variable HYDRA_FULL_ERROR=1 ..." trailer,
+    a logged traceback) says nothing; the exception it printed just before does."""
+    said = [*tail, *([str(message)] if isinstance(message, str) else [])]  # sys.exit("why"): printed after
+    if printed.found and printed.lines_after < STDERR_KEPT:
+        error, where = printed.found[-1]
+        return {"reason": ExitReason.EXCEPTION, "error": error[:300], "where": where, "code": code, "stderr": said}
+    return {"reason": ExitReason.EXIT_STATUS, "code": code, "stderr": said}
 
 
 def watch_torch(log: EventLog, events_dir: str | None) -> None:
@@ -201,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     log = EventLog(args.events_dir, int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")))
     progress.use(log)
     log.write(Event.START, script=script, workdir=os.getcwd(), world_size=int(os.environ.get("WORLD_SIZE", "1")))
-    stderr_tail = watch_output(log, re.compile(args.progress_regex))
+    stderr_tail, printed = watch_output(log, re.compile(args.progress_regex))
     watch_torch(log, args.events_dir)
     sys.argv = [script, *script_args]
     sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` has it
@@ -212,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
         if code == 0:
             log.write(Event.EXIT, reason=ExitReason.COMPLETED, code=0)
         else:  # its own words, which the node's log loses at teardown
-            log.write(Event.EXIT, reason=ExitReason.EXIT_STATUS, code=code, stderr=list(stderr_tail))
+            log.write(Event.EXIT, **failed_exit(code, e.code, stderr_tail, printed))
         raise
     except BaseException as e:
         log.write(

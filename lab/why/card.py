@@ -22,7 +22,7 @@ from lab import files
 from lab.health import net_probe
 from lab.health.events import AgentEvent, Event, ExitReason, agent_failures, read_agent_events, read_events, read_probes
 from lab.health.stragglers import SlowNetwork, Straggler, first_named, first_slow_network
-from lab.node_log import COMMUNICATION_TIMEOUT, SIGTERM_SENT, bare_errors, native_aborts, own_frame, tracebacks
+from lab.node_log import SIGTERM_SENT, bare_errors, native_aborts, own_frame, tracebacks
 from lab.why import bad_checkpoint, disk_full, doctor_note
 from lab.why.card_notes import (
     hung_ranks,
@@ -38,14 +38,7 @@ from lab.why.failure_card import Card, RankFailure
 from lab.why.lost_store import StoreLoss
 from lab.why.lost_store import found as store_lost
 from lab.why.mismatch import odd_rank, unsettled
-
-# What a rank says when a *peer* failed: these are consequences, never the first cause. A
-# timeout counts only where communication timed out (lab.node_log.COMMUNICATION_TIMEOUT).
-CONSEQUENCE = re.compile(
-    rf"Connection closed by peer|Connection reset by peer|{COMMUNICATION_TIMEOUT.pattern}|Broken pipe|"
-    r"DistNetworkError|DistStoreError|SIGTERM|connectFullMesh|RendezvousClosedError"
-)
-
+from lab.why.unranked import CONSEQUENCE, aborted_by, printed_by
 
 # An allocation that failed in the rank itself: torch's (GPU) OutOfMemoryError, an older
 # torch's "CUDA out of memory" RuntimeError, Python's MemoryError, C++'s bad_alloc.
@@ -134,16 +127,13 @@ def reported_failures(found: Evidence) -> list[RankFailure]:
             failure.how, failure.consequence = how_it_failed(failure, found.terminated)
             failure.last_step = found.steps.get(rank)
             failures.append(failure)
-    for node, aborts in found.native.items():  # printed with no rank: its node's one rank killed by a signal
-        died = [f for f in failures if f.node == node and (f.exit_code or 0) < 0 and f.pid not in found.terminated]
-        if len(aborts) == 1 and len(died) == 1 and not died[0].error:
-            died[0].error, died[0].where = aborts[0]
-    for node, bare in found.bare.items():  # one error, printed by each process before it had a rank
-        mute = [f for f in failures if f.node == node and (f.exit_code or 0) > 0 and not f.error]
-        if mute and len({error for error, _ in bare}) == 1:
-            for failure in mute:
-                failure.error, failure.where = bare[0]
-                failure.how, failure.consequence = how_it_failed(failure, found.terminated)
+    for node, aborts in found.native.items():
+        for failure, said in aborted_by(failures, node, aborts, found.terminated):
+            failure.error, failure.where = said
+    for node, bare in found.bare.items():
+        for failure, printed in printed_by(failures, node, bare, found.terminated):
+            failure.error, failure.where = printed
+            failure.how, failure.consequence = how_it_failed(failure, found.terminated)
     return failures
 
 

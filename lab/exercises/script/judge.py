@@ -9,7 +9,7 @@ from lab.exercises.script import resume, signals
 from lab.exercises.seen import Seen
 from lab.health.events import Event, ExitReason
 from lab.report import Report
-from lab.why.card import CONSEQUENCE
+from lab.why.unranked import CONSEQUENCE
 
 
 def errors(events: list[dict], since: float, until: float = float("inf")) -> list[str]:
