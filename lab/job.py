@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ FIXED_JOB_GRACE_S = 10.0
 CHUNK_BYTES = 1 << 20  # read per node per poll: what the job prints never sets the lab's memory
 SKIP_PAST_BYTES = 8 << 20  # further behind than this, the follower jumps to the newest output
 LINE_BYTES = 64 << 10  # a longer line (no newline in sight) is printed cut
+CPP_FRAME = re.compile(r"frame #\d+: |<omitting python frames>$")  # c10's backtrace, after "Exception raised from"
 
 
 class LogFollower:
@@ -38,6 +40,7 @@ class LogFollower:
         self.offsets = {node.name: 0 for node in nodes}
         self.partial = {node.name: b"" for node in nodes}
         self.held: dict[str, list[str]] = {}  # an unprefixed traceback, until it is known to be torchrun's
+        self.frames: dict[str, int] = {}  # node -> the C++ frames left out since its last other line
         self.left_out: list[str] = []  # the nodes whose ChildFailedError summary was left out
 
     def _new_lines(self, node: Node, final: bool) -> list[bytes] | None:
@@ -65,7 +68,18 @@ class LogFollower:
         return [skipped, *lines] if skipped else lines
 
     def _lines(self, node: Node, line: str) -> list[str]:
-        """What to print now for one line of node's output."""
+        """What to print now for one line of node's output: a C++ stack trace's frames (torch's
+        warnings and errors carry them: a store's "sendBytes failed", NCCL's watchdog) as one line."""
+        if CPP_FRAME.match(line):
+            self.frames[node.name] = self.frames.get(node.name, 0) + 1
+            return []
+        return self._folded_frames(node) + self._unframed(node, line)
+
+    def _folded_frames(self, node: Node) -> list[str]:
+        count = self.frames.pop(node.name, 0)
+        return [f"(a C++ stack trace of {count} frames left out: the node's log has it)"] if count else []
+
+    def _unframed(self, node: Node, line: str) -> list[str]:
         held = self.held.get(node.name)
         if held is None:
             if line == "Traceback (most recent call last):":
@@ -91,7 +105,7 @@ class LogFollower:
                 continue
             shown = [out for line in lines for out in self._lines(node, line.decode(errors="replace"))]
             if final:
-                shown += self.held.pop(node.name, [])
+                shown += self._folded_frames(node) + self.held.pop(node.name, [])
             for line in shown:
                 self.out.write(f"[{node.name}] {line}\n")
         self.out.flush()

@@ -36,6 +36,9 @@ ModuleNotFoundError: No module named 'missing'
 next line
 """
 
+# A node agent's last words after a job that succeeded (torch 2.13, `lab run` of a 2 x 2 job).
+CPP_TRACE = (Path(__file__).parent / "fixtures" / "logs" / "cpp_store_trace.log").read_text()
+
 
 @dataclass
 class FakeNode:
@@ -100,3 +103,22 @@ def test_a_folder_above_the_log_swapped_for_a_link_is_not_followed(tmp_path):
     out = io.StringIO()
     LogFollower([FakeNode("node0", tmp_path / "node0" / "node.log")], out=out).poll(final=True)
     assert out.getvalue() == ""
+
+
+def test_a_cpp_stack_trace_is_one_line_after_the_warning_and_the_line_it_was_raised_from(tmp_path):
+    frames = [line for line in CPP_TRACE.splitlines() if line.startswith(("frame #", "<omitting"))]
+    shown = follow(tmp_path, CPP_TRACE + "after\n")
+    assert [line for line in shown if "frame #" in line] == []
+    assert shown == [
+        "[node0] step 5",
+        next(f"[node0] {line}" for line in CPP_TRACE.splitlines() if "sendBytes failed" in line),
+        next(f"[node0] {line}" for line in CPP_TRACE.splitlines() if line.startswith("Exception raised from")),
+        f"[node0] (a C++ stack trace of {len(frames)} frames left out: the node's log has it)",
+        "[node0] ",
+        "[node0] after",
+    ]
+
+
+def test_a_cpp_stack_trace_the_job_ended_in_is_still_said(tmp_path):
+    cut = CPP_TRACE.split("<omitting")[0]
+    assert follow(tmp_path, cut)[-1] == "[node0] (a C++ stack trace of 7 frames left out: the node's log has it)"

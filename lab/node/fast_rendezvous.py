@@ -27,6 +27,7 @@ or shrink (elastic jobs use c10d).
 from __future__ import annotations
 
 import socket
+import time
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -44,6 +45,7 @@ from torch.distributed.elastic.rendezvous import (
 from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
 NAME = "lab"
+SHUT_WAIT_S = 2.0  # node 0's agent, ending, waits at most this for the others to close their side
 
 
 class FastRendezvous(RendezvousHandler):
@@ -150,9 +152,21 @@ class FastRendezvous(RendezvousHandler):
         signalled): close the rendezvous, as c10d's does, so that no node waits on for it."""
         try:
             self.set_closed()
+            self._store.add(self._key("shut"), 1)
+            if self._node_rank == 0:
+                self._wait_for_the_others_to_shut()
         except RuntimeError:  # the store went with node 0's agent: nobody is left to wake
             return False
         return True
+
+    def _wait_for_the_others_to_shut(self) -> None:
+        """The store goes with this agent. After a job that succeeded every agent passed torch's
+        exit barrier and closes its side within milliseconds: one that found the store gone would
+        print torch's C++ stack trace ("sendBytes failed ... Broken pipe") after a good job. The
+        wait is bounded (SHUT_WAIT_S): after a failure, a lost node never comes to close."""
+        deadline = time.monotonic() + SHUT_WAIT_S
+        while self._store.add(self._key("shut"), 0) < self._nodes and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 def create_handler(params: RendezvousParameters) -> RendezvousHandler:
