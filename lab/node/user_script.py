@@ -145,7 +145,7 @@ def watch_torch(log: EventLog, events_dir: str | None) -> None:
     def touched(event: Event, where: Any, how: str) -> None:
         path = file_path(where)
         if path is not None:  # an in-memory buffer (BytesIO) is no checkpoint file
-            log.write(event, path=path, how=how)
+            log.write(event, path=path, how=how, **file_identity(path))
 
     def loaded(args, kwargs, key: str, how: str) -> None:
         touched(Event.LOADED, args[0] if args else kwargs.get(key), how)
@@ -174,6 +174,16 @@ def file_path(where: Any) -> str | None:
         if isinstance(named, str) and named:
             return named
     return None
+
+
+def file_identity(path: str) -> dict:
+    """{"file": [device, inode]} of what the path names now: two ranks whose saves name one file
+    wrote one file (lab.exercises.script.writers), on one machine or a disk they share."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return {}
+    return {"file": [found.st_dev, found.st_ino]}
 
 
 def onto_a_full_disk(save):

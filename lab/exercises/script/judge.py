@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from lab.exercises import observe, samples
-from lab.exercises.script import resume, signals
+from lab.exercises.script import resume, signals, writers
 from lab.exercises.seen import Seen
 from lab.health.events import Event, ExitReason
 from lab.report import Report
@@ -108,6 +108,7 @@ def judge(seen: Seen) -> Report:
         ok, detail = extra["compared"]
         report.facts["compared"] = detail
         report.check("the result equals the fault-free reference's", ok, detail)
+    report.facts["shared_writes"] = writers.shared_writes(seen.events)
     report.facts["finding"] = finding(report)
     report.explanation = report.facts["finding"]
     return report
@@ -223,9 +224,10 @@ def finding(report: Report) -> str:
     """One sentence for the matrix and the summary: what happened, what was lost."""
     facts = report.facts
     failed = [c for c in report.checks if not c.ok]
-    hang = f"; forensics: {facts['forensics']['finding']}" if facts.get("forensics") else ""
+    said = f"; forensics: {facts['forensics']['finding']}" if facts.get("forensics") else ""
+    said += writers.said(facts.get("shared_writes") or [])
     if failed:
-        return f"{failed[0].name}: no. {failed[0].detail}{hang}"
+        return f"{failed[0].name}: no. {failed[0].detail}{said}"
     parts = []
     if facts.get("restarts"):
         parts.append(f"{facts['restarts']} restart(s)")
@@ -247,4 +249,4 @@ def finding(report: Report) -> str:
     source = (facts.get("progress") or {}).get("source")
     if source and source not in signals.STEP_SOURCES:
         parts.append(f"progress read from {source} (no step in the output; work redone unknown)")
-    return ("finished; " + ", ".join(parts) if parts else "finished") + hang
+    return ("finished; " + ", ".join(parts) if parts else "finished") + said
