@@ -139,12 +139,13 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
         task = bar.add_task("runs", total=rows)
 
         def on_row(row: script_matrix.Row) -> None:
+            if row.label == script_run.REPEAT:  # --compare: a result differed, and the reference runs once more
+                bar.update(task, total=rows + 1)
             bar.advance(task)
             bar.console.print(f"{row.label}: {row.verdict}")
 
-        return script_matrix.run_matrix(
+        runner = script_matrix.Runner(
             the_spec,
-            faults,
             topology_for=lambda fault: topology_for(args, fault),
             options_for=lambda fault: options_for(args, fault),
             make_runtime=lambda: runtimes.from_args(args, run_dir, shared=runtimes.DRILL_FLAGS),
@@ -152,9 +153,8 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
             out_dir=out_dir,
             ray_address=args.ray_address,
             out=sys.stdout,  # rich's stand-in while the bar shows: the drills' lines print above it
-            on_row=on_row,
-            reference=reference,
         )
+        return script_matrix.run_matrix(runner, faults, on_row=on_row, reference=reference)
 
 
 def handle_script_drill(args: argparse.Namespace, out_dir: Path) -> int:

@@ -105,13 +105,38 @@ def judge(seen: Seen) -> Report:
     else:
         judge_fault(report, seen)
     if extra.get("compared") is not None:
-        ok, detail = extra["compared"]
-        report.facts["compared"] = detail
-        report.check("the result equals the fault-free reference's", ok, detail)
+        judge_result(report, extra)
     report.facts["shared_writes"] = writers.shared_writes(seen.events)
     report.facts["finding"] = finding(report)
     report.explanation = report.facts["finding"]
     return report
+
+
+COMPARED = "the result equals the fault-free reference's"
+REPEATED = "a second fault-free run's result equals the first's"
+NOT_DETERMINISTIC = (
+    "your script is not deterministic, so --compare cannot tell what a fault changed: seed it (torch.manual_seed, "
+    "a fixed data order) or drop --compare"
+)
+
+
+def judge_result(report: Report, extra: dict) -> None:
+    """The result file against the reference's: a fault's check, or, for the fault-free run
+    repeated, whether the script gives the same result twice (not judged for a fault once it
+    does not: extra["not_deterministic"])."""
+    ok, detail = extra["compared"]
+    report.facts["compared"] = detail
+    if extra.get("repeat"):
+        report.check(REPEATED, ok, detail if ok else f"{detail}: {NOT_DETERMINISTIC}")
+    elif extra.get("not_deterministic"):
+        report.facts["compared"] = f"{detail} (not judged: {extra['not_deterministic']})"
+    else:
+        report.check(COMPARED, ok, detail)
+
+
+def result_differs(report: Report | None) -> bool:
+    """Whether the run's result was compared with the reference's and differed."""
+    return report is not None and any(not c.ok for c in report.checks if c.name in (COMPARED, REPEATED))
 
 
 def judge_reference(report: Report, seen: Seen) -> None:

@@ -19,8 +19,8 @@ from typing import Any, TextIO
 from lab import files, job_text
 from lab.errors import LabError
 from lab.exercises import DrillOptions
-from lab.exercises.script import page
-from lab.exercises.script.script_run import REFERENCE, ScriptRun
+from lab.exercises.script import judge, page
+from lab.exercises.script.script_run import REFERENCE, REPEAT, ScriptRun
 from lab.exercises.script.spec import ScriptSpec
 from lab.report import Report
 from lab.runtimes.base import Runtime
@@ -101,58 +101,95 @@ def markdown(record: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_matrix(
-    spec: ScriptSpec,
-    faults: list[ModuleType],
-    topology_for: Callable[[ModuleType | None], Topology],
-    options_for: Callable[[ModuleType | None], DrillOptions],
-    make_runtime: Callable[[], Runtime],
-    run_drill: Callable[..., Report],
-    out_dir: Path,
-    ray_address: str | None = None,
-    out: TextIO = sys.stdout,
-    on_row: Callable[[Row], None] = lambda row: None,
-    reference: bool = True,
-) -> Matrix:
-    """The reference (unless reference=False: nothing to compare), then each fault, one drill
-    each; the matrix files are rewritten after every row."""
-    runtime = make_runtime()
-    matrix = Matrix(spec, runtime.name, topology_for(None))
-    reference_result = None
-    for fault in [None, *faults] if reference else faults:
-        label = fault.NAME if fault else REFERENCE
-        runtime = make_runtime()  # a fresh handle per run: each brings its own lab up and down
+@dataclass
+class Runner:
+    """How the matrix makes one run: each fault's topology and options, a fresh runtime handle
+    (each run brings its own lab up and down), and the engine that runs a drill."""
+
+    spec: ScriptSpec
+    topology_for: Callable[[ModuleType | None], Topology]
+    options_for: Callable[[ModuleType | None], DrillOptions]
+    make_runtime: Callable[[], Runtime]
+    run_drill: Callable[..., Report]
+    out_dir: Path
+    ray_address: str | None = None
+    out: TextIO = sys.stdout
+
+    def run(self, fault: ModuleType | None, reference: Path | None, repeat: bool = False) -> tuple[Row, ScriptRun]:
+        label = REPEAT if repeat else fault.NAME if fault else REFERENCE
+        runtime = self.make_runtime()
         run = ScriptRun(
-            spec=spec,
+            spec=self.spec,
             fault=fault,
-            base_topology=topology_for(fault),
-            workdir=Path(spec.workdir) if spec.workdir else runtime.script_workdir(label),
-            keep_dir=out_dir / label,
-            reference_result=reference_result,
+            base_topology=self.topology_for(fault),
+            workdir=Path(self.spec.workdir) if self.spec.workdir else runtime.script_workdir(label),
+            keep_dir=self.out_dir / label,
+            reference_result=reference,
             host_files=runtime.HOST_FILES,
-            workdir_note="" if spec.workdir else runtime.script_workdir_note(),
+            workdir_note="" if self.spec.workdir else runtime.script_workdir_note(),
+            repeat=repeat,
         )
-        row = Row(label, directory=out_dir / label)
+        row = Row(label, directory=self.out_dir / label)
         try:
-            row.report = run_drill(
+            row.report = self.run_drill(
                 run,
-                options_for(fault),
+                self.options_for(fault),
                 runtime,
-                ray_address=ray_address,
+                ray_address=self.ray_address,
                 on_report=lambda report, drill, keep=run.keep_dir: report.write(keep, drill.events()),
-                out=out,
+                out=self.out,
             )
         except LabError as e:
             row.error = str(e)
+        return row, run
+
+
+def run_matrix(
+    runner: Runner, faults: list[ModuleType], on_row: Callable[[Row], None] = lambda row: None, reference: bool = True
+) -> Matrix:
+    """The reference (unless reference=False: nothing to compare), then each fault, one drill
+    each; the matrix files are rewritten after every row. With --compare, the first fault whose
+    result differs from the reference's runs the reference once more: where the two fault-free
+    runs differ too, the script is not deterministic, and no fault is judged by its result."""
+    matrix = Matrix(runner.spec, runner.make_runtime().name, runner.topology_for(None))
+
+    def add(row: Row) -> None:
         matrix.rows.append(row)
-        matrix.write(out_dir)
+        matrix.write(runner.out_dir)
         on_row(row)
-        if fault is None:
-            if row.verdict != "pass":  # nothing to judge a fault against: the script fails on its own
-                _not_run(matrix, faults, f"not run: the fault-free reference did not pass ({row.verdict})", out_dir)
-                break
-            reference_result = run.kept_result
+
+    reference_result, differs = None, None
+    if reference:
+        row, run = runner.run(None, None)
+        add(row)
+        if row.verdict != "pass":  # nothing to judge a fault against: the script fails on its own
+            _not_run(matrix, faults, f"not run: the fault-free reference did not pass ({row.verdict})", runner.out_dir)
+            return matrix
+        reference_result = run.kept_result
+    for fault in faults:
+        row, _ = runner.run(fault, reference_result)
+        add(row)
+        if differs is None and judge.result_differs(row.report):
+            again, _ = runner.run(None, reference_result, repeat=True)
+            add(again)
+            differs = judge.result_differs(again.report)
+        if differs:
+            _not_judged_by_result(matrix, runner.out_dir)
     return matrix
+
+
+def _not_judged_by_result(matrix: Matrix, out_dir: Path) -> None:
+    """Each fault's verdict drawn again without its result's comparison: two fault-free runs of
+    the script differ too, so a difference says nothing about the fault."""
+    for row in matrix.rows:
+        if row.label in (REFERENCE, REPEAT) or row.report is None or row.report.evidence is None:
+            continue
+        seen = row.report.evidence
+        seen.extra["not_deterministic"] = "two fault-free runs differ too"
+        row.report = judge.judge(seen)
+        if row.directory is not None:
+            row.report.write(row.directory, [])
+    matrix.write(out_dir)
 
 
 def _not_run(matrix: Matrix, faults: list[ModuleType], why: str, out_dir: Path) -> None:

@@ -25,6 +25,7 @@ from lab.report import Report
 from lab.topology import Topology
 
 REFERENCE = "reference"
+REPEAT = "reference-again"  # with --compare: is a second fault-free run's result the first's?
 RERUN_WAIT_S = 60.0  # after a preemption, how long the other nodes get to notice before they are stopped
 FORENSICS_AFTER_S = 2.0  # after a hang starts: the others are in the collective by then
 
@@ -42,10 +43,11 @@ class ScriptRun:
     reference_result: Path | None = None
     host_files: bool = True  # the nodes' files are this machine's (Runtime.HOST_FILES); not in pods
     workdir_note: str = ""  # where the nodes do not share the working dir (Runtime.script_workdir_note)
+    repeat: bool = False  # the fault-free run once more, its result compared with the reference's
     NEEDS_PROMETHEUS = False
 
     def __post_init__(self) -> None:
-        self.NAME = self.fault.NAME if self.fault else REFERENCE
+        self.NAME = self.fault.NAME if self.fault else REPEAT if self.repeat else REFERENCE
         self.SUMMARY = self.fault.SUMMARY if self.fault else "your script, no fault"
         self.SCRIPT = self.spec.path
         ckpt = self.spec.ckpt_path(self.workdir)
@@ -75,6 +77,7 @@ class ScriptRun:
             "found_at_start": self.found_at_start,
             "own_workdir": bool(self.spec.workdir),
             "workdir_note": self.workdir_note,
+            "repeat": self.repeat,
         }
         if self.fault is None:
             codes = drill.wait_end(self.spec.deadline_s + signals.FIRE_POINT_TIMEOUT_S, RERUN_WAIT_S)
