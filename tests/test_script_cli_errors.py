@@ -15,6 +15,7 @@ SNAPSHOT = str(REPO / "tests" / "user_scripts" / "snapshot_every_epoch.py")
         (["run", "kill-worker", "--script", SNAPSHOT, "--rtol", "0.1"], ["--rtol", "--compare"]),
         (["run", "kill-worker", "--script", SNAPSHOT, "--rtol", "-1", "--compare", "r.pt"], ["--rtol", "-1"]),
         (["run", "kill-worker", "--script", SNAPSHOT, "--compare", "/abs/r.pt"], ["--compare", "relative"]),
+        (["run", "kill-worker", "--script", SNAPSHOT, "--compare", "../r.pt"], ["--compare", "not above it"]),
         (["run", "kill-worker", "--script", SNAPSHOT, "--deadline", "0"], ["--deadline", "positive"]),
         (["run", "kill-worker", "--script", SNAPSHOT, "--target-rank", "4"], ["--target-rank", "[0, 4)", "4"]),
         (["run", "kill-worker", "--script", SNAPSHOT, "--at-step", "0"], ["--at-step", "0"]),

@@ -19,7 +19,7 @@ from lab.errors import LabError
 from lab.exercises import DrillOptions, forensics
 from lab.exercises.script import judge, signals
 from lab.exercises.script.compare import compare, keep
-from lab.exercises.script.spec import ScriptSpec
+from lab.exercises.script.spec import PATTERN, ScriptSpec
 from lab.exercises.seen import Seen
 from lab.report import Report
 from lab.topology import Topology
@@ -57,7 +57,9 @@ class ScriptRun:
 
     @property
     def kept_result(self) -> Path | None:
-        return self.keep_dir / f"result-{Path(self.spec.compare).name}" if self.spec.compare else None
+        if not self.spec.compare:
+            return None
+        return self.keep_dir / f"result-{PATTERN.sub('_', Path(self.spec.compare).name)}"
 
     def topology(self, options: DrillOptions) -> Topology:
         return self.base_topology.replace(script_wrapper=self.spec.wrapper(self.workdir))

@@ -89,7 +89,24 @@ class ScriptSpec:
         return workdir / self.ckpt_dir if self.ckpt_dir else None  # an absolute ckpt_dir stays itself
 
     def compare_path(self, workdir: Path) -> Path | None:
-        return workdir / self.compare if self.compare else None
+        """The result file in the run's working dir. A pattern (`checkpoints/*/model.pt`: a folder
+        named for the time it was made, as pytorch/examples' FSDP2 names its) names the newest
+        regular file it matches there, reached through no link."""
+        if not self.compare:
+            return None
+        if not PATTERN.search(self.compare):
+            return workdir / self.compare
+        found = [(p.lstat().st_mtime, str(p)) for p in workdir.glob(self.compare) if _plain(p, workdir)]
+        return Path(max(found)[1]) if found else workdir / self.compare
+
+
+PATTERN = re.compile(r"[*?\[]")  # --compare names a pattern: the newest file it matches
+
+
+def _plain(path: Path, workdir: Path) -> bool:
+    """A regular file under workdir, with no link on the way to it from there."""
+    parts = path.relative_to(workdir).parts
+    return all(not (workdir.joinpath(*parts[: n + 1])).is_symlink() for n in range(len(parts))) and path.is_file()
 
 
 def spec_from_args(args: argparse.Namespace, on_this_machine: bool = True) -> ScriptSpec:
@@ -110,8 +127,8 @@ def spec_from_args(args: argparse.Namespace, on_this_machine: bool = True) -> Sc
         raise LabError(f"--rtol must be 0 or more; got {args.rtol}")
     if args.rtol is not None and not args.compare:
         raise LabError("--rtol compares the --compare file: give --compare too")
-    if args.compare and os.path.isabs(args.compare):
-        raise LabError("--compare is a path relative to the script's working dir (each run has its own)")
+    if args.compare and (os.path.isabs(args.compare) or ".." in Path(args.compare).parts):
+        raise LabError("--compare is a path relative to the script's working dir (each run has its own), not above it")
     workdir = getattr(args, "workdir", None)
     if workdir is not None and not Path(workdir).is_dir():
         raise LabError(f"--workdir: no such folder: {workdir}")
