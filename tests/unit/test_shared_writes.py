@@ -36,3 +36,16 @@ def test_one_path_that_is_a_file_per_node_or_per_rank_is_not_one_file():
 def test_more_than_one_shared_file_is_counted():
     events = [saved(rank, name, (1, ino)) for rank in range(2) for name, ino in (("a.pt", 5), ("b.pt", 6))]
     assert writers.said(writers.shared_writes(events)).count("and 1 more file(s)") == 1
+
+
+def test_one_file_named_two_ways_is_one_file_and_other_records_do_not_stop_the_count():
+    events = [
+        {"time": 0.5, "event": "loaded", "rank": 0, "path": "ckpt.pt", "how": "torch.load", "file": [2049, 12]},
+        saved(0, "/work/my run/ckpt.pt", (2049, 12)),
+        saved(1, "ckpt.pt", (2049, 12)),
+    ]
+    assert writers.shared_writes(events) == [{"path": "/work/my run/ckpt.pt", "ranks": [0, 1]}]
+    assert writers.said(writers.shared_writes(events)) == (
+        "; 2 ranks (0, 1) each wrote /work/my run/ckpt.pt, one file at once: a rank killed mid-write tears it for "
+        f"all; {writers.ADVICE}"
+    )
