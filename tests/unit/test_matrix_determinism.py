@@ -37,7 +37,9 @@ class LocalHandle:
         return ""
 
 
-def matrix_of(tmp_path: Path, same_twice: bool, fault_changes_result: bool) -> list[tuple[str, str, list[str]]]:
+def matrix_of(
+    tmp_path: Path, same_twice: bool, fault_changes_result: bool, written: bool = True
+) -> list[tuple[str, str, list[str]]]:
     """[(label, verdict, failed checks)] of a 2-fault --compare matrix whose runs' results compare so."""
     ran: list[str] = []
 
@@ -50,7 +52,8 @@ def matrix_of(tmp_path: Path, same_twice: bool, fault_changes_result: bool) -> l
                 judge.judge_result(report, {"compared": [same_twice, "3 of 10 numbers differ"], "repeat": True})
             return report
         seen = copy.deepcopy(RECORDED[run.NAME])
-        seen.extra["compared"] = [not fault_changes_result, "3 of 10 numbers differ"]
+        seen.extra["compared"] = [not fault_changes_result, "3 of 10 numbers differ" if written else "wrote none"]
+        seen.extra["result_written"] = written
         return judge.judge(seen)
 
     spec = ScriptSpec(path="/tmp/train.py", compare="result.pt")
@@ -95,3 +98,12 @@ def test_the_repeat_says_what_to_do():
     report = Report("reference-again", "local", 4)
     judge.judge_result(report, {"compared": [False, "weights differ in 12 of 40 tensors"], "repeat": True})
     assert report.checks[0].detail == f"weights differ in 12 of 40 tensors: {judge.NOT_DETERMINISTIC}"
+
+
+def test_a_fault_run_that_wrote_no_result_costs_no_second_reference(tmp_path):
+    """A damaged checkpoint crashed it before it wrote one: a second reference would not explain that."""
+    assert matrix_of(tmp_path, same_twice=False, fault_changes_result=True, written=False) == [
+        ("reference", "pass", []),
+        ("kill-worker", "fail", [judge.COMPARED]),
+        ("rank-exception", "fail", [judge.COMPARED]),
+    ]

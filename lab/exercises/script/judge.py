@@ -126,6 +126,7 @@ def judge_result(report: Report, extra: dict) -> None:
     does not: extra["not_deterministic"])."""
     ok, detail = extra["compared"]
     report.facts["compared"] = detail
+    report.facts["result_differs"] = not ok and extra.get("result_written", True)  # not: wrote none
     if extra.get("repeat"):
         report.check(REPEATED, ok, detail if ok else f"{detail}: {NOT_DETERMINISTIC}")
     elif extra.get("not_deterministic"):
@@ -135,8 +136,9 @@ def judge_result(report: Report, extra: dict) -> None:
 
 
 def result_differs(report: Report | None) -> bool:
-    """Whether the run's result was compared with the reference's and differed."""
-    return report is not None and any(not c.ok for c in report.checks if c.name in (COMPARED, REPEATED))
+    """Whether the run wrote its result, and it differed from the reference's (a run that wrote
+    none failed for another reason: a second reference would not explain it)."""
+    return report is not None and bool(report.facts.get("result_differs"))
 
 
 def judge_reference(report: Report, seen: Seen) -> None:

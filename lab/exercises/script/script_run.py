@@ -88,6 +88,7 @@ class ScriptRun:
         else:
             seen = self._fault(drill, options, setup)
         seen.extra["compared"] = self._keep_result()
+        seen.extra["result_written"] = bool(self.kept_result and self.kept_result.is_file())
         return judge.judge(seen)
 
     def _fault(self, drill: Any, options: DrillOptions, setup: dict) -> Seen:
