@@ -38,7 +38,7 @@ from lab.why.failure_card import Card, RankFailure
 from lab.why.lost_store import StoreLoss
 from lab.why.lost_store import found as store_lost
 from lab.why.mismatch import odd_rank, unsettled
-from lab.why.unranked import CONSEQUENCE, aborted_by, printed_by
+from lab.why.unranked import CONSEQUENCE, aborted_by, mute_ranks_note, printed_by
 
 # An allocation that failed in the rank itself: torch's (GPU) OutOfMemoryError, an older
 # torch's "CUDA out of memory" RuntimeError, Python's MemoryError, C++'s bad_alloc.
@@ -200,10 +200,7 @@ def card(run_dir: Path, kernel: Callable[[], str] | None = None) -> Card:
     result.first = said[0] if said else causes[0] if causes else formed or (silent[0] if silent else failures[0])
     if not said and len(causes) > 1:
         result.certain = False
-        result.notes.append(
-            f"ranks {', '.join(str(f.rank) for f in causes)} exited without saying why, and agents notice exits "
-            "in their own time: which one failed first is unknown (the earliest noticed is shown)"
-        )
+        result.notes.append(mute_ranks_note(causes, found.bare))
     damaged = [f.rank for f in said if bad_checkpoint.damaged(f.error)]
     if len(damaged) > 1:  # each read the same file: no rank of them is the cause
         result.certain = False

@@ -41,3 +41,22 @@ def printed_by(failures: list[RankFailure], node: str, bare: list[Said], termina
     causes = {error: where for error, where in bare if not CONSEQUENCE.search(error)}
     unstopped = [f for f in mute if f.pid not in terminated]
     return [(unstopped[0], next(iter(causes.items())))] if len(unstopped) == 1 and len(causes) == 1 else []
+
+
+def mute_ranks_note(causes: list[RankFailure], bare: dict[str, list[Said]]) -> str:
+    """The card's note on ranks that all exited with a status and no error of their own: which
+    failed first is unknown. Where their nodes' logs hold one cause printed with no rank (beside a
+    peer's consequence), it is quoted: one of them raised it, which one the log cannot say."""
+    ranks = ", ".join(str(f.rank) for f in causes)
+    printed = {error: where for f in causes for error, where in bare.get(f.node, []) if not CONSEQUENCE.search(error)}
+    if len(printed) == 1:
+        error, where = next(iter(printed.items()))
+        return (
+            f"ranks {ranks} exited with a status, and their log holds, printed with no rank, {error}"
+            + (f" at {where}" if where else "")
+            + ": one of them raised it; which one, and which failed first, is unknown (the earliest noticed is shown)"
+        )
+    return (
+        f"ranks {ranks} exited without saying why, and agents notice exits in their own time: which one failed "
+        "first is unknown (the earliest noticed is shown)"
+    )

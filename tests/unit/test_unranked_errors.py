@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from lab.why.failure_card import RankFailure
-from lab.why.unranked import aborted_by, printed_by
+from lab.why.unranked import aborted_by, mute_ranks_note, printed_by
 
 SYNTAX = ("SyntaxError: invalid syntax", "train.py:5")
 CAUSE = ("ValueError: shard 1: batch 4 holds no samples", "train.py:21")
@@ -56,3 +56,15 @@ def test_a_native_abort_goes_to_the_nodes_one_rank_killed_by_a_signal_nobody_in_
     assert aborted_by([died], "node0", [abort, abort], set()) == []
     assert aborted_by([failure(1, None, 11)], "node0", [abort], set()) == []
     assert aborted_by([failure(1, -6, 11, error="x")], "node0", [abort], set()) == []
+
+
+def test_ranks_that_all_exited_mute_are_said_with_the_one_cause_their_log_printed_with_no_rank():
+    mute = [failure(0, 2, 10), failure(1, 2, 11)]
+    assert mute_ranks_note(mute, {"node0": [CAUSE, RESET]}) == (
+        "ranks 0, 1 exited with a status, and their log holds, printed with no rank, ValueError: shard 1: batch 4 "
+        "holds no samples at train.py:21: one of them raised it; which one, and which failed first, is unknown "
+        "(the earliest noticed is shown)"
+    )
+    other_cause = ("KeyError: 'lr'", "train.py:9")
+    for bare in ({}, {"node0": [RESET]}, {"node0": [CAUSE, other_cause]}, {"node1": [CAUSE]}):
+        assert mute_ranks_note(mute, bare).startswith("ranks 0, 1 exited without saying why"), bare
