@@ -83,10 +83,29 @@ def test_a_silent_script_that_loads_nothing_fails():
     assert failed(judge.judge(evidence)) == ["it loaded a checkpoint when it started again"]
 
 
-def test_a_fault_that_never_fired_says_to_choose_an_earlier_step():
+def test_a_fault_that_never_fired_says_to_choose_an_earlier_step_no_later_than_the_last_one_seen():
     report = judge.judge(seen("unfired"))
     assert failed(report) == ["the fault fired while the job ran"]
-    assert "reached step 50: choose a lower --at-step" in report.checks[0].detail
+    assert report.checks[0].detail.endswith(
+        "before the fault fired: rank 1's epoch never reached 50 (its last was 2): choose a lower --at-step (at most 2)"
+    )
+
+
+def test_a_script_that_printed_no_step_is_told_of_at_time_and_progress_regex_not_at_step():
+    evidence = seen("unfired")
+    evidence.events = [e for e in evidence.events if e["event"] != "step"]
+    joined = min(e["time"] for e in evidence.events if e["event"] == "rendezvous_done")
+    ended = max(e["time"] for e in evidence.events)
+    detail = judge.judge(evidence).checks[0].detail
+    assert "--at-step" not in detail and "--progress-regex" in detail
+    assert detail.endswith(f"--at-time 15 s after its process group was up; it ended {ended - joined:.1f} s after: "
+                           "choose a lower --at-time")  # fmt: skip
+    evidence.extra.update(ckpt_dir="checkpoints", at_time_s=0.5)
+    assert (
+        judge.judge(evidence)
+        .checks[0]
+        .detail.endswith("no checkpoint appeared in --ckpt-dir checkpoints (the fault waits for one)")
+    )
 
 
 def test_a_preempted_script_is_started_again_and_resumes():

@@ -6,6 +6,7 @@ import re
 
 from lab.exercises import observe, samples
 from lab.exercises.script import resume, signals, writers
+from lab.exercises.script.spec import ScriptSpec
 from lab.exercises.seen import Seen
 from lab.health.events import Event, ExitReason
 from lab.report import Report
@@ -99,8 +100,14 @@ def judge(seen: Seen) -> Report:
             False,
             f"the script failed before the fault: {explained(early[0], extra)}"
             if early
-            else f"the job ended (exit codes {seen.codes}) before rank {extra['target']} reached step "
-            f"{extra['at_step']}: choose a lower --at-step",
+            else f"the job ended (exit codes {seen.codes}) before the fault fired: "
+            + signals.why_unfired(
+                seen.events,
+                extra["target"],
+                extra["at_step"],
+                extra.get("at_time_s", ScriptSpec.at_time_s),
+                extra["ckpt_dir"],
+            ),
         )
     else:
         judge_fault(report, seen)

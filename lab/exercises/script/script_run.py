@@ -80,6 +80,7 @@ class ScriptRun:
             "own_workdir": bool(self.spec.workdir),
             "workdir_note": self.workdir_note,
             "repeat": self.repeat,
+            "at_time_s": self.spec.at_time_s,
         }
         if self.fault is None:
             codes = drill.wait_end(self.spec.deadline_s + signals.FIRE_POINT_TIMEOUT_S, RERUN_WAIT_S)

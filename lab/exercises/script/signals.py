@@ -167,3 +167,27 @@ def wait_fire_point(drill: Any, target: int, at_step: int, at_time_s: float, ckp
                 return None
         time.sleep(0.1)
     raise LabError(f"rank {target} did not reach step {at_step} within {FIRE_POINT_TIMEOUT_S:.0f} s")
+
+
+def why_unfired(events: list[dict], target: int, at_step: int, at_time_s: float, ckpt_dir: str | None) -> str:
+    """What kept the fault from firing before the job ended, and the flag that helps: with steps
+    read, the last one (--at-step); with none, the seconds it ran against --at-time (or the
+    checkpoint that never appeared in --ckpt-dir), and --progress-regex for its progress."""
+    found = step_source(events)
+    if found:
+        watched = reporting_rank(events, *found, preferred=target)
+        last = max((e["step"] for e in series(events, watched, *found)), default=None)
+        return (
+            f"rank {watched}'s {found[1]} never reached {at_step} (its last was {last}): choose a lower "
+            f"--at-step (at most {last})"
+        )
+    joined = [e["time"] for e in events if e["event"] == Event.RENDEZVOUS_DONE]
+    began = min(joined or [e["time"] for e in events] or [0.0])
+    lasted = max((e["time"] for e in events), default=began) - began
+    unread = "it printed no step the lab could read (--progress-regex says how it prints them)"
+    if ckpt_dir and lasted >= at_time_s:
+        return f"{unread}, and no checkpoint appeared in --ckpt-dir {ckpt_dir} (the fault waits for one)"
+    return (
+        f"{unread}, so the fault waited for --at-time {at_time_s:g} s after its process group was up; it ended "
+        f"{lasted:.1f} s after: choose a lower --at-time"
+    )
