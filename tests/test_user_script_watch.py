@@ -46,6 +46,23 @@ def test_lines_without_a_count_are_not_progress(line):
     assert progress_value(re.compile(DEFAULT_REGEX), line) is None
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Resuming training from snapshot at Epoch 13",  # pytorch/examples minGPT-ddp: the epoch it finished
+        "=> loaded checkpoint 'checkpoint.pth.tar' (epoch 14)",  # pytorch/examples imagenet
+        "Loading checkpoint from step 400",
+        "  Continuing training from global step 400",  # Hugging Face's Trainer
+        "Restored model at iteration 900",
+    ],
+)
+def test_a_line_about_loading_a_checkpoint_is_not_progress_unless_the_users_pattern_says_so(line):
+    import re
+
+    assert progress_value(re.compile(DEFAULT_REGEX), line) is None
+    assert progress_value(re.compile(r"(?:epoch|step|iteration)\D*(\d+)", re.I), line) is not None
+
+
 def test_a_custom_regex_with_named_groups():
     import re
 

@@ -46,10 +46,17 @@ DEFAULT_REGEX = (
     r"[\x22\x27]?\s*[:=#]?\s*\[?(?P<n>\d+)(?![.,]\d)"
 )
 UNITS = {"iteration": "iter"}
+# A line about a checkpoint's loading is not progress: minGPT-ddp prints "Resuming training from
+# snapshot at Epoch 13", the epoch it *finished*, then runs epoch 14; read as progress, it made
+# the work redone one epoch too many. (Scripts that print the epoch they start at print it again
+# on their next progress line.) Only the default pattern skips them: a --progress-regex is the user's.
+RESUMING = re.compile(r"(?i)\b(?:resum\w*|restor\w*|load(?:ed|ing)?|continu\w* training)\b")
 
 
 def progress_value(pattern: re.Pattern[str], line: str) -> tuple[int, str] | None:
     """(number, unit) from the first match in a line of output, or None."""
+    if pattern.pattern == DEFAULT_REGEX and RESUMING.search(line):
+        return None
     match = pattern.search(line)
     if not match:
         return None
