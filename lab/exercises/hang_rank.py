@@ -276,6 +276,7 @@ def judge_python_hang(seen: Seen, report: Report) -> Report:
 
 SCRIPT_RECOVERY = "restart"
 SCRIPT_FORENSICS = True  # the runner asks every rank where it stands while it hangs
+SCRIPT_HANGS_FOR_GOOD = True  # the target is never let go: only a process-group timeout ends it
 
 
 def break_script(drill, target: int, ckpt_dir: str | None, own: dict) -> dict:

@@ -161,7 +161,8 @@ def watch_torch(log: EventLog, events_dir: str | None) -> None:
         touched(Event.SAVED, args[1] if len(args) > 1 else kwargs.get(key), how)
 
     def joined(args, kwargs) -> None:
-        log.write(Event.RENDEZVOUS_DONE, world_size=dist.get_world_size())
+        timeout_s = pg_timeout_s(args, kwargs, dist.get_backend())
+        log.write(Event.RENDEZVOUS_DONE, world_size=dist.get_world_size(), pg_timeout_s=timeout_s)
         hang_dump.install(events_dir, dist.get_rank())
 
     dist.init_process_group = after(dist.init_process_group, joined)
@@ -169,6 +170,18 @@ def watch_torch(log: EventLog, events_dir: str | None) -> None:
     dcp.load = after(dcp.load, lambda a, k: loaded(a[1:], k, "checkpoint_id", "dcp.load"))
     torch.save = after(onto_a_full_disk(torch.save), lambda a, k: saved(a, k, "f", "torch.save"))
     dcp.save = after(dcp.save, lambda a, k: saved(a, k, "checkpoint_id", "dcp.save"))
+
+
+def pg_timeout_s(args: tuple, kwargs: dict, backend: str) -> float:
+    """The process-group timeout the script gave init_process_group (`timeout=`, or its third
+    argument), else torch's default for the backend: what ends a hung collective."""
+    from torch.distributed import constants
+
+    given = kwargs.get("timeout", args[2] if len(args) > 2 else None)
+    if given is not None:
+        return given.total_seconds()
+    nccl = getattr(constants, "default_pg_nccl_timeout", None)
+    return (nccl if backend == "nccl" and nccl else constants.default_pg_timeout).total_seconds()
 
 
 def file_path(where: Any) -> str | None:

@@ -202,6 +202,7 @@ def judge_fault(report: Report, seen: Seen) -> None:
         facts["rerun"] = True
     facts["progress"] = {"source": source, "unit": unit, "fired_at": fire}
     facts["restarts"] = observe.restarts(events)
+    facts.update({k: seen.extra[k] for k in ("waited_s", "pg_timeout_s") if seen.extra.get(k)})
     began = fault_began(seen)
     facts["errors_after_fault"] = errors(events, began)
     loaded = [e["path"] for e in events if e["event"] == Event.LOADED and e["rank"] == 0 and e["time"] > fault["time"]]
@@ -247,8 +248,7 @@ def check_finished(report: Report, codes: dict[str, int | None]) -> None:
     report.check(
         "the job finished with exit 0",
         finished,
-        f"still running {report.facts['deadline_s']:g} s after the fault: nothing ended the hang (a process-group "
-        "timeout in init_process_group would; gloo's default is 30 minutes)"
+        signals.still_hung(report.facts.get("waited_s") or report.facts["deadline_s"], report.facts.get("pg_timeout_s"))
         if stuck
         else f"node exit codes {codes}" + (f"; {errors_seen[0]}" if errors_seen and not finished else ""),
     )

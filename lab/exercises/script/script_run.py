@@ -117,13 +117,17 @@ class ScriptRun:
             time.sleep(max(0.0, FORENSICS_AFTER_S - (time.time() - fault["time"])))
             found = forensics.collect(drill.events_dir, drill.topology.world_size)
             drill.progress(f"forensics: {found['finding']}")
-        codes = drill.wait_end(self.spec.deadline_s, RERUN_WAIT_S)
+        waited_s, pg_timeout_s = self.spec.deadline_s, None
+        if getattr(self.fault, "SCRIPT_HANGS_FOR_GOOD", False):
+            waited_s, pg_timeout_s = signals.hang_wait_s(drill.events(), self.spec.deadline_s)
+        codes = drill.wait_end(waited_s, RERUN_WAIT_S)
         rerun = recovery == "rerun" and all(c is not None for c in codes.values())
         if rerun:
             drill.progress("starting the job again, as after a preemption")
             drill.runtime.rerun(drill.topology, self.spec.path, list(self.spec.args))
             codes = drill.wait_end(self.spec.deadline_s, RERUN_WAIT_S)
         extra = {"fire": fire, "target": target, "recovery": recovery, "rerun": rerun, "forensics": found}
+        extra.update(waited_s=waited_s, pg_timeout_s=pg_timeout_s)
         return drill.snapshot(self.NAME, codes, fault=fault, **extra, **setup)
 
     def _keep_result(self) -> list | None:

@@ -191,3 +191,31 @@ def why_unfired(events: list[dict], target: int, at_step: int, at_time_s: float,
         f"{unread}, so the fault waited for --at-time {at_time_s:g} s after its process group was up; it ended "
         f"{lasted:.1f} s after: choose a lower --at-time"
     )
+
+
+HUNG_FOR_GOOD_S = 20.0  # how long a drill watches a hang nothing in torch would end before --deadline
+
+
+def hang_wait_s(events: list[dict], deadline_s: float) -> tuple[float, float | None]:
+    """(how long to wait for a hung job to end, the shortest process-group timeout its ranks
+    gave). Where that timeout is known and longer than the deadline (torch's default for gloo
+    is 30 minutes), nothing in torch ends the hang before the deadline: the drill watches it
+    for HUNG_FOR_GOOD_S, not for the deadline."""
+    timeouts = [e["pg_timeout_s"] for e in events if e["event"] == Event.RENDEZVOUS_DONE and e.get("pg_timeout_s")]
+    shortest = min(timeouts, default=None)
+    if shortest is not None and shortest > deadline_s:
+        return min(deadline_s, HUNG_FOR_GOOD_S), shortest
+    return deadline_s, shortest
+
+
+def still_hung(waited_s: float, pg_timeout_s: float | None) -> str:
+    """The verdict's words for a job still running when the drill stopped waiting."""
+    if pg_timeout_s is None:
+        return (
+            f"still running {waited_s:g} s after the fault: nothing ended the hang (a process-group timeout in "
+            "init_process_group would; gloo's default is 30 minutes)"
+        )
+    return (
+        f"still running {waited_s:g} s after the fault, and its process-group timeout is {pg_timeout_s:g} s: "
+        "nothing would end the hang before then (give init_process_group a timeout= shorter than --deadline)"
+    )
