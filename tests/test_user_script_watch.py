@@ -28,6 +28,7 @@ SCRIPTS = REPO / "tests" / "user_scripts"
         ("{'epoch': 3, 'loss': 0.2}", (3, "epoch")),
         ("global_step=300 loss=0.1", (300, "step")),
         ("Epoch 2:  45%|####5     | 45/100 [00:01<00:01]", (2, "epoch")),
+        ("Epoch 1 | Iter 10 | data loading 0.12 s | loss 0.3", (1, "epoch")),  # loading, but not a checkpoint
     ],
 )
 def test_the_default_regex_reads_the_common_forms(line, expected):

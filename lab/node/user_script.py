@@ -50,7 +50,10 @@ UNITS = {"iteration": "iter"}
 # snapshot at Epoch 13", the epoch it *finished*, then runs epoch 14; read as progress, it made
 # the work redone one epoch too many. (Scripts that print the epoch they start at print it again
 # on their next progress line.) Only the default pattern skips them: a --progress-regex is the user's.
-RESUMING = re.compile(r"(?i)\b(?:resum\w*|restor\w*|load(?:ed|ing)?|continu\w* training)\b")
+# A verb of loading followed by what is loaded ("data loading 0.1 s" in a progress line is progress).
+RESUMING = re.compile(
+    r"(?i)\b(?:resum\w*|restor\w*|load(?:ed|ing)?|continu\w*)\b.*\b(?:from|checkpoint|snapshot|ckpt|model|weights|state)"
+)
 
 
 def progress_value(pattern: re.Pattern[str], line: str) -> tuple[int, str] | None:
