@@ -106,11 +106,24 @@ def exercise(plan: Plan, target: ScriptTarget | None = None) -> Any:
 def _job_ends(drill, plan: Plan, target: ScriptTarget | None, blows: list, setup: dict) -> None:
     """Until the job ends: a script's when it does; the trainer's soon after the schedule."""
     if target:  # the script's length is its own
-        drill.wait_job(target.spec.deadline_s + plan.faults[-1].at_s)
+        setup["exit_codes"] = script_job_end(drill, target.spec.deadline_s + plan.faults[-1].at_s)
         return
     if not any(b.finding for b in blows):  # a stuck job is left to its bound below
         setup["steps"] = campaign.finish_soon(drill, plan.steps(), say=drill.progress)
     drill.wait_job(setup["steps"] * STEP_TIME_S * 4 + 240)
+
+
+def script_job_end(drill, bound_s: float) -> dict[str, int | None]:
+    """Each node's exit status at the script's end. Once a node has ended, the others get
+    campaign.ALONE_S to end too, and are then stopped, as a scheduler ends a fixed-size job that
+    lost a node: an agent out of restarts leaves its peers waiting in the rendezvous for it, up
+    to its join timeout (10 minutes), and a CI run once timed out there with nothing kept. A job
+    still running at the bound is stopped the same way; its codes say so (None)."""
+    codes = drill.wait_end(bound_s, campaign.ALONE_S)
+    for node in drill.runtime.attach():
+        if codes.get(node.name) is None:
+            node.stop(grace_s=5.0)
+    return codes
 
 
 def _judge(report: Report, record: dict, plan: Plan, on_script: bool, loaded: int) -> None:
@@ -124,6 +137,12 @@ def _judge(report: Report, record: dict, plan: Plan, on_script: bool, loaded: in
         "every fault injected", injected == planned, f"{injected} of {planned}" + ("" if injected == planned else short)
     )
     report.check("no stuck recovery", record["stuck"] == 0, f"{record['stuck']} past their bound")
+    codes = record.get("exit_codes")
+    if codes is not None:  # a script's job: it ends on its own, every node with exit 0
+        still = " (None: still running at the bound, stopped)" if None in codes.values() else ""
+        report.check(
+            "the job ended with exit 0", all(c == 0 for c in codes.values()), f"node exit codes {codes}{still}"
+        )
     weights = record["final_weights"]
     if weights.get("identical") is not None:  # a script's result is compared when --compare names it
         what = "final result identical" if on_script else "final weights bit-identical"
