@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab import files
 from lab.errors import LabError
 from lab.node.user_script import DEFAULT_REGEX
 from lab.options import MAX_RESTARTS, NODES, NPROC_PER_NODE, RDZV_PORT, Option
@@ -91,22 +93,22 @@ class ScriptSpec:
     def compare_path(self, workdir: Path) -> Path | None:
         """The result file in the run's working dir. A pattern (`checkpoints/*/model.pt`: a folder
         named for the time it was made, as pytorch/examples' FSDP2 names its) names the newest
-        regular file it matches there, reached through no link."""
+        regular file it matches there, reached through no link (lab.files.regular_files)."""
         if not self.compare:
             return None
         if not PATTERN.search(self.compare):
             return workdir / self.compare
-        found = [(p.lstat().st_mtime, str(p)) for p in workdir.glob(self.compare) if _plain(p, workdir)]
-        return Path(max(found)[1]) if found else workdir / self.compare
+        found = [(info.st_mtime, str(rel)) for info, rel in files.regular_files(workdir) if _matches(rel, self.compare)]
+        return workdir / max(found)[1] if found else workdir / self.compare
 
 
 PATTERN = re.compile(r"[*?\[]")  # --compare names a pattern: the newest file it matches
 
 
-def _plain(path: Path, workdir: Path) -> bool:
-    """A regular file under workdir, with no link on the way to it from there."""
-    parts = path.relative_to(workdir).parts
-    return all(not (workdir.joinpath(*parts[: n + 1])).is_symlink() for n in range(len(parts))) and path.is_file()
+def _matches(relative: Path, pattern: str) -> bool:
+    """The path matches the pattern as glob matches it: part by part, `*` within one folder's name."""
+    wanted = Path(pattern).parts
+    return len(relative.parts) == len(wanted) and all(map(fnmatch.fnmatchcase, relative.parts, wanted))
 
 
 def spec_from_args(args: argparse.Namespace, on_this_machine: bool = True) -> ScriptSpec:
