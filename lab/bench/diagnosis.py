@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lab.bench.diagnosis_cell import NODES, NPROC, STEPS, Cell, run_cell
-from lab.bench.diagnosis_table import table
+from lab.bench.diagnosis_table import analyzer_table, table
 from lab.bench.grading import FAULT_NAMES, FAULTS, Fault, Grade
 from lab.bench.result import BenchResult, this_command
 from lab.bench.side_by_side import run_in_temp
@@ -128,7 +128,7 @@ def run(args, out_dir: Path) -> BenchResult:
     return BenchResult(
         name="diagnosis",
         command=this_command(),
-        markdown=table(grades, faults, args.hosts, minutes, args.side_by_side, refused),
+        markdown=table(grades, faults, args.hosts, minutes, args.side_by_side, refused) + analyzer_table(graded),
         figures={"cells": [{**g.to_json(), **extra} for g, extra in graded], "minutes": round(minutes, 1)},
     )
 

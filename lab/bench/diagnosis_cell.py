@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab import files, runtimes
-from lab.bench import free_port, up_on_its_own_port
+from lab.bench import flight_recorder, free_port, up_on_its_own_port
 from lab.bench.cages import memory_cage
 from lab.bench.grading import Fault, Grade, grade
 from lab.errors import LabError
+from lab.exercises import forensics
 from lab.health import stragglers
 from lab.health.events import Event, read_events
 from lab.kernel_log import kernel_log
@@ -37,6 +38,7 @@ KERNEL_LOG = "kernel.log"  # and the kernel's lines on the rank, if it killed it
 START_S = 120.0  # from `up` until the target rank completes the cell's step
 SCRIPT_RESUMES = "--snapshot-every"  # plain_train's snapshot: rank 0 writes it, every rank resumes from it
 SLOWED_STEPS = 30  # a straggler: the steps after the fault within which it must be named (the goal's 20, and more)
+HANG_SETTLE_S = 2.0  # a hang's fault to its ranks' dumps: the others reach their collective (PG_TIMEOUT_S ends it)
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,7 @@ def slowed_for(events_dir: Path, at: int, stop: threading.Event) -> bool:
 def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event) -> tuple[Grade, dict]:
     """The cell's job broken once and graded; keep: a folder for the evidence the card was drawn from."""
     run_dir = RunDir(tmp / cell.name)
+    dumps = None
     runtime = runtimes.create("local", run_dir, log=lambda m: None, hosts=hosts, monitoring="off")
     runtimes.begin_job(runtime, lambda m: None)
     try:
@@ -145,6 +148,8 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event
                 if cell.fault.kills_store:  # a job's fault, not a rank's: the job's step when it landed
                     at = furthest_step(read_events(run_dir.path / "events"))
                 inject(cell, nodes, start)
+                if cell.fault.expect in flight_recorder.HANGS:
+                    dumps = hang_dumps(run_dir.path / "events", tmp / f"{cell.name}-fr", stop)
             goes_on = not cell.fault.ends_job or cell.target in cell.fault.survived_by
             finished = slowed_for(run_dir.path / "events", at, stop) if goes_on else ended(nodes, stop)
         kernel = kernel_log()
@@ -154,7 +159,22 @@ def run_cell(cell: Cell, hosts: str, tmp: Path, keep: str, stop: threading.Event
     finally:
         runtime.down(grace_s=5)
         run_dir.release()
-    return grade(cell.target, cell.fault, cell.rank, at, card), {"card": card.text(), "job_ended": finished}
+    extra = {"card": card.text(), "job_ended": finished}
+    if dumps is not None:  # torch's own analyzer on the same hang, graded the same way
+        verdict = flight_recorder.analyze(dumps)
+        extra["flight_recorder"] = {
+            **verdict.to_json(),
+            **flight_recorder.graded(cell.target, cell.fault, cell.rank, at, verdict).to_json(),
+        }
+    return grade(cell.target, cell.fault, cell.rank, at, card), extra
+
+
+def hang_dumps(events_dir: Path, into: Path, stop: threading.Event) -> Path:
+    """While the job hangs: every rank asked for its dumps, the raw ones that answered copied."""
+    waiting(stop, HANG_SETTLE_S)
+    asked = forensics.collect(events_dir, NODES * NPROC)
+    flight_recorder.copy_dumps(events_dir, asked["answered"], into)
+    return into
 
 
 def inject(cell: Cell, nodes, start: dict) -> None:

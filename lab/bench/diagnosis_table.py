@@ -74,3 +74,36 @@ def table(
             for g in misses
         ]
     return lines
+
+
+def analyzer_table(cells: list[tuple[Grade, dict]]) -> list[str]:
+    """The hang cells again, torch's Flight Recorder analyzer beside the card (lab.bench.flight_recorder)."""
+    hangs = [(g, extra["flight_recorder"]) for g, extra in cells if "flight_recorder" in extra]
+    if not hangs:
+        return []
+    lines = [
+        "",
+        "The same hang cells, torch's own analyzer beside the card (`python -m torch.distributed.flight_recorder."
+        "fr_trace --allow-incomplete-ranks` on every rank's raw dump, asked for 2 s after the fault; as shipped it "
+        "raises KeyError ('0', 0) on every gloo dump of torch 2.13, so lab.bench.fr_trace_gloo first names each "
+        "dump's group as its entries do). Graded the same way; it names no class, so a rank it names counts as "
+        "hung, and a rank that left no dump (stopped, or holding the GIL) is one it cannot decide on:",
+        "",
+        "| fault | cells | card right | analyzer right | analyzer unknown | analyzer wrong rank | analyzer failed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for fault in sorted({g.fault for g, _ in hangs}):
+        mine = [(g, fr) for g, fr in hangs if g.fault == fault]
+        lines.append(
+            f"| {fault} | {len(mine)} | {sum(g.right for g, _ in mine)} | {sum(fr['right'] for _, fr in mine)} | "
+            f"{sum(fr['unknown'] and not fr['failed'] for _, fr in mine)} | {sum(fr['wrong_rank'] for _, fr in mine)} "
+            f"| {sum(fr['failed'] for _, fr in mine)} |"
+        )
+    behind = [g for g, fr in hangs if fr["right"] and not g.right]
+    lines += [
+        "",
+        goal_line("the card at least as right as the analyzer on every hang cell", not behind, str(len(behind))),
+    ]
+    said = sorted({f"{g.fault}: {fr['said']}" for g, fr in hangs if fr["said"]})
+    lines += ["", "What the analyzer said, once per kind of answer:", ""] + [f"- {line}" for line in said]
+    return lines

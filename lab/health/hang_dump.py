@@ -6,7 +6,10 @@ a new request id there, the thread writes `rank<N>.json` beside it:
 - the Flight Recorder's entries (torch 2.13 records gloo's collectives too, when
   TORCH_FR_BUFFER_SIZE is set before the process group exists: lab.node.launch sets it):
   each with its collective sequence number, op, sizes and state;
-- every thread's Python stack.
+- every thread's Python stack;
+
+and beside it the recorder's raw dump (`fr_rank<N>`), the file torch's own analyzer reads
+(lab.bench.flight_recorder).
 
 The thread runs while the main thread waits inside a collective (gloo releases the GIL
 there), so a rank blocked in all_reduce answers. A rank that does not answer is
@@ -27,6 +30,7 @@ from pathlib import Path
 
 POLL_S = 0.2
 DIRECTORY = "forensics"
+RAW_PREFIX = "fr_rank"  # the raw dumps' names: the analyzer takes the rank from what follows
 
 
 def flight_recorder() -> list[dict]:
@@ -59,12 +63,31 @@ def stacks() -> dict[str, list[str]]:
     }
 
 
+def raw_flight_recorder() -> bytes:
+    """The recorder's own dump (a pickle, the format torch's analyzer reads); b"" without one."""
+    try:
+        from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined]
+
+        return _dump_fr_trace(includeCollectives=True, includeStackTraces=False)
+    except Exception:  # no process group yet, or a build without the recorder
+        return b""
+
+
 def write_dump(directory: Path, rank: int, request: str) -> None:
+    """rank<N>.json, and beside it the raw dump as fr_rank<N>, written first: a rank whose json
+    answered a request wrote its raw dump for that request too."""
+    raw = raw_flight_recorder()
+    if raw:
+        _replace(directory, f"{RAW_PREFIX}{rank}", raw)
     record = {"rank": rank, "pid": os.getpid(), "request": request, "time": time.time()}
     record.update(flight_recorder=flight_recorder(), stacks=stacks())
-    tmp = directory / f".rank{rank}.json.tmp"
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, directory / f"rank{rank}.json")
+    _replace(directory, f"rank{rank}.json", json.dumps(record).encode())
+
+
+def _replace(directory: Path, name: str, data: bytes) -> None:
+    tmp = directory / f".{name}.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, directory / name)
 
 
 def current_request(directory: Path) -> str:
