@@ -34,7 +34,7 @@ ELSEWHERE = {
     "--out /tmp/coordinators": (
         "tests/test_coordinators_bench.py::test_each_coordinator_loss_is_survived_or_fails_fast_saying_why"
     ),
-    ".venv/bin/lab bench diagnosis --classes segfault,sigterm --positions last --at-steps 5 --out /tmp/diagnosis": (
+    ".venv/bin/lab bench diagnosis --classes segfault,sigstop --positions last --at-steps 5 --out /tmp/diagnosis": (
         "tests/test_diagnosis_bench.py::test_the_bench_names_each_injected_rank_and_writes_its_table"
     ),
     ".venv/bin/lab exercise matrix --script tests/user_scripts/snapshot_every_epoch.py --faults "
