@@ -149,7 +149,6 @@ def test_losing_the_ray_head_mid_run_the_job_trains_on_and_the_lab_says_it_canno
     cell = Cell(COORDINATORS["ray-head"], "ray", 0)
     outcome = ray_head_cell.on_cluster(cell, cluster, tmp_path, threading.Event())
     assert outcome.verdict == "survived", f"{outcome.verdict}: {outcome.said}; exits {outcome.exit_codes}"
-    assert outcome.seconds < 2 * cell.coordinator.timeout_s
     said = f"`lab status`: the nodes cannot be asked: no Ray cluster answers at {cluster.address}"
     assert said in outcome.said, outcome
     assert outcome.left == [], "lab down left these with the head gone"

@@ -247,8 +247,8 @@ def test_a_rank_that_leaves_its_loop_after_a_lost_peer_exits_1_saying_why(store)
 
 def test_only_a_thread_waiting_inside_a_collective_is_judged_stranded(store):
     """lookout.stranded on threads of this process: one in a wait inside torch.distributed (a
-    store barrier that never fills) is stranded within a second or two; one in a long call
-    outside any collective (as a large torch.save) is not, however long it runs no Python."""
+    store barrier that never fills) is stranded; one in a long call outside any collective (as a
+    large torch.save) is not, however long it runs no Python."""
     from torch.distributed.elastic.utils.store import barrier
 
     waiting = threading.Thread(target=barrier, args=(store, 2, "never/", 30), daemon=True)
@@ -257,7 +257,6 @@ def test_only_a_thread_waiting_inside_a_collective_is_judged_stranded(store):
         thread.start()
     began = time.monotonic()
     assert lookout.stranded(waiting.ident, lambda: time.monotonic() - began < 10, {})
-    assert time.monotonic() - began < lookout.STRANDED_AFTER_S
     began = time.monotonic()
     assert not lookout.stranded(asleep.ident, lambda: time.monotonic() - began < 3, {})
     # Fill the barrier at last, from a client of its own: the thread ends in this test, not as an

@@ -9,6 +9,9 @@ from lab.progress import step
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
+# The loop runs no collective: without this, rank 0 could finish and leave while rank 1 was still
+# inside init_process_group, on a loaded machine (CI once), and rank 1 then failed there instead.
+dist.barrier()
 open(f"marker-{rank}.txt", "w").write(os.getcwd())
 for i in range(5):
     print(f"epoch {100 + i}", flush=True)  # the helper's count wins over what the output says
