@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from lab.bench.grading import Fault, Grade
 from lab.bench.result import goal_line
 
 GOAL_RIGHT, GOAL_MINUTES = 0.95, 15.0
+RANK_SET = re.compile(r"\{[\d, ]+\}")  # the ranks in an analyzer's answer: {1} or {2, 3}
 
 
 def row(label: str, grades: list[Grade]) -> str:
@@ -104,6 +106,12 @@ def analyzer_table(cells: list[tuple[Grade, dict]]) -> list[str]:
         "",
         goal_line("the card at least as right as the analyzer on every hang cell", not behind, str(len(behind))),
     ]
-    said = sorted({f"{g.fault}: {fr['said']}" for g, fr in hangs if fr["said"]})
-    lines += ["", "What the analyzer said, once per kind of answer:", ""] + [f"- {line}" for line in said]
+    answers: dict[tuple[str, str], list[int]] = {}
+    for g, fr in hangs:
+        answers.setdefault((g.fault, RANK_SET.sub("{N}", fr["said"])), []).append(g.rank)
+    lines += ["", "What the analyzer said, once per kind of answer ({N}: the ranks it named):", ""]
+    lines += [
+        f"- {fault}, cells of rank {', '.join(map(str, sorted(set(ranks))))}: {said}"
+        for (fault, said), ranks in sorted(answers.items())
+    ]
     return lines

@@ -136,7 +136,7 @@ def test_the_table_counts_each_side_and_the_goal_fails_where_the_analyzer_wins()
     lines = analyzer_table([*cells, (cells[0][0], {})])  # a cell without the analyzer is left out
     assert "| sigstop | 2 | 2 | 0 | 2 | 0 | 0 |" in lines and "| py-hang | 1 | 0 | 1 | 0 | 0 | 0 |" in lines
     assert "- Goal: the card at least as right as the analyzer on every hang cell: **missed** (1)" in lines
-    assert lines.count("- sigstop: cannot decide ({1})") == 1
+    assert lines.count("- sigstop, cells of rank 1: cannot decide ({N})") == 1
     assert analyzer_table([(cells[0][0], {})]) == []
 
 
