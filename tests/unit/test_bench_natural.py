@@ -56,7 +56,10 @@ def test_torch_s_analyzer_is_graded_beside_the_card_as_strictly():
     failed = grade("thread_deadlock", deadlock, card, "", Verdict(said="KeyError", failed=True))
     assert [g["analyzer"]["right"] for g in (named, unsure, other, failed)] == [True, False, False, False]
     lines = section([named, failed])
-    assert "| thread_deadlock | rank 1, hung | rank 1, hung | yes | rank 1, hung (right) |" in lines
+    assert (
+        f"| thread_deadlock | rank {deadlock['rank']}, hung | rank {deadlock['rank']}, hung | yes | rank {deadlock['rank']}, hung (right) |"
+        in lines
+    )
     assert "| thread_deadlock | rank 1, hung | rank 1, hung | yes | nothing (KeyError) |" in lines
     assert "- Goal: the card at least as right as torch's analyzer: **met** (0)" in lines
     wrong_card = {**named, "right": False}
