@@ -22,8 +22,6 @@ import time
 from pathlib import Path
 
 from lab import files, procs
-from lab.bench.dump_taker import DumpTaker
-from lab.bench.flight_recorder import Verdict, analyze
 from lab.bench.result import BenchResult, goal_line, this_command
 from lab.errors import LabError
 from lab.options import Option, add_all
@@ -33,7 +31,6 @@ OPTIONS = (
     Option("--only", "these cases only, comma-separated (default: every case)"),
 )
 HALVES = ("tuning", "held-out")
-WORLD = 2  # each case: 1 node x 2 ranks
 
 
 def add_arguments(parser) -> None:
@@ -60,7 +57,7 @@ def run(args, out_dir: Path) -> BenchResult:
     graded = []
     for number, (name, truth) in enumerate(chosen.items(), 1):
         print(f"[{number}/{len(chosen)}] {name}", flush=True)
-        graded.append(grade(name, truth, *card_of(Path(truth["script"]), Path(out_dir))))
+        graded.append(grade(name, truth, *card_of(Path(truth["script"]))))
     history = [*earlier_runs(out_dir / "natural.json"), summary(graded)]
     return BenchResult("natural", this_command(), section(graded) + history_lines(history),
                        figures={"cases": graded, "history": history})  # fmt: skip
@@ -99,29 +96,26 @@ def history_lines(history: list[dict]) -> list[str]:
     return lines
 
 
-def card_of(script: Path, out_dir: Path) -> tuple[object | None, str, Verdict]:
-    """The card `lab run` would draw for the script's failed job (None if it did not fail), why
-    not, and torch's Flight Recorder analyzer on the last dumps its ranks gave (lab.bench.dump_taker)."""
+def card_of(script: Path) -> tuple[object | None, str]:
+    """The card `lab run` would draw for the script's failed job (None if it did not fail), and why not."""
     from lab.why import card as why
 
     with tempfile.TemporaryDirectory(prefix="lab-bench-natural-") as tmp:
-        run_dir, dumps = Path(tmp) / "run", Path(tmp) / "fr"
+        run_dir = Path(tmp) / "run"
         argv = [sys.executable, "-m", "lab", "run", "--run-dir", str(run_dir), "--hosts", "loopback"]
-        argv += ["--nodes", "1", "--nproc-per-node", str(WORLD), str(script)]
-        with DumpTaker(run_dir / "events", WORLD, dumps):
-            done = procs.run_child_lab(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # stopped: it tears down
-        verdict = analyze(dumps)
+        argv += ["--nodes", "1", "--nproc-per-node", "2", str(script)]
+        done = procs.run_child_lab(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # stopped: it tears down
         kept = sorted((run_dir / "reports").glob("why-*/"))
         if not kept:
-            return None, f"the job kept no evidence (lab run exited {done.returncode})", verdict
-        return why.card(kept[0], kernel=lambda: ""), "", verdict
+            return None, f"the job kept no evidence (lab run exited {done.returncode})"
+        return why.card(kept[0], kernel=lambda: ""), ""
 
 
-def grade(name: str, truth: dict, card, why_not: str, verdict: Verdict | None = None) -> dict:
+def grade(name: str, truth: dict, card, why_not: str) -> dict:
     from lab.bench.grading import named
 
     said = named(card) if card is not None else None
-    graded = {
+    return {
         "case": name,
         "half": truth["half"],
         "truth": [truth["rank"], truth["kind"]],
@@ -129,12 +123,6 @@ def grade(name: str, truth: dict, card, why_not: str, verdict: Verdict | None = 
         "right": bool(said and said.rank == truth["rank"] and said.kind == truth["kind"]),
         "first_line": card.text().splitlines()[0] if card is not None else why_not,
     }
-    if verdict is not None:  # torch's analyzer, graded as strictly: a rank it names counts as hung
-        rank = verdict.ranks[0] if verdict.certain and len(verdict.ranks) == 1 else None
-        kind = "hung" if verdict.certain and verdict.ranks else "unknown"
-        right = rank == truth["rank"] and kind == truth["kind"]
-        graded["analyzer"] = {"said": [rank, kind], "right": right, "text": verdict.said, "failed": verdict.failed}
-    return graded
 
 
 def section(graded: list[dict]) -> list[str]:
@@ -144,14 +132,11 @@ def section(graded: list[dict]) -> list[str]:
         if not mine:
             continue
         right = sum(g["right"] for g in mine)
-        lines += [f"**{half}**: {right} of {len(mine)} right", ""]
-        lines += ["| case | truth | the card named | right | torch's analyzer named |", "|---|---|---|---|---|"]
+        lines += [f"**{half}**: {right} of {len(mine)} right", "", "| case | truth | the card named | right |"]
+        lines.append("|---|---|---|---|")
         for g in mine:
             said = "-" if g["said"] is None else _cell(*g["said"])
-            lines.append(
-                f"| {g['case']} | {_cell(*g['truth'])} | {said} | {'yes' if g['right'] else '**no**'} | "
-                f"{_analyzer_cell(g.get('analyzer'))} |"
-            )
+            lines.append(f"| {g['case']} | {_cell(*g['truth'])} | {said} | {'yes' if g['right'] else '**no**'} |")
         lines.append("")
     held = [g for g in graded if g["half"] == "held-out"]
     if held:
@@ -159,18 +144,7 @@ def section(graded: list[dict]) -> list[str]:
         lines.append(goal_line(">= 90% right on the held-out half", score >= 0.9, f"{100 * score:.0f}%"))
     wrong_rank = [g for g in graded if g["said"] and g["said"][0] is not None and g["said"][0] != g["truth"][0]]
     lines.append(goal_line("no wrong rank named with confidence", not wrong_rank, f"{len(wrong_rank)} cases"))
-    beaten = [g["case"] for g in graded if g.get("analyzer", {}).get("right") and not g["right"]]
-    if any("analyzer" in g for g in graded):
-        lines.append(goal_line("the card at least as right as torch's analyzer", not beaten, ", ".join(beaten) or "0"))
     return lines
-
-
-def _analyzer_cell(analyzer: dict | None) -> str:
-    if analyzer is None:
-        return "-"
-    if analyzer["failed"]:
-        return f"nothing ({analyzer['text']})"
-    return _cell(*analyzer["said"]) + (" (right)" if analyzer["right"] else "")
 
 
 def _cell(rank, kind) -> str:

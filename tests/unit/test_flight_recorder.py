@@ -8,7 +8,6 @@ import pickle
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -138,34 +137,3 @@ def test_the_table_counts_each_side_and_the_goal_fails_where_the_analyzer_wins()
     assert "- Goal: the card at least as right as the analyzer on every hang cell: **missed** (1)" in lines
     assert lines.count("- sigstop, cells of rank 1: cannot decide ({N})") == 1
     assert analyzer_table([(cells[0][0], {})]) == []
-
-
-def test_the_dump_taker_keeps_the_last_dumps_a_running_rank_gave(tmp_path):
-    """A real one-rank gloo group that answers forensics (lab.health.hang_dump.install) while it
-    sleeps: the taker asks all along, and what it kept after the rank is gone is its dump."""
-    from lab.bench.dump_taker import DumpTaker
-
-    events = tmp_path / "events"
-    code = (
-        "import time, torch, torch.distributed as dist\n"
-        "from lab.health import hang_dump\n"
-        f"dist.init_process_group('gloo', init_method='file://{tmp_path}/store', rank=0, world_size=1)\n"
-        "dist.all_reduce(torch.ones(2))\n"
-        f"hang_dump.install('{events}', 0)\n"
-        "time.sleep(60)\n"
-    )
-    env = {"TORCH_FR_BUFFER_SIZE": "20", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
-    events.mkdir()
-    rank = subprocess.Popen([sys.executable, "-c", code], env=env)
-    try:
-        with DumpTaker(events, 1, tmp_path / "kept") as taker:
-            for _ in range(600):
-                if taker.taken >= 2 or rank.poll() is not None:
-                    break
-                time.sleep(0.1)
-    finally:
-        rank.kill()
-        rank.wait()
-    assert taker.taken >= 2, "the rank never answered"
-    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["fr_rank0"]
-    assert analyze(tmp_path / "kept") == Verdict(said="no collective left unjoined")
