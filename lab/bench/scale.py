@@ -129,7 +129,7 @@ def projection(rows: list[dict], per_node: int) -> list[str]:
         f"regroup's calls alone take: {regroups}; the keepers' steady calls take this share of the store: "
         f"{keepers}. The keepers would fill the store by themselves at {saturated:,.0f} ranks ({per_keeper:.0f} "
         "calls a second each: its beat, the log of lost keepers and the two it watches, every half second, and "
-        "its poll for rounds, once a second with nothing amiss (ten a second until 2026-12-06).",
+        "its poll for rounds, once a second with nothing amiss: ten a second until 2026-12-06).",
     ]
 
 
