@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lab import files
-from lab.bench.fr_trace_gloo import PREFIX
 from lab.bench.grading import Fault, Grade
 from lab.health.hang_dump import DIRECTORY, RAW_PREFIX
 
@@ -35,8 +34,6 @@ ANALYZE_S = 120.0
 MISSING = re.compile(r"missing ranks: \{([\d, ]+)\}")
 NO_DUMPS = re.compile(r"missed FR dumps from ranks \(\{([\d, ]+)\}\)")
 HANGS = ("hung", "partition")  # the classes of the cells the analyzer is run on
-
-assert PREFIX == RAW_PREFIX  # the analyzer takes each rank from the name the rank wrote
 
 
 @dataclass(frozen=True)

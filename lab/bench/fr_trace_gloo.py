@@ -19,7 +19,7 @@ import pickle
 import sys
 from pathlib import Path
 
-PREFIX = "fr_rank"
+from lab.health.hang_dump import RAW_PREFIX as PREFIX  # the analyzer reads each rank from what follows
 
 
 def repair(dump: dict) -> dict:
