@@ -1,0 +1,149 @@
+"""What the card adds to the rank it names (lab.why.card_notes), function by function on cards and
+failures made here: which silent rank hung, a group that never formed, an error every rank shares,
+ranks that left first, why no rank failed of its own, and what the first rank's error or signal
+means. (The same notes drawn from real runs: tests/unit/test_diagnosis.py and the recorded cells.)"""
+
+from __future__ import annotations
+
+import signal
+
+from lab.health.stragglers import SlowNetwork
+from lab.node import worker_record
+from lab.why import card_notes, disk_full, mismatch
+from lab.why.failure_card import Card, RankFailure
+from lab.why.lost_store import StoreLoss
+
+KILLED = -signal.SIGKILL
+
+
+def failure(rank: int, error: str = "", exit_code: int | None = 1, pid: int | None = None, node: str = "node0"):
+    return RankFailure(rank, node, rank % 2, 100.0 + rank, exit_code, pid=pid or 1000 + rank, error=error)
+
+
+def test_of_several_silent_ranks_only_the_one_that_took_the_sigkill_is_the_hung_one():
+    peer, frozen, also = (
+        failure(0, exit_code=-signal.SIGTERM),
+        failure(1, exit_code=KILLED),
+        failure(2, exit_code=KILLED),
+    )
+    assert card_notes.hung_ranks([peer, frozen]) == [frozen]
+    assert card_notes.hung_ranks([peer, frozen, also]) == [peer, frozen, also]  # two took it: no telling
+    assert card_notes.hung_ranks([frozen]) == [frozen]
+    assert card_notes.hung_ranks([peer, failure(3, exit_code=-signal.SIGTERM)]) == [peer, failure(3, exit_code=-15)]
+
+
+def test_a_group_that_never_formed_is_no_rank_s_failure_and_says_where_to_look():
+    card = Card(first=None)
+    refused = [failure(3, "RuntimeError: Connection refused"), failure(1, "gloo connectFullMesh failed"), failure(0)]
+    assert card_notes.never_formed(card, refused) == refused[0]
+    assert card.certain is False
+    assert card.notes == [
+        "ranks 1, 3 could not connect to their peers, so the group never formed and no rank hung in it: the hosts' "
+        "network (an interface, a firewall, a name), not a rank's own failure; `lab doctor` checks it"
+    ]
+    untouched = Card(first=None)
+    assert card_notes.never_formed(untouched, [failure(0, "ValueError: bad batch")]) is None
+    assert untouched.certain and untouched.notes == []
+
+
+def test_the_same_error_on_several_ranks_is_a_cause_they_share():
+    nan = "FloatingPointError: loss is nan at step 7"
+    card = Card(first=None)
+    card_notes.note_a_shared_error(card, [failure(2, nan), failure(0, nan), failure(1, "ValueError: other")])
+    assert card.certain is False and card.notes[0].startswith(f"ranks 0, 2 each raised the same error ({nan}): ")
+    long = "E" * 200
+    card = Card(first=None)
+    card_notes.note_a_shared_error(card, [failure(0, long), failure(1, long)])
+    assert f"({'E' * 120}):" in card.notes[0] and "E" * 121 not in card.notes[0]
+    for alone in ([failure(0, nan)], [failure(0, nan), failure(1, "ValueError: other")], []):
+        card = Card(first=None)
+        card_notes.note_a_shared_error(card, alone)
+        assert card.certain and card.notes == [], alone
+
+
+def test_a_worker_that_neither_failed_nor_was_stopped_left_first(tmp_path):
+    for node, pids in (("node0", {0: 500, 1: 501}), ("node1", {0: 600, 1: 601})):
+        (tmp_path / "nodes" / node).mkdir(parents=True)
+        worker_record.write(tmp_path / "nodes" / node / "workers.json", 0, pids)
+    failed = [failure(0, "timeout", pid=500), failure(2, "timeout", pid=600, node="node1")]  # ranks 0, 2: local 0
+    stopped = {601}
+    left = card_notes.left_first(tmp_path, failed, stopped)
+    assert [(f.rank, f.node, f.local_rank, f.pid, f.exit_code) for f in left] == [(1, "node0", 1, 501, 0)]
+    assert left[0].how == "exited 0 while its peers were still in the job: it left first"
+    assert left[0].time == failed[0].time
+    assert card_notes.left_first(tmp_path, failed, {501, 601}) == []
+
+
+def test_a_node_whose_ranks_give_no_single_base_is_not_read(tmp_path):
+    (tmp_path / "nodes" / "node0").mkdir(parents=True)
+    worker_record.write(tmp_path / "nodes" / "node0" / "workers.json", 0, {0: 500, 1: 501})
+    unplaced = RankFailure(0, "node0", None, 100.0, 1, pid=500)
+    assert list(card_notes.node_workers(tmp_path, [unplaced])) == []
+    two_bases = [failure(0, pid=500), RankFailure(3, "node0", 0, 100.0, 1, pid=9)]  # rank 3 at local 0: base 3
+    assert list(card_notes.node_workers(tmp_path, two_bases)) == []
+    assert list(card_notes.node_workers(tmp_path, [failure(0, pid=500)])) == [
+        ("node0", 0, 0, 500),
+        ("node0", 1, 1, 501),
+    ]
+
+
+def test_with_no_cause_the_note_names_the_hung_rank_or_says_why_none_can_be():
+    card = Card(first=failure(1, exit_code=KILLED))
+    card_notes.note_no_cause(card, [card.first], None, None)
+    assert card.certain and card.notes == [
+        "rank 1 raised nothing while its peers failed waiting for it (a timeout or a lost connection), and torchrun "
+        "had to stop it: the likely hung rank"
+    ]
+    card = Card(first=failure(1))
+    card_notes.note_no_cause(card, [failure(1), failure(3)], None, None)
+    assert card.certain is False and card.notes[0].startswith("ranks 1, 3 raised nothing and torchrun had to stop")
+    lost = StoreLoss("connection reset", ["node1"], False, 9, killed={"node0": "SIGKILL"})
+    cut = SlowNetwork("node1", [2, 3], 9, 1.0, 2.0, 0.001, {}, cut=True)
+    slow = SlowNetwork("node1", [2, 3], 9, 1.0, 2.0, 0.001, {}, cut=False)
+    for store, network, who in (
+        (lost, cut, "node0 died with its agent, unreported"),
+        (None, cut, "node1 was cut off the network (below)"),
+        (None, slow, "a rank hung or a node was cut off"),
+        (None, None, "a rank hung or a node was cut off"),
+    ):
+        card = Card(first=failure(0))
+        card_notes.note_no_cause(card, [], store, network)
+        assert card.certain is False
+        assert card.notes == [
+            f"every failed rank reports a peer's failure (a timeout or a lost connection): {who}; the earliest "
+            "report is shown first"
+        ]
+
+
+def test_the_first_error_s_meaning_a_full_disk_a_mismatch_an_oom_kill():
+    short = "RuntimeError: [enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file"
+    card = Card(first=failure(0, short))
+    card_notes.note_the_first_error(card, set(), lambda: "")
+    assert card.notes == [disk_full.TORCH_NOTE] and card.certain  # torch's words hide the kernel's reason
+    said = Card(first=failure(0, "OSError: [Errno 28] No space left on device"))
+    card_notes.note_the_first_error(said, set(), lambda: "")
+    assert said.notes == []  # the error says it
+    size = "RuntimeError: [enforce fail] Received data size doesn't match expected size"
+    card = Card(first=failure(0, size))
+    card.first.how = "raised RuntimeError"
+    card_notes.note_the_first_error(card, set(), lambda: "")
+    assert card.first.how == f"raised RuntimeError: {mismatch.SIZE_HOW}" and card.certain is False
+    assert card.notes == [mismatch.SIZE_NOTE]
+    plain = Card(first=failure(0, "ValueError: bad batch"))
+    card_notes.note_the_first_error(plain, set(), lambda: "")
+    assert plain.notes == [] and plain.certain
+
+
+def test_a_sigkill_nobody_in_the_job_sent_is_read_in_the_kernel_log():
+    pid = 4321
+    kernel = f"6,1,2,-;Memory cgroup out of memory: Killed process {pid} (python) total-vm:1kB\n"
+    card = Card(first=failure(1, exit_code=KILLED, pid=pid))
+    card_notes.note_the_first_error(card, set(), lambda: kernel)
+    assert card.first.how == "killed by the kernel's OOM killer (SIGKILL)"
+    assert card.notes == [f"kernel log: Memory cgroup out of memory: Killed process {pid} (python) total-vm:1kB"]
+    card = Card(first=failure(1, exit_code=KILLED, pid=pid))
+    card_notes.note_the_first_error(card, set(), lambda: "6,1,2,-;Out of memory: Killed process 1 (x)\n")
+    assert card.first.how == "" and card.notes[0].startswith("SIGKILL from outside the job")
+    sent = Card(first=failure(1, exit_code=KILLED, pid=pid))  # torchrun's own SIGKILL: nothing to read
+    card_notes.note_the_first_error(sent, {pid}, lambda: kernel)
+    assert sent.notes == [] and sent.first.how == ""
