@@ -147,3 +147,55 @@ def test_a_sigkill_nobody_in_the_job_sent_is_read_in_the_kernel_log():
     sent = Card(first=failure(1, exit_code=KILLED, pid=pid))  # torchrun's own SIGKILL: nothing to read
     card_notes.note_the_first_error(sent, {pid}, lambda: kernel)
     assert sent.notes == [] and sent.first.how == ""
+
+
+def test_the_card_written_out_line_by_line():
+    first = RankFailure(1, "node0", 1, 100.0, KILLED, pid=77, error="ValueError: bad", where="train.py:9", how="raised")
+    first.last_step = 12
+    then = [
+        RankFailure(3, "node1", 1, 101.26, 1, error="RuntimeError: peer gone", how="raised RuntimeError"),
+        RankFailure(2, "node1", 0, 99.9, 1, error="x", how="died of x"),  # its error already in its how
+    ]
+    card = Card(first, then, rounds=2, notes=["one", "two"])
+    assert card.text() == (
+        "first failure: rank 1 on node0 (local rank 1, pid 77): raised\n"
+        "  ValueError: bad  at train.py:9\n"
+        "  its last step: 12\n"
+        "then rank 3 on node1, +1.3 s: raised RuntimeError (RuntimeError: peer gone)\n"
+        "then rank 2 on node1, -0.1 s: died of x\n"
+        "the group failed 2 times in all (restarts)\n"
+        "note: one\n"
+        "note: two\n"
+    )
+    once = Card(RankFailure(0, "node0", None, 1.0, 0, how="exited 0"), rounds=1)
+    assert once.text() == "first to stop: rank 0 on node0: exited 0\n"
+
+
+def test_an_uncertain_card_says_so_first_and_lists_the_candidates_not_the_consequences():
+    first = RankFailure(3, "node1", 1, 1.0, 1, pid=5, how="exited with status 1")
+    peer = RankFailure(1, "node0", 1, 1.1, 1, how="exited with status 1")
+    consequence = RankFailure(0, "node0", 0, 1.2, 1, how="raised", consequence=True)
+    card = Card(first, [peer, consequence], certain=False)
+    assert card.text().splitlines()[0] == (
+        "first failure: one of ranks 1, 3, which first is unknown; seen first: rank 3 on node1 (local rank 1, pid 5): "
+        "exited with status 1"
+    )
+    alone = Card(first, [consequence], certain=False)
+    assert alone.text().splitlines()[0] == (
+        "first failure: not certain which rank; seen first: rank 3 on node1 (local rank 1, pid 5): exited with status 1"
+    )
+
+
+def test_a_card_with_no_failure_keeps_its_findings_and_notes_and_its_json_every_field():
+    lost = StoreLoss("connection reset", ["node1"], True, 9)
+    card = Card(None, notes=["a note"], store_loss=lost)
+    assert card.text() == f"no rank failed: the agents recorded no failure\n{lost.text()}\nnote: a note\n"
+    as_json = card.to_json()
+    assert as_json["first"] is None and as_json["store_loss"]["agents"] == ["node1"] and as_json["notes"] == ["a note"]
+    assert set(as_json) == {
+        "first", "then", "rounds", "notes", "certain", "straggler", "slow_network", "store_loss", "failed_write",
+        "set_aside",
+    }  # fmt: skip
+    full = Card(failure(1), [failure(2)], rounds=3, certain=False).to_json()
+    assert full["first"]["rank"] == 1 and [t["rank"] for t in full["then"]] == [2]
+    assert (full["rounds"], full["certain"]) == (3, False)
