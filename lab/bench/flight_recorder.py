@@ -67,13 +67,14 @@ def read_verdict(output: str, returncode: int) -> Verdict:
     if returncode != 0:
         last = [line for line in output.splitlines() if line.strip()][-1:] or [f"exit {returncode}"]
         return Verdict(said=last[0].strip()[:300], failed=True)
-    for pattern, certain in ((MISSING, True), (NO_DUMPS, False)):
-        found = pattern.search(output)
-        if found:
-            ranks = tuple(sorted(int(r) for r in found[1].split(",")))
-            line = next(x for x in output.splitlines() if found[0] in x)
-            return Verdict(ranks, certain, line.strip()[:300])
-    return Verdict(said="no collective left unjoined")
+    findings = [(m.start(), certain, m) for pattern, certain in ((MISSING, True), (NO_DUMPS, False))
+                for m in pattern.finditer(output)]  # fmt: skip
+    if not findings:
+        return Verdict(said="no collective left unjoined")
+    _, certain, found = min(findings, key=lambda f: f[0])
+    ranks = tuple(sorted(int(r) for r in found[1].split(",")))
+    line = next(x for x in output.splitlines() if found[0] in x)
+    return Verdict(ranks, certain, line.strip()[:300])
 
 
 def analyze(dumps: Path, timeout_s: float = ANALYZE_S) -> Verdict:

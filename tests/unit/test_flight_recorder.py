@@ -68,6 +68,13 @@ def test_only_the_answering_ranks_dumps_are_copied_and_no_link_is_followed(tmp_p
     assert sorted(p.name for p in (tmp_path / "copies").iterdir()) == ["fr_rank0"]
 
 
+def test_the_first_finding_is_the_one_read():
+    printed = "we missed FR dumps from ranks ({2}) so ...\nNot all ranks joining collective\nmissing ranks: {1}\n"
+    assert read_verdict(printed, 0) == Verdict((2,), False, "we missed FR dumps from ranks ({2}) so ...")
+    assert read_verdict(printed.split("\n", 1)[1], 0) == Verdict((1,), True, "missing ranks: {1}")
+    assert read_verdict("missing ranks: {3, 1}\n", 0).ranks == (1, 3)
+
+
 def test_a_failed_run_is_its_last_line_and_no_dump_is_no_run(tmp_path):
     said = read_verdict("Traceback (most recent call last):\n  ...\nKeyError: ('0', 0)\n", 1)
     assert said == Verdict(said="KeyError: ('0', 0)", failed=True)
