@@ -10,6 +10,8 @@ import signal
 from lab.health.stragglers import SlowNetwork
 from lab.node import worker_record
 from lab.why import card_notes, disk_full, mismatch
+from lab.why.bad_checkpoint import SetAside
+from lab.why.disk_full import FailedWrite
 from lab.why.failure_card import Card, RankFailure
 from lab.why.lost_store import StoreLoss
 
@@ -49,8 +51,11 @@ def test_a_group_that_never_formed_is_no_rank_s_failure_and_says_where_to_look()
 def test_the_same_error_on_several_ranks_is_a_cause_they_share():
     nan = "FloatingPointError: loss is nan at step 7"
     card = Card(first=None)
-    card_notes.note_a_shared_error(card, [failure(2, nan), failure(0, nan), failure(1, "ValueError: other")])
-    assert card.certain is False and card.notes[0].startswith(f"ranks 0, 2 each raised the same error ({nan}): ")
+    card_notes.note_a_shared_error(card, [failure(2, nan), failure(1, "ValueError: other"), failure(0, nan)])
+    assert card.certain is False and card.notes == [
+        f"ranks 0, 2 each raised the same error ({nan}): a cause they share (the code, the data, a setting), not "
+        "one rank; which was noticed first says nothing"
+    ]
     long = "E" * 200
     card = Card(first=None)
     card_notes.note_a_shared_error(card, [failure(0, long), failure(1, long)])
@@ -72,6 +77,14 @@ def test_a_worker_that_neither_failed_nor_was_stopped_left_first(tmp_path):
     assert left[0].how == "exited 0 while its peers were still in the job: it left first"
     assert left[0].time == failed[0].time
     assert card_notes.left_first(tmp_path, failed, {501, 601}) == []
+
+
+def test_each_node_s_first_rank_comes_from_a_failure_there_and_an_unreadable_node_is_passed_over(tmp_path):
+    for node, pids in (("node0", {0: 500, 1: 501}), ("node1", {0: 600, 1: 601})):
+        (tmp_path / "nodes" / node).mkdir(parents=True)
+        worker_record.write(tmp_path / "nodes" / node / "workers.json", 0, pids)
+    on_node1 = RankFailure(3, "node1", 1, 100.0, 1, pid=601)  # rank 3 is node1's local rank 1: node1 starts at 2
+    assert list(card_notes.node_workers(tmp_path, [on_node1])) == [("node1", 2, 0, 600), ("node1", 3, 1, 601)]
 
 
 def test_a_node_whose_ranks_give_no_single_base_is_not_read(tmp_path):
@@ -96,12 +109,17 @@ def test_with_no_cause_the_note_names_the_hung_rank_or_says_why_none_can_be():
     ]
     card = Card(first=failure(1))
     card_notes.note_no_cause(card, [failure(1), failure(3)], None, None)
-    assert card.certain is False and card.notes[0].startswith("ranks 1, 3 raised nothing and torchrun had to stop")
+    assert card.certain is False and card.notes == [
+        "ranks 1, 3 raised nothing and torchrun had to stop them (a hung rank, or a peer stopped before its own "
+        "timeout said so): which one hung is unknown"
+    ]
     lost = StoreLoss("connection reset", ["node1"], False, 9, killed={"node0": "SIGKILL"})
+    both = StoreLoss("connection reset", [], False, 9, killed={"node0": "SIGKILL", "node1": "SIGKILL"})
     cut = SlowNetwork("node1", [2, 3], 9, 1.0, 2.0, 0.001, {}, cut=True)
     slow = SlowNetwork("node1", [2, 3], 9, 1.0, 2.0, 0.001, {}, cut=False)
     for store, network, who in (
         (lost, cut, "node0 died with its agent, unreported"),
+        (both, None, "node0, node1 died with its agent, unreported"),
         (None, cut, "node1 was cut off the network (below)"),
         (None, slow, "a rank hung or a node was cut off"),
         (None, None, "a rank hung or a node was cut off"),
@@ -143,7 +161,10 @@ def test_a_sigkill_nobody_in_the_job_sent_is_read_in_the_kernel_log():
     assert card.notes == [f"kernel log: Memory cgroup out of memory: Killed process {pid} (python) total-vm:1kB"]
     card = Card(first=failure(1, exit_code=KILLED, pid=pid))
     card_notes.note_the_first_error(card, set(), lambda: "6,1,2,-;Out of memory: Killed process 1 (x)\n")
-    assert card.first.how == "" and card.notes[0].startswith("SIGKILL from outside the job")
+    assert card.first.how == "" and card.notes == [
+        "SIGKILL from outside the job, and the kernel log names no OOM kill of its pid: a scheduler, a person, or a "
+        "kernel log this user cannot read"
+    ]
     sent = Card(first=failure(1, exit_code=KILLED, pid=pid))  # torchrun's own SIGKILL: nothing to read
     card_notes.note_the_first_error(sent, {pid}, lambda: kernel)
     assert sent.notes == [] and sent.first.how == ""
@@ -169,6 +190,15 @@ def test_the_card_written_out_line_by_line():
     )
     once = Card(RankFailure(0, "node0", None, 1.0, 0, how="exited 0"), rounds=1)
     assert once.text() == "first to stop: rank 0 on node0: exited 0\n"
+    nowhere = RankFailure(0, "node0", None, 10.0, 1, error="ValueError: x", how="raised ValueError")
+    close = [
+        RankFailure(1, "node0", None, 9.99, 1, how="a"),  # -0.01 s: said +0.0, not -0.0
+        RankFailure(2, "node0", None, 10.449, 1, how="b"),  # rounded once: +0.4
+    ]
+    assert Card(nowhere, close).text() == (
+        "first failure: rank 0 on node0: raised ValueError\n  ValueError: x\n"
+        "then rank 1 on node0, +0.0 s: a\nthen rank 2 on node0, +0.4 s: b\n"
+    )
 
 
 def test_an_uncertain_card_says_so_first_and_lists_the_candidates_not_the_consequences():
@@ -188,10 +218,22 @@ def test_an_uncertain_card_says_so_first_and_lists_the_candidates_not_the_conseq
 
 def test_a_card_with_no_failure_keeps_its_findings_and_notes_and_its_json_every_field():
     lost = StoreLoss("connection reset", ["node1"], True, 9)
-    card = Card(None, notes=["a note"], store_loss=lost)
-    assert card.text() == f"no rank failed: the agents recorded no failure\n{lost.text()}\nnote: a note\n"
+    written = FailedWrite(0, "node0", 20, "OSError: [Errno 28] No space left on device")
+    card = Card(None, notes=["a note", "another"], store_loss=lost, failed_write=written)
+    assert card.text() == (
+        f"no rank failed: the agents recorded no failure\n{lost.text()}\n{written.text()}\nnote: a note\n"
+        "note: another\n"
+    )
+    aside = SetAside(1, "node0", 10, "ckpt/step10.pt", "digest mismatch")
+    records = Card(None, failed_write=written, set_aside=aside).to_json()
+    assert records["failed_write"] == {"rank": 0, "node": "node0", "step": 20, "reason": written.reason}
+    assert records["set_aside"]["path"] == "ckpt/step10.pt" and records["set_aside"]["step"] == 10
     as_json = card.to_json()
-    assert as_json["first"] is None and as_json["store_loss"]["agents"] == ["node1"] and as_json["notes"] == ["a note"]
+    assert (
+        as_json["first"] is None
+        and as_json["store_loss"]["agents"] == ["node1"]
+        and as_json["notes"] == ["a note", "another"]
+    )
     assert set(as_json) == {
         "first", "then", "rounds", "notes", "certain", "straggler", "slow_network", "store_loss", "failed_write",
         "set_aside",
