@@ -243,6 +243,19 @@ def test_the_docs_campaign_in_containers_survives_each_node_lost_beside_a_busy_p
     assert record["stuck"] == 0 and record["load"] == 1 and record["final_weights"]["identical"] is True
 
 
+def test_the_docs_script_campaign_in_containers_resumes_plain_train_each_time(docker_lab):
+    """docs/chaos.md's script campaign on the docker runtime: plain_train unmodified in the
+    containers, a node lost with the store, cut off, lost whole; its result against a fault-free run."""
+    shown = next(c.text for c in commands("docs/chaos.md") if "--runtime docker --script" in c.text)
+    out = docker_lab(*shlex.split(shown)[1:], timeout=900)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    record = ledger_of(out.stdout)
+    assert record["faults_injected"] == 4 and record["stuck"] == 0 and record["recovery_style"] != "in-process"
+    assert {"lose-store", "partition-node", "kill-node"} <= {f["kind"] for f in record["faults"]}, record["faults"]
+    assert record["final_weights"]["identical"] is True and record["final_weights"]["compared"] == "result.txt"
+    assert record["steps_redone"] > 0
+
+
 def test_the_doctor_probes_containers_and_finds_nothing(docker_lab):
     """lab doctor on the docker runtime: a probe per container in place of the job, sharing the run
     dir's work folder, every container and the network gone after (the fixture checks)."""

@@ -74,6 +74,10 @@ ELSEWHERE = {
     "--seed 140 -- --steps 800 --step-time 0.03 --snapshot-every 10 --timeout-s 20 --result result.txt": (
         "tests/test_chaos.py::test_the_docs_campaign_on_an_ordinary_script_resumes_it_each_time_and_ends_where_a_run_without_faults_does"
     ),
+    "lab chaos --runtime docker --script lab/workloads/plain_train.py --compare result.txt --rtol 1e-3 --count 4 "
+    "--mtbf 4s --seed 140 -- --steps 500 --step-time 0.03 --snapshot-every 10 --timeout-s 20 --result result.txt": (
+        "tests/test_docker.py::test_the_docs_script_campaign_in_containers_resumes_plain_train_each_time"
+    ),
     "lab chaos --runtime docker --count 4 --mtbf 6s --seed 25 --mix kill-node,preempt-node,kill-in-regroup,"
     "kill-after-save --load 1": (
         "tests/test_docker.py::test_the_docs_campaign_in_containers_survives_each_node_lost_beside_a_busy_process"
