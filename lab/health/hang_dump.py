@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import sys
 import threading
 import time
@@ -33,13 +34,10 @@ DIRECTORY = "forensics"
 RAW_PREFIX = "fr_rank"  # the raw dumps' names: the analyzer takes the rank from what follows
 
 
-def flight_recorder() -> list[dict]:
-    """This process's Flight Recorder entries, oldest first; [] when it records nothing."""
-    try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json  # type: ignore[attr-defined]
-
-        trace = json.loads(_dump_fr_trace_json(includeCollectives=True))
-    except Exception:  # no process group yet, or a build without the recorder
+def flight_recorder(raw: bytes) -> list[dict]:
+    """The Flight Recorder entries of a raw dump (raw_flight_recorder), oldest first; [] without one.
+    The dump is this process's own, made a moment before: unpickling it runs nothing foreign."""
+    if not raw:
         return []
     return [
         {
@@ -50,7 +48,7 @@ def flight_recorder() -> list[dict]:
             "pg": (e.get("process_group") or ["?"])[0],
             "created_ns": e.get("time_created_ns"),
         }
-        for e in trace.get("entries", [])
+        for e in pickle.loads(raw).get("entries", [])
     ]
 
 
@@ -75,12 +73,13 @@ def raw_flight_recorder() -> bytes:
 
 def write_dump(directory: Path, rank: int, request: str) -> None:
     """rank<N>.json, and beside it the raw dump as fr_rank<N>, written first: a rank whose json
-    answered a request wrote its raw dump for that request too."""
+    answered a request wrote its raw dump for that request too. One read of the recorder serves
+    both, so they hold the same entries."""
     raw = raw_flight_recorder()
     if raw:
         _replace(directory, f"{RAW_PREFIX}{rank}", raw)
     record = {"rank": rank, "pid": os.getpid(), "request": request, "time": time.time()}
-    record.update(flight_recorder=flight_recorder(), stacks=stacks())
+    record.update(flight_recorder=flight_recorder(raw), stacks=stacks())
     _replace(directory, f"rank{rank}.json", json.dumps(record).encode())
 
 
