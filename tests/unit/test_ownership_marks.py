@@ -228,3 +228,12 @@ def test_a_directory_above_the_run_dir_that_others_can_change_is_named(tmp_path,
     above.chmod(mode | stat.S_ISVTX)  # sticky, like /tmp: others cannot rename what is not theirs
     if owner == 0:
         ownership.check_parents(run)
+
+
+def test_a_run_dir_beneath_a_file_is_refused_naming_the_file(tmp_path):
+    (tmp_path / "file").write_text("")
+    run = tmp_path / "file" / "below" / "run"
+    assert (
+        refusal(lambda: ownership.check_parents(run))
+        == f"run dir {run}: {tmp_path / 'file' / 'below'}: Not a directory"
+    )
