@@ -89,6 +89,7 @@ def in_process_run() -> list[dict]:
         rec(9.0, "step", step=5),
         rec(FAULT, "step", 1, step=6),  # at the fault itself: not before it
         rec(FAULT, "state_from_peer", 1, step=1, source=0),  # nor after it
+        rec(10.125, "rendezvous_done", 3),  # before any collective failed: not the regroup
         rec(10.25, "collective_failed"),
         rec(10.5, "rendezvous_done", 1),
         rec(10.75, "state_from_peer", 1, 1, step=4, source=0),
@@ -106,6 +107,7 @@ def test_an_in_process_recovery_is_timed_stage_by_stage_and_counts_the_steps_red
     }
     assert inprocess_verdict.steps_redone(in_process_run(), FAULT) == 1  # step 5 reached, state of step 4
     assert inprocess_verdict.steps_redone([rec(10.75, "state_from_peer", step=4)], FAULT) == 0  # no step before
+    assert inprocess_verdict.steps_redone([rec(10.75, "state_from_peer", step=0)], FAULT) == 0
     ahead = [rec(9.0, "step", step=3), rec(10.75, "state_from_peer", step=4)]
     assert inprocess_verdict.steps_redone(ahead, FAULT) == 0
     assert inprocess_verdict.steps_redone(in_process_run()[:3], FAULT) is None
@@ -151,3 +153,10 @@ def test_a_fallback_to_a_restart_says_why_where_when_and_what_it_redid():
     assert (inprocess_verdict.steps_text(none), inprocess_verdict.cost_text(none)) == ("(none)", "an unknown time")
     evidence.agents = []
     assert inprocess_verdict.fallback_facts(evidence, FAULT)["why"] is None
+    evidence.agents = [{**agents[1], "event": {}}]  # a record with no metadata: nothing said, nothing raised
+    assert (inprocess_verdict.fallback_facts(evidence, FAULT)["why"], fell["rounds"]) == (None, [1])
+    evidence.events = [e for e in events if e["event"] != "checkpoint_loaded"]
+    assert inprocess_verdict.fallback_facts(evidence, FAULT)["lost_steps"] is None
+    evidence.events = [rec(12.5, "rendezvous_done"), rec(13.0, "checkpoint_loaded", step=0)]  # no step before
+    assert inprocess_verdict.fallback_facts(evidence, FAULT)["lost_steps"] == 0
+    assert inprocess_verdict.steps_text({"resumed_from": [10, 20]}) == "10, 20"

@@ -74,3 +74,16 @@ def test_a_preempted_node_must_be_gone_within_its_grace():
     grace = f"{evidence.extra['preempted']} was gone within the {preempt.GRACE_S:g} s grace period"
     assert failed(judge("preempt", evidence)) == [grace]
     assert judge("preempt", evidence).checks[0].detail == f"{preempt.GRACE_S:.2f} s"
+
+
+@pytest.mark.parametrize(
+    ("handed_step", "lost", "failing"), [(24, 1, []), (23, 2, ["lost at most the step in flight"])]
+)
+def test_an_in_process_recovery_may_redo_the_step_in_flight_and_no_more(handed_step, lost, failing):
+    """Step 25 was reached before the kill; the peers hand over the state of an earlier step."""
+    evidence = seen("kill-worker-in-process")
+    for e in evidence.events:
+        if e["event"] == "state_from_peer":
+            e["step"] = handed_step
+    report = judge("kill-worker-in-process", evidence)
+    assert report.facts["lost_steps"] == lost and failed(report) == failing

@@ -198,6 +198,8 @@ def test_a_script_opts_in_to_in_process_by_using_the_api(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("from lab.inprocess import attempts\n")
     assert recovery.script_refuses_in_process(str(script)) == ""
+    script.write_bytes(b"# \xff not UTF-8\nfrom lab.inprocess import attempts\n")
+    assert recovery.script_refuses_in_process(str(script)) == ""  # read anyway, bad bytes replaced
     script.write_text("import torch\n")
     assert recovery.script_refuses_in_process(str(script)) == (
         f"{script} does not train in lab.inprocess's attempts() (docs/recovery.md shows how)"
@@ -206,3 +208,22 @@ def test_a_script_opts_in_to_in_process_by_using_the_api(tmp_path):
     assert recovery.script_refuses_in_process(str(missing)) == (
         f"{missing} cannot be read here to see whether it uses lab.inprocess"
     )
+
+
+NCCL = JOB.replace(backend="nccl")
+MORE = [  # where the unproven-on-nccl reason must not reach, and a drill's preset backend
+    (NCCL, "auto", LOCAL, {}, ("restart", "lab", FIXED_JOB)),
+    (NCCL, "restart", LOCAL, {}, ("restart", "lab", "asked (--recovery restart): the lab's rendezvous")),
+    (
+        JOB.replace(rdzv_backend="etcd-v2"),
+        "in-process",
+        LOCAL,
+        {"in_process_refusal": ""},
+        ("in-process", "etcd-v2", ASKED_SPARE),
+    ),
+]
+
+
+@pytest.mark.parametrize(("job", "asked", "host", "given", "answer"), MORE)
+def test_the_unproven_reason_and_a_preset_backend_stay_where_they_belong(job, asked, host, given, answer):
+    test_each_job_gets_the_style_the_rendezvous_and_the_reason(job, asked, host, given, answer)
