@@ -23,6 +23,18 @@ ELASTIC_TORCH = (
 )
 ELASTIC_KEEPERS = "an elastic job (torchrun's --nnodes=MIN:MAX) needs torch's rendezvous; the keepers hold a fixed size"
 ASKED_SPARE = "asked: the survivors stay, a warm spare takes the lost rank's state from a peer"
+NCCL = JOB.replace(backend="nccl")
+MORE = [  # where the unproven-on-nccl reason must not reach, and a drill's preset backend
+    (NCCL, "auto", LOCAL, {}, ("restart", "lab", FIXED_JOB)),
+    (NCCL, "restart", LOCAL, {}, ("restart", "lab", "asked (--recovery restart): the lab's rendezvous")),
+    (
+        JOB.replace(rdzv_backend="etcd-v2"),
+        "in-process",
+        LOCAL,
+        {"in_process_refusal": ""},
+        ("in-process", "etcd-v2", ASKED_SPARE),
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -92,7 +104,8 @@ ASKED_SPARE = "asked: the survivors stay, a warm spare takes the lost rank's sta
             {"in_process_refusal": "", "in_process_first": True},
             ("torchrun", "c10d", ELASTIC_TORCH),
         ),
-    ],
+    ]
+    + MORE,
 )
 def test_each_job_gets_the_style_the_rendezvous_and_the_reason(job, asked, host, given, answer):
     topology, how = recovery.choose(job, asked, host, **given)
@@ -208,22 +221,3 @@ def test_a_script_opts_in_to_in_process_by_using_the_api(tmp_path):
     assert recovery.script_refuses_in_process(str(missing)) == (
         f"{missing} cannot be read here to see whether it uses lab.inprocess"
     )
-
-
-NCCL = JOB.replace(backend="nccl")
-MORE = [  # where the unproven-on-nccl reason must not reach, and a drill's preset backend
-    (NCCL, "auto", LOCAL, {}, ("restart", "lab", FIXED_JOB)),
-    (NCCL, "restart", LOCAL, {}, ("restart", "lab", "asked (--recovery restart): the lab's rendezvous")),
-    (
-        JOB.replace(rdzv_backend="etcd-v2"),
-        "in-process",
-        LOCAL,
-        {"in_process_refusal": ""},
-        ("in-process", "etcd-v2", ASKED_SPARE),
-    ),
-]
-
-
-@pytest.mark.parametrize(("job", "asked", "host", "given", "answer"), MORE)
-def test_the_unproven_reason_and_a_preset_backend_stay_where_they_belong(job, asked, host, given, answer):
-    test_each_job_gets_the_style_the_rendezvous_and_the_reason(job, asked, host, given, answer)
