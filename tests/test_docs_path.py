@@ -257,7 +257,7 @@ def test_the_doc_commands_are_found():
     readme = [c.text for c in all_commands() if c.doc == "README.md"]
     assert readme[:2] == ["make lab-up", "make test"]
     lessons = [c.split()[-1] for c in readme if c.startswith("lab exercise run ")]
-    assert lessons[0] == "hello-ddp" and lessons[-1] == "set-device-first" and len(lessons) == 11
+    assert lessons[0] == "hello-ddp" and lessons[-1] == "set-device-first" and len(lessons) == 12
     assert [c.text for c in all_commands() if c.doc == "docs/exercises.md"][0] == ".venv/bin/lab exercise list"
 
 

@@ -13,7 +13,7 @@ LESSONS = {name: m for name, m in all_exercises().items() if kind(m) == "lesson"
 
 
 def test_every_lesson_module_is_registered():
-    assert len(LESSONS) == len(lessons.MODULES) == 11
+    assert len(LESSONS) == len(lessons.MODULES) == 12
 
 
 @pytest.mark.parametrize("name", sorted(LESSONS))

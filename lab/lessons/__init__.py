@@ -23,6 +23,7 @@ MODULES = (
     "determinism",
     "rank_vs_local_rank",
     "bucket_size",
+    "fsdp_shards",
     "set_device_first",
 )
 
