@@ -209,6 +209,9 @@ def check_lesson(name: str, report: dict) -> None:
         assert final["2x2"] == final["2x2 again"] == final["1x4"] != final["1x2"]
     if name == "same-data-every-rank":
         assert report["plain"]["dups"] == "192" and report["sampler"]["dups"] == "0"
+    if name == "fsdp-shards":  # a quarter of the model on each of 4 ranks, the whole under DDP
+        held = report["bytes_per_rank_4"]["3"]
+        assert held["fsdp2"]["params"] * 4 == held["ddp"]["params"] == held["ddp"]["model"], held
     if name == "bucket-size":
         assert all(v > 0 for v in report["ms_per_step_by_bucket_cap_mb"].values())
 
