@@ -6,10 +6,14 @@ nothing left: the suite's tail. So the longest single tests (CI's `--durations`,
 clone) go first, LPT scheduling, but the README's (which starts with `make lab-up` in Docker) and
 no other Docker test before the images that build beside the first tests are likely done
 (scripts/with-images-building.sh). Each worker also writes when each test started
-and ended (test-artifacts/timeline/WORKER.jsonl): where a run's time went, worker by worker."""
+and ended (test-artifacts/timeline/WORKER.jsonl): where a run's time went, worker by worker; and,
+as root where the kernel has cgroup v1's cpuacct, the CPU seconds each test's processes used
+(`cpu_s`), daemons included, containers not (Docker counts those in its own cgroups). On two
+cores a test's wall time says little of its cost: the tier is as fast as its CPU seconds allow."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -40,26 +44,68 @@ def _timeline(config: pytest.Config) -> Path:
     return Path(config.rootpath) / "test-artifacts" / "timeline" / f"{worker}.jsonl"
 
 
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+class CpuAccount:
+    """A cpuacct cgroup of this process's own, which every process it starts inherits."""
+
+    def __init__(self) -> None:
+        for stale in CPUACCT.glob("tlab-tests-*"):  # an earlier run's, killed: removable only when empty
+            with contextlib.suppress(OSError):
+                stale.rmdir()
+        self.group: Path | None = CPUACCT / f"tlab-tests-{os.getpid()}"
+        try:
+            self.group.mkdir()
+            (self.group / "cgroup.procs").write_text(str(os.getpid()))
+        except OSError:  # no cpuacct hierarchy here, or not root: the timeline keeps times only
+            self.group = None
+
+    def seconds(self) -> float | None:
+        return int((self.group / "cpuacct.usage").read_text()) / 1e9 if self.group else None
+
+    def close(self) -> None:
+        if self.group is not None:
+            with contextlib.suppress(OSError):
+                (CPUACCT / "cgroup.procs").write_text(str(os.getpid()))
+                self.group.rmdir()  # fails, and stays, only while a process the tests left lives in it
+
+
 def pytest_runtest_logstart(nodeid: str) -> None:
     _STARTED[nodeid] = time.time()
+    _CPU_AT_START[nodeid] = _ACCOUNT.seconds() if _ACCOUNT else None
 
 
 def pytest_runtest_logfinish(nodeid: str) -> None:
-    began = _STARTED.pop(nodeid, None)
+    began, cpu_then = _STARTED.pop(nodeid, None), _CPU_AT_START.pop(nodeid, None)
     if began is None or _CONFIG is None:
         return
+    record = {"test": nodeid, "start": round(began, 3), "end": round(time.time(), 3)}
+    cpu_now = _ACCOUNT.seconds() if _ACCOUNT else None
+    if cpu_then is not None and cpu_now is not None:
+        record["cpu_s"] = round(cpu_now - cpu_then, 2)
     path = _timeline(_CONFIG)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a" if path in _WRITTEN else "w") as out:  # each run's own record
         _WRITTEN.add(path)
-        out.write(json.dumps({"test": nodeid, "start": round(began, 3), "end": round(time.time(), 3)}) + "\n")
+        out.write(json.dumps(record) + "\n")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _CONFIG
+    global _CONFIG, _ACCOUNT
     _CONFIG = config
+    if not hasattr(config, "workerinput") and config.getoption("numprocesses", None):
+        return  # xdist's controller runs no test
+    _ACCOUNT = CpuAccount() if (CPUACCT / "cpuacct.usage").exists() and os.geteuid() == 0 else None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _ACCOUNT is not None:
+        _ACCOUNT.close()
 
 
 _STARTED: dict[str, float] = {}
+_CPU_AT_START: dict[str, float | None] = {}
+_ACCOUNT: CpuAccount | None = None
 _WRITTEN: set[Path] = set()
 _CONFIG: pytest.Config | None = None
