@@ -5,6 +5,7 @@ same and whose verdict differs (kill-node --elastic, hang-rank --watchdog) is ju
 tests/unit/test_judges.py on what a real run of it saw (tests/fixtures/drills/).
 """
 
+import re
 import shutil
 import signal
 import time
@@ -46,17 +47,27 @@ def test_corrupt_checkpoint_falls_back_to_the_previous_one(lab):
     assert [c["name"] for c in report["checks"] if not c["ok"]] == []
 
 
-def test_corrupt_checkpoint_of_an_fsdp2_job_falls_back_to_the_previous_dcp_step(lab):
-    """The trainer sharded (--parallel fsdp2), checkpointing through DCP: a shard of the newest
-    step truncated, the step is set aside whole and the one before loaded, bit-identical at the
-    end."""
-    out = lab("exercise", "run", "corrupt-checkpoint", "--parallel", "fsdp2", timeout=400)
+@pytest.mark.parametrize(
+    ("damage", "reason", "damaged"),
+    [
+        ("truncate", "differs from what was saved", r"__\d_0\.distcp"),  # a shard cut in half
+        ("no-metadata", "missing .metadata", r"\.metadata"),  # a save killed before its end
+        ("mixed-steps", "differs from what was saved", r"__\d_0\.distcp"),  # a shard of the step before
+    ],
+)
+def test_corrupt_checkpoint_of_an_fsdp2_job_falls_back_to_the_previous_dcp_step(lab, damage, reason, damaged):
+    """The trainer sharded (--parallel fsdp2), checkpointing through DCP: the newest step
+    damaged each way a DCP folder goes wrong, the step is set aside whole and the one before
+    loaded, bit-identical at the end (the reference runs once, for the first of them)."""
+    out = lab("exercise", "run", "corrupt-checkpoint", "--parallel", "fsdp2", "--damage", damage, timeout=400)
     assert out.returncode == 0, out.stdout[-3000:]
     report = report_of(out)
     assert report["verdict"] == "pass" and report["final_weights_match_reference"] is True
     assert [c["name"] for c in report["checks"] if not c["ok"]] == []
+    assert report["damage"]["how"] == damage
+    assert re.fullmatch(rf".*/checkpoints/dcp_000000\d0/{damaged}", report["damage"]["path"]), report["damage"]
     detected = next(c for c in report["checks"] if c["name"] == "the damaged checkpoint was detected")
-    assert "differs from what was saved" in detected["detail"]
+    assert reason in detected["detail"]
     assert "recovery: restart" in out.stdout
 
 

@@ -134,3 +134,22 @@ def test_a_script_that_replays_its_epoch_on_resume_fails_the_drill_with_the_coun
         assert run.returncode == 0, run.stderr[-2000:]
     right = samples.summary(list(read_events(events)))
     assert right is not None and (right["repeated"], right["skipped"]) == (0, 0)
+
+
+def test_a_dcp_script_that_trusts_a_folder_of_two_steps_fails_the_drill_saying_what_a_careful_one_does(lab):
+    """tests/user_scripts/dcp_checkpoint.py passes over a folder without .metadata but trusts one
+    that has it: with step10's largest shard replaced by step5's (--damage mixed-steps), it loads
+    ckpt/step10 and resumes from a state no step had."""
+    out = lab(
+        "exercise", "run", "corrupt-checkpoint", "--script", script("dcp_checkpoint.py"), "--ckpt-dir", "ckpt",
+        "--damage", "mixed-steps", "--at-step", "12", "--", "--steps", "30",
+        timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-2000:]
+    report = report_of(out)
+    assert report["damaged_dcp_step"] == {
+        "damage": "mixed-steps", "step": "step10", "loaded": "ckpt/step10", "took_damaged": True,
+    }  # fmt: skip
+    failed = [c for c in report["checks"] if not c["ok"]]
+    assert [c["name"] for c in failed] == ["it did not resume from the step the drill damaged"], failed
+    assert "writes a manifest (each file's size and sha256)" in failed[0]["detail"]

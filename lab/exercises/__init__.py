@@ -18,6 +18,8 @@ A drill is one module of this package, named in CATALOG, with:
   a user's own script (see lab.exercises.script); without them, NO_SCRIPT: why not (one line);
   SCRIPT_NEEDS_CKPT_DIR: the refusal when its script side needs --ckpt-dir and has none;
 - optionally MIN_NODES: the fewest nodes its fault needs (--nodes below it is refused);
+- optionally trainer_refusal(options) -> str: why these options cannot run on the lab's trainer
+  ("" when they can), said before anything starts;
 - optionally IN_PROCESS_JUDGED = True: its judge knows --recovery in-process (the lost rank
   replaced by a spare, state from a peer, or the keepers' fallback to a restart:
   lab.exercises.inprocess_verdict), and --recovery auto picks it where the job can run it
@@ -201,6 +203,9 @@ def options_from_args(drill: ModuleType, args: argparse.Namespace) -> DrillOptio
         recovery=getattr(args, "recovery", "auto"),
         parallel=getattr(args, "parallel", "ddp"),
     )
+    refused = drill.trainer_refusal(options) if hasattr(drill, "trainer_refusal") else ""
+    if refused:
+        raise LabError(refused)
     world = topology(drill, options).world_size
     if chosen is False and options.target_rank >= world:  # the drill's default rank, in a smaller job: the last
         options = dataclasses.replace(options, target_rank=world - 1)

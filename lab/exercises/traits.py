@@ -28,7 +28,7 @@ REQUIRED = (
 OPTIONAL = (
     "OPTIONS", "WORKLOAD", "NEEDS_PROMETHEUS", "MIN_NODES", "IN_PROCESS_JUDGED", "IN_PROCESS_FIRST",
     "RECOVERY_NEEDS", "SCRIPT_RECOVERY", "NO_SCRIPT", "SCRIPT_NEEDS_CKPT_DIR", "SCRIPT_OPTIONS",
-    "SCRIPT_REFUSES", "SCRIPT_FORENSICS", "SCRIPT_HANGS_FOR_GOOD", "break_script", "injects",
+    "SCRIPT_REFUSES", "SCRIPT_FORENSICS", "SCRIPT_HANGS_FOR_GOOD", "break_script", "injects", "trainer_refusal",
 )  # fmt: skip
 TRAITS = REQUIRED + OPTIONAL
 SCRIPT_RECOVERIES = ("restart", "rerun", "none")  # lab.exercises.script.judge knows these

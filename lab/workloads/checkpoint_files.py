@@ -71,17 +71,20 @@ def _safetensors(head: bytes) -> bool:
 def corrupt_newest(directory: Path, mode: str = "truncate") -> Path:
     """Damage the newest checkpoint in directory, for the corrupt-checkpoint drill: cut it in
     half (truncate), or flip bytes in its second half (flip). The trainer's newest step file,
-    else the newest checkpoint of any name (a user's script). Returns its path.
+    else the newest checkpoint of any name (a user's script). Returns its path. Or a DCP step's
+    own damage (no-metadata, mixed-steps: damage_dcp).
 
     The folder is the job's: a container or script may swap a folder on the way for a link, or
     plant a FIFO. The file is reached without following a link at any component and damaged
     through that one descriptor, only if it is a regular file."""
-    if mode not in ("truncate", "flip"):
-        raise ValueError(f"unknown corruption mode {mode!r} (truncate or flip)")
+    if mode not in ("truncate", "flip", *DCP_DAMAGES):
+        raise ValueError(f"unknown corruption mode {mode!r} (truncate, flip, {', '.join(DCP_DAMAGES)})")
     try:
         os.close(files.open_nofollow(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
     except (OSError, files.UnsafePath) as e:
         raise CheckpointError(f"cannot reach the checkpoints: {e}") from None
+    if mode in DCP_DAMAGES:  # a DCP step's own damage: its .metadata, or shards of two steps
+        return damage_dcp(directory, mode)
     found = checkpoints(directory)
     newest = found[0] if found else newest_dcp_shard(directory) or newest_file(directory)
     if newest is None:
@@ -111,3 +114,81 @@ def _flip_second_half(f, size: int, chunk: int = 2**20) -> None:
             data[i] ^= 0xFF
         f.seek(offset)
         f.write(data)
+
+
+# A DCP step is a folder: a `.distcp` file per rank and the `.metadata` the coordinator writes
+# last. A save killed before its end leaves the shards and no `.metadata`; a script that saves
+# every step into one folder, or moves a `latest` pointer before its save is whole, leaves
+# shards of two steps side by side, each file whole, the step not. The steps are the trainer's
+# committed `dcp_NNNNNNNN/` folders, else (a user's script) the folders holding a `.metadata`.
+DCP_DAMAGES = ("no-metadata", "mixed-steps")
+METADATA = ".metadata"
+CHUNK = 1 << 20
+
+
+def dcp_steps(directory: Path) -> list[Path]:
+    """The DCP steps below directory, newest first: the trainer's committed folders by step, else
+    every folder holding a `.metadata`, by when that was written."""
+    found = {(directory / rel).parent: info.st_mtime for info, rel in files.regular_files(directory)
+             if rel.name == METADATA}  # fmt: skip
+    trainers = sorted((p for p in found if len(p.relative_to(directory).parts) == 1 and DCP_NAME.fullmatch(p.name)),
+                      reverse=True)  # fmt: skip
+    return trainers or sorted(found, key=found.__getitem__, reverse=True)
+
+
+def damage_dcp(directory: Path, how: str) -> Path:
+    """Damage the newest DCP step below directory as `how` says; returns the file removed or changed."""
+    found = dcp_steps(directory)
+    if not found:
+        raise CheckpointError(f"no DCP step (a folder with {METADATA}) in {directory} to damage")
+    if how == "no-metadata":
+        return _remove(found[0] / METADATA)
+    if how == "mixed-steps":
+        if len(found) < 2:
+            raise CheckpointError(f"mixed-steps needs two DCP steps in {directory}; found only {found[0].name}")
+        return _mix(newest=found[0], older=found[1])
+    raise ValueError(f"unknown DCP damage {how!r} ({' or '.join(DCP_DAMAGES)})")
+
+
+def _remove(path: Path) -> Path:
+    """Unlink path through a descriptor on its folder (a link in its place is unlinked, not followed)."""
+    try:
+        folder = files.open_nofollow(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (OSError, files.UnsafePath) as e:
+        raise CheckpointError(f"cannot reach {path.parent}: {e}") from None
+    try:
+        os.unlink(path.name, dir_fd=folder)
+    except OSError as e:
+        raise CheckpointError(f"cannot remove {path}: {e.strerror}") from None
+    finally:
+        os.close(folder)
+    return path
+
+
+def _mix(newest: Path, older: Path) -> Path:
+    """Overwrite the newest step's largest shard with the same rank's shard of the step before:
+    each file whole, the folder two steps. The largest: a tensor every rank holds alike is
+    written once, by one rank, and the others' files may hold next to nothing."""
+    sizes = {rel.name: info.st_size for info, rel in files.regular_files(newest) if rel.suffix == ".distcp"}
+    before = {rel.name for _, rel in files.regular_files(older) if rel.suffix == ".distcp"}
+    shared = sorted((size, name) for name, size in sizes.items() if name in before)
+    if not shared:
+        raise CheckpointError(f"{newest.name} and {older.name} share no shard file to mix")
+    name = shared[-1][1]
+    target = newest / name
+    try:
+        src = os.fdopen(files.open_nofollow(older / name), "rb")
+    except (OSError, files.UnsafePath) as e:
+        raise CheckpointError(f"cannot read {older.name}'s {name}: {e}") from None
+    try:
+        dst = os.fdopen(files.open_nofollow(target, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), "wb")
+    except (OSError, files.UnsafePath) as e:
+        src.close()
+        raise CheckpointError(f"cannot write {target}: {e}") from None
+    with src, dst:
+        if not (stat.S_ISREG(os.fstat(src.fileno()).st_mode) and stat.S_ISREG(os.fstat(dst.fileno()).st_mode)):
+            raise CheckpointError(f"{target} or {older.name}'s shard is not a regular file: nothing damaged")
+        dst.truncate(0)
+        while chunk := src.read(CHUNK):
+            dst.write(chunk)
+    return target

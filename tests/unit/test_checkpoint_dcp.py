@@ -6,12 +6,13 @@ Files stand in for DCP's shards here: what is judged is the folder, not what DCP
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from lab.workloads import checkpoint_dcp as dcp_files
 from lab.workloads import sharded
-from lab.workloads.checkpoint_files import CheckpointError
+from lab.workloads.checkpoint_files import CheckpointError, corrupt_newest
 from lab.workloads.trainer_args import parse_args
 
 
@@ -120,3 +121,78 @@ def test_fsdp2_refuses_in_process_recovery_and_ddp_keeps_it():
     assert "cannot recover in-process" in sharded.refused(fsdp2, in_process=True)
     assert sharded.refused(fsdp2, in_process=False) == ""
     assert sharded.refused(parse_args([]), in_process=True) == ""
+
+
+def test_the_drills_no_metadata_removes_the_newest_steps_and_its_check_then_fails(tmp_path):
+    committed(tmp_path, 10, 20)
+    assert corrupt_newest(tmp_path, "no-metadata") == tmp_path / "dcp_00000020" / ".metadata"
+    with pytest.raises(CheckpointError, match=r"^missing \.metadata$"):
+        dcp_files.verify(tmp_path / "dcp_00000020")
+    dcp_files.verify(tmp_path / "dcp_00000010")  # the step before, untouched
+
+
+def test_the_drills_mixed_steps_puts_the_step_befores_shard_in_the_newest(tmp_path):
+    committed(tmp_path, 10, 20)
+    before = (tmp_path / "dcp_00000010" / "__1_0.distcp").read_bytes()
+    assert corrupt_newest(tmp_path, "mixed-steps") == tmp_path / "dcp_00000020" / "__1_0.distcp"
+    assert (tmp_path / "dcp_00000020" / "__1_0.distcp").read_bytes() == before
+    with pytest.raises(CheckpointError, match=r"^__1_0\.distcp differs from what was saved"):
+        dcp_files.verify(tmp_path / "dcp_00000020")
+    dcp_files.verify(tmp_path / "dcp_00000010")
+
+
+def a_scripts_steps(folder, *names: str):
+    """A script's DCP folders under names of its own, oldest first (by when .metadata was written)."""
+    for age, name in enumerate(reversed(names)):
+        step = folder / name
+        step.mkdir(parents=True)
+        (step / "__0_0.distcp").write_bytes(name.encode() * 10)
+        (step / ".metadata").write_bytes(b"plan")
+        os.utime(step / ".metadata", (1000 - age, 1000 - age))
+    return folder
+
+
+def test_on_a_scripts_folders_the_newest_written_step_is_damaged_whatever_its_name(tmp_path):
+    ckpt = a_scripts_steps(tmp_path / "ckpt", "epoch_10", "epoch_9")  # epoch_9 written last: names order nothing
+    assert corrupt_newest(ckpt, "mixed-steps") == ckpt / "epoch_9" / "__0_0.distcp"
+    assert (ckpt / "epoch_9" / "__0_0.distcp").read_bytes() == b"epoch_10" * 10
+    assert corrupt_newest(ckpt, "no-metadata") == ckpt / "epoch_9" / ".metadata"
+    assert (ckpt / "epoch_10" / ".metadata").exists()
+
+
+@pytest.mark.parametrize(
+    ("steps", "how", "words"),
+    [
+        ((), "no-metadata", r"^no DCP step \(a folder with \.metadata\) in .* to damage$"),
+        (("only",), "mixed-steps", r"^mixed-steps needs two DCP steps in .*; found only only$"),
+    ],
+)
+def test_what_cannot_be_damaged_so_is_one_line(tmp_path, steps, how, words):
+    ckpt = a_scripts_steps(tmp_path / "ckpt", *steps) if steps else tmp_path
+    (tmp_path / "train.log").write_text("epoch 1\n")
+    with pytest.raises(CheckpointError, match=words):
+        corrupt_newest(ckpt, how)
+    assert (tmp_path / "train.log").read_text() == "epoch 1\n"
+
+
+def test_a_link_planted_as_metadata_or_as_a_shard_is_never_followed(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    ckpt = a_scripts_steps(tmp_path / "ckpt", "planted", "whole")
+    for name in (".metadata", "__0_0.distcp"):
+        (ckpt / "planted" / name).unlink()
+        (ckpt / "planted" / name).symlink_to(victim)
+    os.utime(ckpt / "planted" / ".metadata", (2000, 2000), follow_symlinks=False)  # the newest, were it a file
+    with pytest.raises(CheckpointError, match="found only whole"):  # a link is no .metadata: one step
+        corrupt_newest(ckpt, "mixed-steps")
+    assert corrupt_newest(ckpt, "no-metadata") == ckpt / "whole" / ".metadata"
+    assert victim.read_bytes() == b"precious" and (ckpt / "planted" / ".metadata").is_symlink()
+
+
+def test_mixed_steps_swaps_the_shard_that_holds_the_state_not_an_empty_one(tmp_path):
+    """A tensor every rank holds alike is written once, by rank 0: the other ranks' files are small."""
+    ckpt = a_scripts_steps(tmp_path / "ckpt", "step5", "step10")
+    for step in ("step5", "step10"):
+        (ckpt / step / "__1_0.distcp").write_bytes(b"")
+    assert corrupt_newest(ckpt, "mixed-steps") == ckpt / "step10" / "__0_0.distcp"
+    assert (ckpt / "step10" / "__0_0.distcp").read_bytes() == b"step5" * 10

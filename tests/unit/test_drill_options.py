@@ -39,12 +39,20 @@ def test_the_default_rank_moves_to_the_last_one_a_smaller_job_has():
         (["partition-node", "--nodes", "1"], ["partition-node needs at least 2 nodes"]),
         (["kill-worker", "--nodes", "2", "--nproc-per-node", "1", "--target-rank", "2"], ["[0, 2)", "got 2"]),
         (["kill-worker", "--at-step", "60"], ["--at-step", "[1, 60)"]),
+        (["corrupt-checkpoint", "--damage", "no-metadata"], ["--damage no-metadata damages a DCP step", "fsdp2"]),
+        (["corrupt-checkpoint", "--damage", "mixed-steps"], ["--damage mixed-steps", "--damage truncate"]),
     ],
 )
 def test_what_the_job_cannot_do_is_one_line(argv, words):
     with pytest.raises(LabError) as refused:
         job(*argv)
     assert all(word in str(refused.value) for word in words), refused.value
+
+
+@pytest.mark.parametrize("damage", ["truncate", "no-metadata", "mixed-steps"])
+def test_every_damage_runs_on_the_sharded_trainer_and_is_the_drills_own_option(damage):
+    options, topology = job("corrupt-checkpoint", "--parallel", "fsdp2", "--damage", damage)
+    assert options.own == {"damage": damage} and topology.parallel == "fsdp2"
 
 
 def test_every_drill_runs_on_a_script_or_says_why_not():

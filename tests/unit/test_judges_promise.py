@@ -214,7 +214,7 @@ PROMISES = {
             "resumed from the previous checkpoint",
             "final weights bit-identical to an uninterrupted run",
         ],
-        {"reference", "lost_steps", "recovery", "restarts", "final_weights_match_reference"},
+        {"reference", "damage", "lost_steps", "recovery", "restarts", "final_weights_match_reference"},
     ),
     "collective-mismatch": (
         [

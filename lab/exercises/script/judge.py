@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from lab.exercises import observe, samples
-from lab.exercises.script import resume, signals, writers
+from lab.exercises.script import damaged, resume, signals, writers
 from lab.exercises.script.spec import ScriptSpec
 from lab.exercises.seen import Seen
 from lab.health.events import Event, ExitReason
@@ -207,6 +207,7 @@ def judge_fault(report: Report, seen: Seen) -> None:
     facts["errors_after_fault"] = errors(events, began)
     loaded = [e["path"] for e in events if e["event"] == Event.LOADED and e["rank"] == 0 and e["time"] > fault["time"]]
     facts["loaded_after_fault"] = loaded[:3]
+    facts["damaged_dcp_step"] = damaged.loaded_step(seen.faults, loaded)
     facts["recovery"] = None if recovery == "none" else observe.recovery_breakdown(events, seen.agents, fault["time"])
     early = failed_before(events, began)
     if early:  # what followed is not the fault's doing: judge nothing else
@@ -225,6 +226,7 @@ def judge_fault(report: Report, seen: Seen) -> None:
         return
     if recovery == "restart":
         report.check("torchrun restarted the workers", facts["restarts"] >= 1, f"restarts {facts['restarts']}")
+    damaged.check(report, facts["damaged_dcp_step"])
     if unit is None:
         # No step signal: whether it resumed can only be read from what it loaded.
         facts["work_redone"] = None

@@ -1,0 +1,44 @@
+"""What a user's script loaded after corrupt-checkpoint damaged one of its DCP steps
+(`--damage no-metadata` or `mixed-steps`): the damaged step, or the one before it.
+
+torch.distributed.checkpoint checks neither that a folder's files are whole nor that they are
+one step's: a folder without its `.metadata` fails to load, and shards of two steps load
+without a word, as a state that never was. So what a script loaded after the fault says
+whether it checks what it resumes from, and the finding says what a careful script does."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from lab.report import Report
+from lab.workloads.checkpoint_files import DCP_DAMAGES
+
+CAREFUL = (
+    "a careful script writes a manifest (each file's size and sha256) once every rank's save is done, checks it "
+    "before loading, and falls back to the step before (as lab/workloads/checkpoint_dcp.py does)"
+)
+
+
+def loaded_step(faults: list[dict], loaded: list[str]) -> dict | None:
+    """{"damage", "step", "loaded", "took_damaged"} where the drill damaged a DCP step and rank 0
+    loaded something after it; else None. A load names the step's folder as the script wrote it
+    (often relative to its working dir), the damage the file's full path: matched by their tail."""
+    damage = next((f for f in faults if f["fault"] == "corrupt_checkpoint"), None)
+    if damage is None or damage["args"].get("mode") not in DCP_DAMAGES or not loaded or not damage.get("result"):
+        return None
+    step = PurePosixPath(damage["result"]).parent
+    first = PurePosixPath(loaded[0])
+    took = step.parts[-len(first.parts) :] == first.parts
+    return {"damage": damage["args"]["mode"], "step": step.name, "loaded": loaded[0], "took_damaged": took}
+
+
+def check(report: Report, found: dict | None) -> None:
+    """Where the drill damaged a DCP step and the script loaded after it: whether it passed over
+    the damaged step (to the one before, or none)."""
+    if not found:
+        return
+    if found["took_damaged"]:
+        detail = f"it loaded {found['loaded']}, the step the drill damaged ({found['damage']}): {CAREFUL}"
+    else:
+        detail = f"it passed over the damaged {found['step']} ({found['damage']}) and loaded {found['loaded']}"
+    report.check("it did not resume from the step the drill damaged", not found["took_damaged"], detail)

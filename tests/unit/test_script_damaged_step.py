@@ -1,0 +1,66 @@
+"""What a user's script loaded after corrupt-checkpoint damaged one of its DCP steps, read from
+the drill's record of the damage and rank 0's loads (lab.exercises.script.damaged). The run these
+stand for: tests/user_scripts/dcp_checkpoint.py saving into ckpt/step5, ckpt/step10 of its work
+dir, the drill mixing step10 with step5's shard, the script loading ckpt/step10 anyway."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab.exercises.script import damaged
+from lab.report import Report
+
+WORK = "/tmp/tlab/work/corrupt-checkpoint"
+
+
+def checked(found: dict) -> tuple[bool, str]:
+    report = Report("corrupt-checkpoint", "local", 4)
+    damaged.check(report, found)
+    (only,) = report.checks
+    assert only.name == "it did not resume from the step the drill damaged"
+    return only.ok, only.detail
+
+
+def damage(mode: str, result: str = f"{WORK}/ckpt/step10/__0_0.distcp") -> list[dict]:
+    return [
+        {"fault": "pause_worker", "args": {"local_rank": 1}, "result": 4242},
+        {"fault": "corrupt_checkpoint", "args": {"directory": f"{WORK}/ckpt", "mode": mode}, "result": result},
+        {"fault": "kill_worker", "args": {"local_rank": 1, "sig": 9}, "result": 4242},
+    ]
+
+
+def test_a_script_that_loaded_the_mixed_step_is_told_what_a_careful_one_does():
+    found = damaged.loaded_step(damage("mixed-steps"), ["ckpt/step10", "ckpt/step10"])
+    assert found == {"damage": "mixed-steps", "step": "step10", "loaded": "ckpt/step10", "took_damaged": True}
+    assert checked(found) == (
+        False,
+        "it loaded ckpt/step10, the step the drill damaged (mixed-steps): " + damaged.CAREFUL,
+    )
+
+
+def test_a_script_that_passed_over_a_step_without_metadata_is_said_to_have_done_so():
+    faults = damage("no-metadata", f"{WORK}/ckpt/step10/.metadata")
+    found = damaged.loaded_step(faults, [f"{WORK}/ckpt/step5"])
+    assert found == {"damage": "no-metadata", "step": "step10", "loaded": f"{WORK}/ckpt/step5", "took_damaged": False}
+    assert checked(found) == (True, f"it passed over the damaged step10 (no-metadata) and loaded {WORK}/ckpt/step5")
+
+
+def test_a_step_named_like_the_tail_of_the_damaged_one_is_not_taken_for_it():
+    found = damaged.loaded_step(damage("mixed-steps"), ["other/ckpt/step10"])
+    assert found is not None and found["took_damaged"] is False
+
+
+@pytest.mark.parametrize(
+    ("faults", "loaded"),
+    [
+        (damage("truncate", f"{WORK}/ckpt/snapshot.pt"), ["ckpt/snapshot.pt"]),  # not a DCP step's damage
+        (damage("mixed-steps"), []),  # nothing loaded after the fault
+        ([{"fault": "kill_worker", "args": {"local_rank": 1}, "result": 1}], ["ckpt/step10"]),  # another drill
+    ],
+    ids=["truncate", "no-load", "kill-worker"],
+)
+def test_nothing_is_said_where_no_dcp_step_was_damaged_or_nothing_loaded(faults, loaded):
+    assert damaged.loaded_step(faults, loaded) is None
+    report = Report("corrupt-checkpoint", "local", 4)
+    damaged.check(report, None)
+    assert report.checks == []
