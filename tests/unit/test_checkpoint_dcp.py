@@ -11,7 +11,7 @@ import os
 import pytest
 
 from lab.workloads import checkpoint_dcp as dcp_files
-from lab.workloads import sharded
+from lab.workloads import checkpoint_files, sharded
 from lab.workloads.checkpoint_files import CheckpointError, corrupt_newest
 from lab.workloads.trainer_args import parse_args
 
@@ -196,3 +196,57 @@ def test_mixed_steps_swaps_the_shard_that_holds_the_state_not_an_empty_one(tmp_p
         (ckpt / step / "__1_0.distcp").write_bytes(b"")
     assert corrupt_newest(ckpt, "mixed-steps") == ckpt / "step10" / "__0_0.distcp"
     assert (ckpt / "step10" / "__0_0.distcp").read_bytes() == b"step5" * 10
+
+
+def test_the_trainers_steps_go_by_their_number_not_by_when_a_file_was_written(tmp_path):
+    committed(tmp_path, 10, 20)
+    os.utime(tmp_path / "dcp_00000010" / ".metadata", (5e9, 5e9))  # the older step's touched last
+    assert dcp_files.steps(tmp_path)[0].name == "dcp_00000020"
+    assert corrupt_newest(tmp_path, "no-metadata") == tmp_path / "dcp_00000020" / ".metadata"
+
+
+def test_truncate_cuts_a_shard_of_the_newest_committed_step_never_an_uncommitted_save(tmp_path):
+    committed(tmp_path, 10, 20)
+    written(tmp_path, 30)  # a save a kill interrupted: its .tmp folder is no step
+    (tmp_path / "__7_0.distcp").write_bytes(b"x" * 4000)  # a shard outside any step folder
+    assert corrupt_newest(tmp_path, "truncate") == tmp_path / "dcp_00000020" / "__1_0.distcp"
+    assert (tmp_path / "dcp_00000020" / "__1_0.distcp").stat().st_size == 1000
+    assert (tmp_path / ".dcp_00000030.tmp" / "__1_0.distcp").stat().st_size == 2000
+
+
+def test_mixed_steps_leaves_the_shard_exactly_the_step_befores_even_an_empty_one(tmp_path):
+    ckpt = a_scripts_steps(tmp_path / "ckpt", "before", "newest")
+    (ckpt / "before" / "__0_0.distcp").write_bytes(b"")
+    assert corrupt_newest(ckpt, "mixed-steps") == ckpt / "newest" / "__0_0.distcp"
+    assert (ckpt / "newest" / "__0_0.distcp").read_bytes() == b""
+
+
+def test_steps_with_no_shard_in_common_cannot_be_mixed(tmp_path):
+    ckpt = a_scripts_steps(tmp_path / "ckpt", "before", "newest")
+    (ckpt / "before" / "__0_0.distcp").rename(ckpt / "before" / "__5_0.distcp")
+    with pytest.raises(CheckpointError, match=r"^newest and before share no shard file to mix$"):
+        corrupt_newest(ckpt, "mixed-steps")
+
+
+@pytest.mark.parametrize(
+    ("mode", "words"),
+    [
+        ("bogus", r"^unknown corruption mode 'bogus' \(truncate, flip, no-metadata, mixed-steps\)$"),
+        ("metadata", r"^unknown corruption mode 'metadata'"),
+    ],
+)
+def test_an_unknown_damage_is_named_with_the_ones_there_are(tmp_path, mode, words):
+    committed(tmp_path, 10)
+    with pytest.raises(ValueError, match=words):
+        corrupt_newest(tmp_path, mode)
+    with pytest.raises(ValueError, match=rf"^unknown DCP damage '{mode}' \(no-metadata or mixed-steps\)$"):
+        checkpoint_files.damage_dcp(tmp_path, mode)
+
+
+def test_every_named_damage_is_taken_and_an_empty_folder_has_nothing_to_damage(tmp_path):
+    (tmp_path / "step_00000010.ckpt").write_bytes(bytes(range(200)))
+    assert corrupt_newest(tmp_path, "flip") == tmp_path / "step_00000010.ckpt"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CheckpointError, match=rf"^no checkpoint in {empty} to corrupt$"):
+        corrupt_newest(empty, "truncate")

@@ -82,14 +82,33 @@ def test_a_checkpoint_named_by_its_bytes_is_found_when_it_is_the_newest(tmp_path
     assert (ckpt / "state").stat().st_size == 50 and (ckpt / "snapshot.pt").stat().st_size == 1000
 
 
+@pytest.mark.parametrize(
+    ("header", "found"),
+    [
+        (100, True),  # safetensors: its JSON header's length, little-endian, then the header
+        (1, True),
+        (100 * 2**20 - 1, True),
+        (0, False),  # no header: not safetensors
+        (100 * 2**20, False),  # a header of 100 MiB or more: some other file's first bytes
+    ],
+)
+def test_a_safetensors_file_is_known_by_its_header_length(tmp_path, header, found):
+    ckpt = workdir_with_checkpoint(tmp_path)
+    os.utime(ckpt / "snapshot.pt", (1, 1))
+    (ckpt / "weights").write_bytes(header.to_bytes(8, "little") + b'{"w": {}}' + b"\0" * 91)
+    assert corrupt_newest(ckpt) == ckpt / ("weights" if found else "snapshot.pt")
+
+
 def test_flip_inverts_every_97th_byte_of_the_second_half_across_chunks(tmp_path):
     data = bytes(range(256)) * 40  # 10240 bytes
     path = tmp_path / "step_00000001.ckpt"
     path.write_bytes(data)
     with open(path, "r+b") as f:
         checkpoint_files._flip_second_half(f, len(data), chunk=1000)  # chunks that do not align with 97
-    changed = [i for i, (a, b) in enumerate(zip(data, path.read_bytes(), strict=True)) if a != b]
+    after = path.read_bytes()
+    changed = [i for i, (a, b) in enumerate(zip(data, after, strict=True)) if a != b]
     assert changed == list(range(5120, 10240, 97))
+    assert all(after[i] == data[i] ^ 0xFF for i in changed)  # inverted, not overwritten
 
 
 def test_a_report_temp_file_swapped_for_a_link_mid_write_is_not_written_through(tmp_path, victim):
