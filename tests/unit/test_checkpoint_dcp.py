@@ -250,3 +250,16 @@ def test_every_named_damage_is_taken_and_an_empty_folder_has_nothing_to_damage(t
     empty.mkdir()
     with pytest.raises(CheckpointError, match=rf"^no checkpoint in {empty} to corrupt$"):
         corrupt_newest(empty, "truncate")
+
+
+def test_truncate_never_picks_a_step_set_aside_or_an_older_steps_higher_rank(tmp_path):
+    """A step set aside as .bad after an earlier damage, and an older step saved by more ranks
+    (the job shrank from 4 to 2): neither is the newest committed step."""
+    written(tmp_path, 10, shards=4)
+    dcp_files.commit(tmp_path, 10, {"world_size": 4})
+    committed(tmp_path, 20)
+    bad = tmp_path / "dcp_00000030.bad"
+    bad.mkdir()
+    (bad / "__1_0.distcp").write_bytes(b"b" * 3000)
+    assert corrupt_newest(tmp_path, "truncate") == tmp_path / "dcp_00000020" / "__1_0.distcp"
+    assert (tmp_path / "dcp_00000010" / "__3_0.distcp").stat().st_size == 2000
