@@ -1,5 +1,6 @@
 """The grid every change keeps whole: fault x target x runtime, each cell runs (with the recovery
-style --recovery auto picks there) or refuses.
+style --recovery auto picks there) or refuses. The targets: the lab's trainer (DDP), the trainer
+sharded (`--parallel fsdp2`: FSDP2, DCP checkpoints) and a user's script.
 
 A cell is refused, in one line saying why, when the drill has no script side (NO_SCRIPT), the
 runtime's nodes cannot suffer a fault the drill injects (its INJECTS, read against Node.refusal), or the
@@ -14,11 +15,13 @@ from types import ModuleType
 from typing import Any
 
 from lab import exercises
+from lab.errors import LabError
 from lab.runtimes import runtime_class
 from lab.runtimes.base import Runtime
 from lab.runtimes.monitored import MonitoredRuntime
 
-TARGETS = ("trainer", "script")
+TARGETS = ("trainer", "trainer fsdp2", "script")
+SHARDED = "trainer fsdp2"  # the trainer with --parallel fsdp2
 RUNTIMES = ("local", "docker", "ray", "k8s")
 
 
@@ -57,10 +60,28 @@ def refusal(drill: ModuleType, runtime: type[Runtime], target: str, options: Any
     return ""
 
 
+def default_options(drill: ModuleType, target: str) -> exercises.DrillOptions:
+    """The drill's defaults, on the target's trainer (sharded for SHARDED)."""
+    parallel = "fsdp2" if target == SHARDED else "ddp"
+    return exercises.DrillOptions(drill.DEFAULT_TARGET_RANK, drill.DEFAULT_AT_STEP, parallel=parallel)
+
+
+def cell(drill: ModuleType, runtime: type[Runtime], target: str) -> str:
+    """The grid's cell: why the drill with its defaults cannot run there, or ""."""
+    if target != SHARDED:
+        return refusal(drill, runtime, target)
+    options = default_options(drill, target)
+    try:
+        exercises.topology(drill, options)  # what the drill's job refuses of --parallel, whatever the runtime
+    except LabError as refused:
+        return str(refused)
+    return refusal(drill, runtime, "trainer", options)
+
+
 def cells() -> list[tuple[str, str, dict[str, str]]]:
     """(drill, target, {runtime: refusal or ""}) for every drill of the catalogue."""
     return [
-        (name, target, {r: refusal(drill, runtime_class(r), target) for r in RUNTIMES})
+        (name, target, {r: cell(drill, runtime_class(r), target) for r in RUNTIMES})
         for name, drill in exercises.drills().items()
         for target in TARGETS
     ]
@@ -68,7 +89,7 @@ def cells() -> list[tuple[str, str, dict[str, str]]]:
 
 def recovery_style(drill: ModuleType, runtime: type[Runtime], target: str) -> str:
     """The recovery style `--recovery auto` gives the drill's job on that runtime (lab.recovery)."""
-    options = exercises.DrillOptions(drill.DEFAULT_TARGET_RANK, drill.DEFAULT_AT_STEP)
+    options = default_options(drill, target)
     return exercises.job(drill, options, runtime.rendezvous(), on_script=target == "script")[1].style
 
 

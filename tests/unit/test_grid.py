@@ -54,3 +54,20 @@ def test_a_variant_that_needs_another_fault_is_refused_where_the_nodes_lack_it()
     assert "cannot delay its restarted workers" in grid.refusal(drill, docker, "trainer", torch_defaults)
     etcd = DrillOptions(0, 25, own={"rdzv_backend": "etcd-v2"})
     assert grid.injected(exercises.load("kill-rendezvous-host"), etcd) == ("kill_node", "restart")
+
+
+def test_the_sharded_trainer_runs_every_drill_of_the_trainer_locally_by_restart_never_in_process():
+    """--parallel fsdp2: a rank holds only its shard, so no peer can hand a replacement the model;
+    refused only where the drill runs a workload of its own, or on k8s (each pod's own checkpoints)."""
+    local = runtime_class("local")
+    for name, target, row in grid.cells():
+        if target != grid.SHARDED:
+            continue
+        drill = exercises.load(name)
+        if getattr(drill, "WORKLOAD", "trainer") != "trainer":
+            assert row["local"] == f"--parallel fsdp2 is the lab trainer's: {name} runs its own workload", row
+            continue
+        assert row["local"] == "", (name, row)
+        on_k8s = grid.refusal(drill, runtime_class("k8s"), "trainer")  # the trainer's own refusal there comes first
+        assert row["k8s"] == on_k8s if on_k8s else row["k8s"].startswith("--parallel fsdp2 on k8s"), (name, row)
+        assert grid.recovery_style(drill, local, target) in ("restart", "torchrun"), name
