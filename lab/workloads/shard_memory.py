@@ -34,6 +34,7 @@ from torch.distributed.tensor import DTensor
 
 from lab.nodeenv import NodeEnv
 from lab.workloads.distributed import Ctx, ddp, process_group, say
+from lab.workloads.sharded import checksum  # every weight summed, whole: the same on every rank
 
 STEPS, WIDTH, LAYERS, BATCH = 3, 256, 4, 16
 
@@ -65,15 +66,6 @@ def local_bytes(tensors) -> int:
         if isinstance(t, torch.Tensor):
             held = t.to_local() if isinstance(t, DTensor) else t
             total += held.numel() * held.element_size()
-    return total
-
-
-def checksum(net: nn.Module) -> float:
-    """Every weight summed, whole (a shard gathered first: the same on every rank)."""
-    total = 0.0
-    for p in net.parameters():
-        whole = p.full_tensor() if isinstance(p, DTensor) else p
-        total += float(whole.detach().double().sum().item())
     return total
 
 
