@@ -47,19 +47,32 @@ def _timeline(config: pytest.Config) -> Path:
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 
 
+def own_cpuacct() -> Path:
+    """The cpuacct cgroup this process is in (a CI runner's, say): the tests' goes beneath it, so
+    whatever the runner accounts or limits there still holds."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if "cpuacct" in controllers.split(","):
+            return CPUACCT / path.lstrip("/")
+    raise OSError("no cpuacct hierarchy")
+
+
 class CpuAccount:
     """A cpuacct cgroup of this process's own, which every process it starts inherits."""
 
     def __init__(self) -> None:
-        for stale in CPUACCT.glob("tlab-tests-*"):  # an earlier run's, killed: removable only when empty
-            with contextlib.suppress(OSError):
-                stale.rmdir()
-        self.group: Path | None = CPUACCT / f"tlab-tests-{os.getpid()}"
+        self.group: Path | None = None
         try:
-            self.group.mkdir()
-            (self.group / "cgroup.procs").write_text(str(os.getpid()))
-        except OSError:  # no cpuacct hierarchy here, or not root: the timeline keeps times only
-            self.group = None
+            self.parent = own_cpuacct()
+            for stale in self.parent.glob("tlab-tests-*"):  # an earlier run's, killed: removable only when empty
+                with contextlib.suppress(OSError):
+                    stale.rmdir()
+            group = self.parent / f"tlab-tests-{os.getpid()}"
+            group.mkdir()
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+            self.group = group
+        except (OSError, ValueError):  # no cpuacct hierarchy here, or not root: the timeline keeps times only
+            pass
 
     def seconds(self) -> float | None:
         return int((self.group / "cpuacct.usage").read_text()) / 1e9 if self.group else None
@@ -67,7 +80,7 @@ class CpuAccount:
     def close(self) -> None:
         if self.group is not None:
             with contextlib.suppress(OSError):
-                (CPUACCT / "cgroup.procs").write_text(str(os.getpid()))
+                (self.parent / "cgroup.procs").write_text(str(os.getpid()))
                 self.group.rmdir()  # fails, and stays, only while a process the tests left lives in it
 
 
