@@ -40,3 +40,38 @@ def test_a_node_that_failed_or_never_ended_fails_the_end_check_saying_which(code
 
 def test_the_trainers_campaign_has_no_such_check():
     assert "the job ended with exit 0" not in judged(None)
+
+
+def test_a_job_still_running_at_the_bound_says_where_each_rank_stands(tmp_path):
+    """Asked before the stop, the ranks' own stacks (lab.health.hang_dump, in a real process
+    standing in for rank 1, torch loaded, waiting in a function of its own) say where each
+    waits; rank 0, ended, answers nothing and is said so."""
+    import subprocess
+    import sys
+    import time
+    from types import SimpleNamespace
+
+    rank = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "import torch.distributed  # a rank has it loaded: the dump reads its Flight Recorder\n"
+         "from lab.health import hang_dump\n"
+         "def waits_at_the_end():\n"
+         "    time.sleep(60)\n"
+         "hang_dump.install(sys.argv[1], 1)\n"
+         "print('ready', flush=True)\n"
+         "waits_at_the_end()\n",
+         str(tmp_path)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert rank.stdout is not None and rank.stdout.readline() == "ready\n"
+        time.sleep(0.1)  # a request made before install() returned would not be its own
+        drill = SimpleNamespace(events_dir=tmp_path, topology=SimpleNamespace(world_size=2))
+        said = chaos.where_they_stand(drill)
+    finally:
+        rank.kill()
+        rank.wait()
+    standing, silent = said.split("; ")
+    assert standing.startswith("rank 1 at ") and "waits_at_the_end" in standing, said
+    assert silent == "rank 0 did not answer (ended, stopped, or holding the GIL)", said
