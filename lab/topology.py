@@ -21,6 +21,7 @@ BACKENDS = ("gloo", "nccl")
 RDZV_BACKENDS = ("c10d", "static", "etcd-v2", "lab")
 WORKER_STARTS = ("auto", "preload", "spawn")
 PARALLEL = ("ddp", "fsdp2")  # the lab trainer's --parallel (lab.workloads.sharded)
+SAVES = ("sync", "async")  # how --parallel fsdp2 saves its DCP steps (the trainer's --save)
 WATCHER = "lab.node.user_script"  # the module that runs a user's script in a drill, watched
 
 

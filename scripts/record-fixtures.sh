@@ -25,6 +25,7 @@ declare -A CASES=(
   [kill-worker]="kill-worker"
   [kill-worker-torch-defaults]="kill-worker --torch-defaults"
   [kill-worker-in-process]="kill-worker --recovery in-process"
+  [kill-worker-save-async]="kill-worker --parallel fsdp2 --save async"
   [rank-exception]="rank-exception"
   [kill-node]="kill-node"
   [kill-node-elastic]="kill-node --elastic"

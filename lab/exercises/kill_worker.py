@@ -10,6 +10,7 @@ redone, and the job ends with weights bit-identical to an uninterrupted run.
     lab exercise run kill-worker --torch-defaults    # the upstream restart failure
     lab exercise run kill-worker --recovery torchrun  # torch's c10d rendezvous instead of the lab's
     lab exercise run kill-worker --recovery in-process  # no restart: a warm spare takes the rank's place
+    lab exercise run kill-worker --parallel fsdp2 --save async  # killed while a DCP step is in flight
 
 Look for: in the node logs, "failed (exitcode: -9)" and "will restart worker group";
 in the events, restart 1's checkpoint_loaded; in Prometheus, `lab_agent_restarts_used`
@@ -24,6 +25,11 @@ runs here: 2 recovered at the second restart; 1 was still failing rounds, each w
 out the 60 s process-group timeout, when the drill gave up at 240 s). So the drill makes the order
 certain, as a loaded machine would: node0's restarted workers start 4 s late. The same
 delay is harmless with the lab's fresh store per round, where a late peer is waited for.
+
+With `--parallel fsdp2 --save async` the trainer writes each DCP step from a thread and commits it
+at the next save: whenever the kill lands past the first save, one step's files are in flight or
+written but not committed. A careful resume loads the newest committed step, never the one in
+flight (its folder is still `.tmp`), and loses at most two intervals: the verdict names both steps.
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ from lab.exercises import drill_job, inprocess_verdict, observe
 from lab.exercises.drill import aimed, paced_trainer
 from lab.exercises.seen import Seen
 from lab.health.events import Event
+from lab.options import Option
 from lab.report import Report
-from lab.topology import Topology
+from lab.topology import SAVES, Topology
 
 NAME = "kill-worker"
 SUMMARY = "SIGKILL one worker; the group restarts and resumes bit-identical"
@@ -44,6 +51,28 @@ INJECTS = ("kill_worker",)  # Node faults it uses (lab.exercises.grid); --torch-
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 1, 25
 STEPS, CKPT_EVERY = 60, 10
 LATE_START_S = 4.0
+OPTIONS = (
+    Option(
+        "--save",
+        "how the trainer saves its DCP steps (with --parallel fsdp2): sync (default), or async, so that the "
+        "kill lands while a step is written from a thread and not yet committed",
+        "sync",
+        choices=SAVES,
+    ),
+)
+
+
+def in_flight(options) -> bool:
+    """The trainer saves asynchronously: a step is in flight whenever the kill lands past the first save."""
+    return options.own.get("save") == "async"
+
+
+def trainer_refusal(options) -> str:
+    if in_flight(options) and options.parallel != "fsdp2":
+        return "--save async is how DCP saves: add --parallel fsdp2 (the DDP trainer saves one file, in the step)"
+    if in_flight(options) and options.at_step <= CKPT_EVERY:
+        return f"--save async: the first save begins at step {CKPT_EVERY}; choose --at-step {CKPT_EVERY + 1} or later"
+    return ""
 
 
 def topology(options) -> Topology:
@@ -61,7 +90,7 @@ def injects(options) -> tuple[str, ...]:
 
 
 def trainer_args(options) -> list[str]:
-    return paced_trainer(STEPS, CKPT_EVERY)
+    return paced_trainer(STEPS, CKPT_EVERY) + (["--save", "async"] if in_flight(options) else [])
 
 
 def run(drill, options) -> Report:
@@ -83,7 +112,7 @@ def judge(seen: Seen, options) -> Report:
     if seen.topology.in_process:
         inprocess_verdict.judge(report, seen, seen.injected("kill_worker")["time"], options.target_rank)
         return report
-    observe.judge_restart_resume(report, seen, seen.injected("kill_worker")["time"], CKPT_EVERY)
+    observe.judge_restart_resume(report, seen, seen.injected("kill_worker")["time"], CKPT_EVERY, in_flight(options))
     return report
 
 

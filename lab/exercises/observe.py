@@ -58,10 +58,12 @@ def checkpoint_progress(events: list[dict], fault_time: float) -> tuple[list[int
     return saved, reached, loaded
 
 
-def judge_restart_resume(report, seen, fault_time: float, ckpt_every: int) -> None:
+def judge_restart_resume(report, seen, fault_time: float, ckpt_every: int, in_flight: bool = False) -> None:
     """A fault the worker group restarts from, judged: the job succeeded after one restart,
     resumed from the newest checkpoint saved before the fault, lost at most one checkpoint
-    interval, and ended bit-identical to the fault-free reference."""
+    interval, and ended bit-identical to the fault-free reference. in_flight: the job saved
+    asynchronously (a step is committed at the next save), so the newest step begun was in flight
+    at the fault: it must not be the one loaded, and up to two intervals may be lost."""
     events, codes = seen.events, seen.codes
     saved, reached, loaded = checkpoint_progress(events, fault_time)
     report.facts["restarts"] = restarts(events)
@@ -76,13 +78,32 @@ def judge_restart_resume(report, seen, fault_time: float, ckpt_every: int) -> No
         bool(loaded) and bool(saved) and loaded[0] == max(saved),
         f"newest before the fault: {max(saved, default=None)}, loaded: {loaded[:1]}",
     )
-    lost = report.facts["lost_steps"]
+    if in_flight:
+        check_in_flight(report, saved, reached, loaded, ckpt_every)
+    lost, bound = report.facts["lost_steps"], ckpt_every * (2 if in_flight else 1)
     report.check(
-        f"lost at most one checkpoint interval ({ckpt_every} steps)",
-        lost is not None and 0 <= lost <= ckpt_every,
+        f"lost at most {'two checkpoint intervals' if in_flight else 'one checkpoint interval'} ({bound} steps)",
+        lost is not None and 0 <= lost <= bound,
         f"lost {lost} steps",
     )
     judge_reference(report, seen)
+
+
+def check_in_flight(report, saved: list[int], reached: int, loaded: list[int], ckpt_every: int) -> None:
+    """The newest step whose save had begun at the fault was in flight (not committed) and was
+    not loaded: the resume took an older, committed step."""
+    begun = reached // ckpt_every * ckpt_every
+    report.facts["save_in_flight"] = begun
+    committed = "committed" if begun in saved else "not committed"
+    if not report.check(
+        "the step in flight at the fault was not loaded",
+        bool(loaded) and begun > 0 and begun not in saved and loaded[0] < begun,
+        f"step {begun}'s save had begun ({committed} before the fault); loaded: {loaded[:1]}",
+    ):
+        report.explanation = (
+            "a careful job commits a step only once every rank's files are whole (DCP's .metadata, then a "
+            "rename or a marker), loads only committed steps, and a fault past the first save finds one in flight"
+        )
 
 
 def restarts(events: list[dict]) -> int:

@@ -25,8 +25,6 @@ from lab.workloads.checkpoint_dcp import ShardedCheckpoints
 from lab.workloads.distributed import Ctx
 from lab.workloads.trainer_state import reporter
 
-SAVE = ("sync", "async")
-
 
 def shard(model: nn.Module, ctx: Ctx) -> nn.Module:
     """Each layer that holds parameters, then the whole, sharded over every rank (one process:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from lab.nodeenv import NodeEnv
+from lab.topology import SAVES
 from lab.workloads import sharded
 
 
@@ -45,7 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument(
         "--save",
-        choices=sharded.SAVE,
+        choices=SAVES,
         default="sync",
         help="fsdp2's DCP checkpoints: sync (in the step) or async (written from a thread, committed at the next)",
     )

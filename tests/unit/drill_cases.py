@@ -26,6 +26,7 @@ CASES = {
     "kill-worker": (kill_worker, {}),
     "kill-worker-torch-defaults": (kill_worker, {"torch_defaults": True}),
     "kill-worker-in-process": (kill_worker, {"recovery": "in-process"}),
+    "kill-worker-save-async": (kill_worker, {"parallel": "fsdp2", "own": {"save": "async"}}),
     "rank-exception": (rank_exception, {}),
     "kill-node": (kill_node, {}),
     "kill-node-elastic": (kill_node, {}),

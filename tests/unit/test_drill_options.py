@@ -41,6 +41,11 @@ def test_the_default_rank_moves_to_the_last_one_a_smaller_job_has():
         (["kill-worker", "--at-step", "60"], ["--at-step", "[1, 60)"]),
         (["corrupt-checkpoint", "--damage", "no-metadata"], ["--damage no-metadata damages a DCP step", "fsdp2"]),
         (["corrupt-checkpoint", "--damage", "mixed-steps"], ["--damage mixed-steps", "--damage truncate"]),
+        (["kill-worker", "--save", "async"], ["--save async is how DCP saves", "add --parallel fsdp2"]),
+        (
+            ["kill-worker", "--parallel", "fsdp2", "--save", "async", "--at-step", "10"],
+            ["first save begins at step 10", "--at-step 11 or later"],
+        ),
     ],
 )
 def test_what_the_job_cannot_do_is_one_line(argv, words):
@@ -53,6 +58,16 @@ def test_what_the_job_cannot_do_is_one_line(argv, words):
 def test_every_damage_runs_on_the_sharded_trainer_and_is_the_drills_own_option(damage):
     options, topology = job("corrupt-checkpoint", "--parallel", "fsdp2", "--damage", damage)
     assert options.own == {"damage": damage} and topology.parallel == "fsdp2"
+
+
+def test_a_kill_during_an_async_save_runs_the_sharded_trainer_saving_asynchronously():
+    from lab.exercises import kill_worker
+
+    options, topology = job("kill-worker", "--parallel", "fsdp2", "--save", "async", "--at-step", "11")
+    assert options.own == {"save": "async"} and topology.parallel == "fsdp2"
+    assert " --save async" in " " + " ".join(kill_worker.trainer_args(options))
+    sync, _ = job("kill-worker", "--parallel", "fsdp2")
+    assert "--save" not in kill_worker.trainer_args(sync)  # the trainer's own default: sync
 
 
 def test_every_drill_runs_on_a_script_or_says_why_not():

@@ -19,6 +19,8 @@ FACTS = {
     "kill-worker": lambda f: f["restarts"] == 1 and 0 <= f["lost_steps"] <= 10 and f["recovery"]["total"] > 0,
     "kill-worker-torch-defaults": lambda f: f["final_weights_match_reference"] is False,
     "kill-worker-in-process": lambda f: f["replacements"] == 1 and f["lost_steps"] <= 1 and f["recovery"]["total"] > 0,
+    # Killed at step 25 (reached 26): step 20 written from a thread, committed by none; step 10 loaded.
+    "kill-worker-save-async": lambda f: f["save_in_flight"] == 20 and f["lost_steps"] == 16 and f["restarts"] == 1,
     "rank-exception": lambda f: "RuntimeError" in f["error"] and f["restarts"] == 1 and 0 <= f["lost_steps"] <= 10,
     "kill-node": lambda f: f["world_size_after"] == [4] and f["final_weights_match_reference"],
     "kill-node-elastic": lambda f: f["world_size_after"] == [2],
@@ -73,6 +75,28 @@ def test_kill_worker_that_resumed_from_scratch_fails_on_the_checkpoint_and_the_l
     assert failed(judge("kill-worker", evidence)) == [
         "resumed from the newest checkpoint",
         "lost at most one checkpoint interval (10 steps)",
+    ]
+
+
+def test_an_async_save_loaded_while_in_flight_fails_on_the_step_it_loaded():
+    """The same kill during an async DCP save, but the resume took step 20, whose save had begun
+    and was never committed: a job that trusted a half-written step."""
+    evidence = seen("kill-worker-save-async")
+    for e in recorded_after(evidence, "kill_worker", "checkpoint_loaded"):
+        e["step"] = 20
+    assert failed(judge("kill-worker-save-async", evidence)) == [
+        "resumed from the newest checkpoint",
+        "the step in flight at the fault was not loaded",
+    ]
+
+
+def test_an_async_save_that_lost_more_than_two_intervals_fails_on_the_lost_steps():
+    evidence = seen("kill-worker-save-async")
+    for e in recorded_after(evidence, "kill_worker", "checkpoint_loaded"):
+        e["step"] = 0
+    assert failed(judge("kill-worker-save-async", evidence)) == [
+        "resumed from the newest checkpoint",
+        "lost at most two checkpoint intervals (20 steps)",
     ]
 
 
