@@ -22,6 +22,7 @@ from lab.chaos.progress import Progress
 from lab.chaos.schedule import KINDS, Planned
 from lab.exercises import DrillOptions, drill_job, forensics, samples
 from lab.exercises.drill import paced_trainer
+from lab.health.events import Event, ExitReason
 from lab.report import Report
 from lab.topology import Topology
 
@@ -141,7 +142,19 @@ def where_they_stand(drill) -> str:
     if found["silent"]:
         silent = ", ".join(map(str, found["silent"]))
         standing.append(f"rank {silent} did not answer (ended, stopped, or holding the GIL)")
+    done = returned(drill.events())
+    if done:  # past its script's end: what waits is the process's exit, or its agent
+        standing.append(f"the script had returned on rank {', '.join(map(str, done))} (its exit recorded)")
     return "; ".join(standing)
+
+
+def returned(events: list[dict]) -> list[int]:
+    """The ranks whose latest start or exit record is a completed exit: their script returned."""
+    latest: dict[int, dict] = {}
+    for event in events:
+        if event["event"] in (Event.START, Event.EXIT):
+            latest[event["rank"]] = event
+    return sorted(r for r, e in latest.items() if e["event"] == Event.EXIT and e.get("reason") == ExitReason.COMPLETED)
 
 
 def _judge(report: Report, record: dict, plan: Plan, on_script: bool, loaded: int) -> None:

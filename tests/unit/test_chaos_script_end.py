@@ -67,11 +67,27 @@ def test_a_job_still_running_at_the_bound_says_where_each_rank_stands(tmp_path):
     try:
         assert rank.stdout is not None and rank.stdout.readline() == "ready\n"
         time.sleep(0.1)  # a request made before install() returned would not be its own
-        drill = SimpleNamespace(events_dir=tmp_path, topology=SimpleNamespace(world_size=2))
+        events = [  # as lab.node.user_script records them: rank 0's script returned, rank 1's did not
+            {"event": "start", "rank": 0, "time": 1.0}, {"event": "start", "rank": 1, "time": 1.0},
+            {"event": "exit", "rank": 0, "reason": "completed", "code": 0, "time": 9.0},
+        ]  # fmt: skip
+        drill = SimpleNamespace(events_dir=tmp_path, topology=SimpleNamespace(world_size=2), events=lambda: events)
         said = chaos.where_they_stand(drill)
     finally:
         rank.kill()
         rank.wait()
-    standing, silent = said.split("; ")
+    standing, silent, returned = said.split("; ")
     assert standing.startswith("rank 1 at ") and "waits_at_the_end" in standing, said
     assert silent == "rank 0 did not answer (ended, stopped, or holding the GIL)", said
+    assert returned == "the script had returned on rank 0 (its exit recorded)", said
+
+
+def test_a_rank_started_again_after_its_exit_has_not_returned():
+    """A restart's new process: its start, after the exit of the one before, is what counts."""
+    events = [
+        {"event": "start", "rank": 0}, {"event": "exit", "rank": 0, "reason": "completed"},
+        {"event": "start", "rank": 0}, {"event": "start", "rank": 1},
+        {"event": "exit", "rank": 1, "reason": "exception"}, {"event": "step", "rank": 2},
+    ]  # fmt: skip
+    assert chaos.returned(events) == []
+    assert chaos.returned(events + [{"event": "exit", "rank": 0, "reason": "completed"}]) == [0]
