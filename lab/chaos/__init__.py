@@ -20,9 +20,8 @@ from lab.chaos.campaign import CKPT_EVERY, STEP_TIME_S
 from lab.chaos.on_script import ScriptTarget
 from lab.chaos.progress import Progress
 from lab.chaos.schedule import KINDS, Planned
-from lab.exercises import DrillOptions, drill_job, forensics, samples
+from lab.exercises import DrillOptions, drill_job, samples
 from lab.exercises.drill import paced_trainer
-from lab.health.events import Event, ExitReason
 from lab.report import Report
 from lab.topology import Topology
 
@@ -122,39 +121,11 @@ def script_job_end(drill, bound_s: float) -> dict[str, int | None]:
     still running at the bound is stopped the same way; its codes say so (None)."""
     codes = drill.wait_end(bound_s, campaign.ALONE_S)
     if any(code is None for code in codes.values()):  # asked before the stop below ends them
-        drill.progress(f"still running at the bound: {where_they_stand(drill)}")
+        drill.progress(f"still running at the bound: {drill.standing()}")
     for node in drill.runtime.attach():
         if codes.get(node.name) is None:
             node.stop(grace_s=5.0)
     return codes
-
-
-def where_they_stand(drill) -> str:
-    """Where each rank of a job that outlived its bound stands, in one line, from the ranks'
-    own stacks (lab.exercises.forensics): a rank past its script's last line still running
-    names the line it waits on (a CI run once ended "still running at the bound" after every
-    rank had printed its last line, with nothing to say where they waited)."""
-    found = forensics.collect(drill.events_dir, drill.topology.world_size)
-    standing = [
-        f"rank {rank} at {info['stack'][-1] if info['stack'] else 'an unknown place'}"
-        for rank, info in sorted(found["ranks"].items(), key=lambda item: int(item[0]))
-    ]
-    if found["silent"]:
-        silent = ", ".join(map(str, found["silent"]))
-        standing.append(f"rank {silent} did not answer (ended, stopped, or holding the GIL)")
-    done = returned(drill.events())
-    if done:  # past its script's end: what waits is the process's exit, or its agent
-        standing.append(f"the script had returned on rank {', '.join(map(str, done))} (its exit recorded)")
-    return "; ".join(standing)
-
-
-def returned(events: list[dict]) -> list[int]:
-    """The ranks whose latest start or exit record is a completed exit: their script returned."""
-    latest: dict[int, dict] = {}
-    for event in events:
-        if event["event"] in (Event.START, Event.EXIT):
-            latest[event["rank"]] = event
-    return sorted(r for r, e in latest.items() if e["event"] == Event.EXIT and e.get("reason") == ExitReason.COMPLETED)
 
 
 def _judge(report: Report, record: dict, plan: Plan, on_script: bool, loaded: int) -> None:

@@ -16,7 +16,7 @@ from typing import Any, TextIO, TypeVar
 
 from lab import files
 from lab.errors import LabError
-from lab.exercises import observe, reference_cache
+from lab.exercises import forensics, observe, reference_cache
 from lab.exercises.seen import Seen
 from lab.health.events import Event, read_events
 from lab.report import Report
@@ -37,6 +37,10 @@ def aimed(fault: dict[str, Any], rank: int) -> dict[str, Any]:
     """The fault record (as kept in Drill.faults), marked with the rank it hit."""
     fault["rank"] = rank
     return fault
+
+
+class TimedOut(LabError):
+    """A wait of the drill's ran past its bound (the message says what for)."""
 
 
 @dataclass
@@ -81,7 +85,7 @@ class Drill:
             if value:
                 return value
             time.sleep(0.05)
-        raise LabError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        raise TimedOut(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
     def last_step(self, rank: int) -> int:
         steps = [e["step"] for e in self.events() if e["event"] == Event.STEP and e["rank"] == rank]
@@ -121,7 +125,14 @@ class Drill:
             found = self.exit_codes()
             return found if all(c is not None for c in found.values()) else None  # type: ignore[return-value]
 
-        return self.wait_for(codes, timeout_s, "the job to end")
+        try:
+            return self.wait_for(codes, timeout_s, "the job to end")
+        except TimedOut as e:  # asked before the teardown ends them
+            raise TimedOut(f"{e}: {self.standing()}") from None
+
+    def standing(self) -> str:
+        """Where each rank stands now, in one line (lab.exercises.forensics.where_they_stand)."""
+        return forensics.where_they_stand(self.events_dir, self.topology.world_size, self.events())
 
     def wait_failed(self, timeout_s: float) -> dict[str, int | None]:
         """Wait until a node has failed, or every node ended: a fixed-size job with a failed node

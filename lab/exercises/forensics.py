@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import files
+from lab.health.events import Event, ExitReason
 from lab.health.hang_dump import DIRECTORY
 
 ANSWER_WITHIN_S = 3.0
@@ -139,3 +140,31 @@ def _finding(
             f"{', '.join(map(str, ahead))} passed: none is behind (a network or peer problem, not a stuck rank)"
         )
     return f"every rank entered {_describe(waiting)}: none is behind (a network or peer problem, not a stuck rank)"
+
+
+def where_they_stand(events_dir: Path, world_size: int, events: list[dict]) -> str:
+    """Where each rank of a job that outlived its bound stands, in one line, from the ranks' own
+    stacks, and whose script had returned: a job still running after every rank printed its last
+    line names the line it waits on (a CI run once ended "still running at the bound" with
+    nothing to say where the ranks waited)."""
+    found = collect(events_dir, world_size)
+    standing = [
+        f"rank {rank} at {info['stack'][-1] if info['stack'] else 'an unknown place'}"
+        for rank, info in sorted(found["ranks"].items(), key=lambda item: int(item[0]))
+    ]
+    if found["silent"]:
+        silent = ", ".join(map(str, found["silent"]))
+        standing.append(f"rank {silent} did not answer (ended, stopped, or holding the GIL)")
+    done = returned(events)
+    if done:  # past its script's end: what waits is the process's exit, or its agent
+        standing.append(f"the script had returned on rank {', '.join(map(str, done))} (its exit recorded)")
+    return "; ".join(standing)
+
+
+def returned(events: list[dict]) -> list[int]:
+    """The ranks whose latest start or exit record is a completed exit: their script returned."""
+    latest: dict[int, dict] = {}
+    for event in events:
+        if event["event"] in (Event.START, Event.EXIT):
+            latest[event["rank"]] = event
+    return sorted(r for r, e in latest.items() if e["event"] == Event.EXIT and e.get("reason") == ExitReason.COMPLETED)

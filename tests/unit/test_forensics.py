@@ -71,3 +71,72 @@ def test_a_stopped_rank_is_named_and_the_peers_it_left_inside_a_collective_are_n
 def test_every_rank_in_one_collective_names_nobody():
     found = forensics.analyse({r: dump(64, AT_BACKWARD) for r in range(4)}, 4)
     assert found["suspects"] == [] and found["finding"].startswith("every rank entered all_reduce #64")
+
+
+def test_a_job_still_running_at_the_bound_says_where_each_rank_stands(tmp_path):
+    """A job past its bound (a drill's wait, lab chaos --script's end), asked before the stop:
+    the ranks' own stacks (lab.health.hang_dump, in a real process standing in for rank 1, torch
+    loaded, waiting in a function of its own) say where each waits; rank 0, ended, answers
+    nothing and is said so, and its recorded exit says its script returned."""
+    import subprocess
+    import sys
+    import time
+
+    rank = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "import torch.distributed  # a rank has it loaded: the dump reads its Flight Recorder\n"
+         "from lab.health import hang_dump\n"
+         "def waits_at_the_end():\n"
+         "    time.sleep(60)\n"
+         "hang_dump.install(sys.argv[1], 1)\n"
+         "print('ready', flush=True)\n"
+         "waits_at_the_end()\n",
+         str(tmp_path)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert rank.stdout is not None and rank.stdout.readline() == "ready\n"
+        time.sleep(0.1)  # a request made before install() returned would not be its own
+        events = [  # as lab.node.user_script records them: rank 0's script returned, rank 1's did not
+            {"event": "start", "rank": 0, "time": 1.0}, {"event": "start", "rank": 1, "time": 1.0},
+            {"event": "exit", "rank": 0, "reason": "completed", "code": 0, "time": 9.0},
+        ]  # fmt: skip
+        said = forensics.where_they_stand(tmp_path, 2, events)
+    finally:
+        rank.kill()
+        rank.wait()
+    standing, silent, returned = said.split("; ")
+    assert standing.startswith("rank 1 at ") and "waits_at_the_end" in standing, said
+    assert silent == "rank 0 did not answer (ended, stopped, or holding the GIL)", said
+    assert returned == "the script had returned on rank 0 (its exit recorded)", said
+
+
+def test_a_rank_started_again_after_its_exit_has_not_returned():
+    """A restart's new process: its start, after the exit of the one before, is what counts."""
+    events = [
+        {"event": "start", "rank": 0}, {"event": "exit", "rank": 0, "reason": "completed"},
+        {"event": "start", "rank": 0}, {"event": "start", "rank": 1},
+        {"event": "exit", "rank": 1, "reason": "exception"}, {"event": "step", "rank": 2},
+    ]  # fmt: skip
+    assert forensics.returned(events) == []
+    assert forensics.returned(events + [{"event": "exit", "rank": 0, "reason": "completed"}]) == [0]
+
+
+def test_a_drill_whose_job_outlives_its_wait_says_where_each_rank_stands(tmp_path, monkeypatch):
+    """Every drill's wait for its job's end (Drill.wait_job, and so gather): the timeout's one line
+    says where the ranks stand, asked before the teardown; here the one rank answers nothing."""
+    import io
+
+    import pytest
+
+    from lab.exercises.drill import Drill, TimedOut
+    from lab.topology import Topology
+
+    drill = Drill(None, Topology(nodes=1, nproc_per_node=1), {}, tmp_path, "", None, out=io.StringIO())  # type: ignore[arg-type]
+    monkeypatch.setattr(drill, "exit_codes", lambda: {"node0": None})  # still running
+    with pytest.raises(TimedOut) as timed_out:
+        drill.wait_job(0.2)
+    assert str(timed_out.value) == (
+        "timed out after 0s waiting for the job to end: rank 0 did not answer (ended, stopped, or holding the GIL)"
+    )
