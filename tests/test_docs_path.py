@@ -83,6 +83,9 @@ ELSEWHERE = {
         "tests/test_docker.py::test_the_docs_campaign_in_containers_survives_each_node_lost_beside_a_busy_process"
     ),
     "lab doctor --nodes 3": "tests/test_doctor.py::test_healthy_netns_hosts_find_nothing_and_the_cli_says_so",
+    "lab exercise run interface-missing": (
+        "tests/test_doctor.py::test_a_misconfiguration_drill_shows_the_job_failing_then_the_doctor_naming_it"
+    ),
     ".venv/bin/lab exercise list": ORDERS,
     ".venv/bin/lab exercise explain kill-worker": ORDERS,
 }

@@ -137,3 +137,16 @@ def test_the_bench_plants_a_misconfiguration_under_the_job_and_under_the_doctor(
     row = json.loads((tmp_path / "doctor.json").read_text())["figures"]["rows"]["interface-missing"]
     assert row["job"] == "failed" and "eth9" in row["error"], row
     assert row["named"] and row["finding"].startswith("node1: GLOO_SOCKET_IFNAME=eth9 names no interface"), row
+
+
+@needs_netns
+def test_a_misconfiguration_drill_shows_the_job_failing_then_the_doctor_naming_it(lab):
+    """docs/doctor.md's drill: the missing interface planted, the lesson's job fails on it (gloo
+    finds no eth9), the doctor names it on the node it is about; nothing is left behind."""
+    out = lab("exercise", "run", "interface-missing")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "[ok] the job does not train: it fails or hangs: failed after" in out.stdout
+    assert "Unable to find address for: eth9" in out.stdout
+    assert "[ok] lab doctor names it on node1, in one line: node1: GLOO_SOCKET_IFNAME=eth9 names no" in out.stdout
+    assert "verdict: PASS" in out.stdout
+    assert left_behind(lab.run_dir, lab.lab_id) == []

@@ -11,83 +11,24 @@ rendezvous, torchrun's own defaults, no restart): how the job ended, after how l
 
 from __future__ import annotations
 
-import re
 import tempfile
-import time
-from contextlib import ExitStack
 from pathlib import Path
 
-from lab import files, runtimes
 from lab.bench.diagnosis import listed
 from lab.bench.result import BenchResult, goal_line, this_command
-from lab.doctor.examine import examine, hosts_up
+from lab.doctor.planted import BOUND, PLANTED_ON, doctor_row, job_row
 from lab.job_text import markdown_cell
 from lab.options import Option
 from lab.rundir import RunDir
-from lab.runtimes.misconfig import MISCONFIGS, Misconfig
-from lab.runtimes.ports import free_port
-from lab.topology import Topology
+from lab.runtimes.misconfig import MISCONFIGS
 
-PLANTED_ON = 1
 DOCTOR_GOAL_S = 5.0
 WHICH = Option("--misconfigs", f"comma-separated, of: {', '.join(MISCONFIGS)} (default: all)", "")
-BOUND = Option("--bound", "seconds a job is given before it is called hung (default %(default)s)", 90.0, float)
-RAISED = re.compile(r"^\s*\w+(Error|Exception): ")  # the first exception a rank raised
-ERROR = re.compile(r"error|timed out|timeout|refused|failed", re.I)
-NOISE = re.compile(r"^\s*frame #|\[lab\.node\.launch\]")  # a C++ stack frame; the lab's own settings
 
 
 def add_arguments(p) -> None:
     WHICH.add_to(p)
     BOUND.add_to(p)
-
-
-def _runtime(misconfig: Misconfig, top: Path):
-    hosts = misconfig.hosts[0]
-    return runtimes.create("local", RunDir(top / "run"), log=lambda line: None, hosts=hosts, monitoring="off")
-
-
-def _topology(**changes) -> Topology:
-    return Topology(
-        nodes=2, nproc_per_node=2, rdzv_port=free_port(), agent_metrics_port=0, rank_metrics_port=0, **changes
-    )
-
-
-def _seed(misconfig: Misconfig, undo: ExitStack):
-    """What plants the misconfiguration on node PLANTED_ON once the hosts are up (examine's seed)."""
-    return lambda _, plan: misconfig.plant(plan, PLANTED_ON, undo)
-
-
-def doctor_row(misconfig: Misconfig) -> dict:
-    with tempfile.TemporaryDirectory(prefix="tlab-bench-doctor-") as top, ExitStack() as undo:
-        exam = examine(
-            _runtime(misconfig, Path(top)),
-            _topology(),
-            lambda line: None,
-            _seed(misconfig, undo),
-        )
-    blamed = misconfig.blamed(PLANTED_ON, 2)
-    named = [f.line() for f in exam.found if f.node == blamed and misconfig.says in f.line()]
-    return {"doctor_s": round(exam.seconds, 2), "named": bool(named), "finding": named[0] if named else ""}
-
-
-def job_row(misconfig: Misconfig, bound_s: float) -> dict:
-    """The lesson's job on freshly planted hosts, as `lab up --recovery torchrun --torch-defaults` runs it."""
-    with tempfile.TemporaryDirectory(prefix="tlab-bench-doctor-") as top, ExitStack() as undo:
-        runtime = _runtime(misconfig, Path(top))
-        topology = _topology(rdzv_backend="c10d", torch_defaults=True, max_restarts=0)
-        with hosts_up(runtime, topology, lambda line: None, _seed(misconfig, undo)) as (plan, _):
-            started = time.monotonic()
-            runtime.start_nodes(plan)
-            while any(n.exit_code() is None for n in plan.nodes) and time.monotonic() - started < bound_s:
-                time.sleep(0.2)
-            seconds = time.monotonic() - started
-            codes = {n.name: n.exit_code() for n in plan.nodes}
-            said = [line for n in plan.nodes for line in (files.read_text(n.log_path, 1 << 20) or "").splitlines()]
-    raised = [line.strip() for line in said if RAISED.search(line)]
-    errors = raised[:1] or [line.strip() for line in said if ERROR.search(line) and not NOISE.search(line)]
-    ended = "hung" if any(c is None for c in codes.values()) else "passed" if set(codes.values()) == {0} else "failed"
-    return {"job": ended, "job_s": round(seconds, 1), "codes": codes, "error": errors[-1][:200] if errors else ""}
 
 
 def run(args, out_dir: Path) -> BenchResult:
@@ -96,9 +37,11 @@ def run(args, out_dir: Path) -> BenchResult:
     for name in chosen:
         misconfig = MISCONFIGS[name]
         print(f"{name}: lab doctor ...", flush=True)
-        rows[name] = doctor_row(misconfig)
+        with tempfile.TemporaryDirectory(prefix="tlab-bench-doctor-") as top:
+            rows[name] = doctor_row(misconfig, RunDir(Path(top) / "run"))
         print(f"{name}: the job, bounded at {args.bound:g} s ...", flush=True)
-        rows[name].update(job_row(misconfig, args.bound))
+        with tempfile.TemporaryDirectory(prefix="tlab-bench-doctor-") as top:
+            rows[name].update(job_row(misconfig, RunDir(Path(top) / "run"), args.bound))
     return BenchResult("doctor", this_command(), markdown(rows, args.bound), figures={"rows": rows})
 
 

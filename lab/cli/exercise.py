@@ -1,7 +1,8 @@
 """`lab exercise list | explain NAME | run NAME`: fault drills and the lesson's claims, judged.
 
-Two kinds share these commands: fault drills (lab.exercises: break a running job on
-purpose) and lesson exercises (lab.lessons: run small jobs side by side and compare).
+Three kinds share these commands: fault drills (lab.exercises: break a running job on
+purpose), lesson exercises (lab.lessons: run small jobs side by side and compare) and
+misconfigurations (lab.doctor.drills: plant one, run the job, then the doctor).
 `lab exercise run NAME --help` lists what NAME takes: a drill's own flags, and the flags
 of every runtime that drills run on.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 from lab import exercises, output_paths, runtimes
-from lab.cli import exercise_script
+from lab.cli import exercise_misconfig, exercise_script
 from lab.cli.flags import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, add_verbose
 from lab.errors import LabError
 from lab.exercises.script import spec
@@ -42,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     names = run.add_subparsers(dest="name", required=True, metavar="NAME", parser_class=type(parser))
     for name, module in exercises.all_exercises().items():
         add_exercise_parser(names, name, module)
+    exercise_misconfig.add_parsers(names)
     exercise_script.register_matrix(verbs)
 
 
@@ -83,10 +85,16 @@ def handle_list(args: argparse.Namespace) -> int:
         for name, module in found.items():
             if exercises.kind(module) == kind:
                 print(f"  {name:<26} {module.SUMMARY}")
+    print("misconfigurations of a first multi-node run (docs/doctor.md):")
+    print("\n".join(exercise_misconfig.listed()))
     return 0
 
 
 def handle_explain(args: argparse.Namespace) -> int:
+    misconfig = exercise_misconfig.explanation(args.name, args.depth)
+    if misconfig is not None:
+        print(misconfig)
+        return 0
     exercise = exercises.load(args.name)
     if exercises.kind(exercise) == "lesson":
         print(explain(exercise, args.depth) if args.depth else (exercise.__doc__ or "").strip())

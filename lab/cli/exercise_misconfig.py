@@ -1,0 +1,50 @@
+"""`lab exercise run NAME` for a misconfiguration (lab.doctor.drills): its parser, its line in
+`lab exercise list`, its explanation, and its run (on the run dir, as every exercise's)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from lab import output_paths
+from lab.cli.flags import REPORT_DIR, add_run_dir_option
+from lab.doctor import drills
+from lab.errors import LabError
+from lab.options import run_dir_from_args
+
+
+def add_parsers(names: argparse._SubParsersAction) -> None:
+    for name, drill in drills.drills().items():
+        parser = names.add_parser(name, help=drill.SUMMARY, description=drill.SUMMARY)
+        drills.BOUND.add_to(parser)
+        REPORT_DIR.add_to(parser)
+        add_run_dir_option(parser)
+        parser.set_defaults(handler=handle, drill=drill)
+
+
+def listed() -> list[str]:
+    return [f"  {name:<26} {drill.SUMMARY}" for name, drill in drills.drills().items()]
+
+
+def explanation(name: str, depth: str | None) -> str | None:
+    """What `lab exercise explain NAME` prints for a misconfiguration; None: NAME is none."""
+    drill = drills.drills().get(name)
+    if drill is None:
+        return None
+    if depth:
+        raise LabError(f"{name} is a misconfiguration drill: it has one explanation (drop --depth)")
+    return drill.explanation()
+
+
+def handle(args: argparse.Namespace) -> int:
+    if args.bound <= 0:
+        raise LabError(f"--bound must be above 0 seconds, got {args.bound:g}")
+    run_dir = run_dir_from_args(args)
+    chosen = output_paths.output_dir(args.report_dir, "--report-dir")  # "" or a link: one line
+    where = chosen if chosen is not None else run_dir.reports / f"{args.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    report = drills.run(args.drill, run_dir, args.bound)
+    run_dir.claim_for_report(where)
+    report.write(where, [])
+    report.summary()
+    print(f"report: {where / 'report.json'}")
+    return 0 if report.verdict == "pass" else 1
