@@ -29,6 +29,7 @@ declare -A CASES=(
   [rank-exception]="rank-exception"
   [kill-node]="kill-node"
   [kill-node-elastic]="kill-node --elastic"
+  [kill-node-elastic-rejoin]="kill-node --elastic --rejoin"
   [kill-node-in-process]="kill-node --recovery in-process"
   [kill-rendezvous-host]="kill-rendezvous-host"
   [kill-rendezvous-host-etcd]="kill-rendezvous-host --rdzv-backend etcd-v2"

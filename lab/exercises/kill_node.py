@@ -8,14 +8,18 @@ from the newest checkpoint, ending bit-identical to an uninterrupted run.
 Hypothesis, elastic job (`--elastic`, `--nnodes=1:2`): nobody brings the node back;
 after the rendezvous' last call the survivors carry on with fewer ranks (4 -> 2),
 resume from the checkpoint and finish. Their weights differ from a 4-rank run's, as
-they must: the same steps now average two ranks' gradients, not four.
+they must: the same steps now average two ranks' gradients, not four. With `--rejoin`
+the node comes back once the survivors train without it: its agent asks to join, the
+survivors' agent restarts its group at its next look, and the job grows back (4 -> 2 -> 4;
+`--nodes 4 --nproc-per-node 1`: 4 -> 3 -> 4), each time from the newest checkpoint, every
+sample of the epoch still trained once (the trainer's sample ledger).
 
 Under `--recovery in-process` (a fixed-size job; asked for, not the default) each node runs a
 keeper, not torchrun's agent: no spare can take a whole node's ranks. The surviving keeper
 hears the lost keeper's silence (5 s), stops its ranks and waits; when the node comes back its
 keeper asks for a round, and every rank restarts from the checkpoint (lab.node.inprocess.fallback).
 
-    lab exercise run kill-node [--target-rank 3] [--at-step 25] [--elastic | --recovery in-process]
+    lab exercise run kill-node [--target-rank 3] [--at-step 25] [--elastic [--rejoin] | --recovery in-process]
 
 The target rank's node must not be node0, which hosts the c10d rendezvous store:
 that is `kill-rendezvous-host`. Look for: "failed (exitcode" on the survivor, a new
@@ -39,8 +43,19 @@ INJECTS = ("kill_node", "restart")  # Node faults it uses (lab.exercises.grid)
 MIN_NODES = 2  # a node to lose and one to survive it
 DEFAULT_TARGET_RANK, DEFAULT_AT_STEP = 3, 25
 STEPS, CKPT_EVERY = 60, 10
-OPTIONS = (Option("--elastic", "an elastic job (--nnodes=1:N): the survivors carry on without the node", switch=True),)
-SCRIPT_REFUSES = {"elastic": "on your script the drill runs a fixed-size job and brings the node back"}
+STEPS_REJOIN = 240  # room for the shrink, the survivors' steps without the node, and the growth back
+OPTIONS = (
+    Option("--elastic", "an elastic job (--nnodes=1:N): the survivors carry on without the node", switch=True),
+    Option(
+        "--rejoin",
+        "with --elastic: the node comes back once the survivors train without it, and the job grows back",
+        switch=True,
+    ),
+)
+SCRIPT_REFUSES = {
+    "elastic": "on your script the drill runs a fixed-size job and brings the node back",
+    "rejoin": "on your script the drill runs a fixed-size job and brings the node back",
+}
 
 
 # A node's loss changes the rendezvous' membership, which torch's c10d rendezvous is built for
@@ -58,11 +73,18 @@ def topology(options) -> Topology:
 
 
 def injects(options) -> tuple[str, ...]:
-    return ("kill_node",) if options.own.get("elastic") else INJECTS  # nobody brings an elastic job's node back
+    shrinks_for_good = options.own.get("elastic") and not options.own.get("rejoin")
+    return ("kill_node",) if shrinks_for_good else INJECTS  # nobody brings that node back
+
+
+def trainer_refusal(options) -> str:
+    if options.own.get("rejoin") and not options.own.get("elastic"):
+        return "--rejoin is an elastic job's: add --elastic (a fixed-size job always gets its node back)"
+    return ""
 
 
 def trainer_args(options) -> list[str]:
-    return paced_trainer(STEPS, CKPT_EVERY)
+    return paced_trainer(STEPS_REJOIN if options.own.get("rejoin") else STEPS, CKPT_EVERY)
 
 
 def run(drill, options) -> Report:
@@ -72,6 +94,8 @@ def run(drill, options) -> Report:
     elastic = drill.topology.min_nodes is not None
     if not elastic:
         bring_back(drill, node, fault)
+    elif options.own.get("rejoin"):
+        rejoin_once_shrunk(drill, node, fault)
     return judge(
         drill.gather(NAME, 240, reference=None if elastic else trainer_args(options), survivor=drill.store_host),
         options,
@@ -85,6 +109,7 @@ def judge(seen: Seen, options) -> Report:
     events, codes, fault = seen.events, seen.codes, seen.injected("kill_node")
     after = [e for e in events if e["time"] > fault["time"]]
     worlds = sorted({e["world_size"] for e in after if e["event"] == Event.RENDEZVOUS_DONE})
+    grew = world_sizes_in_turn(after)
     saved, reached, loaded = observe.checkpoint_progress(events, fault["time"])
     report.facts["restarts"] = observe.restarts(events)
     report.facts["lost_steps"] = reached - loaded[0] if loaded else None
@@ -96,7 +121,9 @@ def judge(seen: Seen, options) -> Report:
         f"newest before the kill {max(saved, default=None)}, loaded {loaded[:1]}",
     )
     shape = seen.topology
-    if shape.min_nodes is not None:
+    if shape.min_nodes is not None and options.own.get("rejoin"):
+        judge_rejoin(report, seen, grew)
+    elif shape.min_nodes is not None:
         fewer = shape.world_size - shape.nproc_per_node
         survivor = seen.extra["survivor"]
         report.check("the survivor finished the job", codes.get(survivor) == 0, f"exit codes {codes}")
@@ -117,6 +144,34 @@ def judge(seen: Seen, options) -> Report:
         )
         observe.judge_reference(report, seen)
     return report
+
+
+def world_sizes_in_turn(events: list[dict]) -> list[int]:
+    """The world sizes the job's groups formed with, in the order they formed (each once in a row)."""
+    sizes: list[int] = []
+    for e in sorted(events, key=lambda e: e["time"]):
+        if e["event"] == Event.RENDEZVOUS_DONE and (not sizes or sizes[-1] != e["world_size"]):
+            sizes.append(e["world_size"])
+    return sizes
+
+
+def judge_rejoin(report: Report, seen: Seen, grew: list[int]) -> None:
+    """--elastic --rejoin: fewer ranks, then all of them again once the node was back; both nodes
+    finished, and every sample of the epoch was trained once through both changes."""
+    shape, codes = seen.topology, seen.codes
+    fewer = shape.world_size - shape.nproc_per_node
+    report.check("the job ended well on every node", all(c == 0 for c in codes.values()), f"exit codes {codes}")
+    report.check(
+        f"it shrank to {fewer} ranks, then grew back to {shape.world_size} when the node rejoined",
+        grew == [fewer, shape.world_size],
+        f"world sizes after the kill, in turn: {grew}",
+    )
+    samples.check(report, seen.events)  # the epoch dealt to fewer ranks, then to all again
+    report.explanation = (
+        f"an elastic job (--nnodes={shape.min_nodes}:{shape.nodes}) went on with the {fewer} ranks it had after "
+        f"the last call; the node's agent, started again, asked to join, and the survivors' agent restarted its "
+        f"group at its next look: {shape.world_size} ranks again, from the newest checkpoint each time"
+    )
 
 
 def judge_in_process(seen: Seen) -> Report:
@@ -158,6 +213,22 @@ def off_the_store_host(drill, target: int, chosen: bool) -> tuple[int, str]:
     if node == drill.store_host:
         raise LabError(f"rank {target} runs on {node}, which hosts the rendezvous: that drill is kill-rendezvous-host")
     return target, node
+
+
+def rejoin_once_shrunk(drill, node: str, fault: dict) -> None:
+    """Start the lost node again once the survivors have trained a step without it: it comes back
+    to a job that has shrunk, and must make it grow (a node back sooner joins the shrinking round)."""
+    full = drill.topology.world_size
+
+    def trained_without_it() -> bool:
+        events = [e for e in drill.events() if e["time"] > fault["time"]]
+        shrunk = observe.first_time(
+            events, fault["time"], lambda e: e["event"] == Event.RENDEZVOUS_DONE and e["world_size"] < full
+        )
+        return shrunk is not None and any(e["event"] == Event.STEP and e["time"] > shrunk for e in events)
+
+    drill.wait_for(trained_without_it, 120, "the survivors to train without the node")
+    drill.inject(node, "restart")
 
 
 def bring_back(drill, node: str, fault: dict) -> None:

@@ -61,15 +61,19 @@ class _Lineage:
 
 
 def lineages(events: list[dict]) -> dict[int, _Lineage]:
-    """Each rank's recorded steps that the final weights descend from."""
+    """Each rank's recorded steps that the final weights descend from. A group that resumes from
+    step C takes the whole job back to C: every rank's steps past C are gone, also those of a
+    rank the resumed group no longer has (an elastic job that shrank keeps, at first, no rank 2;
+    when it grows back, the rank 2 it starts trained nothing the job still holds past C)."""
     ranks: dict[int, _Lineage] = {}
-    for e in events:
+    for e in sorted(events, key=lambda e: e.get("time", 0.0)):
         kind, rank = e.get("event"), e.get("rank")
         if not isinstance(rank, int):
             continue
         line = ranks.setdefault(rank, _Lineage())
         if kind in (Event.CHECKPOINT_LOADED, Event.STATE_FROM_PEER) and isinstance(e.get("step"), int):
-            line.rewind(e["step"])
+            for each in ranks.values():
+                each.rewind(e["step"])
             held = max(line.steps, default=0)
             if kind == Event.STATE_FROM_PEER and e["step"] > held and line.steps:
                 last_epoch = line.steps[held][0]

@@ -41,6 +41,7 @@ def test_the_default_rank_moves_to_the_last_one_a_smaller_job_has():
         (["kill-worker", "--at-step", "60"], ["--at-step", "[1, 60)"]),
         (["corrupt-checkpoint", "--damage", "no-metadata"], ["--damage no-metadata damages a DCP step", "fsdp2"]),
         (["corrupt-checkpoint", "--damage", "mixed-steps"], ["--damage mixed-steps", "--damage truncate"]),
+        (["kill-node", "--rejoin"], ["--rejoin is an elastic job's: add --elastic"]),
         (["kill-worker", "--save", "async"], ["--save async is how DCP saves", "add --parallel fsdp2"]),
         (
             ["kill-worker", "--parallel", "fsdp2", "--save", "async", "--at-step", "10"],

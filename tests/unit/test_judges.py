@@ -24,6 +24,10 @@ FACTS = {
     "rank-exception": lambda f: "RuntimeError" in f["error"] and f["restarts"] == 1 and 0 <= f["lost_steps"] <= 10,
     "kill-node": lambda f: f["world_size_after"] == [4] and f["final_weights_match_reference"],
     "kill-node-elastic": lambda f: f["world_size_after"] == [2],
+    # Killed at step 25: on at 2 ranks from step 20, node1 back, all 4 again; each sample once in epoch 0.
+    "kill-node-elastic-rejoin": lambda f: (
+        f["world_size_after"] == [2, 4] and f["samples"]["epochs_judged_for_skips"] == [0]
+    ),
     "kill-node-in-process": lambda f: (
         f["fell_back"]["to"] == "restart" and f["fell_back"]["lost_steps"] <= 10 and f["final_weights_match_reference"]
     ),
@@ -97,6 +101,21 @@ def test_an_async_save_that_lost_more_than_two_intervals_fails_on_the_lost_steps
     assert failed(judge("kill-worker-save-async", evidence)) == [
         "resumed from the newest checkpoint",
         "lost at most two checkpoint intervals (20 steps)",
+    ]
+
+
+def test_a_job_that_never_grew_back_fails_on_its_world_sizes():
+    """--elastic --rejoin where the node's return changed nothing: the job ended at 2 ranks."""
+    evidence = seen("kill-node-elastic-rejoin")
+    for e in evidence.events:
+        if (
+            e["event"] == "rendezvous_done"
+            and e["world_size"] == 4
+            and e["time"] > evidence.injected("kill_node")["time"]
+        ):
+            e["world_size"] = 2
+    assert failed(judge("kill-node-elastic-rejoin", evidence)) == [
+        "it shrank to 2 ranks, then grew back to 4 when the node rejoined"
     ]
 
 

@@ -55,6 +55,26 @@ PROMISES = {
         ],
         {"replacements", "reference", "lost_steps", "stranded", "recovery", "final_weights_match_reference"},
     ),
+    "kill-worker-save-async": (
+        [
+            "the job succeeded",
+            "the worker group restarted once",
+            "resumed from the newest checkpoint",
+            "the step in flight at the fault was not loaded",
+            "lost at most two checkpoint intervals (20 steps)",
+            "every sample once per epoch",
+            "final weights bit-identical to an uninterrupted run",
+        ],
+        {
+            "reference",
+            "lost_steps",
+            "recovery",
+            "restarts",
+            "samples",
+            "save_in_flight",
+            "final_weights_match_reference",
+        },
+    ),
     "rank-exception": (
         [
             "rank 1 died of the exception, recorded",
@@ -82,6 +102,15 @@ PROMISES = {
             "the job carried on with fewer ranks",
         ],
         {"recovery", "lost_steps", "world_size_after", "restarts"},
+    ),
+    "kill-node-elastic-rejoin": (
+        [
+            "resumed from the newest checkpoint",
+            "the job ended well on every node",
+            "it shrank to 2 ranks, then grew back to 4 when the node rejoined",
+            "every sample once per epoch",
+        ],
+        {"recovery", "lost_steps", "world_size_after", "restarts", "samples"},
     ),
     "kill-node-in-process": (
         [

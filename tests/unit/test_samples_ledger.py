@@ -127,3 +127,45 @@ def test_the_trainers_event_line_carries_its_epoch_and_samples(tmp_path):
     (record,) = [e for e in read_events(tmp_path) if e["event"] == "step"]
     assert (record["epoch"], record["samples"], record["busy"]) == (2, [7, 11], 0.002)
     assert json.loads((tmp_path / "rank1.jsonl").read_text().splitlines()[-1])["samples"] == [7, 11]
+
+
+def test_a_job_that_shrank_then_grew_back_counts_no_step_of_a_rank_it_left_behind():
+    """An elastic job of 4 ranks loses 2 at step 3 (they had recorded step 3), goes on at 2 from
+    its checkpoint at step 2, saves at step 4, then grows back to 4 from step 4. Ranks 2 and 3
+    never loaded the checkpoint at step 2, yet their step 3 is gone with the shrink: the samples
+    the 2 ranks dealt themselves in steps 3-4 are no repeat of it (drawn from a real run of
+    `kill-node --elastic --rejoin`, where 128 such samples were once counted twice)."""
+    n = 32
+
+    def dealt(world: int, rank: int, position: int) -> list[int]:  # the epoch's next samples from `position`
+        return [position + rank + world * i for i in range(2)]
+
+    events, clock = [], 100.0
+
+    def add(rank: int, event: str, **fields) -> None:
+        nonlocal clock
+        clock += 0.01
+        events.append({"time": clock, "event": event, "rank": rank, **fields})
+
+    position = 0
+    for rank in range(4):
+        add(rank, "start", restart=0, epoch_samples=n)
+    for step in (1, 2, 3):
+        for rank in range(4):
+            add(rank, "step", step=step, epoch=0, samples=dealt(4, rank, position))
+        position += 8
+    position = 16  # back to the checkpoint at step 2: 16 samples consumed
+    for rank in (0, 1):
+        add(rank, "checkpoint_loaded", step=2)
+    for step in (3, 4):
+        for rank in (0, 1):
+            add(rank, "step", step=step, epoch=0, samples=dealt(2, rank, position))
+        position += 4
+    for rank in range(4):
+        add(rank, "checkpoint_loaded", step=4)
+    for step in (5, 6):
+        for rank in range(4):
+            add(rank, "step", step=step, epoch=0 if position < n else 1, samples=dealt(4, rank, position % n))
+        position += 8
+    epoch = samples.ledger(events)[0]
+    assert (epoch.consumed, epoch.distinct, epoch.repeated) == (32, 32, 0), epoch
