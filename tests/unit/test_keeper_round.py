@@ -24,6 +24,9 @@ KEEPER = textwrap.dedent(
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     args = argparse.Namespace(store="-", node_rank=0, nodes=1, nproc_per_node=2, events_dir=sys.argv[1], script=["-"])
     args.max_replacements = int(sys.argv[2])
+    if sys.argv[3] == "back":  # the keeper lost with its node: its first spare had been given rank 1
+        store.add("keeper/node0/incarnations", 1)
+        store.set("spare/node0/1/0", "1,1,3")
     keeper = k.Keeper(args, store)
     argvs = iter([
         ["sh", "-c", f"exit {STATUS[sys.argv[4]]}"],  # rank 0
@@ -42,7 +45,8 @@ KEEPER = textwrap.dedent(
 
     keeper._start = start
     code = k.run_until_stopped(keeper)
-    print("assigned", store.get("spare/node0/0").decode() if store.check(["spare/node0/0"]) else None, flush=True)
+    first = keeper.spares_started and f"spare/node0/{keeper.incarnation}/0"
+    print("assigned", store.get(first).decode() if first and store.check([first]) else None, flush=True)
     sys.exit(code)
     """
 )
@@ -89,6 +93,9 @@ def test_a_keeper_back_on_a_lost_node_asks_for_a_round_and_starts_its_ranks_in_i
     assert "assigned 0,0,1,fresh" in done.stdout, done.stdout
     started = [line for line in done.stdout.splitlines() if line.startswith("start ")]
     assert started[0].startswith("start ['--spare'") and len(started) == 3, started  # the spare first, no rank
+    # Under a key of its own: the lost keeper's first spare key holds an old assignment (rank 1 of
+    # generation 3), which a spare of the new keeper would otherwise take at once and run.
+    assert started[0].startswith("start ['--spare', 'spare/node0/2/0']"), started
     rounds = rounds_recorded(tmp_path)
     assert rounds == [{"round": 1, "generation": 1, "why": "node 0's keeper came back after the node was lost"}]
 

@@ -58,6 +58,9 @@ class Keeper(Fallback):
         self.ranks: dict[int, Child] = {}  # rank -> its process
         self.spare: tuple[str, Child] | None = None
         self.spares_started = self.replacements = self.generation = 0
+        # Spare keys of its own: named as a lost keeper of this node named its spares, a new spare
+        # took an old assignment and ran as a rank of a generation long gone, on that rank's port.
+        self.incarnation = int(store.add(f"keeper/node{args.node_rank}/incarnations", 1)) if store is not None else 1
         wire = NodeEnv.parse()
         self.workers_file = wire.workers_file
         self.events_dir = args.events_dir or wire.events_dir  # the node's, where --events-dir is not given
@@ -103,7 +106,7 @@ class Keeper(Fallback):
         self.health.state("HEALTHY")
 
     def _start_spare(self) -> None:
-        key = f"spare/node{self.args.node_rank}/{self.spares_started}"
+        key = f"spare/node{self.args.node_rank}/{self.incarnation}/{self.spares_started}"
         self.spares_started += 1
         self.spare = (key, self._start(["--spare", key], {}))
 
