@@ -82,26 +82,20 @@ def test_kill_worker_that_resumed_from_scratch_fails_on_the_checkpoint_and_the_l
     ]
 
 
-def test_an_async_save_loaded_while_in_flight_fails_on_the_step_it_loaded():
-    """The same kill during an async DCP save, but the resume took step 20, whose save had begun
-    and was never committed: a job that trusted a half-written step."""
+@pytest.mark.parametrize(
+    ("loaded", "caught_by"),
+    [
+        (20, "the step in flight at the fault was not loaded"),  # step 20's save had begun, never committed
+        (0, "lost at most two checkpoint intervals (20 steps)"),  # started over: 26 steps lost
+    ],
+)
+def test_a_kill_during_an_async_save_that_resumed_wrongly_fails_the_check_that_names_it(loaded, caught_by):
+    """The recorded kill during an async DCP save, with the resume moved: to the step in flight
+    (a job that trusted a half-written step), or to nothing (a job that lost its checkpoints)."""
     evidence = seen("kill-worker-save-async")
     for e in recorded_after(evidence, "kill_worker", "checkpoint_loaded"):
-        e["step"] = 20
-    assert failed(judge("kill-worker-save-async", evidence)) == [
-        "resumed from the newest checkpoint",
-        "the step in flight at the fault was not loaded",
-    ]
-
-
-def test_an_async_save_that_lost_more_than_two_intervals_fails_on_the_lost_steps():
-    evidence = seen("kill-worker-save-async")
-    for e in recorded_after(evidence, "kill_worker", "checkpoint_loaded"):
-        e["step"] = 0
-    assert failed(judge("kill-worker-save-async", evidence)) == [
-        "resumed from the newest checkpoint",
-        "lost at most two checkpoint intervals (20 steps)",
-    ]
+        e["step"] = loaded
+    assert failed(judge("kill-worker-save-async", evidence)) == ["resumed from the newest checkpoint", caught_by]
 
 
 def test_a_job_that_never_grew_back_fails_on_its_world_sizes():
