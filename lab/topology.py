@@ -20,8 +20,7 @@ from lab.nodeenv import NodeEnv
 BACKENDS = ("gloo", "nccl")
 RDZV_BACKENDS = ("c10d", "static", "etcd-v2", "lab")
 WORKER_STARTS = ("auto", "preload", "spawn")
-PARALLEL = ("ddp", "fsdp2")  # the lab trainer's --parallel (lab.workloads.sharded)
-SAVES = ("sync", "async")  # how --parallel fsdp2 saves its DCP steps (the trainer's --save)
+PARALLEL, SAVES = ("ddp", "fsdp2"), ("sync", "async")  # the lab trainer's --parallel, and fsdp2's --save
 WATCHER = "lab.node.user_script"  # the module that runs a user's script in a drill, watched
 
 
