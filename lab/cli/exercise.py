@@ -10,19 +10,16 @@ of every runtime that drills run on.
 from __future__ import annotations
 
 import argparse
-import time
-from pathlib import Path
 from types import ModuleType
 
-from lab import exercises, output_paths, runtimes
+from lab import exercises, runtimes
 from lab.cli import exercise_misconfig, exercise_script
-from lab.cli.flags import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, add_verbose
+from lab.cli.flags import AT_STEP, REPORT_DIR, TARGET_RANK, add_run_dir_option, add_verbose, report_dir, write_report
 from lab.errors import LabError
 from lab.exercises.script import spec
 from lab.lessons.runner import DEPTHS, explain, run_lesson
 from lab.options import PARALLEL_OPTION, RECOVERY, TORCH_DEFAULTS, add_all, run_dir_from_args
 from lab.report import Report
-from lab.rundir import RunDir
 from lab.runtimes.local import HOSTS
 
 
@@ -103,17 +100,6 @@ def handle_explain(args: argparse.Namespace) -> int:
     else:
         print((exercise.__doc__ or "").strip())
     return 0
-
-
-def report_dir(args: argparse.Namespace, run_dir: RunDir) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    chosen = output_paths.output_dir(args.report_dir, "--report-dir")  # "" or a link: one line
-    return chosen if chosen is not None else run_dir.reports / f"{args.name}-{stamp}"
-
-
-def write_report(report: Report, where: Path, run_dir: RunDir, events: list[dict]) -> None:
-    run_dir.claim_for_report(where)
-    report.write(where, events)
 
 
 def handle_drill(args: argparse.Namespace) -> int:

@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import argparse
-import time
 
-from lab import output_paths
-from lab.cli.flags import REPORT_DIR, add_run_dir_option
+from lab.cli.flags import REPORT_DIR, add_run_dir_option, report_dir, write_report
 from lab.doctor import drills
 from lab.errors import LabError
 from lab.options import run_dir_from_args
@@ -40,11 +38,9 @@ def handle(args: argparse.Namespace) -> int:
     if args.bound <= 0:
         raise LabError(f"--bound must be above 0 seconds, got {args.bound:g}")
     run_dir = run_dir_from_args(args)
-    chosen = output_paths.output_dir(args.report_dir, "--report-dir")  # "" or a link: one line
-    where = chosen if chosen is not None else run_dir.reports / f"{args.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    where = report_dir(args, run_dir)
     report = drills.run(args.drill, run_dir, args.bound)
-    run_dir.claim_for_report(where)
-    report.write(where, [])
+    write_report(report, where, run_dir, [])
     report.summary()
     print(f"report: {where / 'report.json'}")
     return 0 if report.verdict == "pass" else 1
