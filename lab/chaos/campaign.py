@@ -90,14 +90,15 @@ def start_again(drill: Any, trainer_args: list[str], bound_s: float) -> None:
     drill.rerun(trainer_args)
 
 
-def watch(progress: Progress, blow: Blow, world: int, job_ended) -> None:
+def watch(progress: Progress, blow: Blow, world: int, job_ended, mark: int = 0) -> None:
     """Wait until every rank is two steps past the front at the fault, or the bound passes, or
-    the job ends (checked once a second: it asks every node)."""
+    the job ends (checked once a second: it asks every node). mark: the steps read before the
+    fault (Progress.mark), which no question here needs to look at again."""
     assert blow.time is not None
     deadline, asked = time.monotonic() + blow.bound_s, time.monotonic()
     while time.monotonic() < deadline:
         progress.poll()
-        back = progress.all_reached(world, blow.front + 2, blow.time)
+        back = progress.all_reached(world, blow.front + 2, blow.time, mark)
         if back is not None:
             blow.recovered_s = max(0.0, back - blow.time)
             return
@@ -107,7 +108,7 @@ def watch(progress: Progress, blow: Blow, world: int, job_ended) -> None:
                 blow.finding = f"the job ended before every rank was back: {ended}"
                 return
         time.sleep(POLL_S)
-    stood = progress.last_by_rank(blow.time)
+    stood = progress.last_by_rank(blow.time, mark)
     behind = sorted(r for r in range(world) if stood.get(r, 0) < blow.front + 2)
     where = ", ".join(f"rank {r} at step {stood.get(r, 'none')}" for r in behind)
     blow.finding = f"not back within {blow.bound_s:.0f}s: {where} (the front was step {blow.front})"
@@ -129,7 +130,7 @@ def run(
             time.sleep(POLL_S)
         if any(code is not None for code in drill.exit_codes().values()):
             break  # the job ended (or a node did): the rest are not injected
-        landed = len(drill.faults)
+        landed, mark = len(drill.faults), progress.polled().mark()
         try:
             blow.ranks = strike(drill, progress, planned, world, ckpt_every)
         except LabError as e:
@@ -143,7 +144,7 @@ def run(
         struck = drill.faults[landed]["node"]
         if KINDS[planned.kind].stops_the_job or (KINDS[planned.kind].loses_a_node and loses_the_job(drill, struck)):
             start_again(drill, trainer_args, blow.bound_s)
-        watch(progress, blow, world, lambda: _ended(drill))
+        watch(progress, blow, world, lambda: _ended(drill), mark)
         if not blow.finding and KINDS[planned.kind].kills and not set(blow.ranks) <= progress.started_since(blow.time):
             missed = sorted(set(blow.ranks) - progress.started_since(blow.time))
             hit = [f.get("result") for f in drill.faults[landed:]]

@@ -18,7 +18,8 @@ from lab import files
 from lab.errors import LabError
 from lab.exercises import forensics, observe, reference_cache
 from lab.exercises.seen import Seen
-from lab.health.events import Event, read_events
+from lab.exercises.whereabouts import Whereabouts
+from lab.health.events import read_events
 from lab.report import Report
 from lab.runtimes.base import Runtime
 from lab.runtimes.ray_runtime import ray_get
@@ -57,6 +58,7 @@ class Drill:
     faults: list[dict[str, Any]] = field(default_factory=list)
     out: TextIO = sys.stdout
     workload: str = ""  # the job's script (a lab workload, or a user's); "": the trainer
+    _seen: Whereabouts | None = field(default=None, repr=False)
 
     @property
     def store_host(self) -> str:
@@ -88,8 +90,7 @@ class Drill:
         raise TimedOut(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
     def last_step(self, rank: int) -> int:
-        steps = [e["step"] for e in self.events() if e["event"] == Event.STEP and e["rank"] == rank]
-        return max(steps, default=0)
+        return self._whereabouts().last_step(rank)
 
     def reach(self, rank: int, step: int, timeout_s: float = 120) -> tuple[str, int]:
         """Wait until `rank` has completed `step`; return where it runs: (node name, local rank)."""
@@ -98,10 +99,13 @@ class Drill:
 
     def locate(self, rank: int) -> tuple[str, int]:
         """(node name, local rank) where a global rank runs now."""
-        starts = [e for e in self.events() if e["event"] == Event.START and e["rank"] == rank]
-        if not starts:
-            raise LabError(f"rank {rank} has not started")
-        return starts[-1]["node"], starts[-1]["local_rank"]
+        return self._whereabouts().locate(rank)
+
+    def _whereabouts(self) -> Whereabouts:
+        """The ranks' starts and steps read as the logs grow (kept per events folder)."""
+        if self._seen is None or self._seen.events_dir != self.events_dir:
+            self._seen = Whereabouts(self.events_dir)
+        return self._seen
 
     def inject(self, node: str, fault: str, **kwargs: Any) -> dict[str, Any]:
         try:

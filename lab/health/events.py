@@ -237,14 +237,14 @@ def _records(directory, pattern: str, accept: Callable[[object], bool], skipped:
     return records
 
 
-def _rank_record(record: object) -> bool:
+def rank_record(record: object) -> bool:
     extra = EVENT_FIELDS.get(str(record.get("event")), {}) if isinstance(record, dict) else {}
     return well_formed(record, RANK_FIELDS) and well_formed(record, extra)
 
 
 def read_events(directory: str | os.PathLike, skipped: list[str] | None = None) -> Iterator[dict]:
     """Every record from every rank's file, in time order (_records: what is left out)."""
-    return iter(sorted(_records(directory, "rank*.jsonl", _rank_record, skipped), key=lambda r: r["time"]))
+    return iter(sorted(_records(directory, "rank*.jsonl", rank_record, skipped), key=lambda r: r["time"]))
 
 
 AGENT_FIELDS: dict[str, type | tuple[type, ...]] = {"time": (int, float), "node": str, "torchelastic": dict}

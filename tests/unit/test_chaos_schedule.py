@@ -10,10 +10,10 @@ from conftest import lab_in_process
 from test_cli_errors import assert_one_line_error
 
 from lab.chaos import ledger, schedule
-from lab.chaos import progress as progress_module
 from lab.chaos.campaign import Blow
 from lab.chaos.progress import Progress
 from lab.errors import LabError
+from lab.health import tail as tail_module
 from lab.workloads import script_path
 
 PLAIN = script_path("plain_train")
@@ -130,7 +130,7 @@ def test_progress_reads_steps_incrementally_and_keeps_a_torn_line_for_later(tmp_
 def test_a_whole_poll_reads_past_the_chunk_a_loop_poll_stops_at(tmp_path, monkeypatch):
     """The ledger's read takes every line however long the run; a poll in the campaign's loop
     reads at most a chunk of each file (the first 100-fault ledger saw only the first 4 MB)."""
-    monkeypatch.setattr(progress_module, "CHUNK", 64)
+    monkeypatch.setattr(tail_module, "CHUNK", 64)
     events = recorded(tmp_path).events_dir
     assert Progress(events).polled().front() < 30
     assert Progress(events).polled(whole=True).front() == 30
