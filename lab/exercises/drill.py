@@ -40,6 +40,9 @@ def aimed(fault: dict[str, Any], rank: int) -> dict[str, Any]:
     return fault
 
 
+REFERENCE_STALL_S = 120  # a reference with no new step this long has stopped (its start: well under)
+
+
 class TimedOut(LabError):
     """A wait of the drill's ran past its bound (the message says what for)."""
 
@@ -134,9 +137,30 @@ class Drill:
         except TimedOut as e:  # asked before the teardown ends them
             raise TimedOut(f"{e}: {self.standing()}") from None
 
-    def standing(self) -> str:
-        """Where each rank stands now, in one line (lab.exercises.forensics.where_they_stand)."""
-        return forensics.where_they_stand(self.events_dir, self.topology.world_size, self.events())
+    def standing(self, events_dir: Path | None = None) -> str:
+        """Where each rank stands now, in one line (lab.exercises.forensics.where_they_stand), of
+        the job whose events go to events_dir (default: the drill's own job)."""
+        events_dir = events_dir or self.events_dir
+        events = list(read_events(events_dir)) if events_dir.exists() else []
+        return forensics.where_they_stand(events_dir, self.topology.world_size, events)
+
+    def wait_job_while_stepping(self, events_dir: Path, stall_s: float) -> dict[str, int]:
+        """Until the job ends, however long it runs, while its ranks keep stepping: an unpaced
+        run of a long campaign's steps takes minutes on a slow or busy machine (one outlived a
+        fixed 240 s bound, three times its quiet time, and took the campaign's ledger with it).
+        A job with no new step for stall_s is stopped waiting for, saying where it stands."""
+        seen, front, moved = Whereabouts(events_dir), -1, time.monotonic()
+        while True:
+            codes = self.exit_codes()
+            if all(code is not None for code in codes.values()):
+                return codes  # type: ignore[return-value]
+            now = max(seen.look().highest.values(), default=0)
+            if now > front:
+                front, moved = now, time.monotonic()
+            elif time.monotonic() - moved > stall_s:
+                stood = self.standing(events_dir)
+                raise TimedOut(f"no step for {stall_s:.0f}s waiting for the job to end (at step {front}): {stood}")
+            time.sleep(0.5)
 
     def wait_failed(self, timeout_s: float) -> dict[str, int | None]:
         """Wait until a node has failed, or every node ended: a fixed-size job with a failed node
@@ -220,7 +244,7 @@ class Drill:
         """Run the uninterrupted, unpaced reference of the same job to its end; where its events are."""
         self.progress("running the uninterrupted reference")
         events = self.rerun([*trainer_args, "--step-time", "0"], fresh="reference")
-        self.wait_job(240)
+        self.wait_job_while_stepping(events, REFERENCE_STALL_S)
         return events
 
     def rerun(self, trainer_args: list[str], fresh: str | None = None, topology: Topology | None = None) -> Path:

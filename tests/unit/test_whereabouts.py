@@ -114,3 +114,41 @@ def test_asking_again_and_again_reads_each_byte_of_the_logs_once(tmp_path, monke
     append(tmp_path, 0, step(600.0, 0, 500))
     assert drill.last_step(0) == 500
     assert sum(taken) == sum(p.stat().st_size for p in tmp_path.glob("rank*.jsonl"))
+
+
+def test_a_long_reference_is_waited_for_while_it_steps_and_one_that_stops_stepping_is_not(tmp_path, monkeypatch):
+    """An unpaced reference of a long campaign ran past a fixed 240 s bound on a busy machine,
+    stepping all the while: the wait is bounded by its silence, not by its length."""
+    from lab.exercises import drill as drill_module
+    from lab.exercises.drill import TimedOut
+
+    drill = drill_on(tmp_path)
+    append(tmp_path, 0, start(1.0, 0, "node0", 0))
+    looks = {"n": 0}
+
+    def running_for(polls: int):
+        def codes() -> dict:
+            looks["n"] += 1
+            return {"node0": 0 if looks["n"] > polls else None}
+
+        return codes
+
+    real_sleep = drill_module.time.sleep
+
+    def stepping(seconds: float) -> None:  # the job steps between two looks
+        real_sleep(0.05)
+        append(tmp_path, 0, step(2.0 + looks["n"], 0, looks["n"]))
+
+    monkeypatch.setattr(drill, "exit_codes", running_for(30))
+    monkeypatch.setattr(drill_module.time, "sleep", stepping)
+    assert drill.wait_job_while_stepping(tmp_path, stall_s=0.4) == {"node0": 0}  # 1.5 s in all
+    looks["n"] = 0
+    monkeypatch.setattr(drill, "exit_codes", running_for(10**6))
+    monkeypatch.setattr(drill_module.time, "sleep", lambda seconds: real_sleep(0.05))  # stepping no more
+    asked = []  # where forensics looked: the reference's own events, not the drill's job's
+    monkeypatch.setattr(drill_module.forensics, "where_they_stand", lambda d, w, e: asked.append(d) or "rank 0 at X")
+    reference = tmp_path
+    drill.events_dir = tmp_path / "the-drills-own-job"
+    with pytest.raises(TimedOut, match=r"^no step for 0s waiting for the job to end \(at step 30\): rank 0 at X$"):
+        drill.wait_job_while_stepping(reference, stall_s=0.4)
+    assert asked == [reference]
