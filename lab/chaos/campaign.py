@@ -170,11 +170,15 @@ def _line(blow: Blow) -> str:
 
 def final_weights(drill: Any, trainer_args: list[str], job: Progress, blows: list[Blow]) -> dict[str, Any]:
     """The job's final checksums against an uninterrupted run of the same steps; when they
-    differ, the first step whose loss differs, and the fault before it (lab.chaos.divergence)."""
+    differ, the first step whose loss differs, and the fault before it (lab.chaos.divergence);
+    when the reference could not be run, why (the ledger is written either way)."""
     final = observe.final_checksums(drill.events())
     if not final:
         return {"identical": False, "why": "the job left no final weights (it did not complete)"}
-    reference, source = drill.reference_checksums(trainer_args)
+    try:
+        reference, source = drill.reference_checksums(trainer_args)
+    except LabError as e:  # what the campaign ran is still told: a failed reference is no reason to lose it
+        return {"identical": False, "final": sorted(final), "why": f"no uninterrupted reference to compare with: {e}"}
     if final == reference:
         return {"identical": True, "final": sorted(final), "reference": sorted(reference), "source": source, "why": ""}
     why = f"final checksums {sorted(final)} against the reference's {sorted(reference)}"

@@ -59,3 +59,28 @@ def test_a_difference_before_any_fault_names_none(tmp_path):
     job = {0: [(100.0, 1, 3.0)], 1: [(100.0, 1, 0.5)]}
     found = divergence.first_difference(losses(tmp_path, "job", job), reference(tmp_path), [KILL])
     assert found is not None and found["fault"] is None and "last fault" not in found["why"]
+
+
+def test_a_reference_that_could_not_run_is_said_and_the_campaigns_weights_still_kept(tmp_path):
+    """A 100-fault campaign's reference once outlived its wait; the whole ledger went with it."""
+    from lab.chaos.campaign import final_weights
+    from lab.exercises.drill import TimedOut
+
+    WHY = "no step for 120s waiting for the job to end (at step 17): rank 0 at x"
+
+    class Campaign:
+        def events(self) -> list[dict]:
+            return [
+                {"time": 9.0, "event": "exit", "rank": r, "reason": "completed", "checksum": "-0x1.8p+1"}
+                for r in (0, 1)
+            ]
+
+        def reference_checksums(self, trainer_args: list[str]):
+            raise TimedOut(WHY)
+
+    weights = final_weights(Campaign(), ["--steps", "20"], reference(tmp_path), [KILL])
+    assert weights == {
+        "identical": False,
+        "final": ["-0x1.8p+1"],
+        "why": f"no uninterrupted reference to compare with: {WHY}",
+    }
