@@ -1,21 +1,49 @@
 """Every fault a lab node can suffer, declared once (the Node contract's half that drills use).
 
 A runtime's Node overrides the faults it can inject; the rest refuse in one line naming the
-runtime, and `Faults.refusal` says which from the class alone (lab.exercises.grid).
+runtime, and `Faults.refusal` says which from the class alone (lab.exercises.grid). Each fault
+is declared once: its signature, what it does, and (@cannot) the words of its refusal.
 """
+
+# mypy: disable-error-code="empty-body"
+# (the faults below are declarations: @cannot gives each its body, the refusal)
 
 from __future__ import annotations
 
+import functools
 import signal
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 from lab.errors import LabError
 
-__all__ = ["FAULTS", "UNSUPPORTED", "FaultUnsupported", "Faults"]
+__all__ = ["FAULTS", "FaultUnsupported", "Faults", "cannot_words"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class FaultUnsupported(LabError):
     """This runtime cannot inject that fault; the message says which and why."""
+
+
+def cannot(words: str) -> Callable[[F], F]:
+    """Declare a fault: its signature and what it does (the docstring), and what a Node that
+    does not override it says, in these words ("the docker runtime cannot kill a node")."""
+
+    def declare(fault: F) -> F:
+        @functools.wraps(fault)
+        def refuse(self: Faults, *args: Any, **kwargs: Any) -> Any:
+            raise FaultUnsupported(f"the {self.runtime_name} runtime cannot {words}")
+
+        refuse.cannot = words  # type: ignore[attr-defined]
+        return refuse  # type: ignore[return-value]
+
+    return declare
+
+
+def cannot_words(fault: str) -> str:
+    """What a Node that does not override `fault` says it cannot do."""
+    return getattr(Faults, fault).cannot
 
 
 class Faults:
@@ -26,9 +54,6 @@ class Faults:
     # Faults a Node class overrides only to refuse them, with why (the grid and the drills read it).
     REFUSES: ClassVar[dict[str, str]] = {}
 
-    def _unsupported(self, what: str) -> Any:
-        raise FaultUnsupported(f"the {self.runtime_name} runtime cannot {what}")
-
     @classmethod
     def refusal(cls, fault: str) -> str:
         """Why nodes of this class cannot suffer `fault`, in one line; "" when they can. Read
@@ -38,29 +63,29 @@ class Faults:
         derived = {"pause_worker": "kill_worker", "resume_worker": "kill_worker"}  # signals to a worker
         base = derived.get(fault, fault) if getattr(cls, fault) is getattr(Faults, fault) else None
         if base is not None and getattr(cls, base) is getattr(Faults, base):
-            return f"the {cls.runtime_name} runtime cannot {UNSUPPORTED[base]}"
+            return f"the {cls.runtime_name} runtime cannot {cannot_words(base)}"
         return ""
 
+    @cannot("list its workers")
     def worker_pids(self) -> dict[int, int]:
         """{local_rank: pid} of the workers running now."""
-        return self._unsupported("list its workers")
 
+    @cannot("kill a worker")
     def kill_worker(self, local_rank: int, sig: int = signal.SIGKILL) -> int:
         """Signal one worker; returns its pid."""
-        return self._unsupported("kill a worker")
 
+    @cannot("kill a node")
     def kill_node(self) -> None:
         """SIGKILL the agent and every worker at once, as a machine that loses power."""
-        self._unsupported("kill a node")
 
+    @cannot("kill its agent")
     def kill_agent(self) -> int:
         """SIGKILL the node's torchrun agent alone (on node 0 it hosts a c10d or lab rendezvous
         store, which goes with it; its workers follow it); returns its pid."""
-        return self._unsupported("kill its agent")
 
+    @cannot("restart a node")
     def restart(self) -> None:
         """Start the node's agent again with the command it last ran."""
-        self._unsupported("restart a node")
 
     def pause_worker(self, local_rank: int) -> int:
         """SIGSTOP one worker: a hang, as the process sees none of it."""
@@ -69,64 +94,46 @@ class Faults:
     def resume_worker(self, local_rank: int) -> int:
         return self.kill_worker(local_rank, signal.SIGCONT)
 
+    @cannot("slow a worker")
     def slow_worker(self, local_rank: int, stopped_fraction: float = 0.75, period_s: float = 0.2) -> int:
         """Make one worker a straggler: it runs only (1 - stopped_fraction) of the time."""
-        return self._unsupported("slow a worker")
 
-    def unslow_worker(self) -> None:
-        self._unsupported("stop slowing a worker")
+    @cannot("stop slowing a worker")
+    def unslow_worker(self) -> None: ...
 
+    @cannot("delay its restarted workers")
     def delay_restarted_workers(self, seconds: float) -> None:
         """From now on, every worker of a restarted group on this node starts `seconds` late,
         as on a loaded machine: stopped the moment it appears, continued after `seconds`."""
-        self._unsupported("delay its restarted workers")
 
+    @cannot("partition a node")
     def partition(self) -> None:
         """Drop all of the node's network traffic (loopback stays)."""
-        self._unsupported("partition a node")
 
-    def heal(self) -> None:
-        self._unsupported("heal a partition")
+    @cannot("heal a partition")
+    def heal(self) -> None: ...
 
+    @cannot("delay its network")
     def delay_network(self, delay_ms: float) -> None:
         """Delay every packet the node sends by delay_ms (`tc netem`)."""
-        self._unsupported("delay its network")
 
+    @cannot("throttle its network")
     def throttle_network(self, kbit: int) -> None:
         """Cap what the node sends at kbit per second (`tc tbf`): a slow, congested link."""
-        self._unsupported("throttle its network")
 
+    @cannot("restore its network")
     def restore_network(self) -> None:
         """Take the node's delay or cap away."""
-        self._unsupported("restore its network")
 
+    @cannot("preempt a node")
     def preempt(self, grace_s: float) -> None:
         """SIGTERM the agent, SIGKILL what is left after grace_s, as a preempted VM."""
-        self._unsupported("preempt a node")
 
+    @cannot("reach its checkpoints")
     def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
         """Damage the newest checkpoint in directory (truncate it, or flip bytes); returns its path."""
-        return self._unsupported("reach its checkpoints")
 
 
 FAULTS = frozenset(
     name for name in vars(Faults) if not name.startswith("_") and name != "refusal" and callable(vars(Faults)[name])
 )
-# What a Node that does not override a fault says (Faults' own methods, in the same words).
-UNSUPPORTED = {
-    "worker_pids": "list its workers",
-    "kill_worker": "kill a worker",
-    "kill_node": "kill a node",
-    "kill_agent": "kill its agent",
-    "restart": "restart a node",
-    "slow_worker": "slow a worker",
-    "unslow_worker": "stop slowing a worker",
-    "delay_restarted_workers": "delay its restarted workers",
-    "partition": "partition a node",
-    "heal": "heal a partition",
-    "delay_network": "delay its network",
-    "throttle_network": "throttle its network",
-    "restore_network": "restore its network",
-    "preempt": "preempt a node",
-    "corrupt_checkpoint": "reach its checkpoints",
-}
