@@ -27,8 +27,9 @@ class Whereabouts:
         self.tail = Tail(self.events_dir)
 
     def look(self) -> Whereabouts:
-        """Take what the ranks wrote since the last look."""
-        for record in self.tail.records():
+        """Take all the ranks wrote since the last look (not a chunk of it: a rank's newest start
+        may lie past one)."""
+        for record in self.tail.records(whole=True):
             if not rank_record(record):
                 continue
             rank = record["rank"]

@@ -152,3 +152,13 @@ def test_a_long_reference_is_waited_for_while_it_steps_and_one_that_stops_steppi
     with pytest.raises(TimedOut, match=r"^no step for 0s waiting for the job to end \(at step 30\): rank 0 at X$"):
         drill.wait_job_while_stepping(reference, stall_s=0.4)
     assert asked == [reference]
+
+
+def test_a_start_past_what_one_chunk_of_a_log_holds_is_found(tmp_path, monkeypatch):
+    from lab.health import tail
+
+    monkeypatch.setattr(tail, "CHUNK", 256)
+    append(
+        tmp_path, 0, start(1.0, 0, "node0", 0), *(step(1.0 + s, 0, s) for s in range(1, 60)), start(90.0, 0, "node1", 1)
+    )
+    assert drill_on(tmp_path).locate(0) == ("node1", 1)
