@@ -127,13 +127,14 @@ class Drill:
             name: ray_get(agent.exit_code.remote(), 60, f"{name}'s exit status") for name, agent in self.agents.items()
         }
 
-    def wait_job(self, timeout_s: float) -> dict[str, int]:
-        def codes() -> dict[str, int] | None:
-            found = self.exit_codes()
-            return found if all(c is not None for c in found.values()) else None  # type: ignore[return-value]
+    def ended(self) -> dict[str, int] | None:
+        """Each node's exit status once every node has ended; None while one still runs."""
+        found = self.exit_codes()
+        return found if all(c is not None for c in found.values()) else None  # type: ignore[return-value]
 
+    def wait_job(self, timeout_s: float) -> dict[str, int]:
         try:
-            return self.wait_for(codes, timeout_s, "the job to end")
+            return self.wait_for(self.ended, timeout_s, "the job to end")
         except TimedOut as e:  # asked before the teardown ends them
             raise TimedOut(f"{e}: {self.standing()}") from None
 
@@ -150,10 +151,7 @@ class Drill:
         fixed 240 s bound, three times its quiet time, and took the campaign's ledger with it).
         A job with no new step for stall_s is stopped waiting for, saying where it stands."""
         seen, front, moved = Whereabouts(events_dir), -1, time.monotonic()
-        while True:
-            codes = self.exit_codes()
-            if all(code is not None for code in codes.values()):
-                return codes  # type: ignore[return-value]
+        while (codes := self.ended()) is None:
             now = max(seen.look().highest.values(), default=0)
             if now > front:
                 front, moved = now, time.monotonic()
@@ -161,6 +159,7 @@ class Drill:
                 stood = self.standing(events_dir)
                 raise TimedOut(f"no step for {stall_s:.0f}s waiting for the job to end (at step {front}): {stood}")
             time.sleep(0.5)
+        return codes
 
     def wait_failed(self, timeout_s: float) -> dict[str, int | None]:
         """Wait until a node has failed, or every node ended: a fixed-size job with a failed node
