@@ -18,7 +18,7 @@ restart works. `--torch-defaults` leaves it unset, to show the failure.
 `--in-process` runs the node's keeper (lab.node.inprocess.keeper) instead of torchrun: the rest of
 the command line is the keeper's.
 
-Two more things make a restart faster, both printed when they apply:
+Three more things make a restart faster, the first two printed when they apply:
 
 - The agent has torch._dynamo loaded before its first worker fails. torch's log formatter
   (TorchLogsFormatter) imports it the first time a torch logger formats an exception, and
@@ -30,6 +30,8 @@ Two more things make a restart faster, both printed when they apply:
   here through torch's registry for out-of-tree backends (lab/node/fast_rendezvous.py),
   and a 5 s SIGTERM-to-SIGKILL wait before a restart instead of torch's 30 s
   (lab/node/stop_grace.py).
+- The agent (or keeper) ends without the interpreter's teardown, whatever its exit status
+  (lab/node/quick_exit.py): a job started again after a preemption waits for it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import sys
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 
+from lab.node.quick_exit import run_and_exit_now
 from lab.nodeenv import NodeEnv
 
 RESTART_WORKAROUND = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
             "[lab.node.launch] recovery: in-process (lab/node/inprocess/keeper.py): a lost rank's place goes to a warm "
             "spare that takes its state from a peer; the other ranks stay"
         )
-        keeper.main(torchrun_argv)
+        run_and_exit_now(lambda: keeper.main(torchrun_argv))
 
     if flags.preload_workers:
         from lab.node.preload import before_torch
@@ -161,12 +164,15 @@ def main(argv: list[str] | None = None) -> None:
     events_dir = NodeEnv.parse().events_dir
     if events_dir and not flags.torch_defaults:
         budget = restart_budget.install(events_dir, parse_args(torchrun_argv).max_restarts)
-    try:
-        torchrun_main(torchrun_argv)
-    except ChildFailedError as e:
-        restart_budget.exit_if_crash_loop(budget, e)
-        raise
-    exit_at_once()
+
+    def agent() -> None:
+        try:
+            torchrun_main(torchrun_argv)
+        except ChildFailedError as e:
+            restart_budget.exit_if_crash_loop(budget, e)
+            raise
+
+    run_and_exit_now(agent)
 
 
 def install_rendezvous(backend: str, torch_defaults: bool, log) -> None:
@@ -186,19 +192,6 @@ def install_rendezvous(backend: str, torch_defaults: bool, log) -> None:
             f"before a restart, a worker alive {recovery.RESTART_STOP_GRACE_S} s after SIGTERM is SIGKILLed "
             f"(torch waits {recovery.TORCH_STOP_GRACE_S} s; lab/node/stop_grace.py)"
         )
-
-
-def exit_at_once() -> None:
-    """Exit 0 without the interpreter's teardown: once torch._dynamo is loaded, torch's
-    op-library finalizers alone take about a second at exit, after the job is done, and
-    every job waits for its agents. Output and logs are flushed first; the fork server and
-    the resource tracker see their pipes close and exit as before."""
-    import logging
-
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    logging.shutdown()
-    os._exit(0)
 
 
 # What the agent imports in the background once its workers run (see the module docstring).

@@ -21,12 +21,12 @@ import multiprocessing
 import os
 import signal
 import subprocess
-import sys
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection
 
 from lab.node.fork_server import forget_start_method, fork_server_here
 from lab.node.preload import PRELOAD_MODULES
+from lab.node.quick_exit import exit_now
 from lab.nodeenv import NodeEnv
 from lab.procs import die_with_parent
 
@@ -89,7 +89,4 @@ def _run_rank(argv: list[str], env: dict[str, str], beat: Connection, server: in
     os.environ.update({**env, **NodeEnv(inprocess_beat_fd=beat_fd).render()})
     from lab.node.inprocess import rank
 
-    code = rank.main(argv)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # as lab.node.inprocess.rank's own main: no interpreter teardown
+    exit_now(rank.main(argv))  # as lab.node.inprocess.rank's own main: no interpreter teardown

@@ -34,6 +34,7 @@ import torch.nn  # noqa: F401
 import torch.optim  # noqa: F401
 
 from lab.inprocess import heartbeat
+from lab.node.quick_exit import exit_now
 from lab.nodeenv import NodeEnv
 
 
@@ -144,9 +145,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Without the interpreter's teardown: torch's op-library finalizers take about a second at
-    # exit here (lab.node.launch.exit_at_once says more), and the keeper waits on us.
-    os._exit(code)
+    exit_now(main(sys.argv[1:]))  # the keeper waits on us: no interpreter teardown (quick_exit says why)
