@@ -13,9 +13,9 @@ each kind costs, here:
     kill-in-regroup                two of them: the second death opens one more generation
     hang-worker                    the frozen-rank bound (a third of the campaign's process-group
                                    timeout, lab.inprocess.heartbeat), then in-process recovery
-    kill-node                      node 0 (it holds the job's store): the job started again
-                                   (lab bench startup's netns start) and half a checkpoint period
-                                   redone; another node: it comes back after NODE_BACK_AFTER_S,
+    kill-node                      node 0 (it holds the job's store): the job's end, the job
+                                   started again (lab bench startup's netns start) and half a
+                                   checkpoint period redone; another node: it comes back after NODE_BACK_AFTER_S,
                                    its agent starts (lab bench startup's agent stage) and asks for
                                    a round, every rank restarts from the checkpoint (a tuned
                                    restart) and half a checkpoint period is redone
@@ -23,7 +23,13 @@ each kind costs, here:
     partition-node                 the cut (PARTITION_S: the keepers judge each other lost within it),
                                    then every rank restarts from the checkpoint (a tuned restart)
                                    and half a checkpoint period is redone
-    preempt-node                   the job started again (the checkpoint is taken at the stop)
+    preempt-node                   the job's end, then the job started again (the checkpoint is
+                                   taken at the stop)
+
+The job's end is lab bench startup's `end` stage: a node preempted until every node has exited
+(the others' ranks stop at the agreed step, every agent exits). A job started again waits for
+it; projected from the start alone, a campaign's restarts came out 2-3 s short each. A lost
+store's end is taken to be as long (its survivors see the loss at their next collective).
 
 The measured recovery of a fault runs until every rank is two steps past where it struck
 (lab.chaos.campaign.watch); both sides count the checkpoints' time alike.
@@ -38,6 +44,7 @@ from pathlib import Path
 from lab import files
 from lab.bench import loaded
 from lab.bench.result import goal_line
+from lab.bench.startup_stages import END
 from lab.chaos import PG_TIMEOUT_S
 from lab.chaos.campaign import CKPT_EVERY, STEP_TIME_S
 from lab.chaos.strikes import NODE_BACK_AFTER_S, PARTITION_S
@@ -47,7 +54,7 @@ START_ROW = "lab up (netns hosts, no Prometheus)"  # lab bench startup's row for
 GOAL_POINTS = 2.0
 
 
-def single_fault_costs(recovery: dict, start_s: float, agent_s: float) -> dict[str, float]:
+def single_fault_costs(recovery: dict, start_s: float, agent_s: float, end_s: float) -> dict[str, float]:
     """Seconds each kind is projected to cost; kill-node's figure is for a node other than 0."""
     in_process, tuned = recovery["in-process"]["median_s"], recovery["tuned"]["median_s"]
     half_period = CKPT_EVERY * STEP_TIME_S / 2
@@ -57,9 +64,9 @@ def single_fault_costs(recovery: dict, start_s: float, agent_s: float) -> dict[s
         "kill-in-regroup": 2 * in_process,
         "hang-worker": frozen_after(PG_TIMEOUT_S) + in_process,
         "kill-node": NODE_BACK_AFTER_S + agent_s + tuned + half_period,
-        "kill-node of node 0": start_s + half_period,
+        "kill-node of node 0": end_s + start_s + half_period,
         "partition-node": PARTITION_S + tuned + half_period,
-        "preempt-node": start_s,
+        "preempt-node": end_s + start_s,
     }
 
 
@@ -109,9 +116,12 @@ def measured_costs(recovery: dict | None, startup_json: Path, load: int = 0) -> 
     if START_ROW not in rows:
         return f"{startup_json} has no row {START_ROW!r}"
     agents = [run["agent"] for run in rows.get("stages", []) if run.get("agent") is not None]
-    if not agents:
-        return f"{startup_json} has no agent start among its stages"
-    return single_fault_costs(recovery, rows[START_ROW]["median_s"], statistics.median(agents))
+    ends = [run[END] for run in rows.get("stages", []) if run.get(END) is not None]
+    if not agents or not ends:
+        stage = "agent start" if not agents else "job end"
+        return f"{startup_json} has no {stage} among its stages (run `lab bench startup` again)"
+    start_s = rows[START_ROW]["median_s"]
+    return single_fault_costs(recovery, start_s, statistics.median(agents), statistics.median(ends))
 
 
 def loaded_recovery(out_dir: Path, load: int) -> dict | None:

@@ -155,8 +155,8 @@ def run(args, out_dir: Path) -> BenchResult:
     figures["stages"] = stage_runs
     lines += [
         "",
-        f"Where it goes: the lab's trainer started as `lab up` starts it, median of {args.trials} "
-        "(lab/bench/startup_stages.py names the stages):",
+        f"Where it goes: the lab's trainer started as `lab up` starts it, and its end once a node is "
+        f"preempted, median of {args.trials} (lab/bench/startup_stages.py names the stages):",
         "",
         *startup_stages.table(stage_runs),
         "",
