@@ -15,10 +15,11 @@ each kind costs, here:
                                    timeout, lab.inprocess.heartbeat), then in-process recovery
     kill-node                      node 0 (it holds the job's store): the job's end, the job
                                    started again (lab bench startup's netns start) and half a
-                                   checkpoint period redone; another node: it comes back after NODE_BACK_AFTER_S,
-                                   its agent starts (lab bench startup's agent stage) and asks for
-                                   a round, every rank restarts from the checkpoint (a tuned
-                                   restart) and half a checkpoint period is redone
+                                   checkpoint period redone; another node: it comes back after
+                                   NODE_BACK_AFTER_S, its agent starts (lab bench startup's agent
+                                   stage) and asks for a round, every rank restarts from the
+                                   checkpoint (a tuned restart) and half a checkpoint period is
+                                   redone
     lose-store                     as kill-node of node 0
     partition-node                 the cut (PARTITION_S: the keepers judge each other lost within it),
                                    then every rank restarts from the checkpoint (a tuned restart)
