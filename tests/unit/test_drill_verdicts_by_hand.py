@@ -6,21 +6,13 @@ testing showed edges no recorded run reached (docs/mutation.md). No process runs
 
 from __future__ import annotations
 
+from drill_runs import FAULT, agent, rec
+
 from lab.exercises import inprocess_verdict, observe
 from lab.exercises.seen import Seen
 from lab.health.events import AgentEvent
 from lab.report import Check, Report
 from lab.topology import Topology
-
-FAULT = 10.0
-
-
-def rec(t: float, event: str, rank: int = 0, restart: int = 0, **fields) -> dict:
-    return {"time": t, "event": event, "rank": rank, "restart": restart, **fields}
-
-
-def agent(t: float, name: str, node: str = "node0", **metadata) -> dict:
-    return {"time": t, "node": node, "name": name, "message": "", "event": {"name": name, "metadata": metadata}}
 
 
 def restarted_run(loaded_step: int = 20, reached: int = 25) -> list[dict]:
