@@ -47,6 +47,11 @@ def test_a_mismatch_with_no_error_exit_or_no_extra_collective_says_so():
     assert report.checks[3] == Check(FAST, False, "0.0 s after the injection")
     assert report.checks[0] == Check("the injected collective ran", True, "")
     assert not mismatch(1.5, extra_collective=False).checks[0].ok
+    unnamed = mismatch(1.5)
+    unnamed.evidence.logs = {"node1": "RuntimeError: Timed out\n"}
+    assert judge("collective-mismatch", unnamed.evidence).checks[2] == Check(
+        "the error names the mismatch", False, "no such error"
+    )
 
 
 def straggled(other_steps: int):

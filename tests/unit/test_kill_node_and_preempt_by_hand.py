@@ -116,11 +116,12 @@ RERUN_AT = FAULT + 5.0
 
 def preempted(exits=None, loads=((0, 25),), gone_after=2.5):
     """node1 preempted at 10 s; every rank stops at step 25 (saved); the rerun starts at 15 s,
-    a load recorded at that very instant; one recorded just before it belongs to the first run."""
+    a load and a save recorded at that very instant; a load just before it belongs to the first run."""
     stops = exits if exits is not None else [rec(FAULT + 1.0, "exit", r, reason="preempted", step=25) for r in range(4)]
     events = [rec(FAULT + 0.5, "checkpoint_saved", step=25), *stops]
     events.append(rec(RERUN_AT - 0.25, "checkpoint_loaded", 0, step=10))
     events += [rec(RERUN_AT, "checkpoint_loaded", rank, step=step) for rank, step in loads]
+    events.append(rec(RERUN_AT, "checkpoint_saved", step=30))  # the rerun's, at its first instant
     events += finished(FAULT + 20.0, range(4), restart=0)
     extra = {"preempted": "node1", "gone_after_s": gone_after, "restarted_at": RERUN_AT}
     fault = {"fault": "preempt", "node": "node1", "time": FAULT, "args": {"grace_s": 8}, "result": None, "rank": 2}

@@ -107,3 +107,6 @@ def test_under_etcd_a_store_error_an_older_load_or_none_fail_and_say_what_was_se
     assert nothing.checks[3] == Check(RESUMED, False, "newest before the kill None, loaded []")
     assert nothing.facts["lost_steps"] is None
     assert not judged(etcd_run(waiting=False)).checks[0].ok
+    unlogged = etcd_run()
+    unlogged.logs = {}  # no log of the survivor: no store error in it either
+    assert judged(unlogged).checks[1] == Check("its log has no store error", True, "")
