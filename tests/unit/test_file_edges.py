@@ -64,7 +64,7 @@ def test_a_replace_writes_beside_the_file_under_its_suffix_and_cleans_up_when_th
 
     files.replace_with(path, write)
     assert len(during) == 1 and during[0].startswith(".report.json.") and during[0].endswith(".json")
-    assert path.read_bytes() == b"{}"
+    assert path.read_bytes() == b"{}" and stat.S_IMODE(path.stat().st_mode) == 0o644  # readable, not executable
 
     def fail(f):
         raise KeyError("the writer failed")
