@@ -12,6 +12,15 @@ FAULT = 10.0
 CHECKSUM = "-0x1.6d72ac7b60000p+1"
 
 
+# hang-rank's: rank 1 frozen (SIGSTOP) at the fault, and the forensics that named it.
+FREEZE = {"fault": "pause_worker", "node": "node0", "time": FAULT, "args": {"local_rank": 1}, "rank": 1}
+FOUND = {
+    "suspects": [1],
+    "collective": "all_reduce #64 (sizes [[1]])",
+    "finding": "rank 1 never entered all_reduce #64",
+}
+
+
 def rec(t: float, event: str, rank: int = 0, restart: int = 0, **fields) -> dict:
     """One rank's event record."""
     return {"time": t, "event": event, "rank": rank, "restart": restart, **fields}
