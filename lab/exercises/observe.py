@@ -114,13 +114,6 @@ def final_checksums(events: list[dict]) -> set[str]:
     return {e["checksum"] for e in events if e["event"] == Event.EXIT and e.get("reason") == ExitReason.COMPLETED}
 
 
-def check_matches_reference(report, drill, events: list[dict], trainer_args: list[str]) -> bool:
-    """The drill's final weights against an uninterrupted run's, bit for bit, as a check."""
-    reference, source = drill.reference_checksums(trainer_args)
-    samples.check(report, events)
-    return check_final_weights(report, final_checksums(events), reference, source)
-
-
 def check_final_weights(report, final: set[str], reference: set[str], source: str | None) -> bool:
     match = len(final) == 1 and final == reference
     report.facts["final_weights_match_reference"] = match
