@@ -152,3 +152,51 @@ def test_a_fallback_to_a_restart_says_why_where_when_and_what_it_redid():
     evidence.events = [rec(12.5, "rendezvous_done"), rec(13.0, "checkpoint_loaded", step=0)]  # no step before
     assert inprocess_verdict.fallback_facts(evidence, FAULT)["lost_steps"] == 0
     assert inprocess_verdict.steps_text({"resumed_from": [10, 20]}) == "10, 20"
+
+
+IN_FLIGHT = "the step in flight at the fault was not loaded"
+CAREFUL = "a careful job commits a step only once every rank's files are whole"
+
+
+def in_flight(saved: list[int], reached: int, loaded: list[int]) -> Report:
+    report = Report("kill-worker", "local", 4)
+    observe.check_in_flight(report, saved, reached, loaded, 10)
+    return report
+
+
+def test_the_save_in_flight_is_the_newest_begun_and_must_not_be_the_one_loaded():
+    good = in_flight([10], 25, [10])  # step 20's save had begun at step 25 and was not committed
+    assert good.facts["save_in_flight"] == 20 and good.explanation == ""
+    assert good.checks == [
+        Check(IN_FLIGHT, True, "step 20's save had begun (not committed before the fault); loaded: [10]")
+    ]
+    committed = in_flight([10, 20], 25, [10, 20])  # committed before the fault: not in flight
+    assert committed.checks == [
+        Check(IN_FLIGHT, False, "step 20's save had begun (committed before the fault); loaded: [10]")
+    ]
+    assert committed.explanation.startswith(CAREFUL)
+    loaded_it = in_flight([10], 25, [20])
+    assert not loaded_it.checks[0].ok and loaded_it.explanation.startswith(CAREFUL)
+
+
+def test_before_the_first_save_began_nothing_was_in_flight():
+    first = in_flight([], 9, [0])  # the fault before step 10: no save had begun
+    assert first.facts["save_in_flight"] == 0 and not first.checks[0].ok
+    assert in_flight([], 10, [0]).checks[0].ok  # at step 10 the first save had begun, uncommitted
+    assert not in_flight([10], 25, []).checks[0].ok  # nothing loaded: no resume to judge
+
+
+def test_the_reference_the_weights_were_compared_with_is_said():
+    evidence = Seen(
+        "drill", "local", Topology(nodes=2, nproc_per_node=1), events=[], reference=["c"], reference_source="cached"
+    )
+    report = Report("drill", "local", 2)
+    observe.judge_reference(report, evidence)
+    assert report.facts["reference"] == "cached"
+
+
+def test_only_rank_0s_first_load_after_the_fault_is_shown():
+    twice = restart_checks([*restarted_run(20, 25), rec(13.0, "checkpoint_loaded", 0, 2, step=10)])  # a second restart
+    assert twice[2] == Check("resumed from the newest checkpoint", True, "newest before the fault: 20, loaded: [20]")
+    again = in_flight([10], 25, [10, 0])
+    assert again.checks[0].detail == "step 20's save had begun (not committed before the fault); loaded: [10]"
