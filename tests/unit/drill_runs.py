@@ -1,7 +1,7 @@
 """Drill runs written by hand, record by record, for the judges' unit tests. Every time is a
 binary fraction, so each span is exact and the facts a judge should report can be worked out by
-hand beside the run (tests/unit/test_drill_verdicts_by_hand.py, test_judges_by_hand.py). No
-process runs."""
+hand beside the run (tests/unit/test_drill_verdicts_by_hand.py and the judges' *_by_hand.py
+tests). No process runs."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ def finished(t: float, ranks: range, restart: int = 1, step: int = 60, checksum:
 def regrouped(t: float, node: str = "node0") -> list[dict]:
     """An agent asking to join the next round, and joining it, a quarter second apart."""
     return [
-        agent(t, "rdzv", node, message="node0 attempts to join the next round"),
-        agent(t + 0.25, "rdzv", node, message="node0 has joined round 1"),
+        agent(t, "rdzv", node, message=f"{node} attempts to join the next round"),
+        agent(t + 0.25, "rdzv", node, message=f"{node} has joined round 1"),
     ]
 
 
