@@ -1,7 +1,8 @@
 """The records lab.node.user_script writes, from real processes (a rank each, no torchrun): the exit
 of a script a wrapper ended with a status (Hydra's app, whose exception Hydra catches, prints and
 turns into `sys.exit(1)`; a script that exits in its own words), and the saves of ranks that write
-one checkpoint file (lab.exercises.script.writers reads them)."""
+one checkpoint file (lab.exercises.script.writers reads them), and the loads that raised (kill-in-save's
+judge, lab.exercises.script.cut, reads them as what the script took after the kill)."""
 
 from __future__ import annotations
 
@@ -36,9 +37,19 @@ import torch
 torch.save({"weights": [1.0]}, "checkpoint.pth.tar")
 """
 SAVES_THROUGH_A_RENAME = """
-import os, torch
+import torch
 torch.save({"weights": [1.0]}, f"checkpoint.pt.{os.environ['RANK']}.tmp")
 os.replace(f"checkpoint.pt.{os.environ['RANK']}.tmp", "checkpoint.pt")
+"""
+LOADS_A_HALF = """
+import torch
+torch.save({"weights": torch.zeros(100)}, "snapshot.pt")
+data = open("snapshot.pt", "rb").read()
+open("snapshot.pt", "wb").write(data[: len(data) // 2])
+try:
+    torch.load("snapshot.pt", weights_only=True)
+except RuntimeError:
+    pass
 """
 
 
@@ -81,3 +92,12 @@ def test_two_ranks_saving_one_file_in_place_are_flagged_and_a_save_through_a_ren
         assert writers.shared_writes(events) == flagged, events
         for leftover in (tmp_path / "events").iterdir():
             leftover.unlink()
+
+
+def test_a_load_that_raised_is_recorded_with_its_path_and_error_and_not_as_loaded(tmp_path):
+    code, records = run_as_rank(tmp_path, LOADS_A_HALF, rank=0)
+    assert code == 0, records
+    (failed,) = [r for r in records if r["event"] == "load_failed"]
+    assert (failed["path"], failed["how"]) == ("snapshot.pt", "torch.load")
+    assert failed["error"].startswith("RuntimeError: PytorchStreamReader failed reading zip archive")
+    assert not [r for r in records if r["event"] == "loaded"]

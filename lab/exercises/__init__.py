@@ -64,6 +64,7 @@ CATALOG = (
     "corrupt_checkpoint",
     "collective_mismatch",
     "crash_loop",
+    "kill_in_save",
 )
 
 

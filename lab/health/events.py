@@ -39,7 +39,9 @@ class Event(StrEnum):
     CHECKPOINT_RECEIVED = "checkpoint_received"  # step, source_rank, path: from a peer
     NO_CHECKPOINT = "no_checkpoint"  # directory: a fresh start
     LOADED = "loaded"  # path, how: a user's script called torch.load or dcp.load
+    LOAD_FAILED = "load_failed"  # path, how, error: a user's script's torch.load or dcp.load raised
     SAVED = "saved"  # path, how: a user's script called torch.save or dcp.save
+    SAVE_PAUSED = "save_paused"  # path (step: the trainer's): a save stopped midway (kill-in-save's fault)
     STATE_FROM_PEER = "state_from_peer"  # step, source: in-process recovery's handover
     COLLECTIVE_FAILED = "collective_failed"  # step, error: in-process recovery noticed a death
     INJECTED_EXTRA_COLLECTIVE = "injected_extra_collective"  # step: collective-mismatch's fault

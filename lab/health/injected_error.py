@@ -1,6 +1,6 @@
 """Faults one rank runs into on request, from inside: the drills' and `lab bench diagnosis`'s.
 
-A worker that calls install() answers eight signals from whatever its main thread is running
+A worker that calls install() answers nine signals from whatever its main thread is running
 (Python runs signal handlers between bytecodes, so a rank inside a gloo collective answers as
 soon as the collective returns):
 
@@ -22,7 +22,12 @@ soon as the collective returns):
   (the trainer's writes ask written_to(); a watched script's torch.save(obj, path) is sent
   there by lab.node.user_script, so the error is torch's own);
 - SIGRTMIN+7: waits for ever in Python, as on a queue or a data loader that never answers:
-  unlike the GIL hang, its other threads and its signal handlers still run.
+  unlike the GIL hang, its other threads and its signal handlers still run;
+- SIGRTMIN+8: the rank's next checkpoint save stops midway for PAUSE_S, as on storage that
+  stalls: part of it written, the rest not (the trainer pauses between a file's halves, or a DCP
+  step's shards and its commit; a watched script's torch.save between the file's halves, its
+  dcp.save before the `.metadata`: lab.node.faulty_saves). The pause is announced first (the
+  `save_paused` event), so the kill-in-save drill lands inside it.
 
 The trainer and every script the lab watches (lab.node.user_script) install them; the script's
 own code is unchanged, and one that installs its own handler for one of them keeps it.
@@ -35,6 +40,7 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 SIGNAL = signal.SIGUSR2
 HOG_SIGNAL = signal.SIGRTMIN + 1
@@ -44,6 +50,7 @@ NAN_SIGNAL = signal.SIGRTMIN + 4
 STALL_SIGNAL, STALL_S = signal.SIGRTMIN + 5, 0.25
 DISK_FULL_SIGNAL, FULL_DEVICE = signal.SIGRTMIN + 6, "/dev/full"
 WAIT_SIGNAL = signal.SIGRTMIN + 7
+PAUSE_SIGNAL, PAUSE_S = signal.SIGRTMIN + 8, 8.0
 
 
 class Once:
@@ -60,7 +67,7 @@ class Once:
         return taken
 
 
-_poison, _disk_full = Once(), Once()
+_poison, _disk_full, _pause = Once(), Once(), Once()
 _stall = {"seconds": 0.0}
 MARK = "exception injected by the lab's rank-exception drill"
 HOG_CHUNK_MIB, HOG_CAP_MIB = 64, 8192
@@ -116,6 +123,22 @@ def written_to(path):
     return FULL_DEVICE if _disk_full.take() else path
 
 
+pause_next_save = _pause.arm
+
+
+def save_pauses() -> bool:
+    """Whether the rank's next save will stop midway (SIGRTMIN+8 came, no save has taken it)."""
+    return _pause.armed
+
+
+def midway(announce: Callable[[], None]) -> None:
+    """Nothing; or once after SIGRTMIN+8, announce() then PAUSE_S of waiting: the save in hand
+    (partly written) stays unfinished that long, and a kill in that time cuts it."""
+    if _pause.take():
+        announce()
+        time.sleep(PAUSE_S)
+
+
 def install() -> None:
     signal.signal(SIGNAL, raise_injected)
     signal.signal(HOG_SIGNAL, hog_memory)
@@ -125,3 +148,4 @@ def install() -> None:
     signal.signal(STALL_SIGNAL, slow_down)
     signal.signal(DISK_FULL_SIGNAL, fill_disk)
     signal.signal(WAIT_SIGNAL, wait_for_ever)
+    signal.signal(PAUSE_SIGNAL, pause_next_save)

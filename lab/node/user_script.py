@@ -13,7 +13,8 @@ sys.path, sys.argv), after these steps, none of which its code can see:
 - progress: `lab.progress.step(n)` if the script calls it; otherwise each line it prints
   (stdout or stderr, through Python) that matches --progress-regex becomes a `step` event
   (the named group `n`, else the first group; the group `unit`, else "step");
-- SIGUSR2 raises an ordinary exception in it (lab.health.injected_error: the rank-exception drill);
+- SIGUSR2 raises an ordinary exception in it (lab.health.injected_error: the rank-exception drill),
+  and SIGRTMIN+8 pauses its next save midway (kill-in-save: lab.node.faulty_saves);
 - `rendezvous_done` when init_process_group returns, and `loaded` (the path) for each
   torch.load or torch.distributed.checkpoint.load: where the run resumed from.
 """
@@ -34,6 +35,7 @@ from typing import Any
 from lab import progress
 from lab.health import hang_dump, injected_error
 from lab.health.events import ECHO_PREFIX, Event, EventLog, ExitReason, error_text
+from lab.node.faulty_saves import onto_a_full_disk, pause_dcp_before_metadata, paused_torch_save
 from lab.node_log import PrintedErrors
 from lab.nodeenv import NodeEnv
 
@@ -137,12 +139,16 @@ def watch_torch(log: EventLog, events_dir: str | None) -> None:
 
     inside = threading.local()  # how deep in the watched calls: dcp.load's own reads are not the script's
 
-    def after(original, record):
+    def after(original, record, failed=None):
         def wrapped(*args, **kwargs):
             depth = getattr(inside, "depth", 0)
             inside.depth = depth + 1
             try:
                 result = original(*args, **kwargs)
+            except BaseException as e:  # DCP's CheckpointException is a BaseException
+                if depth == 0 and failed is not None and not isinstance(e, KeyboardInterrupt | SystemExit):
+                    failed(args, kwargs, e)
+                raise
             finally:
                 inside.depth = depth
             if depth == 0:
@@ -160,6 +166,11 @@ def watch_torch(log: EventLog, events_dir: str | None) -> None:
     def loaded(args, kwargs, key: str, how: str) -> None:
         touched(Event.LOADED, args[0] if args else kwargs.get(key), how)
 
+    def not_loaded(args, kwargs, key: str, how: str, error: Exception) -> None:  # a half-written file, say
+        path = file_path(args[0] if args else kwargs.get(key))
+        if path is not None:
+            log.write(Event.LOAD_FAILED, path=path, how=how, error=error_text(error))
+
     def saved(args, kwargs, key: str, how: str) -> None:  # torch.save(obj, f), dcp.save(state, checkpoint_id=)
         touched(Event.SAVED, args[1] if len(args) > 1 else kwargs.get(key), how)
 
@@ -169,10 +180,19 @@ def watch_torch(log: EventLog, events_dir: str | None) -> None:
         hang_dump.install(events_dir, dist.get_rank())
 
     dist.init_process_group = after(dist.init_process_group, joined)
-    torch.load = after(torch.load, lambda a, k: loaded(a, k, "f", "torch.load"))
-    dcp.load = after(dcp.load, lambda a, k: loaded(a[1:], k, "checkpoint_id", "dcp.load"))
-    torch.save = after(onto_a_full_disk(torch.save), lambda a, k: saved(a, k, "f", "torch.save"))
+    torch.load = after(
+        torch.load, lambda a, k: loaded(a, k, "f", "torch.load"), lambda a, k, e: not_loaded(a, k, "f", "torch.load", e)
+    )
+    dcp.load = after(
+        dcp.load,
+        lambda a, k: loaded(a[1:], k, "checkpoint_id", "dcp.load"),
+        lambda a, k, e: not_loaded(a[1:], k, "checkpoint_id", "dcp.load", e),
+    )
+    torch.save = after(
+        paused_torch_save(onto_a_full_disk(torch.save), log), lambda a, k: saved(a, k, "f", "torch.save")
+    )
     dcp.save = after(dcp.save, lambda a, k: saved(a, k, "checkpoint_id", "dcp.save"))
+    pause_dcp_before_metadata(log)  # kill-in-save's pause: lab.node.faulty_saves
 
 
 def pg_timeout_s(args: tuple, kwargs: dict, backend: str) -> float:
@@ -207,21 +227,6 @@ def file_identity(path: str) -> dict:
     except OSError:
         return {}
     return {"file": [found.st_dev, found.st_ino]}
-
-
-def onto_a_full_disk(save):
-    """torch.save, whose path goes to a full disk once the disk-full fault came
-    (lab.health.injected_error): the error the script then meets is torch's own."""
-
-    def wrapped(obj, *args, **kwargs):
-        if args and isinstance(args[0], str | os.PathLike):
-            args = (injected_error.written_to(args[0]), *args[1:])
-        elif isinstance(kwargs.get("f"), str | os.PathLike):
-            kwargs["f"] = injected_error.written_to(kwargs["f"])
-        return save(obj, *args, **kwargs)
-
-    wrapped.__wrapped__ = save  # type: ignore[attr-defined]
-    return wrapped
 
 
 def script_frame(error: BaseException, script: str) -> str:

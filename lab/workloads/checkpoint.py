@@ -29,16 +29,22 @@ MAGIC = b"LABCKPT1"
 KEEP = 2
 
 
-def save(directory: Path, step: int, state: dict) -> Path:
-    """Write state as the checkpoint of `step`, atomically; drop all but the newest KEEP."""
+def save(directory: Path, step: int, state: dict, midway: Callable[[Path], None] = lambda tmp: None) -> Path:
+    """Write state as the checkpoint of `step`, atomically; drop all but the newest KEEP.
+    midway(tmp) is called with half the file written (where storage that stalls keeps it:
+    lab.health.injected_error's pause)."""
     directory.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     torch.save(state, buffer)
     payload = buffer.getvalue()
     final = path_for(directory, step)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    data = MAGIC + hashlib.sha256(payload).digest() + payload
     with open(injected.written_to(tmp), "wb") as f:  # a full disk, on request (lab.health.injected_error)
-        f.write(MAGIC + hashlib.sha256(payload).digest() + payload)
+        f.write(data[: len(data) // 2])
+        f.flush()
+        midway(tmp)
+        f.write(data[len(data) // 2 :])
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, final)

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch.distributed as dist
@@ -48,8 +49,16 @@ def steps(directory: Path) -> list[Path]:
 class ShardedCheckpoints:
     """One job's DCP checkpoints in one folder every rank sees (rank 0 commits)."""
 
-    def __init__(self, directory: Path, rank: int, distributed: bool, asynchronous: bool = False):
+    def __init__(
+        self,
+        directory: Path,
+        rank: int,
+        distributed: bool,
+        asynchronous: bool = False,
+        midway: Callable[[int, Path], None] = lambda step, tmp: None,
+    ):
         self.directory, self.rank, self.asynchronous = directory, rank, asynchronous
+        self.midway = midway  # midway(step, tmp): this rank's files written, the step not committed
         self.group = dist.new_group(backend="gloo") if distributed else None
         self.pending: tuple[int, dict, object | None] | None = None  # (step, meta, the async write's future)
 
@@ -79,6 +88,7 @@ class ShardedCheckpoints:
         self.pending = None
         if future is not None:
             future.result()  # type: ignore[attr-defined]  # this rank's files are written
+        self.midway(step, self.directory / f".dcp_{step:08d}.tmp")
         self._barrier()
         return commit(self.directory, step, meta) if self.rank == 0 else path_for(self.directory, step)
 

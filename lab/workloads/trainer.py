@@ -55,7 +55,7 @@ from lab.workloads.distributed import Ctx, Preemption, StepDeadline, ddp, finite
 from lab.workloads.monitoring_ab import MonitoringAB
 from lab.workloads.step_clock import StepClock, record_step
 from lab.workloads.trainer_args import parse_args
-from lab.workloads.trainer_state import resume, save_checkpoint, set_rng_state
+from lab.workloads.trainer_state import pause_point, resume, save_checkpoint, set_rng_state
 
 
 def make_dataset(samples: int) -> TensorDataset:
@@ -143,7 +143,7 @@ def train(args, ctx: Ctx, attempt, events: EventLog, metrics: RankMetrics | None
     if why := sharded.refused(args, attempt.in_process):
         raise SystemExit(f"trainer rank {ctx.rank}: error: {why}")
     store = (
-        ShardedCheckpoints(Path(args.ckpt_dir), ctx.rank, ctx.distributed, args.save == "async")
+        ShardedCheckpoints(Path(args.ckpt_dir), ctx.rank, ctx.distributed, args.save == "async", pause_point(events))
         if (args.parallel == "fsdp2" and args.ckpt_dir)
         else None
     )

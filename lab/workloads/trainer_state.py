@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from lab.health import injected_error as injected
 from lab.health.events import Event, EventLog
 from lab.workloads import checkpoint
 from lab.workloads.distributed import Ctx, say
@@ -114,6 +115,7 @@ def save_checkpoint(args, ctx, model, optimizer, step, position, events, metrics
                 "world_size": ctx.world_size,
                 "rng": rngs,
             },
+            midway=lambda tmp: pause_point(events)(step, tmp),
         )
     except OSError as e:
         events.write(Event.CHECKPOINT_FAILED, step=step, reason=str(e))
@@ -125,3 +127,10 @@ def save_checkpoint(args, ctx, model, optimizer, step, position, events, metrics
     if metrics:
         metrics.checkpoint_save.observe(seconds)
         metrics.last_checkpoint_time.set(time.time())
+
+
+def pause_point(events: EventLog):
+    """pause(step, where): where a save in hand stops for a while when the kill-in-save drill asks
+    (lab.health.injected_error's SIGRTMIN+8), said first in a `save_paused` event, so that the
+    drill's kill lands inside it."""
+    return lambda step, where: injected.midway(lambda: events.write(Event.SAVE_PAUSED, step=step, path=str(where)))

@@ -11,6 +11,7 @@ from lab.exercises import (
     corrupt_checkpoint,
     crash_loop,
     hang_rank,
+    kill_in_save,
     kill_node,
     kill_rendezvous_host,
     kill_worker,
@@ -45,6 +46,8 @@ CASES = {
     "corrupt-checkpoint": (corrupt_checkpoint, {}),
     "collective-mismatch": (collective_mismatch, {}),
     "crash-loop": (crash_loop, {}),
+    "kill-in-save": (kill_in_save, {}),
+    "kill-in-save-fsdp2": (kill_in_save, {"parallel": "fsdp2"}),
 }
 
 

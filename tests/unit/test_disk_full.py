@@ -11,7 +11,7 @@ import torch
 
 from lab.bench.grading import kind_of
 from lab.health import injected_error
-from lab.node.user_script import onto_a_full_disk
+from lab.node.faulty_saves import onto_a_full_disk
 from lab.why import disk_full
 from lab.workloads import checkpoint
 

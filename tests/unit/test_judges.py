@@ -52,6 +52,12 @@ FACTS = {
     "crash-loop": lambda f: (
         f["restarts"] == 4 and f["crash_loop_restarts"] == 3 and f["crash_loop_stopped_after_s"] < 60
     ),
+    # Told at step 25, rank 0 paused in step 30's save (its file half written, not yet renamed); 20 loaded.
+    "kill-in-save": lambda f: (
+        f["cut"]["step"] == 30 and ".step_00000030.ckpt." in f["cut"]["path"] and f["lost_steps"] == 10
+    ),
+    # Rank 1 paused with its shard of step 30 written, the step's folder not committed; 20 loaded.
+    "kill-in-save-fsdp2": lambda f: f["cut"]["path"].endswith("/.dcp_00000030.tmp") and f["lost_steps"] == 10,
 }
 
 

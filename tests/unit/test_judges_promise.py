@@ -26,7 +26,16 @@ HANG_RESTART_FACTS = {
     "seconds_until_the_timeout_fired",
     "final_weights_match_reference",
 }
+KILL_IN_SAVE = (
+    ["rank 0 was killed with its save half written", "the job succeeded", "the worker group restarted once"]
+    + ["resumed from the newest checkpoint", "lost at most one checkpoint interval (10 steps)"]
+    + ["every sample once per epoch", "final weights bit-identical to an uninterrupted run"]
+    + ["no rank loaded the save the kill cut"],
+    {"cut", "restarts", "lost_steps", "recovery", "samples", "final_weights_match_reference", "reference"},
+)
 PROMISES = {
+    "kill-in-save": KILL_IN_SAVE,
+    "kill-in-save-fsdp2": ([KILL_IN_SAVE[0][0].replace("rank 0", "rank 1"), *KILL_IN_SAVE[0][1:]], KILL_IN_SAVE[1]),
     "kill-worker": (
         [
             "the job succeeded",

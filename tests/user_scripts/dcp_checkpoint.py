@@ -2,6 +2,9 @@
 and loads the newest at start. It reports its step with the lab's optional helper.
 
     torchrun --nproc-per-node=2 dcp_checkpoint.py --steps 30
+
+It loads the newest folder whose .metadata was written; --newest-folder loads the newest folder
+whatever it holds (a save cut short leaves one without its .metadata).
 """
 
 import argparse
@@ -25,6 +28,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=30)
 parser.add_argument("--step-time", type=float, default=0.1)
 parser.add_argument("--every", type=int, default=5)
+parser.add_argument("--newest-folder", action="store_true")
 args = parser.parse_args()
 
 dist.init_process_group("gloo", timeout=timedelta(seconds=10))
@@ -36,7 +40,8 @@ def complete_saves():
     """Saves whose .metadata was written: a rank killed inside dcp.save leaves a folder without it."""
     if not os.path.isdir("ckpt"):
         return []
-    done = (d for d in os.listdir("ckpt") if d.startswith("step") and os.path.exists(f"ckpt/{d}/.metadata"))
+    whole = (lambda d: True) if args.newest_folder else (lambda d: os.path.exists(f"ckpt/{d}/.metadata"))
+    done = (d for d in os.listdir("ckpt") if d.startswith("step") and whole(d))
     return sorted(int(d[4:]) for d in done)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from lab.exercises import observe, samples
-from lab.exercises.script import damaged, resume, signals, writers
+from lab.exercises.script import cut, damaged, resume, signals, writers
 from lab.exercises.script.spec import ScriptSpec
 from lab.exercises.seen import Seen
 from lab.health.events import Event, ExitReason
@@ -208,6 +208,7 @@ def judge_fault(report: Report, seen: Seen) -> None:
     loaded = [e["path"] for e in events if e["event"] == Event.LOADED and e["rank"] == 0 and e["time"] > fault["time"]]
     facts["loaded_after_fault"] = loaded[:3]
     facts["damaged_dcp_step"] = damaged.loaded_step(seen.faults, loaded)
+    facts["cut_save"] = cut.loaded_cut(events, fault["time"])  # kill-in-save's
     facts["recovery"] = None if recovery == "none" else observe.recovery_breakdown(events, seen.agents, fault["time"])
     early = failed_before(events, began)
     if early:  # what followed is not the fault's doing: judge nothing else
@@ -216,6 +217,7 @@ def judge_fault(report: Report, seen: Seen) -> None:
         return
     if unit is not None:  # first: ranks apart is why such a job then hangs or fails
         resume.check_together(report, signals.resumed_by_rank(events, fault["time"], source, unit), unit, seen.extra)
+    cut.check(report, facts["cut_save"])  # first: a half-written checkpoint loaded is why such a job then fails
     check_finished(report, codes)
     samples.check(report, events)  # where the script records its samples (lab.progress.step(n, samples=...))
     if recovery == "none":

@@ -1,0 +1,63 @@
+"""What a user's script loaded after kill-in-save cut one of its saves midway: the half, or a whole one.
+
+The drill paused the target's save (lab.node.faulty_saves: half a torch.save file written, or a
+DCP step's shards without their `.metadata`) and killed it there. A script that wrote straight
+to its checkpoint's final name, or moved a `latest` marker before the save was whole, finds the
+half under the name it loads on restart; torch.load (or dcp.load) then fails, or worse, loads.
+Its first load after the kill, whether it worked or raised (lab.node.user_script records both),
+says which kind of script it is."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from lab.health.events import Event
+from lab.report import Report
+
+CAREFUL = (
+    "a careful script writes each checkpoint under a temporary name and renames it once whole (a `latest` marker "
+    "moved only after that), and loads only whole ones (a DCP folder with its .metadata, checked)"
+)
+
+
+def loaded_cut(events: list[dict], kill_time: float) -> dict | None:
+    """{"path", "how", "loaded", "took_cut"}: the save cut at the kill and the first load after it
+    (any rank; a load that raised counts); None where no save was cut or nothing was loaded."""
+    cut = max(
+        (e for e in events if e["event"] == Event.SAVE_PAUSED and e["time"] <= kill_time),
+        key=lambda e: e["time"],
+        default=None,
+    )
+    loads = [e for e in events if e["event"] in (Event.LOADED, Event.LOAD_FAILED) and e["time"] > kill_time]
+    if cut is None or not loads:
+        return None
+    first = min(loads, key=lambda e: e["time"])
+    return {
+        "path": cut["path"],
+        "how": cut.get("how", "a save"),
+        "loaded": first["path"],
+        "error": first.get("error"),
+        "took_cut": same_file(cut["path"], first["path"]),
+    }
+
+
+def same_file(cut: str, loaded: str) -> bool:
+    """A load names the file as the script wrote it (often relative to its working dir), the cut
+    its full path: the same file when the load's path is the cut's tail."""
+    tail = PurePosixPath(loaded).parts
+    tail = tail[1:] if tail[:1] == (".",) else tail
+    return bool(tail) and PurePosixPath(cut).parts[-len(tail) :] == tail
+
+
+def check(report: Report, found: dict | None) -> None:
+    """Where kill-in-save cut a save and the script loaded after it: whether it passed over the half."""
+    if not found:
+        return
+    state = "with its shards and no .metadata" if found["how"] == "dcp.save" else "half written"
+    left = f"{state} (its {found['how']} cut midway)"
+    if found["took_cut"]:
+        failed = f" ({found['error'].split('. ')[0]})" if found.get("error") else ""
+        detail = f"it loaded {found['loaded']}{failed}, which the kill left {left}: {CAREFUL}"
+    else:
+        detail = f"it passed over {found['path']}, which the kill left {left}, and loaded {found['loaded']}"
+    report.check("it did not load the save the kill cut short", not found["took_cut"], detail)

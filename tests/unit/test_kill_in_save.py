@@ -1,0 +1,133 @@
+"""kill-in-save's verdicts on what real runs saw (tests/fixtures/drills/, scripts/record-fixtures.sh):
+the trainer's (a DDP file and a DCP step cut midway) and three scripts' (a `latest` marker moved
+before the save, the same moved after it, a DCP script that loads its newest folder whatever it
+holds), each changed in one thing the judge must catch. No process runs."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from drill_cases import FIXTURES, failed, judge, seen
+
+from lab.exercises import DrillOptions, kill_in_save
+from lab.exercises.script import cut
+from lab.exercises.script import judge as script_judge
+from lab.exercises.seen import Seen
+from lab.health import injected_error
+from lab.health.events import Event
+
+KILLED = "rank 0 was killed with its save half written"
+NOT_LOADED = "no rank loaded the save the kill cut"
+SCRIPT_CHECK = "it did not load the save the kill cut short"
+
+
+def the_pause(evidence: Seen) -> dict:
+    return next(e for e in evidence.events if e["event"] == Event.SAVE_PAUSED)
+
+
+@pytest.mark.parametrize("case", ["kill-in-save", "kill-in-save-fsdp2"])
+def test_the_kill_is_the_sigkill_not_the_signal_that_paused_the_save(case):
+    evidence = seen(case)
+    told, kill = evidence.injected("kill_worker"), kill_in_save.the_kill(evidence)
+    assert told["args"]["sig"] == int(injected_error.PAUSE_SIGNAL) and kill["args"]["sig"] == signal.SIGKILL
+    assert told["time"] < the_pause(evidence)["time"] <= kill["time"]
+
+
+def test_a_kill_after_the_pause_ended_is_not_a_kill_in_the_save():
+    evidence = seen("kill-in-save")
+    kill_in_save.the_kill(evidence)["time"] = the_pause(evidence)["time"] + injected_error.PAUSE_S + 0.5
+    assert KILLED in failed(judge("kill-in-save", evidence))
+
+
+def test_a_kill_before_any_save_paused_is_not_a_kill_in_the_save():
+    evidence = seen("kill-in-save")
+    evidence.events = [e for e in evidence.events if e["event"] != Event.SAVE_PAUSED]
+    report = judge("kill-in-save", evidence)
+    assert failed(report) == [KILLED, NOT_LOADED] and report.facts["cut"] is None
+
+
+@pytest.mark.parametrize("case", ["kill-in-save", "kill-in-save-fsdp2"])
+def test_a_restart_that_loads_the_cut_path_fails_by_that_check_alone(case):
+    evidence = seen(case)
+    kill = kill_in_save.the_kill(evidence)
+    for e in evidence.events:
+        if e["event"] == Event.CHECKPOINT_LOADED and e["time"] > kill["time"]:
+            e["path"] = the_pause(evidence)["path"]
+    assert failed(judge(case, evidence)) == [NOT_LOADED]
+
+
+def test_the_ddp_trainer_refuses_a_rank_that_writes_no_checkpoint_and_fsdp2_takes_any():
+    refused = kill_in_save.trainer_refusal(DrillOptions(target_rank=1, at_step=25))
+    assert "written by rank 0" in refused and "--target-rank 1" in refused
+    assert kill_in_save.trainer_refusal(DrillOptions(target_rank=0, at_step=25)) == ""
+    assert kill_in_save.trainer_refusal(DrillOptions(target_rank=3, at_step=25, parallel="fsdp2")) == ""
+
+
+def script_seen(case: str) -> Seen:
+    return Seen.load(FIXTURES / f"script-cut-{case}" / "seen.json")
+
+
+def test_a_marker_moved_before_the_save_loads_the_half_and_the_verdict_names_the_file():
+    """latest_marker.py (rank 0 saves ckpt/step_N.pt every 5 steps), told at step 12: cut in step 15's save."""
+    report = script_judge.judge(script_seen("marker-first"))
+    found = report.facts["cut_save"]
+    assert found["path"].endswith("/ckpt/step_15.pt") and found["loaded"] == "ckpt/step_15.pt" and found["took_cut"]
+    assert "PytorchStreamReader" in found["error"]
+    assert report.verdict == "fail" and failed(report)[0] == SCRIPT_CHECK
+    assert report.facts["finding"].startswith(f"{SCRIPT_CHECK}: no. it loaded ckpt/step_15.pt")
+
+
+def test_the_marker_moved_after_the_save_passes_over_the_half_to_the_step_before():
+    report = script_judge.judge(script_seen("marker-last"))
+    found = report.facts["cut_save"]
+    assert found["loaded"] == "ckpt/step_10.pt" and not found["took_cut"] and found["error"] is None
+    assert report.verdict == "pass", report.checks
+    assert SCRIPT_CHECK in [c.name for c in report.checks if c.ok]
+
+
+def test_a_dcp_script_loading_its_newest_folder_is_caught_on_the_folder_without_metadata():
+    report = script_judge.judge(script_seen("dcp-newest-folder"))
+    found = report.facts["cut_save"]
+    assert found["how"] == "dcp.save" and found["path"].endswith("/ckpt/step15") and found["loaded"] == "ckpt/step15"
+    assert found["took_cut"] and "CheckpointException" in found["error"]
+    assert failed(report)[0] == SCRIPT_CHECK
+    assert "with its shards and no .metadata" in report.facts["finding"]
+
+
+def test_the_careful_scripts_verdict_turns_when_its_first_load_after_the_kill_is_the_cut_file():
+    evidence = script_seen("marker-last")
+    kill = evidence.extra["fault"]["time"]
+    first = min(
+        (e for e in evidence.events if e["event"] == Event.LOADED and e["time"] > kill), key=lambda e: e["time"]
+    )
+    first["path"] = "ckpt/step_15.pt"
+    assert SCRIPT_CHECK in failed(script_judge.judge(evidence))
+
+
+@pytest.mark.parametrize(
+    ("loaded", "same"),
+    [
+        ("ckpt/step_15.pt", True),
+        ("./ckpt/step_15.pt", True),
+        ("step_15.pt", True),
+        ("/w/run/ckpt/step_15.pt", True),
+        ("ckpt/step_10.pt", False),
+        ("other/step_15.pt", False),
+        ("ckpt/step_15.pt.tmp", False),
+        ("", False),
+        (".", False),
+    ],
+)
+def test_a_load_names_the_cut_file_when_its_path_is_the_cuts_tail(loaded, same):
+    assert cut.same_file("/w/run/ckpt/step_15.pt", loaded) is same
+
+
+def test_no_cut_or_no_load_after_the_kill_gives_no_check():
+    pause = {"event": Event.SAVE_PAUSED, "time": 10.0, "rank": 0, "path": "/w/a.pt", "how": "torch.save"}
+    load = {"event": Event.LOADED, "time": 12.0, "rank": 1, "path": "a.pt"}
+    assert cut.loaded_cut([pause], kill_time=11.0) is None
+    assert cut.loaded_cut([load], kill_time=11.0) is None
+    assert cut.loaded_cut([pause, {**load, "time": 10.5}], kill_time=11.0) is None  # loaded before the kill
+    assert cut.loaded_cut([{**pause, "time": 11.5}, load], kill_time=11.0) is None  # paused after it
+    assert cut.loaded_cut([pause, load], kill_time=11.0)["took_cut"] is True
