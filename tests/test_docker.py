@@ -135,6 +135,8 @@ def test_the_node_image_says_in_one_line_what_cuda_it_has(images):
         ("kill-node", "auto", "torchrun"),
         # the tuned restart: the lab's rendezvous across containers
         ("kill-worker", "restart", "restart"),
+        # a save paused midway in a container (SIGRTMIN+8 through `docker exec kill`), killed inside
+        ("kill-in-save", "auto", "restart"),
     ],
 )
 def test_fault_drill_passes_in_containers(docker_lab, name, recovery, style):
