@@ -135,12 +135,14 @@ def test_the_node_image_says_in_one_line_what_cuda_it_has(images):
         ("kill-node", "auto", "torchrun"),
         # the tuned restart: the lab's rendezvous across containers
         ("kill-worker", "restart", "restart"),
-        # a save paused midway in a container (SIGRTMIN+8 through `docker exec kill`), killed inside
+        # a save paused midway in a container (SIGRTMIN+8 through `docker exec`), killed inside: a
+        # DCP step of the sharded trainer, every container writing its shards into one folder
         ("kill-in-save", "auto", "restart"),
     ],
 )
 def test_fault_drill_passes_in_containers(docker_lab, name, recovery, style):
-    out = docker_lab("exercise", "run", name, "--runtime", "docker", "--recovery", recovery, timeout=600)
+    extra = ["--parallel", "fsdp2", "--target-rank", "1"] if name == "kill-in-save" else []
+    out = docker_lab("exercise", "run", name, "--runtime", "docker", "--recovery", recovery, *extra, timeout=600)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     report = report_of(out)
     assert report["runtime"] == "docker" and report["verdict"] == "pass", report
