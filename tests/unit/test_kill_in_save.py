@@ -131,3 +131,18 @@ def test_no_cut_or_no_load_after_the_kill_gives_no_check():
     assert cut.loaded_cut([pause, {**load, "time": 10.5}], kill_time=11.0) is None  # loaded before the kill
     assert cut.loaded_cut([{**pause, "time": 11.5}, load], kill_time=11.0) is None  # paused after it
     assert cut.loaded_cut([pause, load], kill_time=11.0)["took_cut"] is True
+
+
+def test_a_file_another_rank_saved_again_after_the_cut_was_loaded_whole_unless_the_load_raised():
+    """Several ranks writing one file (imagenet's way): rank 0 cut midway, rank 2's save of the same
+    path done after the cut began: a load that worked read rank 2's copy."""
+    pause = {"event": Event.SAVE_PAUSED, "time": 10.0, "rank": 0, "path": "/w/checkpoint.pth.tar", "how": "torch.save"}
+    again = {"event": Event.SAVED, "time": 10.4, "rank": 2, "path": "checkpoint.pth.tar"}
+    load = {"event": Event.LOADED, "time": 12.0, "rank": 1, "path": "checkpoint.pth.tar"}
+    found = cut.loaded_cut([pause, again, load], kill_time=11.0)
+    assert found["took_cut"] is False and found["rewritten_by"] == [2]
+    raised = {**load, "event": Event.LOAD_FAILED, "error": "RuntimeError: PytorchStreamReader failed"}
+    assert cut.loaded_cut([pause, again, raised], kill_time=11.0)["took_cut"] is True
+    before = {**again, "time": 9.5}  # saved before the cut began: the cut came after it
+    assert cut.loaded_cut([before, pause, load], kill_time=11.0)["rewritten_by"] == []
+    assert cut.loaded_cut([before, pause, load], kill_time=11.0)["took_cut"] is True

@@ -21,8 +21,9 @@ CAREFUL = (
 
 
 def loaded_cut(events: list[dict], kill_time: float) -> dict | None:
-    """{"path", "how", "loaded", "took_cut"}: the save cut at the kill and the first load after it
-    (any rank; a load that raised counts); None where no save was cut or nothing was loaded."""
+    """{"path", "how", "loaded", "error", "took_cut", "rewritten_by"}: the save cut at the kill and
+    the first load after it (any rank; a load that raised counts); None where no save was cut or
+    nothing was loaded."""
     cut = max(
         (e for e in events if e["event"] == Event.SAVE_PAUSED and e["time"] <= kill_time),
         key=lambda e: e["time"],
@@ -32,12 +33,26 @@ def loaded_cut(events: list[dict], kill_time: float) -> dict | None:
     if cut is None or not loads:
         return None
     first = min(loads, key=lambda e: e["time"])
+    took = same_file(cut["path"], first["path"])
+    # Another rank's save of the same file, done after the cut began, wrote it whole again: a load
+    # that then worked read that copy, not the half (writers.py flags several ranks on one file).
+    again = sorted(
+        {
+            e["rank"]
+            for e in events
+            if e["event"] == Event.SAVED
+            and cut["time"] < e["time"] < first["time"]
+            and same_file(cut["path"], e["path"])
+        }
+    )
+    rewritten = again if took and not first.get("error") else []
     return {
         "path": cut["path"],
         "how": cut.get("how", "a save"),
         "loaded": first["path"],
         "error": first.get("error"),
-        "took_cut": same_file(cut["path"], first["path"]),
+        "took_cut": took and not rewritten,
+        "rewritten_by": rewritten,
     }
 
 
@@ -58,6 +73,12 @@ def check(report: Report, found: dict | None) -> None:
     if found["took_cut"]:
         failed = f" ({found['error'].split('. ')[0]})" if found.get("error") else ""
         detail = f"it loaded {found['loaded']}{failed}, which the kill left {left}: {CAREFUL}"
+    elif found.get("rewritten_by"):
+        ranks = ", ".join(str(rank) for rank in found["rewritten_by"])
+        detail = (
+            f"it loaded {found['loaded']}, the file the kill left {left}, whole: rank(s) {ranks} saved it again "
+            "after the cut (which copy a restart finds is a race while several ranks write one file)"
+        )
     else:
         detail = f"it passed over {found['path']}, which the kill left {left}, and loaded {found['loaded']}"
     report.check("it did not load the save the kill cut short", not found["took_cut"], detail)
