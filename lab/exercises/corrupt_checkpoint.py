@@ -118,16 +118,27 @@ def break_script(drill, target: int, ckpt_dir: str | None, own: dict) -> dict:
     if ckpt_dir is None:
         raise LabError(SCRIPT_NEEDS_CKPT_DIR)
     node, local_rank = drill.locate(target)
-    return damage_then_kill(drill, node, local_rank, ckpt_dir, target, damage_of(own))
+    return damage_then_kill(drill, node, local_rank, ckpt_dir, target, damage_of(own), script=True)
 
 
 def damage_of(own) -> str:
     return own.get("damage") or "truncate"
 
 
-def damage_then_kill(drill, node: str, local_rank: int, ckpt_dir: str, target: int, damage: str) -> dict:
+def saved_files(events: list[dict]) -> list[list[int]]:
+    """The [device, inode] of each file or DCP folder a user's script saved (lab.node.user_script
+    records them): the corrupt-checkpoint drill damages only those, never a copy, log or other file."""
+    found = {tuple(e["file"]) for e in events if e["event"] == Event.SAVED and len(e.get("file") or ()) == 2}
+    return [list(identity) for identity in sorted(found)]
+
+
+def damage_then_kill(
+    drill, node: str, local_rank: int, ckpt_dir: str, target: int, damage: str, script: bool = False
+) -> dict:
     """Stop the worker (its peers then wait in their next collective, so no newer checkpoint
-    is saved), damage the newest checkpoint, SIGKILL the stopped worker."""
+    is saved), damage the newest checkpoint (on a script: the newest file it saved itself),
+    SIGKILL the stopped worker."""
     drill.inject(node, "pause_worker", local_rank=local_rank)
-    drill.inject(node, "corrupt_checkpoint", directory=ckpt_dir, mode=damage)
+    saved = saved_files(drill.events()) if script else []
+    drill.inject(node, "corrupt_checkpoint", directory=ckpt_dir, mode=damage, **({"saved": saved} if saved else {}))
     return aimed(drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(signal.SIGKILL)), target)

@@ -87,9 +87,9 @@ class NodeFiles:
         """{local_rank: pid} of the agent's workers (lab.node.worker_record)."""
         return self.dir / WORKERS_FILE
 
-    def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
+    def corrupt_checkpoint(self, directory: str, mode: str = "truncate", saved: tuple = ()) -> str:
         try:
-            return str(checkpoint_files.corrupt_newest(Path(directory), mode))
+            return str(checkpoint_files.corrupt_newest(Path(directory), mode, saved))
         except (checkpoint_files.CheckpointError, ValueError) as e:
             raise FaultUnsupported(str(e)) from None
 

@@ -130,8 +130,9 @@ class Faults:
         """SIGTERM the agent, SIGKILL what is left after grace_s, as a preempted VM."""
 
     @cannot("reach its checkpoints")
-    def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
-        """Damage the newest checkpoint in directory (truncate it, or flip bytes); returns its path."""
+    def corrupt_checkpoint(self, directory: str, mode: str = "truncate", saved: tuple = ()) -> str:
+        """Damage the newest checkpoint in directory (truncate it, or flip bytes); returns its path.
+        saved: the [device, inode] of what a user's script saved (only those are damaged)."""
 
 
 FAULTS = frozenset(

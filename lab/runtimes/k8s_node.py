@@ -127,10 +127,11 @@ class PodNode(Node):
     def heal(self) -> None:
         self.kubectl.run(self.kubectl.label_partitioned(self.pod(), False))
 
-    def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
+    def corrupt_checkpoint(self, directory: str, mode: str = "truncate", saved: tuple = ()) -> str:
+        identities = [[int(dev), int(ino)] for dev, ino in saved]  # numbers only, into the code below
         code = (
             "from pathlib import Path; from lab.workloads import checkpoint_files; "  # no torch (its docstring)
-            f"print(checkpoint_files.corrupt_newest(Path({directory!r}), {mode!r}))"
+            f"print(checkpoint_files.corrupt_newest(Path({directory!r}), {mode!r}, {identities!r}))"
         )
         return self._in_pod(code)
 

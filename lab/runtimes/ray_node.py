@@ -137,8 +137,8 @@ class RayNode(Node):
     def preempt(self, grace_s: float) -> None:
         self._call("preempt", grace_s=grace_s)
 
-    def corrupt_checkpoint(self, directory: str, mode: str = "truncate") -> str:
-        return self._call("corrupt_checkpoint", directory=directory, mode=mode)
+    def corrupt_checkpoint(self, directory: str, mode: str = "truncate", saved: tuple = ()) -> str:
+        return self._call("corrupt_checkpoint", directory=directory, mode=mode, saved=saved)
 
     REFUSES: ClassVar[dict[str, str]] = {
         fault: "the ray runtime cannot partition a machine: cutting its network would cut it off from Ray too "

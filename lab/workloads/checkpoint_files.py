@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 from lab import files
@@ -57,6 +58,31 @@ def newest_dcp_shard(directory: Path) -> Path | None:
     return directory / max(committed, key=lambda rel: (rel.parts[0], rel.name)) if committed else None
 
 
+def newest_saved(directory: Path, saved: set[tuple[int, int]]) -> Path | None:
+    """The most recently written file below directory that a script saved itself: its (device,
+    inode) is one its torch.save recorded (a rename keeps it; a copy, a log, a file of another
+    program's has another), or it lies in a folder its dcp.save recorded. No link is followed."""
+    found: list[tuple[float, str]] = []
+    try:
+        top = files.open_nofollow(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (OSError, files.UnsafePath):
+        return None
+    try:
+        for root, _dirs, names, dir_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+            here = os.fstat(dir_fd)
+            in_saved_folder = (here.st_dev, here.st_ino) in saved
+            for name in names:
+                try:
+                    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                except OSError:
+                    continue  # gone since listed
+                if stat.S_ISREG(info.st_mode) and (in_saved_folder or (info.st_dev, info.st_ino) in saved):
+                    found.append((info.st_mtime, os.path.normpath(os.path.join(root, name))))
+    finally:
+        os.close(top)
+    return directory / max(found)[1] if found else None
+
+
 def _looks_saved(directory: Path, relative: Path) -> bool:
     if relative.suffix in SUFFIXES:
         return True
@@ -68,11 +94,13 @@ def _safetensors(head: bytes) -> bool:
     return len(head) == 8 and 0 < int.from_bytes(head, "little") < 100 * 2**20
 
 
-def corrupt_newest(directory: Path, mode: str = "truncate") -> Path:
+def corrupt_newest(directory: Path, mode: str = "truncate", saved: Iterable[Iterable[int]] = ()) -> Path:
     """Damage the newest checkpoint in directory, for the corrupt-checkpoint drill: cut it in
-    half (truncate), or flip bytes in its second half (flip). The trainer's newest step file,
-    else the newest checkpoint of any name (a user's script). Returns its path. Or a DCP step's
-    own damage (no-metadata, mixed-steps: damage_dcp).
+    half (truncate), or flip bytes in its second half (flip). The trainer's newest step file;
+    else, where a user's script recorded its saves (`saved`: the (device, inode) of each file or
+    DCP folder its torch.save or dcp.save wrote), the newest of those (newest_saved); else the
+    newest checkpoint of any name. Returns its path. Or a DCP step's own damage (no-metadata,
+    mixed-steps: damage_dcp).
 
     The folder is the job's: a container or script may swap a folder on the way for a link, or
     plant a FIFO. The file is reached without following a link at any component and damaged
@@ -86,9 +114,16 @@ def corrupt_newest(directory: Path, mode: str = "truncate") -> Path:
     if mode in DCP_DAMAGES:  # a DCP step's own damage: its .metadata, or shards of two steps
         return damage_dcp(directory, mode)
     found = checkpoints(directory)
-    newest = found[0] if found else newest_dcp_shard(directory) or newest_file(directory)
+    identities = {(int(dev), int(ino)) for dev, ino in saved}
+    if found:
+        newest: Path | None = found[0]
+    elif identities:
+        newest = newest_saved(directory, identities)
+    else:
+        newest = newest_dcp_shard(directory) or newest_file(directory)
     if newest is None:
-        raise CheckpointError(f"no checkpoint in {directory} to corrupt")
+        what = "no file your script saved" if identities else "no checkpoint"
+        raise CheckpointError(f"{what} in {directory} to corrupt")
     try:
         fd = files.open_nofollow(newest, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except (OSError, files.UnsafePath) as e:
