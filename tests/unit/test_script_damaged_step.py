@@ -64,3 +64,38 @@ def test_nothing_is_said_where_no_dcp_step_was_damaged_or_nothing_loaded(faults,
     report = Report("corrupt-checkpoint", "local", 4)
     damaged.check(report, None)
     assert report.checks == []
+
+
+def file_damage(at: float = 100.0) -> list[dict]:
+    """The drill's record of a truncated file: a minGPT-style snapshot.pt in the work dir."""
+    return [{"fault": "corrupt_checkpoint", "time": at, "args": {"mode": "truncate"}, "result": f"{WORK}/snapshot.pt"}]
+
+
+def test_a_script_that_loads_the_damaged_file_and_fails_is_told_to_check_before_trusting():
+    events = [
+        {"event": "loaded", "time": 99.0, "rank": 0, "path": "snapshot.pt"},  # before the damage: not counted
+        {"event": "load_failed", "time": 101.5, "rank": 2, "path": "snapshot.pt", "error": "OSError: [Errno 22] x. y"},
+        {"event": "loaded", "time": 102.0, "rank": 0, "path": "older.pt"},
+    ]
+    found = damaged.loaded_file(file_damage(), events)
+    assert found == {
+        "path": f"{WORK}/snapshot.pt",
+        "loaded": "snapshot.pt",
+        "error": "OSError: [Errno 22] x. y",
+        "took_damaged": True,
+    }
+    report = Report("corrupt-checkpoint", "local", 4)
+    damaged.check_file(report, found)
+    (only,) = report.checks
+    assert not only.ok and only.detail.startswith(
+        "it loaded snapshot.pt, the file the drill damaged, and it failed (OSError: [Errno 22] x)"
+    )
+
+
+def test_a_script_that_loads_another_file_after_the_damage_passes_and_a_dcp_damage_is_not_a_file_damage():
+    events = [{"event": "loaded", "time": 101.0, "rank": 1, "path": "ckpt/epoch_2.pt"}]
+    found = damaged.loaded_file(file_damage(), events)
+    assert found["took_damaged"] is False and found["error"] is None
+    dcp = [{**file_damage()[0], "args": {"mode": "no-metadata"}}]
+    assert damaged.loaded_file(dcp, events) is None
+    assert damaged.loaded_file(file_damage(at=200.0), events) is None  # nothing loaded after the damage

@@ -1,5 +1,6 @@
-"""What a user's script loaded after corrupt-checkpoint damaged one of its DCP steps
-(`--damage no-metadata` or `mixed-steps`): the damaged step, or the one before it.
+"""What a user's script loaded after corrupt-checkpoint damaged one of its checkpoints: a DCP step
+(`--damage no-metadata` or `mixed-steps`: the damaged step, or the one before it), or a file
+(`truncate`: the damaged file, whether its load worked or raised, or another one).
 
 torch.distributed.checkpoint checks neither that a folder's files are whole nor that they are
 one step's: a folder without its `.metadata` fails to load, and shards of two steps load
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
+from lab.exercises.script.cut import same_file
+from lab.health.events import Event
 from lab.report import Report
 from lab.workloads.checkpoint_files import DCP_DAMAGES
 
@@ -42,3 +45,38 @@ def check(report: Report, found: dict | None) -> None:
     else:
         detail = f"it passed over the damaged {found['step']} ({found['damage']}) and loaded {found['loaded']}"
     report.check("it did not resume from the step the drill damaged", not found["took_damaged"], detail)
+
+
+CAREFUL_FILE = (
+    "a careful script checks a checkpoint before trusting it (a checksum, or a load that can fail) and falls back "
+    "to the one before (as lab/workloads/checkpoint.py does)"
+)
+
+
+def loaded_file(faults: list[dict], events: list[dict]) -> dict | None:
+    """{"path", "loaded", "error", "took_damaged"}: the file the drill damaged (not a DCP step's own
+    damage) and the script's first load after the damage, any rank, whether it worked or raised;
+    None where no file was damaged or nothing was loaded after."""
+    damage = next((f for f in faults if f["fault"] == "corrupt_checkpoint"), None)
+    if damage is None or damage["args"].get("mode") in DCP_DAMAGES or not damage.get("result"):
+        return None
+    loads = [e for e in events if e["event"] in (Event.LOADED, Event.LOAD_FAILED) and e["time"] > damage["time"]]
+    if not loads:
+        return None
+    first = min(loads, key=lambda e: e["time"])
+    took = same_file(damage["result"], first["path"])
+    return {"path": damage["result"], "loaded": first["path"], "error": first.get("error"), "took_damaged": took}
+
+
+def check_file(report: Report, found: dict | None) -> None:
+    """Where the drill damaged a file and the script loaded after it: whether it passed over it."""
+    if not found:
+        return
+    if found["took_damaged"]:
+        how = (
+            f"and it failed ({found['error'].split('. ')[0]})" if found.get("error") else "and it loaded without a word"
+        )
+        detail = f"it loaded {found['loaded']}, the file the drill damaged, {how}: {CAREFUL_FILE}"
+    else:
+        detail = f"it passed over {found['path']} (damaged) and loaded {found['loaded']}"
+    report.check("it did not resume from the checkpoint the drill damaged", not found["took_damaged"], detail)

@@ -208,6 +208,7 @@ def judge_fault(report: Report, seen: Seen) -> None:
     loaded = [e["path"] for e in events if e["event"] == Event.LOADED and e["rank"] == 0 and e["time"] > fault["time"]]
     facts["loaded_after_fault"] = loaded[:3]
     facts["damaged_dcp_step"] = damaged.loaded_step(seen.faults, loaded)
+    facts["damaged_file"] = damaged.loaded_file(seen.faults, events)
     facts["cut_save"] = cut.loaded_cut(events, fault["time"])  # kill-in-save's
     facts["recovery"] = None if recovery == "none" else observe.recovery_breakdown(events, seen.agents, fault["time"])
     early = failed_before(events, began)
@@ -229,6 +230,7 @@ def judge_fault(report: Report, seen: Seen) -> None:
     if recovery == "restart":
         report.check("torchrun restarted the workers", facts["restarts"] >= 1, f"restarts {facts['restarts']}")
     damaged.check(report, facts["damaged_dcp_step"])
+    damaged.check_file(report, facts["damaged_file"])
     if unit is None:
         # No step signal: whether it resumed can only be read from what it loaded.
         facts["work_redone"] = None
