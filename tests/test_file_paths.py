@@ -45,6 +45,7 @@ WHY = {
     "lab/health/net_probe.py": INSIDE_A_NODE,
     "lab/health/rank_exporter.py": INSIDE_A_NODE,
     "lab/health/agent_exporter.py": INSIDE_A_NODE,
+    "lab/node/faulty_saves.py": INSIDE_A_NODE + " (a script's own torch.save, in the rank, to the path it named)",
     "lab/workloads/checkpoint.py": INSIDE_A_NODE,
     "lab/workloads/checkpoint_dcp.py": INSIDE_A_NODE,
     "lab/workloads/local_shards.py": INSIDE_A_NODE,
