@@ -80,6 +80,24 @@ for kind in "${!KINDS[@]}"; do
     CASES[kind-$kind-$drill]="$drill --script $SNAPSHOT $extra -- ${KINDS[$kind]}"
   done
 done
+# Scripts in the styles people copy (tests/user_scripts/peers/), each on its own arguments through
+# the drills that take --script: tests/unit/test_peer_scripts.py.
+PEERS=tests/user_scripts/peers
+# Each: the script | its checkpoints' folder | the drills' flags | the script's arguments.
+declare -A PEER_RUNS=(
+  [imagenet]="$PEERS/imagenet_style.py|.||--epochs 10 --resume checkpoint.pth.tar"
+  [mingpt]="$PEERS/mingpt_style.py|.||max_epochs=8"
+  [elastic]="$PEERS/elastic_imagenet_style.py|ckpt||--epochs 8 --checkpoint-file ckpt/checkpoint.pth.tar"
+  [fsdp2]="$PEERS/fsdp2_style.py|checkpoints/dcp_api|--at-step 12|--steps 30"  # its first save: step 5
+)
+for peer in "${!PEER_RUNS[@]}"; do
+  IFS='|' read -r script ckpt flags args <<< "${PEER_RUNS[$peer]}"
+  for drill in kill-worker rank-exception preempt kill-in-save corrupt-checkpoint kill-node hang-rank; do
+    extra="$flags"
+    [[ $drill == corrupt-checkpoint ]] && extra="$extra --ckpt-dir $ckpt"
+    CASES[peer-$peer-$drill]="$drill --script $script $extra -- $args"
+  done
+done
 
 record_drill() {  # CASE DRILL-ARGS...
   local case=$1 out=tests/fixtures/drills/$1

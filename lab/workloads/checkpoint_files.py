@@ -94,6 +94,11 @@ def _safetensors(head: bytes) -> bool:
     return len(head) == 8 and 0 < int.from_bytes(head, "little") < 100 * 2**20
 
 
+BEFORE_THE_FIRST_SAVE = (
+    "nothing saved there to corrupt (did the fault come before the first save? fire it later: --at-step, --at-time)"
+)
+
+
 def corrupt_newest(directory: Path, mode: str = "truncate", saved: Iterable[Iterable[int]] = ()) -> Path:
     """Damage the newest checkpoint in directory, for the corrupt-checkpoint drill: cut it in
     half (truncate), or flip bytes in its second half (flip). The trainer's newest step file;
@@ -109,6 +114,8 @@ def corrupt_newest(directory: Path, mode: str = "truncate", saved: Iterable[Iter
         raise ValueError(f"unknown corruption mode {mode!r} (truncate, flip, {', '.join(DCP_DAMAGES)})")
     try:
         os.close(files.open_nofollow(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+    except FileNotFoundError:
+        raise CheckpointError(f"{directory} does not exist yet: {BEFORE_THE_FIRST_SAVE}") from None
     except (OSError, files.UnsafePath) as e:
         raise CheckpointError(f"cannot reach the checkpoints: {e}") from None
     if mode in DCP_DAMAGES:  # a DCP step's own damage: its .metadata, or shards of two steps
@@ -122,8 +129,9 @@ def corrupt_newest(directory: Path, mode: str = "truncate", saved: Iterable[Iter
     else:
         newest = newest_dcp_shard(directory) or newest_file(directory)
     if newest is None:
-        what = "no file your script saved" if identities else "no checkpoint"
-        raise CheckpointError(f"{what} in {directory} to corrupt")
+        if identities:
+            raise CheckpointError(f"no file your script saved in {directory} to corrupt")
+        raise CheckpointError(f"no checkpoint in {directory} to corrupt")
     try:
         fd = files.open_nofollow(newest, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except (OSError, files.UnsafePath) as e:

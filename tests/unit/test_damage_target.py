@@ -89,3 +89,10 @@ def test_the_drill_damages_among_the_files_the_scripts_events_say_it_saved():
         {"event": "loaded", "rank": 0, "path": "best.pt", "file": [2049, 40]},  # loaded, not saved
     ]
     assert saved_files(events) == [[2049, 9], [2049, 17]]
+
+
+def test_a_folder_not_made_yet_says_the_fault_came_before_the_first_save(tmp_path):
+    with pytest.raises(
+        CheckpointError, match=r"ckpt does not exist yet: nothing saved there .* fire it later: --at-step"
+    ):
+        checkpoint_files.corrupt_newest(tmp_path / "ckpt", "truncate")
