@@ -99,3 +99,12 @@ def test_a_script_that_loads_another_file_after_the_damage_passes_and_a_dcp_dama
     dcp = [{**file_damage()[0], "args": {"mode": "no-metadata"}}]
     assert damaged.loaded_file(dcp, events) is None
     assert damaged.loaded_file(file_damage(at=200.0), events) is None  # nothing loaded after the damage
+
+
+def test_a_dcp_folder_loaded_whole_after_a_file_in_it_was_truncated_is_the_damaged_one():
+    """An FSDP2-style script loads its newest folder by name; the drill cut that folder's .metadata."""
+    cut = [{**file_damage()[0], "result": f"{WORK}/checkpoints/dcp_api/1796/.metadata"}]
+    events = [{"event": "load_failed", "time": 101.0, "rank": 0, "path": "checkpoints/dcp_api/1796", "error": "E"}]
+    assert damaged.loaded_file(cut, events)["took_damaged"] is True
+    events[0]["path"] = "checkpoints/dcp_api/1795"
+    assert damaged.loaded_file(cut, events)["took_damaged"] is False

@@ -64,7 +64,8 @@ def loaded_file(faults: list[dict], events: list[dict]) -> dict | None:
     if not loads:
         return None
     first = min(loads, key=lambda e: e["time"])
-    took = same_file(damage["result"], first["path"])
+    damaged_file = PurePosixPath(damage["result"])  # a file, or a DCP folder's file (loaded by its folder)
+    took = same_file(str(damaged_file), first["path"]) or same_file(str(damaged_file.parent), first["path"])
     return {"path": damage["result"], "loaded": first["path"], "error": first.get("error"), "took_damaged": took}
 
 
