@@ -59,3 +59,17 @@ def test_the_first_file_set_aside_names_its_rank_and_the_step_it_was_saved_at():
     assert bad_checkpoint.first_set_aside(records[2:]) is None
     odd = bad_checkpoint.first_set_aside([{**records[0], "path": "elsewhere.bin"}])
     assert odd is not None and odd.step is None
+
+
+def test_dcps_wrapped_failure_is_recorded_by_the_first_ranks_own_error(tmp_path):
+    """dcp.load of a folder a save left without its .metadata raises CheckpointException, whose
+    first line is only the ranks' numbers; the exit record says what went wrong on rank 0."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save({"w": torch.zeros(3)}, checkpoint_id=str(tmp_path))
+    (tmp_path / ".metadata").unlink()
+    with pytest.raises(BaseException) as raised:  # CheckpointException is a BaseException
+        dcp.load({"w": torch.zeros(3)}, checkpoint_id=str(tmp_path))
+    recorded = error_text(raised.value)
+    assert recorded.startswith("CheckpointException: on rank 0, AssertionError: metadata is None")
+    assert ".metadata" in recorded and len(recorded) <= 300

@@ -14,10 +14,12 @@ from pathlib import PurePosixPath
 from lab.health.events import Event
 from lab.report import Report
 
-CAREFUL = (
-    "a careful script writes each checkpoint under a temporary name and renames it once whole (a `latest` marker "
-    "moved only after that), and loads only whole ones (a DCP folder with its .metadata, checked)"
-)
+CAREFUL = {
+    "torch.save": "a careful script writes each checkpoint under a temporary name and renames it once whole, and "
+    "moves a `latest` marker only after that",
+    "dcp.save": "a careful script loads only a folder whose save completed (its .metadata there, or a marker written "
+    "after dcp.save returned) and falls back to the one before",
+}
 
 
 def loaded_cut(events: list[dict], kill_time: float) -> dict | None:
@@ -72,7 +74,8 @@ def check(report: Report, found: dict | None) -> None:
     left = f"{state} (its {found['how']} cut midway)"
     if found["took_cut"]:
         failed = f" ({found['error'].split('. ')[0]})" if found.get("error") else ""
-        detail = f"it loaded {found['loaded']}{failed}, which the kill left {left}: {CAREFUL}"
+        careful = CAREFUL.get(found["how"], CAREFUL["torch.save"])
+        detail = f"it loaded {found['loaded']}{failed}, which the kill left {left}: {careful}"
     elif found.get("rewritten_by"):
         ranks = ", ".join(str(rank) for rank in found["rewritten_by"])
         detail = (
