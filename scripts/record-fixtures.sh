@@ -30,6 +30,7 @@ declare -A CASES=(
   [kill-node]="kill-node"
   [kill-node-elastic]="kill-node --elastic"
   [kill-node-elastic-rejoin]="kill-node --elastic --rejoin"
+  [kill-node-elastic-rejoin-4x1]="kill-node --elastic --rejoin --nodes 4 --nproc-per-node 1"
   [kill-node-in-process]="kill-node --recovery in-process"
   [kill-rendezvous-host]="kill-rendezvous-host"
   [kill-rendezvous-host-etcd]="kill-rendezvous-host --rdzv-backend etcd-v2"

@@ -10,9 +10,12 @@ lineage of the final weights. Over it, for each epoch:
 - repeated: samples consumed more than once in the epoch (always wrong: a resume that replayed
   batches, a resized job that mapped its position wrongly);
 - skipped: samples the epoch should have consumed and never did, judged once the epoch is over
-  (a later epoch began): the count an uninterrupted epoch consumes (`epoch_samples`, which the
-  trainer declares when it starts; the smallest, when the epoch ran at two world sizes) less
-  the distinct samples consumed.
+  (a later epoch began): the count an uninterrupted epoch consumes at the world size the epoch
+  ended at (`epoch_samples`, which the trainer declares when it starts, with its world size)
+  less the distinct samples consumed. An epoch resized on the way ends where fewer samples are
+  left than one step takes at its last world size (drop_last: no step can take them), which an
+  uninterrupted epoch's count does not foresee: up to one step's samples less one are its tail,
+  not skips (the 4 -> 3 -> 4 ranks drill left 24 of a 32-sample step there).
 
 A rank moved forward by a peer's state over steps it never recorded consumed them through that
 peer (their gradients are in the state); the epoch's skips are then not judged, and it says so.
@@ -33,6 +36,7 @@ class Epoch:
     consumed: int = 0
     distinct: int = 0
     expected: int | None = None  # the samples an uninterrupted epoch consumes (None: not declared)
+    tail: int = 0  # a resized epoch: samples short of `expected` that no step at its last world size could take
     complete: bool = False  # a later epoch began: its skips can be judged
     adopted: bool = False  # some rank took steps of it from a peer's state, unrecorded
     first_repeat: dict[str, int] | None = None  # the first repeated sample: rank, step, sample
@@ -45,7 +49,7 @@ class Epoch:
     def skipped(self) -> int | None:
         if not self.complete or self.expected is None or self.adopted:
             return None
-        return max(0, self.expected - self.distinct)
+        return max(0, self.expected - self.tail - self.distinct)
 
 
 @dataclass
@@ -86,15 +90,19 @@ def lineages(events: list[dict]) -> dict[int, _Lineage]:
 
 def ledger(events: list[dict]) -> list[Epoch]:
     """Per epoch of the final weights' history: consumed, distinct, repeated and skipped."""
-    declared = [e["epoch_samples"] for e in events if e.get("event") == Event.START and e.get("epoch_samples")]
+    starts = [e for e in events if e.get("event") == Event.START and e.get("epoch_samples")]
+    by_world = {e.get("world_size"): e["epoch_samples"] for e in starts}
+    fallback = min(by_world.values(), default=None)
     epochs: dict[int, Epoch] = {}
     seen: dict[int, Counter] = {}
+    steps: dict[int, dict[int, list[int]]] = {}  # epoch -> step -> each rank's sample count
     lines = lineages(events)
     # Events read from their tail (a very long run's): the first epoch in view began out of sight.
     cut = min((min(line.steps) for line in lines.values()), default=1) > 1
     for rank, line in sorted(lines.items()):
         for step, (epoch, samples) in sorted(line.steps.items()):
-            record = epochs.setdefault(epoch, Epoch(epoch, expected=min(declared) if declared else None))
+            record = epochs.setdefault(epoch, Epoch(epoch, expected=fallback))
+            steps.setdefault(epoch, {}).setdefault(step, []).append(len(samples))
             counts = seen.setdefault(epoch, Counter())
             for sample in samples:
                 counts[sample] += 1
@@ -107,6 +115,10 @@ def ledger(events: list[dict]) -> list[Epoch]:
     for epoch, record in epochs.items():
         record.distinct = len(seen[epoch])
         record.complete = epoch < last and not (cut and epoch == first)
+        ended_at = steps[epoch][max(steps[epoch])]  # the epoch's last step: its ranks' sample counts
+        record.expected = by_world.get(len(ended_at), fallback)
+        if len({sum(counts) for counts in steps[epoch].values()}) > 1:  # resized within the epoch
+            record.tail = sum(ended_at) - 1
     return [epochs[e] for e in sorted(epochs)]
 
 
@@ -124,7 +136,8 @@ def summary(events: list[dict]) -> dict[str, Any] | None:
         first = worst.first_repeat
         where = f"; first repeat: sample {first['sample']} again at rank {first['rank']}'s step {first['step']}"
     elif worst is not None:
-        where = f"; epoch {worst.epoch} consumed {worst.distinct} of {worst.expected}"
+        tail = f" (resized: up to {worst.tail} at its end no step could take)" if worst.tail else ""
+        where = f"; epoch {worst.epoch} consumed {worst.distinct} of {worst.expected}{tail}"
     return {
         "epochs": len(epochs),
         "epochs_judged_for_skips": judged,

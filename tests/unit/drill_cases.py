@@ -32,6 +32,7 @@ CASES = {
     "kill-node": (kill_node, {}),
     "kill-node-elastic": (kill_node, {}),
     "kill-node-elastic-rejoin": (kill_node, {"own": {"elastic": True, "rejoin": True}}),
+    "kill-node-elastic-rejoin-4x1": (kill_node, {"own": {"elastic": True, "rejoin": True}}),
     "kill-node-in-process": (kill_node, {"recovery": "in-process"}),
     "kill-rendezvous-host": (kill_rendezvous_host, {}),
     "kill-rendezvous-host-etcd": (kill_rendezvous_host, {}),

@@ -28,6 +28,11 @@ FACTS = {
     "kill-node-elastic-rejoin": lambda f: (
         f["world_size_after"] == [2, 4] and f["samples"]["epochs_judged_for_skips"] == [0]
     ),
+    # 4 x 1, node3 killed at step 25: on at 3 ranks from step 20, 4 again from 55; epoch 0 ended
+    # 24 samples short of a 32-sample step (drop_last after the resize), no sample skipped or repeated.
+    "kill-node-elastic-rejoin-4x1": lambda f: (
+        f["world_size_after"] == [3, 4] and f["samples"]["epochs_judged_for_skips"] == [0] and f["lost_steps"] <= 10
+    ),
     "kill-node-in-process": lambda f: (
         f["fell_back"]["to"] == "restart" and f["fell_back"]["lost_steps"] <= 10 and f["final_weights_match_reference"]
     ),

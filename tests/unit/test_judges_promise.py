@@ -282,6 +282,9 @@ PROMISES = {
     ),
 }
 
+REJOIN = PROMISES["kill-node-elastic-rejoin"]  # at 4 x 1 the same promises, down to 3 ranks
+PROMISES["kill-node-elastic-rejoin-4x1"] = ([c.replace("shrank to 2", "shrank to 3") for c in REJOIN[0]], REJOIN[1])
+
 
 def test_every_drill_is_promised_here():
     assert set(PROMISES) == set(CASES)

@@ -169,3 +169,68 @@ def test_a_job_that_shrank_then_grew_back_counts_no_step_of_a_rank_it_left_behin
         position += 8
     epoch = samples.ledger(events)[0]
     assert (epoch.consumed, epoch.distinct, epoch.repeated) == (32, 32, 0), epoch
+
+
+def resized_epoch(skip_at_regrow: int = 0) -> list[dict]:
+    """40 samples, 2 a rank a step: 4 ranks (a step takes 8), 3 from step 3 (6), 4 again from step 5.
+    Consumed 16 + 12 = 28 when the job grows back; one more step of 8 takes it to 36, and the 4
+    left are fewer than a step of 4 ranks takes: the epoch ends there (drop_last), as 4 -> 3 -> 4
+    ranks of `kill-node --elastic --rejoin` once left 24 of a 32-sample step."""
+    events, clock = [], 100.0
+
+    def add(rank: int, event: str, **fields) -> None:
+        nonlocal clock
+        clock += 0.01
+        events.append({"time": clock, "event": event, "rank": rank, **fields})
+
+    epoch = 0
+
+    def step(n: int, world: int, position: int) -> int:
+        nonlocal epoch
+        if position + 2 * world > 40:  # too few left for a whole step: the next epoch
+            epoch, position = epoch + 1, 0
+        for rank in range(world):
+            add(rank, "step", step=n, epoch=epoch, samples=[position + rank + world * i for i in range(2)])
+        return position + 2 * world
+
+    for rank in range(4):
+        add(rank, "start", restart=0, world_size=4, epoch_samples=40)
+    position = step(2, 4, step(1, 4, 0))
+    for rank in range(3):
+        add(rank, "start", restart=1, world_size=3, epoch_samples=36)
+        add(rank, "checkpoint_loaded", step=2)
+    position = step(4, 3, step(3, 3, position))
+    for rank in range(4):
+        add(rank, "start", restart=2, world_size=4, epoch_samples=40)
+        add(rank, "checkpoint_loaded", step=4)
+    position += skip_at_regrow
+    for n in (5, 6, 7):
+        position = step(n, 4, position)
+    return events
+
+
+def test_a_resized_epochs_end_short_of_a_step_is_its_tail_not_a_skip():
+    (epoch0, _epoch1) = samples.ledger(resized_epoch())
+    assert (epoch0.distinct, epoch0.expected, epoch0.tail, epoch0.skipped) == (36, 40, 7, 0)
+
+
+def test_a_step_skipped_when_the_job_grew_back_is_still_caught():
+    """Grown back with its place 8 samples on (28 -> 36), the job finds too few left for a step of 4
+    and starts epoch 1: epoch 0 ended at 3 ranks (36 expected, a 6-sample step: a tail of up to 5).
+    Skipped in truth: the 8 samples 28-35; caught: 3, the rest within what a resize's tail may be."""
+    (epoch0, _epoch1) = samples.ledger(resized_epoch(skip_at_regrow=8))
+    assert (epoch0.distinct, epoch0.expected, epoch0.tail, epoch0.skipped) == (28, 36, 5, 3)
+    why = samples.summary(resized_epoch(skip_at_regrow=8))["why"]
+    assert why.endswith("epoch 0 consumed 28 of 36 (resized: up to 5 at its end no step could take)")
+
+
+def test_an_epoch_at_one_world_size_is_held_to_that_size_s_count():
+    """The epoch after the resize ran at 4 ranks only: 40 expected (not 36, the smallest declared)."""
+    events = resized_epoch()
+    for rank in range(4):  # epoch 1 runs whole at 4 ranks, then epoch 2 begins
+        for n, position in ((8, 8), (9, 16), (10, 24), (11, 32)):
+            events.append({"time": 200.0 + n, "event": "step", "rank": rank, "step": n, "epoch": 1,
+                           "samples": [position + rank + 4 * i for i in range(2)]})  # fmt: skip
+        events.append({"time": 300.0, "event": "step", "rank": rank, "step": 12, "epoch": 2, "samples": [rank]})
+    epoch1 = samples.ledger(events)[1]
+    assert (epoch1.expected, epoch1.tail, epoch1.distinct, epoch1.skipped) == (40, 0, 40, 0)
