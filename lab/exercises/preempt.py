@@ -46,7 +46,9 @@ def run(drill, options) -> Report:
     drill.wait_for(
         lambda: len([e for e in drill.events() if e["event"] == Event.EXIT]) >= world, 60, "every rank to stop"
     )
-    for other in drill.runtime.attach():  # healthy agents would wait out torchrun's 5-minute exit barrier
+    # Under torch's c10d the healthy agents would wait out torchrun's 5-minute exit barrier (the lab's
+    # rendezvous counts a preempted agent in: lab/node/exit_barrier.py): stopped, as a scheduler would.
+    for other in drill.runtime.attach():
         other.stop(grace_s=5.0)
     drill.progress("starting the job again")  # as a scheduler would
     restarted_at = time.time()

@@ -179,13 +179,14 @@ def install_rendezvous(backend: str, torch_defaults: bool, log) -> None:
     """The lab's rendezvous backend registered; a lost store forgiven while training goes on
     (not with --torch-defaults: torch's own ends every agent at its next look)."""
     from lab import recovery
-    from lab.node import fast_rendezvous, stop_grace, store_loss
+    from lab.node import exit_barrier, fast_rendezvous, stop_grace, store_loss
 
     fast_rendezvous.register()
     if not torch_defaults:
         store_loss.install()
     if backend == fast_rendezvous.NAME:
         stop_grace.install()
+        exit_barrier.install()  # a preempted agent still counts in: the others end with their work
         log(
             "[lab.node.launch] rendezvous: the lab's backend for fixed-size jobs (lab/node/fast_rendezvous.py): "
             "agents wake on the store instead of torch's 1 s poll; node 0 hosts each round's worker store; "
