@@ -176,13 +176,8 @@ def resized_epoch(skip_at_regrow: int = 0) -> list[dict]:
     Consumed 16 + 12 = 28 when the job grows back; one more step of 8 takes it to 36, and the 4
     left are fewer than a step of 4 ranks takes: the epoch ends there (drop_last), as 4 -> 3 -> 4
     ranks of `kill-node --elastic --rejoin` once left 24 of a 32-sample step."""
-    events, clock = [], 100.0
-
-    def add(rank: int, event: str, **fields) -> None:
-        nonlocal clock
-        clock += 0.01
-        events.append({"time": clock, "event": event, "rank": rank, **fields})
-
+    job = Job()
+    add = job.add
     epoch = 0
 
     def step(n: int, world: int, position: int) -> int:
@@ -206,7 +201,7 @@ def resized_epoch(skip_at_regrow: int = 0) -> list[dict]:
     position += skip_at_regrow
     for n in (5, 6, 7):
         position = step(n, 4, position)
-    return events
+    return job.events
 
 
 def test_a_resized_epochs_end_short_of_a_step_is_its_tail_not_a_skip():
