@@ -74,7 +74,7 @@ def cut_a_save(drill, target: int) -> dict:
     node, local_rank = drill.locate(target)
     told = time.time()
     drill.inject(node, "kill_worker", local_rank=local_rank, sig=int(injected_error.PAUSE_SIGNAL))
-    deadline = time.monotonic() + SAVE_WAIT_S
+    deadline, look = time.monotonic() + SAVE_WAIT_S, time.monotonic() + 1.0
     drill.progress(f"waiting for rank {target}'s next save to pause midway")
     while not (paused := pauses(drill.events(), target, told)):
         if time.monotonic() > deadline:
@@ -82,6 +82,10 @@ def cut_a_save(drill, target: int) -> dict:
                 f"rank {target} began no save in {SAVE_WAIT_S:.0f} s: kill-in-save cuts a torch.save(obj, PATH) "
                 "or a dcp.save (before its .metadata, which rank 0 writes): choose a rank that saves (--target-rank)"
             )
+        if time.monotonic() > look:  # once a second: a job that ended will save nothing more
+            look = time.monotonic() + 1.0
+            if (codes := drill.ended()) is not None:
+                raise LabError(f"the job ended (exit codes {codes}) before rank {target}'s next save began")
         time.sleep(0.02)
     node, local_rank = drill.locate(target)
     drill.progress(f"rank {target}'s save of {paused[0]['path']} paused midway")
