@@ -10,6 +10,7 @@ import signal
 import pytest
 from drill_cases import FIXTURES, failed, judge, seen
 
+from lab.errors import LabError
 from lab.exercises import DrillOptions, kill_in_save
 from lab.exercises.script import cut
 from lab.exercises.script import judge as script_judge
@@ -146,3 +147,46 @@ def test_a_file_another_rank_saved_again_after_the_cut_was_loaded_whole_unless_t
     before = {**again, "time": 9.5}  # saved before the cut began: the cut came after it
     assert cut.loaded_cut([before, pause, load], kill_time=11.0)["rewritten_by"] == []
     assert cut.loaded_cut([before, pause, load], kill_time=11.0)["took_cut"] is True
+
+
+class ADrill:
+    """What kill-in-save's act asks of a drill, with a job that pauses a save or ends."""
+
+    def __init__(self, pauses_save: bool = True, ends: bool = False):
+        self.pauses_save, self.ends, self.injected, self.said = pauses_save, ends, [], []
+
+    def locate(self, rank: int) -> tuple[str, int]:
+        return f"node{rank // 2}", rank % 2
+
+    def inject(self, node: str, fault: str, **args) -> dict:
+        self.injected.append((node, fault, args))
+        return {"fault": fault, "args": args, "time": 0.0}
+
+    def events(self) -> list[dict]:
+        told = bool(self.injected)
+        pause = {"event": Event.SAVE_PAUSED, "rank": 3, "time": 9e12, "path": "/ckpt/.dcp_00000030.tmp"}
+        return [pause] if told and self.pauses_save else []
+
+    def ended(self):
+        return {"node0": 0, "node1": 0} if self.ends else None
+
+    def progress(self, line: str) -> None:
+        self.said.append(line)
+
+
+def test_the_act_signals_the_target_then_kills_it_inside_its_paused_save():
+    drill = ADrill()
+    fault = kill_in_save.cut_a_save(drill, 3)
+    assert drill.injected == [
+        ("node1", "kill_worker", {"local_rank": 1, "sig": int(injected_error.PAUSE_SIGNAL)}),
+        ("node1", "kill_worker", {"local_rank": 1, "sig": int(signal.SIGKILL)}),
+    ]
+    assert fault["rank"] == 3 and "rank 3's save of /ckpt/.dcp_00000030.tmp paused midway" in drill.said
+
+
+def test_a_job_that_ends_before_the_save_or_a_rank_that_never_saves_is_one_line(monkeypatch):
+    with pytest.raises(LabError, match=r"^the job ended \(exit codes .*\) before rank 1's next save began$"):
+        kill_in_save.cut_a_save(ADrill(pauses_save=False, ends=True), 1)
+    monkeypatch.setattr(kill_in_save, "SAVE_WAIT_S", 0.1)
+    with pytest.raises(LabError, match=r"^rank 1 began no save in 0 s: .* choose a rank that saves"):
+        kill_in_save.cut_a_save(ADrill(pauses_save=False), 1)
