@@ -96,3 +96,21 @@ def test_a_folder_not_made_yet_says_the_fault_came_before_the_first_save(tmp_pat
         CheckpointError, match=r"ckpt does not exist yet: nothing saved there .* fire it later: --at-step"
     ):
         checkpoint_files.corrupt_newest(tmp_path / "ckpt", "truncate")
+
+
+def test_a_link_planted_to_a_saved_file_or_folder_is_never_what_is_damaged(tmp_path):
+    """A job may plant links in its folder: followed, a link named like a newer checkpoint would
+    carry the saved file's identity (and a linked folder a saved DCP folder's) to a path the
+    damage must not go through. Only the real, older file is the script's."""
+    saved = tmp_path / "ckpt" / "snapshot.pt"
+    saved.parent.mkdir()
+    saved.write_bytes(bytes(64))
+    outside = tmp_path / "dcp_step"
+    outside.mkdir()
+    (outside / "__0_0.distcp").write_bytes(bytes(64))
+    (saved.parent / "zz_newer.pt").symlink_to(saved)  # after "snapshot.pt" where both read alike
+    (saved.parent / "linked_step").symlink_to(outside, target_is_directory=True)
+    for link in (saved.parent / "zz_newer.pt", outside / "__0_0.distcp"):
+        os.utime(link, (1e9 + 5, 2e9), follow_symlinks=False) if link.is_symlink() else later(link, 5)
+    found = checkpoint_files.newest_saved(saved.parent, {tuple(identity(saved)), tuple(identity(outside))})
+    assert found == saved

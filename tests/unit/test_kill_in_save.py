@@ -17,6 +17,7 @@ from lab.exercises.script import judge as script_judge
 from lab.exercises.seen import Seen
 from lab.health import injected_error
 from lab.health.events import Event
+from lab.report import Report
 
 KILLED = "rank 0 was killed with its save half written"
 NOT_LOADED = "no rank loaded the save the kill cut"
@@ -174,19 +175,82 @@ class ADrill:
         self.said.append(line)
 
 
-def test_the_act_signals_the_target_then_kills_it_inside_its_paused_save():
+def test_the_act_signals_the_target_then_kills_it_inside_its_paused_save(monkeypatch):
+    monkeypatch.setattr(kill_in_save, "SAVE_WAIT_S", 0.5)  # a pause it missed would end the wait at once
     drill = ADrill()
     fault = kill_in_save.cut_a_save(drill, 3)
     assert drill.injected == [
         ("node1", "kill_worker", {"local_rank": 1, "sig": int(injected_error.PAUSE_SIGNAL)}),
         ("node1", "kill_worker", {"local_rank": 1, "sig": int(signal.SIGKILL)}),
     ]
-    assert fault["rank"] == 3 and "rank 3's save of /ckpt/.dcp_00000030.tmp paused midway" in drill.said
+    assert fault["rank"] == 3 and drill.said == [
+        "waiting for rank 3's next save to pause midway",
+        "rank 3's save of /ckpt/.dcp_00000030.tmp paused midway",
+    ]
 
 
 def test_a_job_that_ends_before_the_save_or_a_rank_that_never_saves_is_one_line(monkeypatch):
+    monkeypatch.setattr(kill_in_save, "SAVE_WAIT_S", 3.0)  # the job's end is looked at once a second
     with pytest.raises(LabError, match=r"^the job ended \(exit codes .*\) before rank 1's next save began$"):
         kill_in_save.cut_a_save(ADrill(pauses_save=False, ends=True), 1)
     monkeypatch.setattr(kill_in_save, "SAVE_WAIT_S", 0.1)
-    with pytest.raises(LabError, match=r"^rank 1 began no save in 0 s: .* choose a rank that saves"):
+    message = (
+        "rank 1 began no save in 0 s: kill-in-save cuts a torch.save(obj, PATH) or a dcp.save (before its "
+        ".metadata, which rank 0 writes): choose a rank that saves (--target-rank)"
+    )
+    with pytest.raises(LabError) as refused:
         kill_in_save.cut_a_save(ADrill(pauses_save=False), 1)
+    assert str(refused.value) == message
+
+
+def test_a_pause_counts_from_the_signals_instant_and_only_the_ranks_own():
+    events = [
+        {"event": Event.SAVE_PAUSED, "rank": 0, "time": 10.0, "path": "a"},
+        {"event": Event.SAVE_PAUSED, "rank": 1, "time": 11.0, "path": "b"},
+        {"event": Event.STEP, "rank": 0, "time": 12.0, "step": 30},
+        {"event": Event.SAVE_PAUSED, "rank": 0, "time": 9.5, "path": "c"},
+    ]
+    assert [e["path"] for e in kill_in_save.pauses(events, 0, since=10.0)] == ["a"]
+
+
+def hand_run(pause_at: float, kill_at: float) -> Seen:
+    """kill-in-save's evidence at its edges: told at 100, paused, killed; no job behind it."""
+    faults = [
+        {"fault": "kill_worker", "time": 100.0, "args": {"local_rank": 0, "sig": int(injected_error.PAUSE_SIGNAL)}},
+        {"fault": "kill_worker", "time": kill_at, "args": {"local_rank": 0, "sig": 9}, "rank": 0},
+    ]
+    pause = {"event": Event.SAVE_PAUSED, "rank": 0, "time": pause_at, "step": 30, "path": "/c/.step_30.tmp"}
+    return Seen("kill-in-save", "local", kill_in_save.topology(DrillOptions(0, 25)), faults=faults, events=[pause])
+
+
+@pytest.mark.parametrize(
+    ("pause_at", "kill_at", "inside"),
+    [(100.5, 100.5, True), (100.5, 108.5, True), (100.5, 108.75, False), (100.5, 100.25, False)],
+)
+def test_the_kill_is_inside_the_save_from_the_pause_to_its_end_both_included(pause_at, kill_at, inside):
+    report = Report("kill-in-save", "local", 4)
+    cut_record = kill_in_save.check_cut(report, hand_run(pause_at, kill_at))
+    assert cut_record["step"] == 30 and report.checks[0].ok is inside
+    assert report.checks[0].detail == (
+        f"its save of /c/.step_30.tmp paused 0.50 s after the signal, the kill came at {kill_at - 100:.2f} s "
+        "(the pause lasts 8 s)"
+    )
+
+
+def test_its_job_is_two_nodes_with_one_restart():
+    shape = kill_in_save.topology(DrillOptions(0, 25))
+    assert (shape.nodes, shape.nproc_per_node, shape.max_restarts) == (2, 2, 1)
+
+
+def test_a_load_at_the_kills_own_instant_is_not_the_restarts_and_no_cut_says_none():
+    evidence = seen("kill-in-save")
+    kill = kill_in_save.the_kill(evidence)
+    evidence.events.append({**recorded_load(evidence), "time": kill["time"], "path": the_pause(evidence)["path"]})
+    assert NOT_LOADED not in failed(judge("kill-in-save", evidence))
+    evidence.events = [e for e in evidence.events if e["event"] != Event.SAVE_PAUSED]
+    detail = next(c.detail for c in judge("kill-in-save", evidence).checks if c.name == NOT_LOADED)
+    assert detail.startswith("cut: None; loaded: [")
+
+
+def recorded_load(evidence: Seen) -> dict:
+    return next(e for e in evidence.events if e["event"] == Event.CHECKPOINT_LOADED)

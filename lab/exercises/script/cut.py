@@ -50,7 +50,7 @@ def loaded_cut(events: list[dict], kill_time: float) -> dict | None:
     rewritten = again if took and not first.get("error") else []
     return {
         "path": cut["path"],
-        "how": cut.get("how", "a save"),
+        "how": cut.get("how", "torch.save"),
         "loaded": first["path"],
         "error": first.get("error"),
         "took_cut": took and not rewritten,
@@ -61,8 +61,7 @@ def loaded_cut(events: list[dict], kill_time: float) -> dict | None:
 def same_file(cut: str, loaded: str) -> bool:
     """A load names the file as the script wrote it (often relative to its working dir), the cut
     its full path: the same file when the load's path is the cut's tail."""
-    tail = PurePosixPath(loaded).parts
-    tail = tail[1:] if tail[:1] == (".",) else tail
+    tail = PurePosixPath(loaded).parts  # "./a" is ("a",): no "." part is left
     return bool(tail) and PurePosixPath(cut).parts[-len(tail) :] == tail
 
 
@@ -74,7 +73,7 @@ def check(report: Report, found: dict | None) -> None:
     left = f"{state} (its {found['how']} cut midway)"
     if found["took_cut"]:
         failed = f" ({found['error'].split('. ')[0]})" if found.get("error") else ""
-        careful = CAREFUL.get(found["how"], CAREFUL["torch.save"])
+        careful = CAREFUL[found["how"]]
         detail = f"it loaded {found['loaded']}{failed}, which the kill left {left}: {careful}"
     elif found.get("rewritten_by"):
         ranks = ", ".join(str(rank) for rank in found["rewritten_by"])
