@@ -43,7 +43,8 @@ def test_a_preempted_node_counts_in_at_the_exit_barrier_and_the_other_ends_with_
     try:
         deadline = time.monotonic() + 120
         while not all((short_tmpdir / f"ready-{rank}").exists() for rank in (0, 1)):
-            assert time.monotonic() < deadline and all(a.poll() is None for a in agents), "the workers never started"
+            if time.monotonic() > deadline or any(a.poll() is not None for a in agents):
+                pytest.fail("the workers never said they were ready")
             time.sleep(0.1)
         agents[1].send_signal(signal.SIGTERM)
         for a in agents:

@@ -34,7 +34,8 @@ from typing import Any
 
 from lab import progress
 from lab.health import hang_dump, injected_error
-from lab.health.events import ECHO_PREFIX, Event, EventLog, ExitReason, error_text
+from lab.health.error_text import error_text
+from lab.health.events import ECHO_PREFIX, Event, EventLog, ExitReason
 from lab.node.faulty_saves import onto_a_full_disk, pause_dcp_before_metadata, paused_torch_save
 from lab.node_log import PrintedErrors
 from lab.nodeenv import NodeEnv
@@ -131,32 +132,37 @@ def failed_exit(code: int, message: Any, tail: collections.deque[str], printed: 
     return {"reason": ExitReason.EXIT_STATUS, "code": code, "stderr": said}
 
 
+_INSIDE = threading.local()  # how deep in the watched calls: dcp.load's own reads are not the script's
+
+
+def watched(original, record, failed=None):
+    """original, which calls record(args, kwargs) after it returns, or failed(args, kwargs, error)
+    when it raises, both only for the script's own call (not one the watched calls make inside)."""
+
+    def wrapped(*args, **kwargs):
+        depth = getattr(_INSIDE, "depth", 0)
+        _INSIDE.depth = depth + 1
+        try:
+            result = original(*args, **kwargs)
+        except BaseException as e:  # DCP's CheckpointException is a BaseException
+            if depth == 0 and failed is not None and not isinstance(e, KeyboardInterrupt | SystemExit):
+                failed(args, kwargs, e)
+            raise
+        finally:
+            _INSIDE.depth = depth
+        if depth == 0:
+            record(args, kwargs)
+        return result
+
+    wrapped.__wrapped__ = original  # type: ignore[attr-defined]
+    return wrapped
+
+
 def watch_torch(log: EventLog, events_dir: str | None) -> None:
     """Record when the process group is up and what the script loads; behaviour unchanged."""
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-
-    inside = threading.local()  # how deep in the watched calls: dcp.load's own reads are not the script's
-
-    def after(original, record, failed=None):
-        def wrapped(*args, **kwargs):
-            depth = getattr(inside, "depth", 0)
-            inside.depth = depth + 1
-            try:
-                result = original(*args, **kwargs)
-            except BaseException as e:  # DCP's CheckpointException is a BaseException
-                if depth == 0 and failed is not None and not isinstance(e, KeyboardInterrupt | SystemExit):
-                    failed(args, kwargs, e)
-                raise
-            finally:
-                inside.depth = depth
-            if depth == 0:
-                record(args, kwargs)
-            return result
-
-        wrapped.__wrapped__ = original  # type: ignore[attr-defined]
-        return wrapped
 
     def touched(event: Event, where: Any, how: str) -> None:
         path = file_path(where)
@@ -179,19 +185,19 @@ def watch_torch(log: EventLog, events_dir: str | None) -> None:
         log.write(Event.RENDEZVOUS_DONE, world_size=dist.get_world_size(), pg_timeout_s=timeout_s)
         hang_dump.install(events_dir, dist.get_rank())
 
-    dist.init_process_group = after(dist.init_process_group, joined)
-    torch.load = after(
+    dist.init_process_group = watched(dist.init_process_group, joined)
+    torch.load = watched(
         torch.load, lambda a, k: loaded(a, k, "f", "torch.load"), lambda a, k, e: not_loaded(a, k, "f", "torch.load", e)
     )
-    dcp.load = after(
+    dcp.load = watched(
         dcp.load,
         lambda a, k: loaded(a[1:], k, "checkpoint_id", "dcp.load"),
         lambda a, k, e: not_loaded(a[1:], k, "checkpoint_id", "dcp.load", e),
     )
-    torch.save = after(
+    torch.save = watched(
         paused_torch_save(onto_a_full_disk(torch.save), log), lambda a, k: saved(a, k, "f", "torch.save")
     )
-    dcp.save = after(dcp.save, lambda a, k: saved(a, k, "checkpoint_id", "dcp.save"))
+    dcp.save = watched(dcp.save, lambda a, k: saved(a, k, "checkpoint_id", "dcp.save"))
     pause_dcp_before_metadata(log)  # kill-in-save's pause: lab.node.faulty_saves
 
 

@@ -43,7 +43,8 @@ import torch.nn as nn
 from torch.utils.data import TensorDataset
 
 from lab.health import injected_error
-from lab.health.events import Event, EventLog, ExitReason, error_text
+from lab.health.error_text import error_text
+from lab.health.events import Event, EventLog, ExitReason
 from lab.health.rank_exporter import ExporterPortError, RankMetrics, register_target
 from lab.inprocess.api import attempts
 from lab.nodeenv import NodeEnv

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from lab.bench.grading import kind_of
-from lab.health.events import Event, error_text
+from lab.health.error_text import error_text
+from lab.health.events import Event
 from lab.why import bad_checkpoint
 
 
