@@ -101,7 +101,7 @@ def ledger(events: list[dict]) -> list[Epoch]:
     cut = min((min(line.steps) for line in lines.values()), default=1) > 1
     for rank, line in sorted(lines.items()):
         for step, (epoch, samples) in sorted(line.steps.items()):
-            record = epochs.setdefault(epoch, Epoch(epoch, expected=fallback))
+            record = epochs.setdefault(epoch, Epoch(epoch))  # its expected count: once its last step is known
             steps.setdefault(epoch, {}).setdefault(step, []).append(len(samples))
             counts = seen.setdefault(epoch, Counter())
             for sample in samples:

@@ -56,7 +56,10 @@ def test_a_restart_that_loads_the_cut_path_fails_by_that_check_alone(case):
     for e in evidence.events:
         if e["event"] == Event.CHECKPOINT_LOADED and e["time"] > kill["time"]:
             e["path"] = the_pause(evidence)["path"]
-    assert failed(judge(case, evidence)) == [NOT_LOADED]
+    report = judge(case, evidence)
+    assert failed(report) == [NOT_LOADED]
+    cut_path = the_pause(evidence)["path"]
+    assert next(c.detail for c in report.checks if c.name == NOT_LOADED).startswith(f"cut: {cut_path}; loaded: [")
 
 
 def test_the_ddp_trainer_refuses_a_rank_that_writes_no_checkpoint_and_fsdp2_takes_any():

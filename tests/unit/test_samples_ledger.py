@@ -93,7 +93,11 @@ def test_a_resume_that_jumps_to_the_next_epoch_skips_the_rest_of_its_epoch():
     job.steps(9, 13)  # resumed at the next epoch's start: steps 7 and 8 never ran
     epoch1 = samples.ledger(job.events)[1]
     assert (epoch1.distinct, epoch1.skipped) == (N - 2 * WORLD * BATCH, 2 * WORLD * BATCH)
-    assert samples.summary(job.events)["skipped"] == 8
+    found = samples.summary(job.events)
+    assert (found["epochs"], found["repeated"], found["skipped"]) == (4, 0, 8)
+    assert found["why"] == "0 repeated, 8 skipped over 4 epoch(s); epoch 1 consumed 8 of 16"  # one world size: no tail
+    report = Report("kill-worker", "local", 2)
+    assert samples.check(report, job.events) is False  # skipped only: enough to fail
 
 
 def test_a_rank_moved_forward_by_a_peers_state_is_not_judged_for_skips_there():
