@@ -113,6 +113,9 @@ def test_a_rank_writes_its_raw_dump_beside_its_answer(tmp_path):
         f"dist.init_process_group('gloo', init_method='file://{tmp_path}/store', rank=0, world_size=1)\n"
         "dist.all_reduce(torch.ones(2))\n"
         f"hang_dump.write_dump(Path('{tmp_path}'), 0, 'r1')\n"
+        # As every rank leaves: a group never destroyed was torn down by the interpreter's exit, and
+        # once in a CI run (a loaded machine) a gloo thread still joinable then aborted it (SIGABRT).
+        "dist.destroy_process_group()\n"
     )
     env = {"TORCH_FR_BUFFER_SIZE": "20", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
