@@ -33,6 +33,7 @@ class Option:
     metavar: str | None = None
     dest: str | None = None
     switch: bool = False  # a flag without a value (store_true)
+    aliases: tuple[str, ...] = ()  # other spellings of the same flag
 
     @property
     def name(self) -> str:
@@ -47,14 +48,14 @@ class Option:
         """recorded: the namespace also says whether the user gave it (given()), whatever its value."""
         keywords: dict[str, Any] = {"dest": self.name, "help": (self.help + help_suffix) or None}
         if self.switch:
-            parser.add_argument(self.flag, action=_GivenTrue if recorded else "store_true", **keywords)
+            parser.add_argument(self.flag, *self.aliases, action=_GivenTrue if recorded else "store_true", **keywords)
             return
         if recorded:
             keywords["action"] = _GivenStore
         for key in ("default", "type", "choices", "metavar"):
             if getattr(self, key) is not None:
                 keywords[key] = getattr(self, key)
-        parser.add_argument(self.flag, **keywords)
+        parser.add_argument(self.flag, *self.aliases, **keywords)
 
 
 GIVEN = "flags_given"  # where a namespace keeps the dests of the recorded flags the user gave

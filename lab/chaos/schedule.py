@@ -77,7 +77,7 @@ KINDS = {
     )
 }
 # The campaign's flags (lab chaos, lab bench chaos): declared once, here, with the schedule they draw.
-COUNT = Option("--count", "how many faults (or --duration)", type=count)
+COUNT = Option("--count", "how many faults (or --duration); --faults N says the same", type=count, aliases=("--faults",))
 MTBF = Option("--mtbf", "the mean time between faults (default %(default)s)", "20s")
 SEED = Option("--seed", "the schedule's seed: the same seed, the same faults (default %(default)s)", 1, int)
 LOAD = Option("--load", "busy processes beside the job (default %(default)s)", 0, int)
@@ -136,6 +136,8 @@ def parse_mix(text: str | None, refused: dict[str, str] | None = None) -> dict[s
             raise LabError(f"--mix: unknown fault {name!r}; choose from {', '.join(KINDS)}")
         if weight and not weight.isdigit():
             raise LabError(f"--mix: {name}={weight}: a weight is a whole number")
+        if name in mix:
+            raise LabError(f"--mix: {name} is named twice; give it once, with its weight")
         if name in refused and weight != "0":
             raise LabError(f"--mix: {name} cannot run here: {refused[name]}")
         mix[name] = int(weight or 1)

@@ -123,11 +123,10 @@ class EventFileHandler(logging.Handler):
         append_agent_record(self.path, self.node, event)
 
 
-def install(metrics: AgentMetrics | None, events_path: Path | None, node: str, on_running=None) -> None:
+def install(metrics: AgentMetrics | None, events_path: Path | None, node: str) -> None:
     """Hook the metrics handler (when exporting), the event handlers and the monitor
     observer into torchelastic. The "lab" event handler is always registered: the
-    Topology always renders --event-log-handler=lab. on_running, if given, is called once,
-    from the agent's first look at its running workers."""
+    Topology always renders --event-log-handler=lab."""
     if metrics:
         elastic_metrics.configure(metrics)  # every group, "torchelastic" included
     handler = EventFileHandler(events_path, node) if events_path else logging.NullHandler()
@@ -137,11 +136,7 @@ def install(metrics: AgentMetrics | None, events_path: Path | None, node: str, o
     original = LocalElasticAgent._monitor_workers
     reported_rounds: set[tuple] = set()
 
-    pending = [on_running] if on_running else []
-
     def monitor_and_observe(agent, worker_group):
-        while pending:
-            pending.pop()()
         result = original(agent, worker_group)
         if metrics:
             metrics.observe_result(worker_group, result)

@@ -18,14 +18,12 @@ restart works. `--torch-defaults` leaves it unset, to show the failure.
 `--in-process` runs the node's keeper (lab.node.inprocess.keeper) instead of torchrun: the rest of
 the command line is the keeper's.
 
-Three more things make a restart faster, the first two printed when they apply:
+Three more things make a restart faster, the second printed when it applies:
 
-- The agent has torch._dynamo loaded before its first worker fails. torch's log formatter
-  (TorchLogsFormatter) imports it the first time a torch logger formats an exception, and
-  torchelastic logs every worker failure with its exception: without this the agent spends
-  0.7 s of every first restart importing it between seeing the failure and acting on it. An
-  agent that preloads its workers imports it before it forks their server (lab/node/preload.py);
-  one that spawns them imports it in a background thread once they run.
+- The agent formats a worker's failure without importing torch._dynamo. torch's log
+  formatter (TorchLogsFormatter) imports it the first time a torch logger formats an
+  exception, and torchelastic logs every worker failure with its exception: 0.7 s of every
+  first restart, spent between seeing the failure and acting on it (lab/node/torch_log_format.py).
 - `--rdzv-backend=lab` selects the lab's own rendezvous for fixed-size jobs, registered
   here through torch's registry for out-of-tree backends (lab/node/fast_rendezvous.py),
   and a 5 s SIGTERM-to-SIGKILL wait before a restart instead of torch's 30 s
@@ -147,8 +145,9 @@ def main(argv: list[str] | None = None) -> None:
     from torch.distributed.run import main as torchrun_main
     from torch.distributed.run import parse_args
 
-    from lab.node import restart_budget
+    from lab.node import restart_budget, torch_log_format
 
+    torch_log_format.install()
     install_rendezvous(parse_args(torchrun_argv).rdzv_backend, flags.torch_defaults, log)
     if flags.preload_workers:
         from lab.node.preload import preload_workers
@@ -159,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
         from lab.node import worker_record
 
         worker_record.install(workers_file)
-    start_agent_exporter(torchrun_argv, log, on_running=lambda: preimport_for_agent(log))
+    start_agent_exporter(torchrun_argv, log)
     budget = None
     events_dir = NodeEnv.parse().events_dir
     if events_dir and not flags.torch_defaults:
@@ -195,36 +194,7 @@ def install_rendezvous(backend: str, torch_defaults: bool, log) -> None:
         )
 
 
-# What the agent imports in the background once its workers run (see the module docstring).
-AGENT_PREIMPORTS = ("torch._dynamo",)
-
-
-def preimport_for_agent(log) -> None:
-    """Import AGENT_PREIMPORTS in a thread, once the workers run. Not earlier: the agent's
-    main thread then only watches its workers and imports nothing, so the two threads
-    never import the same modules at once (circular imports across threads can deadlock).
-    An agent that preloads its workers has them already (lab.node.preload)."""
-    import importlib
-    import threading
-
-    if all(name in sys.modules for name in AGENT_PREIMPORTS):
-        return
-
-    def load() -> None:
-        try:
-            for name in AGENT_PREIMPORTS:
-                importlib.import_module(name)
-        except BaseException:  # noqa: BLE001 - a head start only: the agent exiting mid-import must not print a traceback
-            return
-
-    threading.Thread(target=load, name="lab-agent-preimport", daemon=True).start()
-    log(
-        f"[lab.node.launch] the agent imports {', '.join(AGENT_PREIMPORTS)} in the background "
-        "(torch's log formatter would import it at the first worker failure, 0.7 s late)"
-    )
-
-
-def start_agent_exporter(torchrun_argv: list[str], log, on_running=None) -> None:
+def start_agent_exporter(torchrun_argv: list[str], log) -> None:
     """Record the agent's events (LAB_EVENTS_DIR) and export its health (LAB_AGENT_METRICS_PORT)."""
     from pathlib import Path
 
@@ -242,7 +212,7 @@ def start_agent_exporter(torchrun_argv: list[str], log, on_running=None) -> None
         agent_exporter.AgentMetrics(node=node, max_restarts=parse_args(torchrun_argv).max_restarts) if port else None
     )
     events = Path(events_dir) / f"agent-{node}.jsonl" if events_dir else None
-    agent_exporter.install(metrics, events, node, on_running)
+    agent_exporter.install(metrics, events, node)
     if wire.net_probe and events_dir:
         from lab.health import net_probe
 

@@ -51,10 +51,10 @@ def preload_workers(torchrun_argv: list[str], log) -> None:
     starts, with the whole preload list imported: torch and torch._dynamo are imported once
     per node, not once by the agent and again by its server.
 
-    The agent needs torch._dynamo too: torch's log formatter imports it at the first worker
-    failure (see lab.node.launch). Imported before the fork, the server has it as well; what
-    that costs and saves against the server importing it after: docs/exercises.md ("Where
-    the seconds went")."""
+    torch._dynamo is for the workers (an optimizer's constructor imports it); the agent formats
+    a worker's failure without it (lab.node.torch_log_format). Imported before the fork, once
+    per node; what that costs and saves against the server importing it after:
+    docs/exercises.md ("Where the seconds went")."""
     import importlib
 
     import torch.distributed.run as torch_run

@@ -59,6 +59,7 @@ def test_the_mix_weighs_the_kinds_and_a_duration_bounds_the_schedule():
         ("kill-worker=x", "a weight is a whole number"),
         ("kill-worker=0", "no fault with a weight above 0"),
         (",", "no fault"),
+        ("kill-worker=1,hang-worker,kill-worker=2", "kill-worker is named twice"),
     ],
 )
 def test_a_bad_mix_is_one_line(text, words):
@@ -76,6 +77,8 @@ def test_a_bad_mix_is_one_line(text, words):
         (["--duration", "1s"], ["too short for one fault"]),
         (["--count", "3", "--seed", "x"], ["--seed", "invalid int"]),
         (["--count", "0"], ["--count", "1 or more"]),
+        (["--faults", "-2"], ["--count/--faults", "1 or more"]),  # the spelling of --count
+        (["--faults", "3", "--duration", "1m"], ["one way"]),
         (["--count", "3", "--load", "-1"], ["--load must be 0 or more"]),
         (["--count", "3", "--mix", "kill-worker,nosuch"], ["unknown fault 'nosuch'"]),
         (["--count", "3", "--report-dir", ""], ["--report-dir is empty"]),
