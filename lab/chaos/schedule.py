@@ -77,7 +77,7 @@ KINDS = {
     )
 }
 # The campaign's flags (lab chaos, lab bench chaos): declared once, here, with the schedule they draw.
-COUNT = Option("--count", "how many faults (or --duration); --faults N says the same", type=count, aliases=("--faults",))
+COUNT = Option("--count", "how many faults (or --duration); --faults N is the same", type=count, aliases=("--faults",))
 MTBF = Option("--mtbf", "the mean time between faults (default %(default)s)", "20s")
 SEED = Option("--seed", "the schedule's seed: the same seed, the same faults (default %(default)s)", 1, int)
 LOAD = Option("--load", "busy processes beside the job (default %(default)s)", 0, int)
