@@ -201,6 +201,7 @@ def fallback_share(args, ledger: dict | None = None) -> tuple[float, str]:
 
 
 RESTARTED_KINDS = (
+    "hang-in-python",
     "preempt-node",
     "kill-node",
     "lose-store",

@@ -24,6 +24,8 @@ from lab.topology import Topology
 TRAINER_ONLY = {
     "hang-worker": "a hung rank of your script is seen at its own process group's timeout, which the lab does not set",
     "kill-after-save": "the lab's trainer says when a checkpoint save begins; your script does not",
+    "hang-in-python": "a hung rank of your script is seen at its own process group's timeout, which the lab does not set",
+    "kill-in-save": "the lab's trainer saves at a known interval from rank 0; your script's next save may be far off",
 }
 REFERENCE = "reference"
 

@@ -74,6 +74,28 @@ KINDS = {
             ("kill_worker",),
             in_recovery=True,
         ),
+        # Named in --mix only (DEFAULT_MIX keeps the documented campaigns' schedules as they are):
+        Kind("rank-exception", "one rank raises a RuntimeError from inside its step", ("kill_worker",)),
+        Kind(
+            "hang-in-python",
+            "one rank waits for ever in Python, as on a queue that never answers (its other threads run on); "
+            "its peers wait on it until the process group's timeout",
+            ("kill_worker",),
+        ),
+        Kind(
+            "slow-rank",
+            "one rank stopped three quarters of every 0.2 s for 8 s, then let go: a straggler, "
+            "which the job rides out without a recovery",
+            ("slow_worker", "unslow_worker"),
+            kills=False,
+        ),
+        Kind(
+            "kill-in-save",
+            "rank 0's next checkpoint save pauses midway (storage that stalls), and a SIGKILL lands inside it: "
+            "the restart must resume from the newest whole checkpoint",
+            ("kill_worker",),
+            in_recovery=True,
+        ),
     )
 }
 # The campaign's flags (lab chaos, lab bench chaos): declared once, here, with the schedule they draw.

@@ -12,11 +12,15 @@ from typing import Any
 from lab.chaos.progress import Progress
 from lab.chaos.schedule import Planned
 from lab.errors import LabError
+from lab.exercises import kill_in_save
+from lab.health import injected_error
 
 PREEMPT_GRACE_S = 10.0
 NODE_BACK_AFTER_S = 1.0
 SECOND_KILL_WITHIN_S = 30.0  # kill-in-regroup's second blow: until a worker of the new generation is there
 PARTITION_S = 6.0  # longer than a keeper's silence bound (5 s), shorter than the process group's timeout
+SLOW_S = 8.0  # slow-rank's length: a few checkpoint intervals of the paced trainer
+SAVER = 0  # the DDP trainer's checkpoint writer: the rank whose save kill-in-save cuts
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,35 @@ def _hang_rank(aim: Aim) -> list[int]:
     node, local = aim.drill.locate(aim.rank)
     aim.drill.inject(node, "pause_worker", local_rank=local)
     return [aim.rank]
+
+
+def _signal_rank(aim: Aim, sig: int) -> list[int]:
+    """A fault from inside the rank (lab.health.injected_error, which the trainer and every watched
+    script install)."""
+    node, local = aim.drill.locate(aim.rank)
+    aim.drill.inject(node, "kill_worker", local_rank=local, sig=sig)
+    return [aim.rank]
+
+
+def _raise_in_rank(aim: Aim) -> list[int]:
+    return _signal_rank(aim, int(injected_error.SIGNAL))
+
+
+def _hang_in_python(aim: Aim) -> list[int]:
+    return _signal_rank(aim, int(injected_error.WAIT_SIGNAL))
+
+
+def _slow_rank(aim: Aim) -> list[int]:
+    node, local = aim.drill.locate(aim.rank)
+    aim.drill.inject(node, "slow_worker", local_rank=local, stopped_fraction=0.75, period_s=0.2)
+    time.sleep(SLOW_S)
+    aim.drill.inject(node, "unslow_worker")
+    return [aim.rank]
+
+
+def _kill_in_save(aim: Aim) -> list[int]:
+    kill_in_save.cut_a_save(aim.drill, SAVER)
+    return [SAVER]
 
 
 def _partition_node(aim: Aim) -> list[int]:
@@ -105,6 +138,10 @@ STRIKES: dict[str, Callable[[Aim], list[int]]] = {
     "lose-store": _lose_store,
     "kill-in-regroup": _kill_in_regroup,
     "kill-after-save": _kill_after_save,
+    "rank-exception": _raise_in_rank,
+    "hang-in-python": _hang_in_python,
+    "slow-rank": _slow_rank,
+    "kill-in-save": _kill_in_save,
 }
 
 

@@ -27,7 +27,11 @@ OPTIONS = (
     schedule.COUNT,
     Option("--duration", "draw faults for this long, like 10m (or --count)"),
     schedule.MTBF,
-    Option("--mix", f"kinds and weights, like kill-worker=4,hang-worker=1 (default: {schedule.DEFAULT_MIX})"),
+    Option(
+        "--mix",
+        f"kinds and weights, like kill-worker=4,hang-worker=1 (default: {schedule.DEFAULT_MIX}; "
+        f"by name only: {', '.join(k for k in schedule.KINDS if k not in schedule.DEFAULT_MIX)})",
+    ),
     schedule.SEED,
     schedule.LOAD,
 )

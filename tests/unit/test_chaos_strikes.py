@@ -11,6 +11,9 @@ import pytest
 
 from lab.chaos import strikes
 from lab.chaos.schedule import KINDS, Planned
+from lab.health import injected_error
+
+PAUSE = int(injected_error.PAUSE_SIGNAL)
 
 WORLD, PER_NODE = 4, 2
 
@@ -24,8 +27,20 @@ class RecordingDrill:
     def locate(self, rank: int) -> tuple[str, int]:
         return f"node{rank // PER_NODE}", rank % PER_NODE
 
-    def inject(self, node: str, fault: str, **kwargs) -> None:
+    def inject(self, node: str, fault: str, **kwargs) -> dict:
         self.injected.append((node, fault, kwargs))
+        return {"fault": fault, "node": node}  # as the Node's record of a fault
+
+    def events(self) -> list[dict]:
+        """Rank 0's save, paused midway once it was told to pause (kill-in-save waits for that)."""
+        told = [k for _, f, k in self.injected if f == "kill_worker" and k.get("sig") == PAUSE]
+        return [{"event": "save_paused", "rank": 0, "time": 9e12, "path": "ckpt/step_40.pt"}] if told else []
+
+    def progress(self, message: str) -> None:
+        pass
+
+    def ended(self) -> None:
+        return None
 
 
 class SavingProgress:
@@ -92,3 +107,34 @@ def test_a_kill_after_save_waits_for_the_next_checkpoint_step():
     drill, progress = RecordingDrill(), SavingProgress()
     strikes.strike(drill, progress, Planned(1.0, "kill-after-save", 0.3, 0.5), WORLD, 20)
     assert progress.front() >= 40 and len(drill.injected) == 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "sig"),
+    [
+        ("rank-exception", injected_error.SIGNAL),
+        ("hang-in-python", injected_error.WAIT_SIGNAL),
+    ],
+)
+@pytest.mark.parametrize("draw", [0.0, 0.6, 0.99])
+def test_a_fault_from_inside_signals_the_drawn_rank_with_its_own_signal(kind, sig, draw):
+    drill = RecordingDrill()
+    hit = strikes.strike(drill, SavingProgress(), Planned(1.0, kind, draw, 0.5), WORLD, 20)
+    assert hit == [int(draw * WORLD)]
+    node, local = drill.locate(hit[0])
+    assert drill.injected == [(node, "kill_worker", {"local_rank": local, "sig": int(sig)})]
+
+
+def test_kill_in_save_pauses_rank_0s_save_then_kills_it_inside_whatever_rank_was_drawn():
+    drill = RecordingDrill()
+    hit = strikes.strike(drill, SavingProgress(), Planned(1.0, "kill-in-save", 0.99, 0.5), WORLD, 20)
+    assert hit == [0]
+    assert [k["sig"] for _, _, k in drill.injected] == [PAUSE, 9]  # told to pause, then SIGKILLed inside
+    assert {n for n, _, _ in drill.injected} == {"node0"}
+
+
+def test_a_slow_rank_is_let_go_and_needs_no_new_process():
+    drill = RecordingDrill()
+    hit = strikes.strike(drill, SavingProgress(), Planned(1.0, "slow-rank", 0.6, 0.5), WORLD, 20)
+    assert [f for _, f, _ in drill.injected] == ["slow_worker", "unslow_worker"]
+    assert hit == [2] and not KINDS["slow-rank"].kills
