@@ -21,10 +21,11 @@ from lab.exercises.script.compare import compare, keep
 from lab.exercises.script.spec import ScriptSpec
 from lab.topology import Topology
 
+HUNG = "a hung rank of your script is seen at its own process group's timeout, which the lab does not set"
 TRAINER_ONLY = {
-    "hang-worker": "a hung rank of your script is seen at its own process group's timeout, which the lab does not set",
+    "hang-worker": HUNG,
     "kill-after-save": "the lab's trainer says when a checkpoint save begins; your script does not",
-    "hang-in-python": "a hung rank of your script is seen at its own process group's timeout, which the lab does not set",
+    "hang-in-python": HUNG,
     "kill-in-save": "the lab's trainer saves at a known interval from rank 0; your script's next save may be far off",
 }
 REFERENCE = "reference"
