@@ -95,6 +95,11 @@ def test_a_bad_mix_is_one_line(text, words):
         (["--count", "3", "--", "--epochs", "2"], ["arguments after --: only with --script"]),
         (["--count", "3", "--script", "tests/user_scripts/nosuch.py"], ["--script: no such file"]),
         (["--count", "3", "--script", PLAIN, "--mix", "hang-worker"], ["hang-worker cannot run here: on your script"]),
+        (
+            ["--count", "3", "--script", PLAIN, "--mix", "kill-worker,hang-in-python"],
+            ["hang-in-python cannot run here"],
+        ),
+        (["--count", "3", "--script", PLAIN, "--mix", "kill-in-save"], ["kill-in-save cannot run here", "rank 0"]),
         (["--count", "3", "--script", PLAIN, "--recovery", "in-process"], ["not behind lab chaos on your script"]),
     ],
 )
