@@ -2,12 +2,15 @@
 
     lab exercise run interface-missing
     lab exercise run firewall --bound 30
+    lab exercise run interface-loopback --runtime docker
 
 Each plants its mistake on node 1 of two hosts, runs the lesson's job there as a first run meets
 it (2 x 2 ddp_train under torchrun's c10d rendezvous and its own defaults, no restart), given
 --bound seconds before it is called hung, then `lab doctor` on hosts planted the same way
-(lab.doctor.planted). The verdict: the job failed or hung (the two torch 2.13's gloo copes with
-pass, as measured), and the doctor named the mistake in one line on the node it is about.
+(lab.doctor.planted). The verdict: the job failed or hung (those torch 2.13's gloo copes with
+pass, as measured on that runtime), and the doctor named the mistake in one line on the node it
+is about. On --runtime docker, the four Docker lets a container be made with
+(lab.runtimes.misconfig.NOT_IN_CONTAINERS says why not the others).
 """
 
 from __future__ import annotations
@@ -59,23 +62,27 @@ def drills() -> dict[str, MisconfigDrill]:
     return {name: MisconfigDrill(m) for name, m in MISCONFIGS.items()}
 
 
-def run(drill: MisconfigDrill, run_dir: RunDir, bound_s: float, out: TextIO = sys.stdout) -> Report:
+def run(
+    drill: MisconfigDrill, run_dir: RunDir, bound_s: float, out: TextIO = sys.stdout, runtime: str = "local"
+) -> Report:
     m = drill.misconfig
+    m.planter(runtime)  # one that cannot be planted there: one line, nothing started
+    hosts = m.hosts_described(runtime)
 
     def say(line: str) -> None:
         out.write(line + "\n")
         out.flush()
 
-    say(f"-- {m.name}: {m.what}, planted on node{PLANTED_ON} of 2 {m.hosts[0]} hosts")
+    say(f"-- {m.name}: {m.what}, planted on node{PLANTED_ON} of 2 {hosts}")
     say(
         f"-- the lesson's job, as a first run meets it (torchrun's c10d rendezvous and defaults), {bound_s:g} s at most"
     )
-    job = job_row(m, run_dir, bound_s)
+    job = job_row(m, run_dir, bound_s, runtime)
     say(f"   {ended(job, bound_s)}")
     say("-- lab doctor, on hosts planted the same way")
-    doctor = doctor_row(m, run_dir)
+    doctor = doctor_row(m, run_dir, runtime)
     say(f"   {doctor['finding'] or 'no finding about the node it is about'} ({doctor['doctor_s']} s)")
-    return judge(m, job, doctor, bound_s)
+    return judge(m, job, doctor, bound_s, runtime)
 
 
 def ended(job: dict, bound_s: float) -> str:
@@ -83,11 +90,11 @@ def ended(job: dict, bound_s: float) -> str:
     return how + (f": {job['error']}" if job["error"] else "")
 
 
-def judge(m: Misconfig, job: dict, doctor: dict, bound_s: float) -> Report:
+def judge(m: Misconfig, job: dict, doctor: dict, bound_s: float, runtime: str = "local") -> Report:
     """The verdict from what the job and the doctor did (lab.doctor.planted's rows), nothing run."""
-    report = Report(m.name, "local", 4)
+    report = Report(m.name, runtime, 4)
     report.facts.update(job=job, doctor=doctor)
-    if m.job_passes:
+    if m.passes_on(runtime):
         report.check(
             "the job passes all the same (torch 2.13's gloo copes)", job["job"] == "passed", ended(job, bound_s)
         )

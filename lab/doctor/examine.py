@@ -47,7 +47,8 @@ def examine(
     started = time.monotonic()
     with hosts_up(runtime, topology, log, seed) as (plan, refused):
         exam = _probe(runtime, plan, log)
-    exam.found = refused + findings(exam.nodes, exam.facts, exam.reach, topology.backend)
+    in_containers = runtime.NODES_ARE == "containers"
+    exam.found = refused + findings(exam.nodes, exam.facts, exam.reach, topology.backend, in_containers)
     exam.seconds = time.monotonic() - started
     return exam
 

@@ -30,13 +30,16 @@ def is_loopback(address: str | None) -> bool:
         return False
 
 
-def findings(nodes: list[str], facts: dict[str, dict], reach: dict[str, dict], backend: str) -> list[Finding]:
-    """Every finding, node by node, in the order a job meets them (names, then the network)."""
+def findings(
+    nodes: list[str], facts: dict[str, dict], reach: dict[str, dict], backend: str, in_containers: bool = False
+) -> list[Finding]:
+    """Every finding, node by node, in the order a job meets them (names, then the network).
+    in_containers: the nodes are Docker containers, where a hostname on loopback breaks gloo."""
     found = [Finding(n, "its probe did not report", "see its log in the run dir") for n in nodes if n not in facts]
     for node in nodes:
         if node in facts:
             found += own_findings(facts[node], backend)
-    found += peer_findings(facts, reach)
+    found += peer_findings(facts, reach, in_containers)
     found += rendezvous_findings(facts, reach)
     found.sort(key=lambda f: (len(f.node), f.node))  # node2 before node10
     versions = {f["torch"] for f in facts.values()}
@@ -96,7 +99,7 @@ def own_findings(facts: dict, backend: str) -> list[Finding]:
     return found
 
 
-def peer_findings(facts: dict[str, dict], reach: dict[str, dict]) -> list[Finding]:
+def peer_findings(facts: dict[str, dict], reach: dict[str, dict], in_containers: bool = False) -> list[Finding]:
     """A node its peers cannot reach at the address it gives them, and slow reverse lookups. A
     loopback address is one finding, about the node that gives it, whichever peers met it."""
     found, loopback = [], set()
@@ -110,7 +113,7 @@ def peer_findings(facts: dict[str, dict], reach: dict[str, dict]) -> list[Findin
                 if peer in loopback:
                     continue
                 loopback.add(peer)
-                found.append(_loopback(peer, info, source, tried["connect"]))
+                found.append(_loopback(peer, info, source, tried["connect"], in_containers))
             elif tried["connect"] != "ok":
                 found.append(
                     Finding(
@@ -162,10 +165,12 @@ def rendezvous_findings(facts: dict[str, dict], reach: dict[str, dict]) -> list[
     return found
 
 
-def _loopback(node: str, info: dict, source: str, error: str) -> Finding:
+def _loopback(node: str, info: dict, source: str, error: str, in_containers: bool = False) -> Finding:
     """A node that would give its peers a loopback address. Named by GLOO_SOCKET_IFNAME, gloo gives
-    it and the job fails in connectFullMesh; only its hostname's, torch's gloo gives another one, and
-    the lesson's job passes (both measured: lab bench doctor), so that is a note."""
+    it and the job fails in connectFullMesh; only its hostname's, torch's gloo gives another one on
+    netns hosts, and the lesson's job passes (both measured: lab bench doctor), so that is a note.
+    In Docker containers gloo gives the hostname's loopback address, and the job fails in 7 s
+    (measured: `lab exercise run hostname-on-loopback --runtime docker`): there it is a finding."""
     address = info["advertised"]
     if info["advertised_from"] != "hostname":  # GLOO_SOCKET_IFNAME=lo
         return Finding(
@@ -174,10 +179,15 @@ def _loopback(node: str, info: dict, source: str, error: str) -> Finding:
             f"({error}): gloo's connectFullMesh fails",
             "set GLOO_SOCKET_IFNAME to the interface that reaches the other nodes, not loopback",
         )
+    cut_off = (
+        "gloo gives its peers that address and connectFullMesh fails"
+        if in_containers
+        else "a program that listens on its hostname's address is cut off (torch's gloo picks another)"
+    )
     return Finding(
         node,
         f"its hostname {info['hostname']} resolves to {address} (loopback) first, where {source} cannot reach it "
-        f"({error}): a program that listens on its hostname's address is cut off (torch's gloo picks another)",
+        f"({error}): {cut_off}",
         f"make {info['hostname']} resolve to the address the other nodes reach (/etc/hosts)",
-        note=True,
+        note=not in_containers,
     )

@@ -28,9 +28,9 @@ ERROR = re.compile(r"error|timed out|timeout|refused|failed", re.I)
 NOISE = re.compile(r"^\s*frame #|\[lab\.node\.launch\]")  # a C++ stack frame; the lab's own settings
 
 
-def _runtime(misconfig: Misconfig, run_dir: RunDir):
-    hosts = misconfig.hosts[0]
-    return runtimes.create("local", run_dir, log=lambda line: None, hosts=hosts, monitoring="off")
+def _runtime(misconfig: Misconfig, run_dir: RunDir, runtime: str):
+    misconfig.planter(runtime)  # one that cannot be planted there says so before anything starts
+    return runtimes.create(runtime, run_dir, log=lambda line: None, monitoring="off", **misconfig.hosts_for(runtime))
 
 
 def _topology(**changes) -> Topology:
@@ -39,30 +39,32 @@ def _topology(**changes) -> Topology:
     )
 
 
-def _seed(misconfig: Misconfig, undo: ExitStack):
+def _seed(misconfig: Misconfig, undo: ExitStack, runtime: str):
     """What plants the misconfiguration on node PLANTED_ON once the hosts are up (examine's seed)."""
-    return lambda _, plan: misconfig.plant(plan, PLANTED_ON, undo)
+    return lambda _, plan: misconfig.planter(runtime)(plan, PLANTED_ON, undo)
 
 
-def doctor_row(misconfig: Misconfig, run_dir: RunDir) -> dict:
+def doctor_row(misconfig: Misconfig, run_dir: RunDir, runtime: str = "local") -> dict:
     """`lab doctor` on planted hosts: its seconds (hosts up and down included), and its finding
     about the node the misconfiguration blames, if it made one in the misconfiguration's words."""
     with ExitStack() as undo:
-        exam = examine(_runtime(misconfig, run_dir), _topology(), lambda line: None, _seed(misconfig, undo))
+        exam = examine(
+            _runtime(misconfig, run_dir, runtime), _topology(), lambda line: None, _seed(misconfig, undo, runtime)
+        )
     blamed = misconfig.blamed(PLANTED_ON, 2)
     named = [f.line() for f in exam.found if f.node == blamed and misconfig.says in f.line()]
     return {"doctor_s": round(exam.seconds, 2), "named": bool(named), "finding": named[0] if named else ""}
 
 
-def job_row(misconfig: Misconfig, run_dir: RunDir, bound_s: float) -> dict:
+def job_row(misconfig: Misconfig, run_dir: RunDir, bound_s: float, runtime: str = "local") -> dict:
     """The lesson's job on freshly planted hosts, as `lab up --recovery torchrun --torch-defaults`
     runs it: how it ended (passed, failed, or hung at bound_s), after how long, and what it said."""
     with ExitStack() as undo:
-        runtime = _runtime(misconfig, run_dir)
+        hosts = _runtime(misconfig, run_dir, runtime)
         topology = _topology(rdzv_backend="c10d", torch_defaults=True, max_restarts=0)
-        with hosts_up(runtime, topology, lambda line: None, _seed(misconfig, undo)) as (plan, _):
+        with hosts_up(hosts, topology, lambda line: None, _seed(misconfig, undo, runtime)) as (plan, _):
             started = time.monotonic()
-            runtime.start_nodes(plan)
+            hosts.start_nodes(plan)
             while any(n.exit_code() is None for n in plan.nodes) and time.monotonic() - started < bound_s:
                 time.sleep(0.2)
             seconds = time.monotonic() - started

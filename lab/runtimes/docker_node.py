@@ -42,6 +42,7 @@ class DockerNode(NodeFiles, Node):
     user: str
     mounts: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
+    extra_hosts: dict = field(default_factory=dict)  # name -> address, ahead of Docker's own lines (a planted mistake)
     gpu_ids: list = field(default_factory=list)  # this node's GPUs on the host (needs the NVIDIA container toolkit)
     docker: Any = None  # a docker client
 
@@ -92,6 +93,7 @@ class DockerNode(NodeFiles, Node):
             labels={LABEL: self.run_dir},
             volumes=self.mounts,
             environment={"HOME": "/tmp", **self.environment},
+            extra_hosts=self.extra_hosts or None,
             init=True,
             stop_signal=STOP_SIGNAL,
             working_dir="/tmp",

@@ -4,7 +4,9 @@ diagnosis should blame and the words it should use. `lab doctor`'s tests and `la
 (what torchrun does with each, beside what the doctor says) take them from here.
 
 They work on netns hosts (each has its own hosts file, resolver and firewall) and, for those that
-need only the environment or a port, on loopback hosts too."""
+need only the environment or a port, on loopback hosts too. In containers (the docker runtime)
+those of a hosts line or the environment are planted where Docker takes them, in the container's
+creation; the others say why not (NOT_IN_CONTAINERS)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.errors import LabError
 from lab.runtimes.netns import NETNS_ETC
 
 
@@ -31,6 +34,28 @@ class Misconfig:
     blames: str = "node"
     on_store: bool = True  # it may be planted on node 0, the rendezvous host
     job_passes: bool = False  # measured (lab bench doctor): torch 2.13's gloo copes, the lesson's job passes
+    job_passes_in_containers: bool = False  # the same, measured on the docker runtime
+    in_containers: Callable[[Any, int, ExitStack], None] | None = None  # the docker runtime's plant, if it has one
+
+    def planter(self, runtime: str) -> Callable[[Any, int, ExitStack], None]:
+        """How it is planted on the runtime's hosts ("local" or "docker"), or one line why it cannot be."""
+        if runtime == "local":
+            return self.plant
+        if runtime == "docker" and self.in_containers is not None:
+            return self.in_containers
+        why = NOT_IN_CONTAINERS.get(self.name, "it is planted on the local runtime's hosts only")
+        raise LabError(f"{self.name} cannot be planted on --runtime {runtime}: {why}; use --runtime local")
+
+    def hosts_for(self, runtime: str) -> dict[str, str]:
+        """What runtimes.create needs to bring up the hosts it is planted on (after planter's check)."""
+        return {"hosts": self.hosts[0]} if runtime == "local" else {}
+
+    def hosts_described(self, runtime: str) -> str:
+        return "docker containers" if runtime == "docker" else f"{self.hosts[0]} hosts"
+
+    def passes_on(self, runtime: str) -> bool:
+        """Whether the lesson's job trains all the same with it, on that runtime's hosts (measured)."""
+        return self.job_passes_in_containers if runtime == "docker" else self.job_passes
 
     def blamed(self, index: int, nodes: int) -> str:
         """The node a finding about it names (the next one, for a peer: every peer meets it)."""
@@ -104,6 +129,35 @@ def _taken_port(plan: Any, index: int, undo: ExitStack) -> None:
     busy.listen()
 
 
+def _container_hosts_line(address: str, name: str) -> Callable[[Any, int, ExitStack], None]:
+    """A line of the node's container's hosts file, ahead of the one Docker writes for its own name;
+    the container is made with it (DockerNode.extra_hosts), so nothing is left to undo."""
+
+    def plant(plan: Any, index: int, undo: ExitStack) -> None:
+        node = plan.nodes[index]
+        node.extra_hosts[name.format(node=node.name, store=plan.nodes[0].name)] = address
+
+    return plant
+
+
+def _container_environment(variable: str, value: str) -> Callable[[Any, int, ExitStack], None]:
+    """Set in every node's container, as one exported on every machine of a cluster would be."""
+
+    def plant(plan: Any, index: int, undo: ExitStack) -> None:
+        for node in plan.nodes:
+            node.environment[variable] = value
+
+    return plant
+
+
+NOT_IN_CONTAINERS = {
+    "hostname-unresolvable": "Docker writes each container's own name into its hosts file, and its DNS answers for it",
+    "silent-dns": "Docker's own DNS answers for every container of the network, whatever resolver it is given",
+    "firewall": "a container may not change its own firewall (no NET_ADMIN), and one set from outside lands "
+    "after its first connection",
+    "rendezvous-port-taken": "each container has a network of its own, so nothing else holds its port",
+}
+PLANTED_ON_RUNTIMES = ("local", "docker")  # what a misconfiguration drill's --runtime takes
 NETNS = ("netns",)
 MISCONFIGS = {
     m.name: m
@@ -111,6 +165,7 @@ MISCONFIGS = {
         Misconfig(
             "hostname-on-loopback", "the node's hostname resolves to 127.0.1.1 (Debian's /etc/hosts)", NETNS,
             _prepend_hosts_line("127.0.1.1 {node}"), "resolves to 127.0.1.1 (loopback) first", job_passes=True,
+            in_containers=_container_hosts_line("127.0.1.1", "{node}"),
         ),
         Misconfig(
             "hostname-unresolvable", "the node's hostname is in no hosts file and no DNS", NETNS,
@@ -126,14 +181,17 @@ MISCONFIGS = {
         Misconfig(
             "rendezvous-on-localhost", "the rendezvous host resolves to 127.0.0.1 on the node", NETNS,
             _rendezvous_on_localhost, "it would rendezvous alone", on_store=False,
+            in_containers=_container_hosts_line("127.0.0.1", "{store}"),
         ),
         Misconfig(
             "interface-missing", "GLOO_SOCKET_IFNAME names an interface the nodes lack", ("netns", "loopback"),
             _environment("GLOO_SOCKET_IFNAME", "eth9"), "GLOO_SOCKET_IFNAME=eth9 names no interface",
+            in_containers=_container_environment("GLOO_SOCKET_IFNAME", "eth9"),
         ),
         Misconfig(
             "interface-loopback", "GLOO_SOCKET_IFNAME names the loopback interface", NETNS,
             _environment("GLOO_SOCKET_IFNAME", "lo"), "connectFullMesh fails",
+            in_containers=_container_environment("GLOO_SOCKET_IFNAME", "lo"),
         ),
         Misconfig(
             "rendezvous-port-taken", "another program holds the rendezvous port", ("loopback",), _taken_port,

@@ -61,6 +61,23 @@ def test_a_hostname_on_loopback_is_one_note_about_its_node(count, bad):
     assert finding.line().endswith(f"make {name} resolve to the address the other nodes reach (/etc/hosts)")
 
 
+@pytest.mark.parametrize("count,bad", [(2, 1), (3, 0)])
+def test_in_containers_a_hostname_on_loopback_is_a_finding_not_a_note(count, bad):
+    """Measured: in Docker containers gloo gives its peers the hostname's loopback address, and the
+    lesson's job fails in 7 s (tests/fixtures/doctor_drills/docker/hostname-on-loopback.json)."""
+    nodes, facts, reach = healthy(count)
+    name = f"node{bad}"
+    facts[name].update(advertised="127.0.1.1", hostname_addresses=["127.0.1.1"])
+    for other in nodes:
+        if other != name:
+            reach[other]["peers"][name]["connect"] = "Connection refused"
+    (finding,) = findings(nodes, facts, reach, "gloo", in_containers=True)
+    assert not finding.note
+    assert finding.line().startswith(f"{name}: its hostname {name} resolves to 127.0.1.1 (loopback) first")
+    assert "gloo gives its peers that address and connectFullMesh fails" in finding.line()
+    assert "picks another" not in finding.line()
+
+
 @pytest.mark.parametrize("source,peer", [("node0", "node1"), ("node2", "node0")])
 def test_a_dropped_connection_names_who_cannot_reach_whom(source, peer):
     nodes, facts, reach = healthy(3)
