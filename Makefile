@@ -111,4 +111,5 @@ bench: venv host-deps ## measure everything (about three hours: three 100-fault 
 	$(BIN)/lab bench scale --out $(BENCH_OUT)
 	$(BIN)/lab bench overhead --out $(BENCH_OUT)
 	$(BIN)/lab bench doctor --bound 90 --out $(BENCH_OUT)
+	if docker info >/dev/null 2>&1; then $(BIN)/lab bench doctor --runtime docker --bound 90 --out $(BENCH_OUT); fi
 	$(BIN)/lab bench docs --out $(BENCH_OUT) --output docs/benchmarks.md

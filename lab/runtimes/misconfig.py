@@ -158,6 +158,7 @@ NOT_IN_CONTAINERS = {
     "rendezvous-port-taken": "each container has a network of its own, so nothing else holds its port",
 }
 PLANTED_ON_RUNTIMES = ("local", "docker")  # what a misconfiguration drill's --runtime takes
+HOSTS_OF = {"local": "netns hosts (loopback ones for a port)", "docker": "Docker containers"}
 NETNS = ("netns",)
 MISCONFIGS = {
     m.name: m

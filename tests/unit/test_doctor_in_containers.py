@@ -89,3 +89,24 @@ def test_the_drill_refuses_in_containers_before_anything_starts(tmp_path, capsys
     )
     assert_one_line_error(out, "firewall cannot be planted on --runtime docker", "use --runtime local")
     assert not (tmp_path / "run" / "nodes").exists()
+
+
+def test_the_bench_in_containers_refuses_one_named_that_cannot_be_planted_there(tmp_path, capsys):
+    out = lab_in_process(
+        capsys, "bench", "doctor", "--runtime", "docker", "--misconfigs", "silent-dns", "--out", str(tmp_path / "b")
+    )
+    assert_one_line_error(out, "silent-dns cannot be planted on --runtime docker", "use --runtime local")
+    assert not (tmp_path / "b").exists()
+
+
+def test_the_bench_publishes_a_section_per_runtime_and_says_what_it_did_not_plant():
+    from lab.bench import doctor
+
+    assert doctor.sections() == ["doctor", "doctor-docker"]
+    refused = doctor._refused(sorted(MISCONFIGS), "docker", named=False)
+    assert sorted(refused) == sorted(NOT_IN_CONTAINERS)
+    row = json.loads((RECORDED / "interface-missing.json").read_text())
+    rows = {"interface-missing": {**row["doctor"], **row["job"]}}
+    body = doctor.markdown(rows, 30.0, "docker")
+    assert body[0].startswith("Each planted on node 1 of 2 Docker containers.")
+    assert any(line.startswith("| interface-missing | failed | 7.6 s |") for line in body), body
