@@ -26,6 +26,8 @@ TRAINER_ONLY = {
     "hang-worker": HUNG,
     "kill-after-save": "the lab's trainer says when a checkpoint save begins; your script does not",
     "hang-in-python": HUNG,
+    "corrupt-checkpoint": "the lab knows the trainer's checkpoint folder, not your script's: "
+    "`lab exercise run corrupt-checkpoint --script ... --ckpt-dir DIR` damages what it saved",
     "kill-in-save": "the lab's trainer saves at a known interval from rank 0; your script's next save may be far off",
 }
 REFERENCE = "reference"

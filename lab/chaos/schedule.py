@@ -90,6 +90,12 @@ KINDS = {
             kills=False,
         ),
         Kind(
+            "corrupt-checkpoint",
+            "the newest checkpoint cut short while one rank is stopped, then that rank SIGKILLed: a restart "
+            "must set the damaged file aside and resume from the one before (in-process, a peer's state serves)",
+            ("pause_worker", "corrupt_checkpoint", "kill_worker"),
+        ),
+        Kind(
             "kill-in-save",
             "rank 0's next checkpoint save pauses midway (storage that stalls), and a SIGKILL lands inside it: "
             "the restart must resume from the newest whole checkpoint",

@@ -12,7 +12,7 @@ from typing import Any
 from lab.chaos.progress import Progress
 from lab.chaos.schedule import Planned
 from lab.errors import LabError
-from lab.exercises import kill_in_save
+from lab.exercises import corrupt_checkpoint, kill_in_save
 from lab.health import injected_error
 
 PREEMPT_GRACE_S = 10.0
@@ -83,6 +83,12 @@ def _slow_rank(aim: Aim) -> list[int]:
     return [aim.rank]
 
 
+def _corrupt_checkpoint(aim: Aim) -> list[int]:
+    node, local = aim.drill.locate(aim.rank)
+    corrupt_checkpoint.damage_then_kill(aim.drill, node, local, str(aim.drill.ckpt_dir), aim.rank, "truncate")
+    return [aim.rank]
+
+
 def _kill_in_save(aim: Aim) -> list[int]:
     kill_in_save.cut_a_save(aim.drill, SAVER)
     return [SAVER]
@@ -141,6 +147,7 @@ STRIKES: dict[str, Callable[[Aim], list[int]]] = {
     "rank-exception": _raise_in_rank,
     "hang-in-python": _hang_in_python,
     "slow-rank": _slow_rank,
+    "corrupt-checkpoint": _corrupt_checkpoint,
     "kill-in-save": _kill_in_save,
 }
 

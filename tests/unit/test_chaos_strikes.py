@@ -20,6 +20,7 @@ WORLD, PER_NODE = 4, 2
 
 class RecordingDrill:
     store_host = "node0"
+    ckpt_dir = "/run/lab/checkpoints"
 
     def __init__(self) -> None:
         self.injected: list[tuple[str, str, dict]] = []
@@ -138,3 +139,16 @@ def test_a_slow_rank_is_let_go_and_needs_no_new_process():
     hit = strikes.strike(drill, SavingProgress(), Planned(1.0, "slow-rank", 0.6, 0.5), WORLD, 20)
     assert [f for _, f, _ in drill.injected] == ["slow_worker", "unslow_worker"]
     assert hit == [2] and not KINDS["slow-rank"].kills
+
+
+@pytest.mark.parametrize("draw", [0.0, 0.6])
+def test_corrupt_checkpoint_stops_the_rank_damages_the_trainers_newest_checkpoint_then_kills_it(draw):
+    drill = RecordingDrill()
+    hit = strikes.strike(drill, SavingProgress(), Planned(1.0, "corrupt-checkpoint", draw, 0.5), WORLD, 20)
+    node, local = drill.locate(hit[0])
+    assert hit == [int(draw * WORLD)]
+    assert drill.injected == [
+        (node, "pause_worker", {"local_rank": local}),
+        (node, "corrupt_checkpoint", {"directory": "/run/lab/checkpoints", "mode": "truncate"}),
+        (node, "kill_worker", {"local_rank": local, "sig": 9}),
+    ]
