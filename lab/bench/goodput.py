@@ -204,6 +204,7 @@ RESTARTED_KINDS = (
     "hang-in-python",
     "preempt-node",
     "kill-node",
+    "lose-node-in-restart",
     "lose-store",
     "partition-node",
 )  # chaos kinds in-process recovery survives only by a restart

@@ -96,6 +96,21 @@ KINDS = {
             ("pause_worker", "corrupt_checkpoint", "kill_worker"),
         ),
         Kind(
+            "kill-replacement",
+            "SIGKILL one rank, then the process that takes its place as soon as it runs (a spare taking a "
+            "peer's state, or the restarted worker loading the checkpoint)",
+            ("kill_worker",),
+            in_recovery=True,
+        ),
+        Kind(
+            "lose-node-in-restart",
+            "SIGKILL one rank, then 50 ms later a whole node other than node 0 (the store's), started again 1 s "
+            "later: a machine lost while the job recovers",
+            ("kill_worker", "kill_node", "restart"),
+            in_recovery=True,
+            loses_a_node=True,
+        ),
+        Kind(
             "kill-in-save",
             "rank 0's next checkpoint save pauses midway (storage that stalls), and a SIGKILL lands inside it: "
             "the restart must resume from the newest whole checkpoint",

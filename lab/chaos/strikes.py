@@ -83,6 +83,33 @@ def _slow_rank(aim: Aim) -> list[int]:
     return [aim.rank]
 
 
+def _kill_replacement(aim: Aim) -> list[int]:
+    """The rank killed, then whatever process runs in its place next: the first kill's pid again
+    (not yet reaped) does not count."""
+    node, local = aim.drill.locate(aim.rank)
+    first = aim.drill.inject(node, "kill_worker", local_rank=local).get("result")
+    deadline = time.monotonic() + SECOND_KILL_WITHIN_S
+    while True:
+        try:
+            if aim.drill.inject(node, "kill_worker", local_rank=local).get("result") != first:
+                return [aim.rank]
+        except LabError:  # none runs in its place yet
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise LabError(f"no process took rank {aim.rank}'s place within {SECOND_KILL_WITHIN_S:.0f} s")
+        time.sleep(0.02)
+
+
+def _lose_node_in_restart(aim: Aim) -> list[int]:
+    first = _kill_rank(aim)[0]
+    time.sleep(0.05)  # the job is recovering now
+    nodes = sorted({aim.drill.locate(r)[0] for r in range(aim.world)} - {aim.drill.store_host})
+    target = next((n for n in nodes if n != aim.drill.locate(first)[0]), nodes[0])
+    lost = _lose_node(aim, aim.node_ranks(target)[0])
+    return sorted({first, *lost})
+
+
 def _corrupt_checkpoint(aim: Aim) -> list[int]:
     node, local = aim.drill.locate(aim.rank)
     corrupt_checkpoint.damage_then_kill(aim.drill, node, local, str(aim.drill.ckpt_dir), aim.rank, "truncate")
@@ -148,6 +175,8 @@ STRIKES: dict[str, Callable[[Aim], list[int]]] = {
     "hang-in-python": _hang_in_python,
     "slow-rank": _slow_rank,
     "corrupt-checkpoint": _corrupt_checkpoint,
+    "kill-replacement": _kill_replacement,
+    "lose-node-in-restart": _lose_node_in_restart,
     "kill-in-save": _kill_in_save,
 }
 

@@ -23,7 +23,10 @@ def test_the_default_mix_is_every_kind_this_runtime_can_inject_and_a_named_one_i
     """Loopback nodes share one network: no partition in the default mix, and a mix that names one
     is one line; a weight of 0 names it away. The kinds added after the documented campaigns were
     published come when named, so those campaigns' seeds replay the same schedules."""
-    named_only = {"rank-exception", "hang-in-python", "slow-rank", "corrupt-checkpoint", "kill-in-save"}
+    named_only = {
+        "rank-exception", "hang-in-python", "slow-rank", "corrupt-checkpoint", "kill-replacement",
+        "lose-node-in-restart", "kill-in-save",
+    }  # fmt: skip
     assert set(schedule.parse_mix(None)) == set(schedule.KINDS) - named_only
     shared = {"partition-node": "--hosts loopback: the nodes share one network"}
     assert set(schedule.parse_mix(None, shared)) == set(schedule.KINDS) - named_only - {"partition-node"}

@@ -30,7 +30,10 @@ class RecordingDrill:
 
     def inject(self, node: str, fault: str, **kwargs) -> dict:
         self.injected.append((node, fault, kwargs))
-        return {"fault": fault, "node": node}  # as the Node's record of a fault
+        # As the Node's record of a fault: a kill's result is the pid it hit; a rank's place is
+        # taken by a new process after its first kill has been looked at twice (not yet reaped).
+        kills = [k for n, f, k in self.injected if (n, f) == (node, "kill_worker") and k == kwargs]
+        return {"fault": fault, "node": node, "result": 1000 + max(0, len(kills) - 2)}
 
     def events(self) -> list[dict]:
         """Rank 0's save, paused midway once it was told to pause (kill-in-save waits for that)."""
@@ -64,6 +67,22 @@ def no_waiting(monkeypatch):
 
 def test_every_declared_kind_has_a_strike_and_every_strike_a_declaration():
     assert set(strikes.STRIKES) == set(KINDS)
+
+
+def test_kill_replacement_hits_the_rank_and_then_the_process_in_its_place():
+    drill = RecordingDrill()
+    hit = strikes.strike(drill, SavingProgress(), Planned(1.0, "kill-replacement", 0.6, 0.5), WORLD, 20)
+    assert hit == [2]
+    assert [(n, f, k["local_rank"]) for n, f, k in drill.injected] == [("node1", "kill_worker", 0)] * 3
+
+
+@pytest.mark.parametrize(("draw", "first_node"), [(0.0, "node0"), (0.99, "node1")])
+def test_a_node_lost_in_a_restart_is_never_the_stores_and_comes_back(draw, first_node):
+    drill = RecordingDrill()
+    hit = strikes.strike(drill, SavingProgress(), Planned(1.0, "lose-node-in-restart", draw, 0.5), WORLD, 20)
+    assert [f for _, f, _ in drill.injected] == ["kill_worker", "kill_node", "restart"]
+    assert drill.injected[0][0] == first_node and drill.injected[1][0] == drill.injected[2][0] == "node1"
+    assert sorted(hit) == sorted({int(draw * WORLD), 2, 3})
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
