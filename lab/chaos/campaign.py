@@ -141,8 +141,7 @@ def run(
         # being killed can finish a step in the milliseconds between (a recovery was once
         # declared from such steps, before the node's ranks had started again).
         blow.front = progress.polled().front()
-        struck = drill.faults[landed]["node"]
-        if KINDS[planned.kind].stops_the_job or (KINDS[planned.kind].loses_a_node and loses_the_job(drill, struck)):
+        if ends_the_job(drill, planned.kind, drill.faults[landed:]):
             start_again(drill, trainer_args, blow.bound_s)
         watch(progress, blow, world, lambda: _ended(drill), mark)
         if not blow.finding and KINDS[planned.kind].kills and not set(blow.ranks) <= progress.started_since(blow.time):
@@ -153,6 +152,17 @@ def run(
         if blow.finding:
             break
     return blows
+
+
+def ends_the_job(drill: Any, kind: str, faults: list[dict]) -> bool:
+    """Whether a blow's faults end the job, which the campaign then starts again: a preemption, or
+    node 0 (the store's host) lost whole. The node lost is the one a kill_node hit, not the first
+    fault's: lose-node-in-restart kills a rank, maybe of node 0, before it takes another node (a
+    campaign in containers once waited for the end of a job that went on, and stopped)."""
+    if KINDS[kind].stops_the_job:
+        return True
+    lost = [f["node"] for f in faults if f["fault"] == "kill_node"]
+    return KINDS[kind].loses_a_node and any(loses_the_job(drill, node) for node in lost)
 
 
 def _ended(drill: Any) -> str:

@@ -171,3 +171,33 @@ def test_corrupt_checkpoint_stops_the_rank_damages_the_trainers_newest_checkpoin
         (node, "corrupt_checkpoint", {"directory": "/run/lab/checkpoints", "mode": "truncate"}),
         (node, "kill_worker", {"local_rank": local, "sig": 9}),
     ]
+
+
+def faults_of(*pairs: tuple[str, str]) -> list[dict]:
+    return [{"node": node, "fault": fault} for node, fault in pairs]
+
+
+@pytest.mark.parametrize(
+    ("kind", "faults", "ends"),
+    [
+        (
+            "lose-node-in-restart",
+            faults_of(("node0", "kill_worker"), ("node1", "kill_node"), ("node1", "restart")),
+            False,
+        ),
+        (
+            "lose-node-in-restart",
+            faults_of(("node1", "kill_worker"), ("node1", "kill_node"), ("node1", "restart")),
+            False,
+        ),
+        ("lose-store", faults_of(("node0", "kill_node")), True),
+        ("kill-node", faults_of(("node1", "kill_node"), ("node1", "restart")), False),
+        ("kill-node", faults_of(("node0", "kill_node")), True),
+        ("preempt-node", faults_of(("node1", "preempt")), True),
+        ("kill-worker", faults_of(("node0", "kill_worker")), False),
+    ],
+)
+def test_the_job_is_started_again_only_when_its_stores_node_is_lost_whole_or_it_was_preempted(kind, faults, ends):
+    from lab.chaos.campaign import ends_the_job
+
+    assert ends_the_job(RecordingDrill(), kind, faults) is ends
