@@ -15,7 +15,7 @@ from doc_commands import commands
 from test_exercises import assert_nothing_left
 
 from lab.chaos.on_script import TRAINER_ONLY
-from lab.chaos.schedule import KINDS
+from lab.chaos.schedule import DEFAULT_MIX, KINDS
 from lab.rundir import MARKER
 
 pytestmark = [pytest.mark.slow, needs_netns]
@@ -49,7 +49,7 @@ def test_the_docs_campaign_recovers_every_fault(lab):
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     record = ledger_of(out.stdout)
     assert record["faults_injected"] == 10 and record["faults_inside_a_recovery"] >= 3
-    assert {f["kind"] for f in record["faults"]} == set(KINDS)  # every kind, a partition and the store's loss too
+    assert {f["kind"] for f in record["faults"]} == set(DEFAULT_MIX)  # every kind, a partition and the store's loss too
     assert record["stuck"] == 0 and record["findings"] == []
     assert all(f["recovered_s"] is not None and f["recovered_s"] < f["bound_s"] for f in record["faults"])
     assert record["final_weights"]["identical"] is True, record["final_weights"]
@@ -68,7 +68,7 @@ def test_the_docs_campaign_on_an_ordinary_script_resumes_it_each_time_and_ends_w
     out = lab(*shlex.split(shown)[1:], timeout=900)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     record = ledger_of(out.stdout)
-    assert {f["kind"] for f in record["faults"]} == set(KINDS) - set(TRAINER_ONLY)
+    assert {f["kind"] for f in record["faults"]} == set(DEFAULT_MIX) - set(TRAINER_ONLY)
     assert record["faults_injected"] == 6 and record["stuck"] == 0 and record["recovery_style"] != "in-process"
     assert record["final_weights"]["identical"] is True, record["final_weights"]
     # Bitwise equal when every resume happened to sum in the uninterrupted run's order (a clean
@@ -76,6 +76,23 @@ def test_the_docs_campaign_on_an_ordinary_script_resumes_it_each_time_and_ends_w
     how = record["final_weights"]["how"]
     assert record["final_weights"]["compared"] == "result.txt" and ("within" in how or how.startswith("bitwise equal"))
     assert record["steps_redone"] > 0
+    assert_nothing_left(lab)
+
+
+def test_the_kinds_named_by_hand_recover_under_a_restart_and_end_bit_identical(lab):
+    """The kinds --mix must name (not in the default), on the tuned restart: each fault judged, each
+    its own way back (a rank's exception, its replacement killed as it starts, a node lost while
+    the job recovers, the newest checkpoint damaged before a rank is killed)."""
+    named = ["rank-exception", "kill-replacement", "lose-node-in-restart", "corrupt-checkpoint"]
+    assert not set(named) & set(DEFAULT_MIX) and set(named) <= set(KINDS)
+    out = lab(
+        "chaos", "--count", "4", "--mtbf", "4s", "--seed", "26", "--recovery", "restart", "--mix", ",".join(named)
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    record = ledger_of(out.stdout)
+    assert record["faults_injected"] == 4 and record["stuck"] == 0 and record["findings"] == []
+    assert {f["kind"] for f in record["faults"]} <= set(named) and record["faults_inside_a_recovery"] >= 1
+    assert record["final_weights"]["identical"] is True, record["final_weights"]
     assert_nothing_left(lab)
 
 
