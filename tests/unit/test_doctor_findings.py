@@ -47,14 +47,20 @@ def test_a_healthy_lab_finds_nothing(count, shared_netns):
     assert lines(*healthy(count, shared_netns)) == []
 
 
-@pytest.mark.parametrize("count,bad", [(2, 1), (2, 0), (4, 2), (4, 3)])
-def test_a_hostname_on_loopback_is_one_note_about_its_node(count, bad):
+def hostname_on_loopback(count: int, bad: int) -> tuple[str, list[str], dict, dict]:
+    """node{bad}'s hostname resolving to 127.0.1.1 first: its peers' connections refused there."""
     nodes, facts, reach = healthy(count)
     name = f"node{bad}"
     facts[name].update(advertised="127.0.1.1", hostname_addresses=["127.0.1.1"])
     for other in nodes:
         if other != name:
             reach[other]["peers"][name]["connect"] = "Connection refused"
+    return name, nodes, facts, reach
+
+
+@pytest.mark.parametrize("count,bad", [(2, 1), (2, 0), (4, 2), (4, 3)])
+def test_a_hostname_on_loopback_is_one_note_about_its_node(count, bad):
+    name, nodes, facts, reach = hostname_on_loopback(count, bad)
     (finding,) = findings(nodes, facts, reach, "gloo")
     assert finding.note, "measured: the lesson's gloo job passes (lab bench doctor)"
     assert finding.line().startswith(f"note: {name}: its hostname {name} resolves to 127.0.1.1 (loopback) first")
@@ -65,12 +71,7 @@ def test_a_hostname_on_loopback_is_one_note_about_its_node(count, bad):
 def test_in_containers_a_hostname_on_loopback_is_a_finding_not_a_note(count, bad):
     """Measured: in Docker containers gloo gives its peers the hostname's loopback address, and the
     lesson's job fails in 7 s (tests/fixtures/doctor_drills/docker/hostname-on-loopback.json)."""
-    nodes, facts, reach = healthy(count)
-    name = f"node{bad}"
-    facts[name].update(advertised="127.0.1.1", hostname_addresses=["127.0.1.1"])
-    for other in nodes:
-        if other != name:
-            reach[other]["peers"][name]["connect"] = "Connection refused"
+    name, nodes, facts, reach = hostname_on_loopback(count, bad)
     (finding,) = findings(nodes, facts, reach, "gloo", in_containers=True)
     assert not finding.note
     assert finding.line().startswith(f"{name}: its hostname {name} resolves to 127.0.1.1 (loopback) first")
