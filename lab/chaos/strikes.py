@@ -88,17 +88,15 @@ def _kill_replacement(aim: Aim) -> list[int]:
     (not yet reaped) does not count."""
     node, local = aim.drill.locate(aim.rank)
     first = aim.drill.inject(node, "kill_worker", local_rank=local).get("result")
-    deadline = time.monotonic() + SECOND_KILL_WITHIN_S
-    while True:
+    deadline, last = time.monotonic() + SECOND_KILL_WITHIN_S, "its first pid still listed"
+    while time.monotonic() < deadline:
         try:
             if aim.drill.inject(node, "kill_worker", local_rank=local).get("result") != first:
                 return [aim.rank]
-        except LabError:  # none runs in its place yet
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise LabError(f"no process took rank {aim.rank}'s place within {SECOND_KILL_WITHIN_S:.0f} s")
+        except LabError as e:  # none runs in its place yet
+            last = str(e)
         time.sleep(0.02)
+    raise LabError(f"no process took rank {aim.rank}'s place within {SECOND_KILL_WITHIN_S:.0f} s ({last})")
 
 
 def _lose_node_in_restart(aim: Aim) -> list[int]:
