@@ -11,6 +11,7 @@ import pytest
 
 from lab.chaos import strikes
 from lab.chaos.schedule import KINDS, Planned
+from lab.errors import LabError
 from lab.health import injected_error
 
 PAUSE = int(injected_error.PAUSE_SIGNAL)
@@ -201,3 +202,15 @@ def test_the_job_is_started_again_only_when_its_stores_node_is_lost_whole_or_it_
     from lab.chaos.campaign import ends_the_job
 
     assert ends_the_job(RecordingDrill(), kind, faults) is ends
+
+
+def test_kill_replacement_says_in_one_line_when_nothing_took_the_ranks_place(monkeypatch):
+    class NothingComesBack(RecordingDrill):
+        def inject(self, node: str, fault: str, **kwargs) -> dict:
+            if self.injected:
+                raise LabError(f"{node} has no worker with local rank {kwargs['local_rank']} (has: [])")
+            return super().inject(node, fault, **kwargs)
+
+    monkeypatch.setattr(strikes, "SECOND_KILL_WITHIN_S", 0.05)
+    with pytest.raises(LabError, match=r"no process took rank 2's place within 0 s \(node1 has no worker"):
+        strikes.strike(NothingComesBack(), SavingProgress(), Planned(1.0, "kill-replacement", 0.6, 0.5), WORLD, 20)
