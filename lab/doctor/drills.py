@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from lab.doctor.planted import BOUND, PLANTED_ON, doctor_row, job_row
+from lab.errors import LabError
 from lab.report import Report
 from lab.rundir import RunDir
 from lab.runtimes.misconfig import MISCONFIGS, Misconfig
@@ -54,8 +55,18 @@ class MisconfigDrill:
             f"its defaults, no restart), given --bound seconds: {expected};\n"
             f"2. `lab doctor` on hosts planted the same way, which names it on "
             f'{m.blamed(PLANTED_ON, 2)} ("...{m.says}...").\n\n'
-            f"    lab exercise run {m.name}\n\ndocs/doctor.md tabulates every one, measured."
+            f"    lab exercise run {m.name}\n\n{in_containers(m)}\n\ndocs/doctor.md tabulates every one, measured."
         )
+
+
+def in_containers(m: Misconfig) -> str:
+    """What --runtime docker does with it: plants it (and whether the job still passes there), or why not."""
+    try:
+        m.planter("docker")
+    except LabError as e:
+        return f"Not in containers: {e}."
+    there = "passes all the same" if m.passes_on("docker") else "fails or hangs"
+    return f"In Docker containers too (--runtime docker), where the job {there}."
 
 
 def drills() -> dict[str, MisconfigDrill]:

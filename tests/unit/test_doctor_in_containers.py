@@ -110,3 +110,16 @@ def test_the_bench_publishes_a_section_per_runtime_and_says_what_it_did_not_plan
     body = doctor.markdown(rows, 30.0, "docker")
     assert body[0].startswith("Each planted on node 1 of 2 Docker containers.")
     assert any(line.startswith("| interface-missing | failed | 7.6 s |") for line in body), body
+
+
+def test_the_explanation_says_whether_it_is_planted_in_containers_and_what_the_job_does_there():
+    explained = {name: drill.explanation() for name, drill in drills.drills().items()}
+    assert (
+        "In Docker containers too (--runtime docker), where the job fails or hangs."
+        in explained["hostname-on-loopback"]
+    )
+    assert "passes all the same" in explained["hostname-on-loopback"]  # on netns hosts, measured
+    assert (
+        f"Not in containers: firewall cannot be planted on --runtime docker: {NOT_IN_CONTAINERS['firewall']}"
+        in (explained["firewall"])
+    )
