@@ -2,7 +2,8 @@
 
 Wall time from the job's first step to its last (or the campaign's stop), split into
 recovery (per kind: from each fault until every rank was two steps past the front it struck
-at), checkpoint saves (rank 0's own measure) and the rest, productive steps. The measured
+at), stalls (the same span, for a fault the job rides out slower: a slow rank), checkpoint
+saves (rank 0's own measure) and the rest, productive steps. The measured
 ETTR (effective training time ratio) is productive over wall: what `lab bench goodput`
 projects, measured. Work redone: steps a rank did more than once.
 """
@@ -26,10 +27,12 @@ def ledger(
     wall = (max(times) - min(times)) if times else 0.0
     landed = [b for b in blows if b.time is not None]
     recovery: dict[str, float] = defaultdict(float)
+    stalled: dict[str, float] = defaultdict(float)
     for blow in landed:
-        recovery[blow.kind] += blow.recovered_s if blow.recovered_s is not None else blow.bound_s
+        spent = stalled if KINDS[blow.kind].stalls else recovery
+        spent[blow.kind] += blow.recovered_s if blow.recovered_s is not None else blow.bound_s
     saving = sum(seconds for when, _, seconds in progress.saves if until is None or when <= until)
-    productive = max(0.0, wall - sum(recovery.values()) - saving)
+    productive = max(0.0, wall - sum(recovery.values()) - sum(stalled.values()) - saving)
     inside = [b for b in landed if KINDS[b.kind].in_recovery]
     return {
         **setup,
@@ -40,6 +43,7 @@ def ledger(
         "stuck": sum(1 for b in landed if b.finding.startswith("not back")),
         "wall_s": round(wall, 3),
         "recovery_s": {k: round(v, 3) for k, v in sorted(recovery.items())},
+        "stalled_s": {k: round(v, 3) for k, v in sorted(stalled.items())},
         "checkpoint_s": round(saving, 3),
         "productive_s": round(productive, 3),
         "ettr": round(productive / wall, 4) if wall else None,
@@ -56,7 +60,8 @@ def markdown(record: dict[str, Any]) -> str:
         f"faults ({record['faults_inside_a_recovery']} inside a recovery), {record['recovery_style']} recovery",
         "",
         f"- wall {record['wall_s']:.1f} s: productive {record['productive_s']:.1f} s, checkpoints "
-        f"{record['checkpoint_s']:.1f} s, recovery {sum(record['recovery_s'].values()):.1f} s",
+        f"{record['checkpoint_s']:.1f} s, recovery {sum(record['recovery_s'].values()):.1f} s"
+        + (f", stalls {sum(record['stalled_s'].values()):.1f} s" if record.get("stalled_s") else ""),
         f"- measured ETTR: {_ratio(record['ettr'])}; steps redone: {record['steps_redone']}",
         f"- stuck recoveries: {record['stuck']}; {_final(weights)}",
         f"- load beside the job: {record['load']} busy process(es)",

@@ -27,6 +27,7 @@ class Kind:
     cuts_network: bool = False  # needs nodes with networks of their own (Runtime.network_fault_refusal)
     loses_a_node: bool = False  # a node SIGKILLed whole: node 0's loss ends the job (campaign.loses_the_job)
     stops_the_job: bool = False  # every rank stops; the campaign starts the job again, as a scheduler would
+    stalls: bool = False  # the job goes on, slower: the ledger counts its time as a stall, not a recovery
 
 
 KINDS = {
@@ -88,6 +89,7 @@ KINDS = {
             "which the job rides out without a recovery",
             ("slow_worker", "unslow_worker"),
             kills=False,
+            stalls=True,
         ),
         Kind(
             "corrupt-checkpoint",

@@ -162,6 +162,19 @@ def test_the_ledger_splits_wall_time_and_counts_what_was_redone(tmp_path):
     assert record["ettr"] == pytest.approx(2.45 / 3.4, abs=1e-4) and record["steps_redone"] == 1
     table = [line for line in ledger.markdown(record).splitlines() if line.startswith("| 2 ")]
     assert "not injected" in table[0]
+    assert record["stalled_s"] == {} and "stalls" not in ledger.markdown(record)
+
+
+def test_a_slow_rank_is_a_stall_in_the_ledger_not_a_recovery(tmp_path):
+    progress = recorded(tmp_path)
+    blows = [
+        Blow("kill-worker", 1.0, ranks=[1], time=101.0, front=10, recovered_s=0.7, bound_s=70),
+        Blow("slow-rank", 2.0, ranks=[0], time=102.0, front=20, recovered_s=1.1, bound_s=70),
+    ]
+    record = ledger.ledger(blows, progress, {"identical": True}, {"seed": 1, "load": 0, "recovery_style": "x"})
+    assert record["recovery_s"] == {"kill-worker": 0.7} and record["stalled_s"] == {"slow-rank": 1.1}
+    assert record["productive_s"] == pytest.approx(3.4 - 0.7 - 1.1 - 0.25)
+    assert "recovery 0.7 s, stalls 1.1 s" in ledger.markdown(record)
 
 
 @pytest.mark.parametrize(
