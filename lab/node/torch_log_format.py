@@ -5,9 +5,9 @@ torch._dynamo the first time a record carries an exception, only to read one fla
 (whether a graph break's traceback is shown). That import is 1.1-1.4 CPU-seconds here.
 torchelastic logs every worker failure with its exception, so a torchrun agent paid it at its
 first failure, between seeing the worker die and restarting it (0.7 s late), or ahead of time:
-the lab's agents used to import it in a background thread once their workers ran, 1.1
-CPU-seconds in every agent whether a worker failed or not (a third of the CPU the system tests'
-agents used).
+the lab's agents that spawn their workers used to import it in a background thread once their
+workers ran, 1.1 CPU-seconds in each whether a worker failed or not (about 30 such agents in a
+system-tier run: docs/architecture.md).
 
 Here the agent's torch handlers format such a record as TorchLogsFormatter does, without the
 import: the traceback is rendered first by logging's own formatException (what

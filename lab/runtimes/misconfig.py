@@ -51,7 +51,8 @@ class Misconfig:
         return {"hosts": self.hosts[0]} if runtime == "local" else {}
 
     def hosts_described(self, runtime: str) -> str:
-        return "docker containers" if runtime == "docker" else f"{self.hosts[0]} hosts"
+        """Its hosts, in a few words: the local runtime's kind it is planted on, else HOSTS_OF's."""
+        return f"{self.hosts[0]} hosts" if runtime == "local" else HOSTS_OF[runtime]
 
     def passes_on(self, runtime: str) -> bool:
         """Whether the lesson's job trains all the same with it, on that runtime's hosts (measured)."""
