@@ -9,8 +9,8 @@ it (2 x 2 ddp_train under torchrun's c10d rendezvous and its own defaults, no re
 --bound seconds before it is called hung, then `lab doctor` on hosts planted the same way
 (lab.doctor.planted). The verdict: the job failed or hung (those torch 2.13's gloo copes with
 pass, as measured on that runtime), and the doctor named the mistake in one line on the node it
-is about. On --runtime docker, the four Docker lets a container be made with
-(lab.runtimes.misconfig.NOT_IN_CONTAINERS says why not the others).
+is about. On --runtime docker, the four Docker lets a container be made with, and the firewall
+from the Docker host (lab.runtimes.misconfig.NOT_IN_CONTAINERS says why not the others).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def in_containers(m: Misconfig) -> str:
         m.planter("docker")
     except LabError as e:
         return f"Not in containers: {e}."
-    there = "passes all the same" if m.passes_on("docker") else "fails or hangs"
+    there = f"passes all the same ({m.why_it_passes('docker')})" if m.passes_on("docker") else "fails or hangs"
     return f"In Docker containers too (--runtime docker), where the job {there}."
 
 
@@ -107,7 +107,7 @@ def judge(m: Misconfig, job: dict, doctor: dict, bound_s: float, runtime: str = 
     report.facts.update(job=job, doctor=doctor)
     if m.passes_on(runtime):
         report.check(
-            "the job passes all the same (torch 2.13's gloo copes)", job["job"] == "passed", ended(job, bound_s)
+            f"the job passes all the same ({m.why_it_passes(runtime)})", job["job"] == "passed", ended(job, bound_s)
         )
     else:
         report.check("the job does not train: it fails or hangs", job["job"] in ("failed", "hung"), ended(job, bound_s))

@@ -24,7 +24,7 @@ from lab import gpus
 from lab.errors import LabError
 from lab.rundir import RunDir
 from lab.runtimes import docker_engine as engine
-from lab.runtimes import docker_prometheus, memory, subnets
+from lab.runtimes import docker_prometheus, fence, memory, subnets
 from lab.runtimes.base import IMAGE, Log, Node
 from lab.runtimes.docker_node import DockerNode, stop_all
 from lab.runtimes.dry_run import plan_text
@@ -249,6 +249,8 @@ class DockerRuntime(MonitoredRuntime):
             for network in docker.networks.list(filters={"label": label}):
                 network.remove()
                 removed.append(f"network {network.name}")
+        # A planted firewall's rule, should its drill have died before taking it back.
+        removed += fence.remove(self.run_dir.lab_id)
         return removed + self.run_dir.take_down()
 
 

@@ -26,7 +26,8 @@ from lab.errors import LabError
 from lab.runtimes.hostcmd import TIMEOUT_S, must, query
 
 RULE_COMMENT = "torchrun-lab"
-CHAINS = ("FORWARD", "OUTPUT")
+# DOCKER-USER: where a misconfiguration drill drops a container's connections (lab.runtimes.misconfig).
+CHAINS = ("FORWARD", "OUTPUT", "DOCKER-USER")
 
 
 def comment(lab_id: str) -> str:

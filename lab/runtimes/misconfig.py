@@ -6,11 +6,13 @@ diagnosis should blame and the words it should use. `lab doctor`'s tests and `la
 They work on netns hosts (each has its own hosts file, resolver and firewall) and, for those that
 need only the environment or a port, on loopback hosts too. In containers (the docker runtime)
 those of a hosts line or the environment are planted where Docker takes them, in the container's
-creation; the others say why not (NOT_IN_CONTAINERS)."""
+creation, and the firewall as a rule on the Docker host's DOCKER-USER chain before the container
+starts (root); the others say why not (NOT_IN_CONTAINERS)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 from collections.abc import Callable
@@ -20,7 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from lab.errors import LabError
+from lab.runtimes import fence
+from lab.runtimes.hostcmd import TIMEOUT_S, must, query
 from lab.runtimes.netns import NETNS_ETC
+
+LOCAL = "use --runtime local"
 
 
 @dataclass(frozen=True)
@@ -35,16 +41,22 @@ class Misconfig:
     on_store: bool = True  # it may be planted on node 0, the rendezvous host
     job_passes: bool = False  # measured (lab bench doctor): torch 2.13's gloo copes, the lesson's job passes
     job_passes_in_containers: bool = False  # the same, measured on the docker runtime
+    passes_in_containers_because: str = ""  # why it does there, where that is not gloo coping
     in_containers: Callable[[Any, int, ExitStack], None] | None = None  # the docker runtime's plant, if it has one
+    # What this machine lacks for the docker plant ("" when nothing): asked before anything starts.
+    containers_lack: Callable[[], str] = lambda: ""
 
     def planter(self, runtime: str) -> Callable[[Any, int, ExitStack], None]:
         """How it is planted on the runtime's hosts ("local" or "docker"), or one line why it cannot be."""
         if runtime == "local":
             return self.plant
         if runtime == "docker" and self.in_containers is not None:
+            lacking = self.containers_lack()
+            if lacking:
+                raise LabError(f"{self.name} cannot be planted on --runtime docker here: {lacking}; {LOCAL}")
             return self.in_containers
         why = NOT_IN_CONTAINERS.get(self.name, "it is planted on the local runtime's hosts only")
-        raise LabError(f"{self.name} cannot be planted on --runtime {runtime}: {why}; use --runtime local")
+        raise LabError(f"{self.name} cannot be planted on --runtime {runtime}: {why}; {LOCAL}")
 
     def hosts_for(self, runtime: str) -> dict[str, str]:
         """What runtimes.create needs to bring up the hosts it is planted on (after planter's check)."""
@@ -57,6 +69,10 @@ class Misconfig:
     def passes_on(self, runtime: str) -> bool:
         """Whether the lesson's job trains all the same with it, on that runtime's hosts (measured)."""
         return self.job_passes_in_containers if runtime == "docker" else self.job_passes
+
+    def why_it_passes(self, runtime: str) -> str:
+        """Why the job trains all the same on that runtime's hosts (where passes_on says it does)."""
+        return (runtime == "docker" and self.passes_in_containers_because) or "torch 2.13's gloo copes"
 
     def blamed(self, index: int, nodes: int) -> str:
         """The node a finding about it names (the next one, for a peer: every peer meets it)."""
@@ -151,13 +167,39 @@ def _container_environment(variable: str, value: str) -> Callable[[Any, int, Exi
     return plant
 
 
+def _container_firewall(plan: Any, index: int, undo: ExitStack) -> None:
+    """New TCP connections into the node's container dropped on the Docker host, before it starts:
+    Docker's FORWARD chain asks DOCKER-USER first, for its bridges' own traffic too. The rule
+    carries the lab's tag (lab.runtimes.fence), so `lab down` removes it should this undo not run."""
+    node = plan.nodes[index]
+    tag = ["-m", "comment", "--comment", fence.comment(node.lab_id)]
+    rule = ["DOCKER-USER", "-d", f"{node.address}/32", "-p", "tcp", "--syn", *tag, "-j", "DROP"]
+    must("iptables", "-w", str(TIMEOUT_S), "-I", rule[0], "1", *rule[1:])
+    undo.callback(query, "iptables", "-w", str(TIMEOUT_S), "-D", *rule)
+
+
+def _docker_host_firewall_lacking() -> str:
+    """Why a rule cannot be set on the Docker host's DOCKER-USER chain from here ("" when it can)."""
+    if not os.environ.get("DOCKER_HOST", "unix://").startswith("unix://"):
+        return "the Docker daemon runs on another machine, whose firewall the lab does not set"
+    if os.geteuid() != 0 or shutil.which("iptables") is None:
+        return "it is a rule in the Docker host's DOCKER-USER chain, which needs root and iptables"
+    if query("iptables", "-w", str(TIMEOUT_S), "-S", "DOCKER-USER") == "":
+        return "the Docker host has no DOCKER-USER chain (dockerd runs with --iptables=false?)"
+    return ""
+
+
 NOT_IN_CONTAINERS = {
     "hostname-unresolvable": "Docker writes each container's own name into its hosts file, and its DNS answers for it",
     "silent-dns": "Docker's own DNS answers for every container of the network, whatever resolver it is given",
-    "firewall": "a container may not change its own firewall (no NET_ADMIN), and one set from outside lands "
-    "after its first connection",
     "rendezvous-port-taken": "each container has a network of its own, so nothing else holds its port",
 }
+# Measured in containers, where only the nodes' traffic to each other passes the host's firewall
+# (on netns hosts the node's own INPUT chain drops its local ranks' connections to each other too).
+GLOO_CONNECTS_DOWN = (
+    "gloo connects each pair of ranks from the higher address to the lower, and the store is node 0's: "
+    "nothing connects into node 1, the highest"
+)
 PLANTED_ON_RUNTIMES = ("local", "docker")  # what a misconfiguration drill's --runtime takes
 HOSTS_OF = {"local": "netns hosts (loopback ones for a port)", "docker": "Docker containers"}
 NETNS = ("netns",)
@@ -175,6 +217,8 @@ MISCONFIGS = {
         ),
         Misconfig(
             "firewall", "the node drops new TCP connections", NETNS, _firewall, "cannot reach", blames="peer",
+            in_containers=_container_firewall, containers_lack=_docker_host_firewall_lacking,
+            job_passes_in_containers=True, passes_in_containers_because=GLOO_CONNECTS_DOWN,
         ),
         Misconfig(
             "silent-dns", "the node's hosts file lacks its peers and its DNS server never answers", NETNS,
