@@ -95,7 +95,7 @@ def test_every_word_of_the_damaged_file_details_and_the_edge_of_its_window():
     damage = [{"fault": "corrupt_checkpoint", "time": 20.0, "args": {"mode": "truncate"}, "result": f"{WORK}/a.pt"}]
     at_the_damage = load(20.0, "old.pt")
     found = damaged.loaded_file(damage, [at_the_damage, load(20.5, "a.pt")])
-    assert found == {"path": f"{WORK}/a.pt", "loaded": "a.pt", "error": None, "took_damaged": True}
+    assert found == {"path": f"{WORK}/a.pt", "loaded": "a.pt", "error": None, "took_damaged": True, "in_folder": False}
     assert checked(found, damaged.check_file) == (
         False,
         "it loaded a.pt, the file the drill damaged, and it loaded without a word: a careful script checks a "

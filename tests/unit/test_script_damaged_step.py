@@ -83,6 +83,7 @@ def test_a_script_that_loads_the_damaged_file_and_fails_is_told_to_check_before_
         "loaded": "snapshot.pt",
         "error": "OSError: [Errno 22] x. y",
         "took_damaged": True,
+        "in_folder": False,
     }
     report = Report("corrupt-checkpoint", "local", 4)
     damaged.check_file(report, found)
@@ -105,6 +106,20 @@ def test_a_dcp_folder_loaded_whole_after_a_file_in_it_was_truncated_is_the_damag
     """An FSDP2-style script loads its newest folder by name; the drill cut that folder's .metadata."""
     cut = [{**file_damage()[0], "result": f"{WORK}/checkpoints/dcp_api/1796/.metadata"}]
     events = [{"event": "load_failed", "time": 101.0, "rank": 0, "path": "checkpoints/dcp_api/1796", "error": "E"}]
-    assert damaged.loaded_file(cut, events)["took_damaged"] is True
+    found = damaged.loaded_file(cut, events)
+    assert found["took_damaged"] is True and found["in_folder"] is True
     events[0]["path"] = "checkpoints/dcp_api/1795"
     assert damaged.loaded_file(cut, events)["took_damaged"] is False
+
+
+def test_a_truncated_file_of_a_dcp_step_loaded_by_its_folder_gets_the_dcp_advice_not_the_single_files():
+    """Recorded in containers: tests/user_scripts/dcp_checkpoint.py, step10's .metadata truncated,
+    the script loading ckpt/step10 and failing; the advice is a manifest for the step, as for
+    shards of two steps, not a checksum of one file."""
+    cut = [{**file_damage()[0], "result": f"{WORK}/ckpt/step10/.metadata"}]
+    events = [{"event": "load_failed", "time": 101.0, "rank": 0, "path": "ckpt/step10", "error": "E: metadata is None"}]
+    report = Report("corrupt-checkpoint", "docker", 4)
+    damaged.check_file(report, damaged.loaded_file(cut, events))
+    (only,) = report.checks
+    assert not only.ok and only.detail.endswith(damaged.CAREFUL) and "checkpoint_dcp.py" in only.detail
+    assert damaged.CAREFUL_FILE not in only.detail

@@ -54,9 +54,10 @@ CAREFUL_FILE = (
 
 
 def loaded_file(faults: list[dict], events: list[dict]) -> dict | None:
-    """{"path", "loaded", "error", "took_damaged"}: the file the drill damaged (not a DCP step's own
-    damage) and the script's first load after the damage, any rank, whether it worked or raised;
-    None where no file was damaged or nothing was loaded after."""
+    """{"path", "loaded", "error", "took_damaged", "in_folder"}: the file the drill damaged (not a DCP
+    step's own damage) and the script's first load after the damage, any rank, whether it worked or
+    raised, and whether that load named the damaged file's folder (a DCP step); None where no file
+    was damaged or nothing was loaded after."""
     damage = next((f for f in faults if f["fault"] == "corrupt_checkpoint"), None)
     if damage is None or damage["args"].get("mode") in DCP_DAMAGES or not damage.get("result"):
         return None
@@ -65,8 +66,12 @@ def loaded_file(faults: list[dict], events: list[dict]) -> dict | None:
         return None
     first = min(loads, key=lambda e: e["time"])
     damaged_file = PurePosixPath(damage["result"])  # a file, or a DCP folder's file (loaded by its folder)
-    took = same_file(str(damaged_file), first["path"]) or same_file(str(damaged_file.parent), first["path"])
-    return {"path": damage["result"], "loaded": first["path"], "error": first.get("error"), "took_damaged": took}
+    in_folder = same_file(str(damaged_file.parent), first["path"])
+    took = in_folder or same_file(str(damaged_file), first["path"])
+    return {
+        "path": damage["result"], "loaded": first["path"], "error": first.get("error"), "took_damaged": took,
+        "in_folder": in_folder,
+    }  # fmt: skip
 
 
 def check_file(report: Report, found: dict | None) -> None:
@@ -77,7 +82,8 @@ def check_file(report: Report, found: dict | None) -> None:
         how = (
             f"and it failed ({found['error'].split('. ')[0]})" if found.get("error") else "and it loaded without a word"
         )
-        detail = f"it loaded {found['loaded']}, the file the drill damaged, {how}: {CAREFUL_FILE}"
+        careful = CAREFUL if found.get("in_folder") else CAREFUL_FILE  # a DCP step's file, or a file of its own
+        detail = f"it loaded {found['loaded']}, the file the drill damaged, {how}: {careful}"
     else:
         detail = f"it passed over {found['path']} (damaged) and loaded {found['loaded']}"
     report.check("it did not resume from the checkpoint the drill damaged", not found["took_damaged"], detail)
