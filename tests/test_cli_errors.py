@@ -96,6 +96,13 @@ BAD_INPUT = [
         ["--parallel is the lab trainer's"],
     ),
     (["exercise", "run", "kill-worker", "--parallel", "fsdp3"], ["--parallel", "invalid choice: 'fsdp3'"]),
+    # A flag before the name it belongs to: its value would be read as the name.
+    (
+        ["exercise", "run", "--runtime", "docker", "kill-worker"],
+        ["--runtime comes after the name it is for: lab exercise run NAME --runtime"],
+    ),
+    (["--run-dir", "/tmp/x", "up"], ["--run-dir comes after the command it is for: lab COMMAND --run-dir"]),
+    (["exercise", "run", "nosuch", "--runtime", "docker"], ["invalid choice: 'nosuch'"]),  # the name first: as before
 ]
 
 

@@ -26,7 +26,17 @@ def printable(text: str) -> str:
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (no usage dump) and exits 2."""
 
+    def parse_known_args(self, args=None, namespace=None):
+        self.given = list(sys.argv[1:] if args is None else args)  # what error() may quote
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str):
+        given = getattr(self, "given", [])
+        if self._subparsers is not None and "invalid choice" in message and given and given[0].startswith("-"):
+            # `lab exercise run --runtime docker kill-worker`: the flag's value was read as the name.
+            names = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction))
+            name = str(names.metavar or names.dest or "name").upper()
+            message = f"{given[0]} comes after the {name.lower()} it is for: {self.prog} {name} {given[0]} ..."
         self.exit(2, f"{self.prog}: error: {printable(message)}\n")
 
 
