@@ -29,6 +29,11 @@ SCRIPTS = REPO / "tests" / "user_scripts"
         ("global_step=300 loss=0.1", (300, "step")),
         ("Epoch 2:  45%|####5     | 45/100 [00:01<00:01]", (2, "epoch")),
         ("Epoch 1 | Iter 10 | data loading 0.12 s | loss 0.3", (1, "epoch")),  # loading, but not a checkpoint
+        ("Train Epoch: 3 [1280/60000 (2%)]\tLoss: 0.302", (3, "epoch")),  # pytorch/examples mnist
+        ("| epoch   1 |   200/ 2983 batches | lr 20.00 | ms/batch 41.2", (1, "epoch")),  # word_language_model
+        ("Epoch [10/50], Step [100/600], Loss: 0.2173", (10, "epoch")),
+        ("Epoch 3, loss 0.2", (3, "epoch")),
+        ("step 12.", (12, "step")),
     ],
 )
 def test_the_default_regex_reads_the_common_forms(line, expected):
@@ -39,8 +44,18 @@ def test_the_default_regex_reads_the_common_forms(line, expected):
 
 @pytest.mark.parametrize(
     "line",
-    ["steps remaining", "stepping 3", "loss 0.25", "epochs: many", "", "{'epoch': 0.5, 'loss': 1.2}", "substep 4"],
-)
+    [
+        "steps remaining", "stepping 3", "loss 0.25", "epochs: many", "", "{'epoch': 0.5, 'loss': 1.2}", "substep 4",
+        # Hugging Face's Trainer logs a fractional epoch: 10.5 is no count, not epoch 1 either.
+        "{'loss': 0.52, 'grad_norm': 1.1, 'learning_rate': 5e-05, 'epoch': 10.5}",
+        "Epoch 12.25 done",
+        # tqdm's percentage after its description, not the iteration: "45%" is no step 45 (or 4).
+        "Iteration:  45%|####5     | 45/100 [00:05<00:06,  8.91it/s]",
+        "Training step: 100%|##########| 500/500",
+        "step 7 %",
+        "step 1,234 loss 0.1",  # a thousands separator: read as 1 it would be wrong
+    ],
+)  # fmt: skip
 def test_lines_without_a_count_are_not_progress(line):
     import re
 

@@ -42,11 +42,14 @@ from lab.nodeenv import NodeEnv
 
 # "step 12", "Step: 12", "Epoch 3", "epoch=3", "iter 40/100", "Iteration 40", "[GPU0] Epoch 3 | ...",
 # "Epoch: [14][1/4]" (pytorch/examples' imagenet), '"step": 12' (JSON logs), "global_step=300",
-# "Epoch 2: 45%|####" (tqdm, Lightning). Not "'epoch': 0.5" (a fraction is not a count). No quote
-# character in the pattern itself (\x22, \x27): it travels in pods' and containers' command lines.
+# "Epoch 2: 45%|####" (tqdm, Lightning). Not "'epoch': 10.5" (Hugging Face's Trainer: a fraction
+# is not a count, whatever its digits), nor "Iteration:  45%|" (tqdm's percentage, not the
+# iteration), nor "step 1,234" (read as 1 it would be wrong: no count is safer). No quote or
+# percent character in the pattern itself (\x22, \x27, \x25): it travels in pods' and containers'
+# command lines.
 DEFAULT_REGEX = (
     r"(?i)(?:\bglobal[_ ]|\b)(?P<unit>step|epoch|iter(?:ation)?)\b"
-    r"[\x22\x27]?\s*[:=#]?\s*\[?(?P<n>\d+)(?![.,]\d)"
+    r"[\x22\x27]?\s*[:=#]?\s*\[?(?P<n>\d+)(?![.,]?\d|\s*\x25)"
 )
 UNITS = {"iteration": "iter"}
 # A line about a checkpoint's loading is not progress: minGPT-ddp prints "Resuming training from
