@@ -99,8 +99,8 @@ def test_flags_it_does_not_take_are_refused(lab):
     )
     out = lab("doctor", "--runtime", "k8s")
     assert out.returncode == 1 and out.stderr.strip() == (
-        "lab doctor: error: lab doctor does not probe k8s nodes yet, only docker and local ones: use --runtime docker "
-        "or local"
+        "lab doctor: error: lab doctor does not probe k8s nodes yet, only docker, local, ray ones: use --runtime "
+        "docker or local or ray"
     )
     out = lab("doctor", "--recovery", "restart")
     assert out.returncode == 2 and "unrecognized arguments: --recovery restart" in out.stderr

@@ -83,6 +83,27 @@ def test_a_drill_on_a_users_script_on_the_ray_cluster(cluster, run_dir):
     assert report["compared"].startswith("bitwise equal") and report["loaded_after_fault"] == ["snapshot.pt"]
 
 
+def test_the_doctor_probes_every_machine_and_names_a_hostname_on_loopback_on_the_second(cluster, run_dir):
+    """`lab doctor --runtime ray`: a probe on each machine through its agent, the reports meeting in
+    the run dir every machine shares. Healthy, then with machine 1's hostname on 127.0.1.1 (its
+    hosts file, which its Ray processes read): named on node1, a note as on netns hosts."""
+    doctor = ("doctor", "--runtime", "ray", "--ray-address", cluster.address)
+    healthy = cluster.on_head(*doctor, run_dir=run_dir)
+    assert healthy.returncode == 0 and "nothing wrong" in healthy.stdout, healthy.stdout + healthy.stderr
+    second = cluster.hosts[1]
+    hosts = netns.NETNS_ETC / second.netns / "hosts"
+    before = hosts.read_text()
+    hosts.write_text(f"127.0.1.1 {second.name}\n{before}")
+    try:
+        planted = cluster.on_head(*doctor, run_dir=run_dir)
+    finally:
+        hosts.write_text(before)
+    assert planted.returncode == 0, planted.stdout + planted.stderr
+    named = f"note: node1: its hostname {second.name} resolves to 127.0.1.1 (loopback) first"
+    assert named in planted.stdout, planted.stdout
+    assert cluster.on_head("status", run_dir=run_dir).returncode == 3  # its actors gone with it
+
+
 def test_more_nodes_than_machines_names_both_numbers(cluster, run_dir):
     out = cluster.on_head("up", "--runtime", "ray", "--ray-address", cluster.address, "--nodes", "3", run_dir=run_dir)
     assert out.returncode == 1

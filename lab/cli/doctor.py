@@ -33,7 +33,7 @@ def handle(args: argparse.Namespace) -> int:
     if not runtime.DOCTOR:
         proven = sorted(name for name, cls in runtimes.registry().items() if cls.DOCTOR)
         raise LabError(
-            f"lab doctor does not probe {runtime.name} nodes yet, only {' and '.join(proven)} ones: "
+            f"lab doctor does not probe {runtime.name} nodes yet, only {', '.join(proven)} ones: "
             f"use --runtime {' or '.join(proven)}"
         )
     topology = Topology(

@@ -32,7 +32,12 @@ def diagnose(args: argparse.Namespace, run_dir: Path, topology: Topology, card: 
     probes; add what it found to the card and keep it beside the job's evidence. The card comes
     first: a doctor that cannot run (no hosts to be had, a full disk) says so in one line and
     leaves the card as it was, never in its place."""
-    if not cannot_connect(card) or not runtimes.runtime_class(args.runtime).DOCTOR:
+    runtime_class = runtimes.runtime_class(args.runtime)
+    if not cannot_connect(card) or not runtime_class.DOCTOR:
+        return
+    if runtime_class.MACHINES_ELSEWHERE:  # its probes would meet in a temp dir only this machine has
+        command = f"lab doctor --runtime {args.runtime}"
+        card.notes.insert(0, f"`{command}` with the job's flags checks what stops nodes meeting")
         return
     log("the job's nodes could not connect: running lab doctor on hosts like theirs")
     top = Path(tempfile.mkdtemp(prefix="tlab-doctor-"))

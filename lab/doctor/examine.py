@@ -14,7 +14,6 @@ from pathlib import Path
 from lab import files, runtimes
 from lab.doctor.findings import Finding, findings
 from lab.errors import LabError
-from lab.runtimes import state as runstate
 from lab.runtimes.base import Log, Runtime
 from lab.runtimes.plan import LaunchPlan
 from lab.runtimes.ports import PortInUse, free_port
@@ -64,9 +63,7 @@ def hosts_up(
     found; torn down on the way out, whatever happened (`lab bench doctor` starts its job there)."""
     runtimes.begin_job(runtime, log)
     try:
-        plan, refused = _prepare(runtime, topology)
-        runstate.save(runtime.run_dir, plan.state())
-        runtime.provision(plan)
+        plan, refused = _hosts_up(runtime, topology)
         if seed:
             seed(runtime, plan)
         yield plan, refused
@@ -75,12 +72,12 @@ def hosts_up(
         runtime.run_dir.release()
 
 
-def _prepare(runtime: Runtime, topology: Topology) -> tuple[LaunchPlan, list[Finding]]:
-    """The plan of a job's hosts (no job runs). A rendezvous port something on this machine holds
+def _hosts_up(runtime: Runtime, topology: Topology) -> tuple[LaunchPlan, list[Finding]]:
+    """A job's hosts, up (no job runs). A rendezvous port something on this machine holds
     (loopback hosts share it) is a finding, and the rest is probed on a free one."""
     script = script_path("ddp_train")
     try:
-        return runtime.prepare(topology, script, []), []
+        return runtime.hosts_up(topology, script, []), []
     except PortInUse as e:
         if e.option != "--rdzv-port":
             raise
@@ -90,7 +87,7 @@ def _prepare(runtime: Runtime, topology: Topology) -> tuple[LaunchPlan, list[Fin
             f"the rendezvous port {e.port} is already in use on this machine",
             f"pick another with --rdzv-port (the other checks ran on port {instead})",
         )
-        return runtime.prepare(topology.replace(rdzv_port=instead), script, []), [taken]
+        return runtime.hosts_up(topology.replace(rdzv_port=instead), script, []), [taken]
 
 
 def _probe(runtime: Runtime, plan: LaunchPlan, log: Log) -> Exam:

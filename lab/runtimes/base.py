@@ -109,6 +109,9 @@ class Runtime(ABC):
     HOST_FILES: ClassVar[bool] = True
     # `lab doctor` probes its nodes: proven on them (tests/test_doctor.py), its probes sharing a folder.
     DOCTOR: ClassVar[bool] = False
+    # Its nodes may be other machines, which share only the run dir with this one: a folder made
+    # here for a second lab (the doctor run after a failed connect) is not theirs.
+    MACHINES_ELSEWHERE: ClassVar[bool] = False
     # What a drill on a user's script needs here beyond the script ("" where nothing): the grid says it.
     SCRIPT_DRILLS_NEED: ClassVar[str] = ""
     NODE: ClassVar[type[Node] | None] = None  # its Node class: which faults it can inject (Faults.refusal)
@@ -170,14 +173,20 @@ class Runtime(ABC):
 
     def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, Sequence[Node]]:
         """Start one agent per node; returns the topology as it runs (its rendezvous host) and the
-        nodes. The one lifecycle: prepare (every refusal, then the plan), record the plan once
-        (from then on `lab down` knows what to remove), provision, start the nodes."""
+        nodes. The one lifecycle: the hosts up (hosts_up), then the nodes started."""
+        plan = self.hosts_up(topology, script, script_args)
+        self.start_nodes(plan)
+        return plan.topology, plan.nodes
+
+    def hosts_up(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
+        """The nodes' hosts up, nothing started on them (`lab doctor` probes them instead): prepare
+        (every refusal, then the plan), record the plan once (from then on `lab down` knows what
+        to remove), provision."""
         self.check_rendezvous(topology)
         plan = self.prepare(topology, script, script_args)
         runstate.save(self.run_dir, plan.state())
         self.provision(plan)
-        self.start_nodes(plan)
-        return plan.topology, plan.nodes
+        return plan
 
     def prepare(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
         """What can refuse, then the plan: nothing the lab would have to remove exists yet."""

@@ -126,6 +126,7 @@ class KubernetesRuntime(Runtime):
     # etcd is the answer to that). An overlay with a rendezvous of its own keeps it.
     RDZV_BACKENDS = ("lab", "c10d")
     HOST_FILES = False  # a pod's files are its volumes': a drill on a script reads them from its events
+    MACHINES_ELSEWHERE = True
     SCRIPT_DRILLS_NEED = "--image REF, the script baked in (lab image build), and --script its path in the image"
 
     def __init__(

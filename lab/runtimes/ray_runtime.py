@@ -123,6 +123,9 @@ class RayRuntime(MonitoredRuntime):
     NODE = RayNode
     OPTIONS = (RAY_ADDRESS, *MonitoredRuntime.OPTIONS)
     DRILLS = True
+    DOCTOR = True  # its probes meet in the run dir, which every machine shares (docs/ray.md)
+    MACHINES_ELSEWHERE = True
+    NODES_ARE = "Ray machines"
     RDZV_BACKENDS = ("c10d", "lab")  # node0's agent hosts either store on its machine
 
     def __init__(
@@ -161,7 +164,8 @@ class RayRuntime(MonitoredRuntime):
     def plan(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
         raise LabError("the ray runtime places nodes when it starts them: --dry-run needs another runtime")
 
-    def up(self, topology: Topology, script: str, script_args: list[str]) -> tuple[Topology, list[RayNode]]:
+    def hosts_up(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
+        """A node's agent placed on each machine, nothing started: the plan is known only now."""
         self.check_rendezvous(topology)
         connect(self.ray_address)
         found = machines()
@@ -173,15 +177,8 @@ class RayRuntime(MonitoredRuntime):
         watch = self.use_prometheus()
         if watch:
             self.claim_prometheus_port()
-        recorded = RunState(
-            self.name,
-            "machines",
-            topology,
-            script,
-            list(script_args),
-            prometheus=self.prometheus.url if watch else None,
-            own={"ray_address": self.ray_address},
-        )
+        url = self.prometheus.url if watch else None
+        recorded = RunState(self.name, "machines", topology, script, list(script_args), prometheus=url, own=self._own())
         runstate.save(self.run_dir, recorded)  # first: if anything below fails, `lab down` still knows
         actors = self.place_agents(topology.nodes)
         where = ray_get([a.where.remote() for a in actors], 120, "the machines' agents to start")
@@ -198,9 +195,10 @@ class RayRuntime(MonitoredRuntime):
         runstate.save(self.run_dir, recorded)
         if watch:
             self.start_recorded_prometheus(recorded)
-        for node in nodes:
-            node.start(self.node_argv(topology, node, script, script_args))
-        return topology, nodes
+        return LaunchPlan(self.name, "machines", topology, script, list(script_args), nodes, "", url, self._own())
+
+    def _own(self) -> dict[str, Any]:
+        return {"ray_address": self.ray_address}
 
     def place_agents(self, count: int) -> list[Any]:
         """One MachineAgent actor per node, each on a machine of its own (a detached placement

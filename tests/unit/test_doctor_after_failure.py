@@ -81,3 +81,21 @@ def test_a_doctor_that_cannot_run_leaves_the_card_as_it_was(tmp_path, monkeypatc
     after_failure.diagnose(argparse.Namespace(runtime="local"), tmp_path, Topology(), card, log=said.append)
     assert card.notes == [] and not (tmp_path / doctor_note.DOCTOR_FILE).exists()
     assert said[-1] == "lab doctor could not run after the failure: netns hosts: every /24 of 10.213.0.0/16 is in use"
+
+
+def test_on_ray_machines_the_card_names_the_command_instead_of_probing_from_a_folder_they_lack(tmp_path, monkeypatch):
+    """A Ray cluster's machines share only the run dir: the doctor's own temp run dir would be this
+    machine's alone, its probes never meeting. Nothing is brought up; the card says what to run."""
+    import argparse
+
+    from lab.doctor import after_failure
+    from lab.topology import Topology
+
+    def brought_up(*args, **kwargs):
+        raise AssertionError("no hosts may be brought up for a Ray job's failure")
+
+    monkeypatch.setattr(after_failure.runtimes, "from_args", brought_up)
+    card = Card(first=failure(2, CANNOT_MEET[0]))
+    after_failure.diagnose(argparse.Namespace(runtime="ray"), tmp_path, Topology(), card, log=lambda line: None)
+    assert card.notes == ["`lab doctor --runtime ray` with the job's flags checks what stops nodes meeting"]
+    assert not (tmp_path / doctor_note.DOCTOR_FILE).exists()
