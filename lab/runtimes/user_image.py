@@ -13,14 +13,16 @@ job); the command that runs the script there is printed last.
 from __future__ import annotations
 
 import re
+import shutil
 import socket
 import subprocess
+import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from lab.errors import LabError
-from lab.runtimes import docker_engine
+from lab.runtimes import build_context, docker_engine
 
 IN_IMAGE = "/opt/user"
 SCRIPT_LABEL = "torchrun-lab.script"  # where the baked script lies in the image
@@ -80,17 +82,28 @@ def dockerfile(base_image: str, name: str) -> str:
 
 
 def build(directory: Path, script: Path, tag: str, base: str, log=print) -> str:
-    """Build the image; return the script's path in it."""
+    """Build the image from what of the folder may go in (lab.runtimes.build_context); return the
+    script's path in it."""
     check_reference(tag)
     in_image = script_in_image(directory, script)
     base_image, name = f"torchrun-lab:{base}", folder_in_image(directory)
     docker_engine.require_image(docker_engine.client(), base_image, docker_engine.node_build_hint(base_image))
     log(f"building {tag} FROM {base_image} with {directory} at {IN_IMAGE}/{name}")
-    label = f"{SCRIPT_LABEL}={in_image}"
-    built = _docker(
-        "build", "-q", "-t", tag, "--label", label, "-f", "-", str(directory),
-        stdin=dockerfile(base_image, name), timeout=1800,
-    )  # fmt: skip
+    staging = Path(tempfile.mkdtemp(prefix="tlab-build-"))
+    try:
+        left = build_context.stage(directory, staging / "context")
+        relative = script.resolve().relative_to(directory.resolve())
+        if not (staging / "context" / relative).is_file():
+            raise LabError(f"--script {script} is among what stays out of the image: {build_context.left_out_line(left)}")
+        if build_context.left_out_line(left):
+            log(build_context.left_out_line(left))
+        label = f"{SCRIPT_LABEL}={in_image}"
+        built = _docker(
+            "build", "-q", "-t", tag, "--label", label, "-f", "-", str(staging / "context"),
+            stdin=dockerfile(base_image, name), timeout=1800,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     if built.returncode != 0:
         raise LabError(f"docker build of {tag} failed: {_last_line(built)}")
     return in_image
