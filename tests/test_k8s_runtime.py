@@ -4,6 +4,7 @@ one-line errors before anything is applied: a script no pod can see, a bad reque
 kubectl, no cluster. The manifests themselves are checked in test_k8s.py."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -90,12 +91,43 @@ def test_your_own_image_script_and_requests_are_what_the_pods_run(lab, capsys):
 
 
 @needs_kubectl
+@pytest.mark.parametrize("where", [["--registry", "127.0.0.1:5000/team"], ["--image", "127.0.0.1:5000/team/lab:1"]])
+def test_a_script_on_this_machine_is_baked_into_an_image_and_the_dry_run_says_so_building_nothing(lab, where):
+    """No host path reaches a pod: the Job names the image the lab would push (its registry from
+    --registry, or --image's) and the script's path in it; the dry run builds and pushes nothing
+    (tests/test_registry.py runs the bake itself)."""
+    script = REPO / "tests" / "user_scripts" / "snapshot_every_epoch.py"
+    out = lab("run", "--runtime", "k8s", *where, "--nodes", "2", "--nproc-per-node", "1", "--dry-run", str(script))
+    assert out.returncode == 0, out.stderr
+    registry = "127.0.0.1:5000/team" if where[0] == "--registry" else "127.0.0.1:5000"
+    said = re.search(
+        r"^# would build (\S+) FROM torchrun-lab:cpu as (\S+) and push it; the Job names it", out.stdout, re.M
+    )
+    assert said and said[1] == str(script.parent), out.stdout[:500]
+    assert re.fullmatch(rf"{re.escape(registry)}/torchrun-lab-user-user-scripts:\d{{8}}-\d{{6}}", said[2])
+    objs = [o for o in yaml.safe_load_all(out.stdout) if o]
+    job = next(o for o in objs if o["kind"] == "Job")
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == said[2]
+    assert next(o for o in objs if o["kind"] == "ConfigMap")["data"]["LAB_WORKLOAD"] == (
+        "/opt/user/user_scripts/snapshot_every_epoch.py"
+    )
+    assert str(REPO) not in yaml.safe_dump_all(objs)  # the comment says what is built; no object names it
+    images = subprocess.run(["docker", "images", "-q", said[2]], capture_output=True, text=True)
+    assert images.stdout.strip() == ""
+    assert not lab.run_dir.exists()
+
+
+@needs_kubectl
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        ([str(REPO / "tests" / "scripts" / "hold.py")], ["a pod cannot see", "--image REF"]),
+        # A script on this machine is baked and pushed (test_a_script_on_this_machine_...): where to, said.
+        ([str(REPO / "tests" / "scripts" / "hold.py")], ["a pod cannot see", "--registry", "lab image build"]),
+        (["--image", "my:1", str(REPO / "tests" / "scripts" / "hold.py")], ["a pod cannot see", "--registry"]),
+        (["--registry", "Not A Registry!", str(REPO / "tests" / "scripts" / "hold.py")], ["is not a registry"]),
+        (["/app/train.py"], ["no file on this machine", "the lab's image has no such script"]),
+        (["--registry", "r.example:5000", "--image", "my:1", "/app/train.py"], ["drop --registry"]),
         (["--image", "my:1", "train.py"], ["absolute path inside the image"]),
-        (["--image", "my:1", str(REPO / "tests" / "scripts" / "hold.py")], ["is a file on this machine", "REF --push"]),
         (["--pod-cpu", "two", "/app/train.py"], ["--pod-cpu", "not a CPU quantity"]),
         (["--pod-memory=0Gi", "/app/train.py"], ["--pod-memory", "not a memory quantity"]),
     ],

@@ -20,7 +20,10 @@ from docker_support import build_images
 from registry_support import needs_registry, serving
 
 from lab.bench import free_port
+from lab.rundir import RunDir
+from lab.runtimes.k8s import KubernetesRuntime
 from lab.runtimes.user_image import MANIFEST_TYPES
+from lab.topology import Topology
 
 pytestmark = [
     pytest.mark.docker,
@@ -127,6 +130,42 @@ def test_a_users_code_is_baked_pushed_by_digest_and_named_so_by_the_k8s_job(imag
     refused = lab(*command)
     assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert "holds no manifest with that digest" in refused.stderr and not lab.run_dir.exists()
+
+
+def test_a_script_on_this_machine_is_baked_without_its_secrets_or_history_and_run_by_digest(
+    images, registry, lab, tmp_path
+):
+    """`lab run --runtime k8s --registry REG ./train.py` (lab.runtimes.k8s_bake). With no cluster
+    here, the command is refused at the cluster check, before anything is built; the bake it then
+    does is run as it runs it, against the real registry: its image by digest, the script's path
+    in it, the folder's .env and .git left out, no path of this machine's in the Job."""
+    code = tmp_path / "mycode"
+    (code / ".git").mkdir(parents=True)
+    (code / ".git" / "config").write_text("[remote]\n")
+    (code / ".env").write_text("TOKEN=secret\n")
+    (code / "train.py").write_text(DDP_SCRIPT)
+    argv = ("run", "--runtime", "k8s", "--registry", registry, "--nodes", "2", "--nproc-per-node", "1")
+    refused = lab(*argv, str(code / "train.py"))
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    built = subprocess.run(["docker", "images", "-q", f"{registry}/torchrun-lab-user-mycode"], capture_output=True)
+    assert built.stdout.strip() == b"", "nothing is built before a cluster answers"
+
+    said: list[str] = []
+    runtime = KubernetesRuntime(RunDir(tmp_path / "run"), registry=registry, log=said.append)
+    assert runtime.locate_script(str(code / "train.py")) == "/opt/user/mycode/train.py"
+    assert runtime.bake is not None
+    runtime.baked = runtime.bake.run(said.append)
+    assert re.fullmatch(rf"{re.escape(registry)}/torchrun-lab-user-mycode@sha256:[0-9a-f]{{64}}", runtime.baked)
+    assert any(".env (may hold secrets)" in line and ".git/ (version control)" in line for line in said), said
+    manifests = runtime.plan(Topology(nodes=2, nproc_per_node=1), "/opt/user/mycode/train.py", []).text()
+    job = next(o for o in yaml.safe_load_all(manifests) if o and o["kind"] == "Job")
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == runtime.baked
+    assert str(tmp_path) not in manifests
+    listed = subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "ls", runtime.baked, "-a", "/opt/user/mycode"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert listed.returncode == 0 and sorted(listed.stdout.split()) == [".", "..", "train.py"], listed
 
 
 def test_a_push_to_a_registry_that_does_not_answer_is_one_line_in_seconds(images, lab, tmp_path):

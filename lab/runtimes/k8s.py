@@ -17,7 +17,7 @@ import os
 import shlex
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -26,7 +26,7 @@ from lab import procs, recovery
 from lab.errors import LabError
 from lab.options import Option
 from lab.rundir import MARKER, RunDir
-from lab.runtimes import pod_resources, user_image
+from lab.runtimes import k8s_bake, pod_resources, user_image
 from lab.runtimes.base import IMAGE, Log, Node, Runtime
 from lab.runtimes.k8s_node import PodNode, follow_logs
 from lab.runtimes.kubectl import Kubectl, kubectl_exe
@@ -118,7 +118,7 @@ def pod_fields(topology: Topology, rendered: dict) -> dict:
 class KubernetesRuntime(Runtime):
     name = "k8s"
     NODE = PodNode
-    OPTIONS = (CONTEXT, NAMESPACE, OVERLAY, IMAGE, PULL_SECRET, POD_CPU, POD_MEMORY)
+    OPTIONS = (CONTEXT, NAMESPACE, OVERLAY, IMAGE, k8s_bake.REGISTRY, PULL_SECRET, POD_CPU, POD_MEMORY)
     DRILLS = True  # the faults act through the API (lab.runtimes.k8s_node)
     SHARED_CHECKPOINTS = False  # each pod keeps its own (peer recovery); see Runtime.SHARED_CHECKPOINTS
     # Pod 0's agent hosts the rendezvous store behind the headless Service, for the lab's
@@ -137,6 +137,7 @@ class KubernetesRuntime(Runtime):
         namespace: str = "default",
         overlay: str = "cpu-gloo",
         image: str | None = None,
+        registry: str | None = None,
         image_pull_secret: str | None = None,
         pod_cpu: str | None = None,
         pod_memory: str | None = None,
@@ -149,6 +150,9 @@ class KubernetesRuntime(Runtime):
             if value is not None:
                 amount(value)  # a bad quantity is refused here, before anything renders
         self.pods = PodSpec(image, pod_cpu, pod_memory, image_pull_secret)
+        self.registry = registry
+        self.bake: k8s_bake.Bake | None = None  # a script on this machine, to bake (lab.runtimes.k8s_bake)
+        self.baked: str | None = None  # its image by digest, once pushed
 
     def job_rendezvous(self) -> recovery.Host:
         """The overlay's: one with a rendezvous service of its own (elastic: etcd-v2) runs only that."""
@@ -164,7 +168,11 @@ class KubernetesRuntime(Runtime):
         path = Path(script)
         if path.is_file() and path.resolve().parent == WORKLOADS:
             return str(path.resolve())
-        refused = not_in_image(script, self.pods.image)
+        if k8s_bake.is_this_machines(script):  # baked into an image, its path there from now on
+            base = "cuda" if self.overlay == "cuda-nccl" else "cpu"
+            self.bake = k8s_bake.plan(script, self.registry, self.pods.image, base)
+            return self.bake.in_image
+        refused = k8s_bake.not_in_image(script, self.pods.image)
         if refused:
             raise LabError(refused)
         return script
@@ -173,7 +181,9 @@ class KubernetesRuntime(Runtime):
     def refuse_script_drill(cls, args: argparse.Namespace) -> None:
         """A drill on a user's script runs the script baked into --image (lab image build), at
         its path there; its result file (--compare) ends with the pods' volumes."""
-        refused = not_in_image(args.script, getattr(args, "image", None))
+        if getattr(args, "registry", None):
+            raise LabError(k8s_bake.NOT_IN_DRILLS)
+        refused = k8s_bake.not_in_image(args.script, getattr(args, "image", None))
         if refused:
             raise LabError(refused)
         if getattr(args, "compare", None):
@@ -198,9 +208,15 @@ class KubernetesRuntime(Runtime):
         )
 
     def plan(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
-        """The manifests `up` applies, rendered offline, and the pods they make."""
-        objects = render(self.overlay, topology, _in_image(script), script_args, self.pods)
+        """The manifests `up` applies, rendered offline, and the pods they make; with a script to
+        bake, the image by digest once pushed, else the tag it would push and a line saying so."""
+        if self.registry and not self.bake:
+            raise LabError(k8s_bake.NOTHING_TO_BAKE.format(script=script))
+        spec = replace(self.pods, image=self.baked or self.bake.tag) if self.bake else self.pods
+        objects = render(self.overlay, topology, _in_image(script), script_args, spec)
         manifests = yaml.safe_dump_all(objects, sort_keys=False)
+        if self.bake and not self.baked:
+            manifests = f"# {self.bake.line()}\n{manifests}"
         pods = [PodNode(self.kubectl, i, self.run_dir.path) for i in range(topology.nodes)]
         own = {"context": self.kubectl.context, "namespace": self.kubectl.namespace}
         return LaunchPlan(self.name, "pods", topology, script, list(script_args), pods, manifests, own=own)
@@ -216,9 +232,12 @@ class KubernetesRuntime(Runtime):
 
     def prepare(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
         plan = self.plan(topology, script, script_args)
-        if self.pods.image:
+        if self.pods.image and not self.bake:
             user_image.check_digest(self.pods.image)
         self.check()
+        if self.bake and not self.baked:  # a cluster answers: now the image is worth building
+            self.baked = self.bake.run(self.log)
+            plan = self.plan(topology, script, script_args)
         self.run_dir.claim()
         applied = self.run_dir.path / "applied.yaml"
         applied.write_text(plan.text())  # what `lab down` deletes, object for object
@@ -268,26 +287,6 @@ class KubernetesRuntime(Runtime):
         followers = procs.marked_pids(str(self.run_dir.path))  # the log followers
         procs.terminate(followers, grace_s=2.0, run_dir=str(self.run_dir.path))
         return removed + self.run_dir.take_down()
-
-
-def not_in_image(script: str, image: str | None) -> str:
-    """Why pods cannot run this script of the user's, in one line ("" when they can): a pod sees
-    nothing of this machine, only the image --image names, at the script's path there."""
-    if not image:
-        return (
-            f"--runtime k8s: a pod cannot see {script} on this machine: bake it into an image (lab image build "
-            "DIR --script DIR/train.py --tag REF --push), then give --image REF and the script's absolute path "
-            "inside the image"
-        )
-    if not os.path.isabs(script):
-        return f"--runtime k8s --image: give the script's absolute path inside the image, not {script!r}"
-    if os.path.isfile(script) and not script.startswith(user_image.IN_IMAGE + "/"):
-        return (  # a file here is this machine's: the Job would name a path no pod has
-            f"--runtime k8s --image: {script} is a file on this machine, and a pod sees only the image: give "
-            f"its path inside {image} (lab image build puts DIR at {user_image.IN_IMAGE}/<DIR's name>/ and prints "
-            f"it), or bake it in first (lab image build DIR --script {script} --tag REF --push)"
-        )
-    return ""
 
 
 def _in_image(script: str) -> str:

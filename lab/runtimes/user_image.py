@@ -94,7 +94,8 @@ def build(directory: Path, script: Path, tag: str, base: str, log=print) -> str:
         left = build_context.stage(directory, staging / "context")
         relative = script.resolve().relative_to(directory.resolve())
         if not (staging / "context" / relative).is_file():
-            raise LabError(f"--script {script} is among what stays out of the image: {build_context.left_out_line(left)}")
+            why = build_context.left_out_line(left)
+            raise LabError(f"--script {script} is among what stays out of the image: {why}")
         if build_context.left_out_line(left):
             log(build_context.left_out_line(left))
         label = f"{SCRIPT_LABEL}={in_image}"
