@@ -63,7 +63,7 @@ def hosts_up(
     found; torn down on the way out, whatever happened (`lab bench doctor` starts its job there)."""
     runtimes.begin_job(runtime, log)
     try:
-        plan, refused = _hosts_up(runtime, topology)
+        plan, refused = _bring_up(runtime, topology)
         if seed:
             seed(runtime, plan)
         yield plan, refused
@@ -72,7 +72,7 @@ def hosts_up(
         runtime.run_dir.release()
 
 
-def _hosts_up(runtime: Runtime, topology: Topology) -> tuple[LaunchPlan, list[Finding]]:
+def _bring_up(runtime: Runtime, topology: Topology) -> tuple[LaunchPlan, list[Finding]]:
     """A job's hosts, up (no job runs). A rendezvous port something on this machine holds
     (loopback hosts share it) is a finding, and the rest is probed on a free one."""
     script = script_path("ddp_train")

@@ -31,6 +31,7 @@ SECRET_FILES = (
     ".env", ".env.*", ".netrc", ".pypirc", ".npmrc", ".git-credentials", "id_rsa", "id_dsa", "id_ecdsa",
     "id_ed25519", "*.pem", "*.key", "*.p12", "*.pfx",
 )  # fmt: skip
+TEMPLATES = (".example", ".sample", ".template")  # .env.example: the names, no values
 
 
 def why_left_out(path: Path, root: Path) -> str:
@@ -49,7 +50,7 @@ def why_left_out(path: Path, root: Path) -> str:
         return "may hold secrets" if name in SECRET_FOLDERS else ""
     if not path.is_file():
         return "not a file, a folder or a link"
-    if any(fnmatch.fnmatchcase(name, pattern) for pattern in SECRET_FILES) and name != ".env.example":
+    if any(fnmatch.fnmatchcase(name, pattern) for pattern in SECRET_FILES) and not name.endswith(TEMPLATES):
         return "may hold secrets"
     return ""
 

@@ -18,7 +18,8 @@ def folder(tmp_path: Path) -> Path:
     for relative, text in {
         "train.py": "print('hi')\n",
         "pkg/model.py": "x = 1\n",
-        "configs/.env.example": "TOKEN=\n",  # a template, named so it is kept
+        "configs/.env.example": "TOKEN=\n",  # templates, named so they are kept
+        "configs/.env.sample": "TOKEN=\n",
         ".dockerignore": "data/\n",
         ".git/config": "[remote]\n",
         ".venv/pyvenv.cfg": "home = /usr/bin\n",
@@ -46,7 +47,7 @@ def test_what_stays_out_is_said_with_why_and_the_rest_goes_in_as_it_is(tmp_path)
     left = build_context.stage(code, into)
     kept = sorted(str(p.relative_to(into)) for p in into.rglob("*") if p.is_file() or p.is_symlink())
     assert kept == [
-        ".dockerignore", "configs/.env.example", "model_link.py", "pkg/model.py", "train.py",
+        ".dockerignore", "configs/.env.example", "configs/.env.sample", "model_link.py", "pkg/model.py", "train.py",
     ]  # fmt: skip
     assert os.readlink(into / "model_link.py") == "pkg/model.py"  # a link inside stays a link
     assert sorted(left) == sorted([
