@@ -29,11 +29,14 @@ IMAGE = ("--image", "registry.example/team/train:1")
 @pytest.mark.parametrize(
     ("verb", "args", "words"),
     [
-        (["run", "kill-worker"], ["--script", SCRIPT], ["a pod cannot see", "lab image build", "--image REF"]),
-        (["matrix"], ["--faults", "kill-worker", "--script", SCRIPT], ["a pod cannot see"]),
+        # A script on this machine is baked and pushed (below): with nowhere to push it, said.
+        (["run", "kill-worker"], ["--script", SCRIPT], ["a pod cannot see", "--registry", "lab image build"]),
+        (["matrix"], ["--faults", "kill-worker", "--script", SCRIPT], ["a pod cannot see", "--registry"]),
+        (["run", "kill-worker"], ["--image", "my:1", "--script", SCRIPT], ["a pod cannot see", "--registry"]),
         (["run", "kill-worker"], [*IMAGE, "--script", "train.py"], ["absolute path inside the image"]),
-        (["run", "kill-worker"], [*IMAGE, "--script", SCRIPT], ["is a file on this machine", "lab image build"]),
-        (["matrix"], [*IMAGE, "--faults", "kill-worker", "--script", SCRIPT], ["is a file on this machine"]),
+        (["run", "kill-worker"], [*IMAGE, "--registry", "r.example", "--script", "/app/t.py"], ["drop --registry"]),
+        # With a registry, nothing is refused for the script: the cluster is asked next, and answers not.
+        (["run", "kill-worker"], [*IMAGE, "--script", SCRIPT, "--context", "nowhere"], ["no reachable"]),
         (["run", "preempt"], [*IMAGE, "--script", "/app/t.py", "--compare", "r.pt"], ["--compare", "in the pods"]),
         (["run", "kill-worker"], [*IMAGE, "--script", "/app/t.py", "--workdir", str(REPO)], ["--workdir", "drop"]),
         (["run", "corrupt-checkpoint"], [*IMAGE, "--script", "/app/t.py"], ["--ckpt-dir"]),
@@ -71,3 +74,23 @@ def test_the_pods_run_the_script_from_the_image_in_the_runs_working_dir(tmp_path
         assert argv[watcher + 2 : watcher + 4] == ["--progress-regex", DEFAULT_REGEX]
         assert argv[-3:] == ["/opt/user/team/train.py", "--config", "a b.yaml"]
     assert bool(runtime.script_workdir_note()) == (overlay == "cpu-gloo")
+
+
+@needs_kubectl
+def test_a_script_on_this_machine_is_rendered_from_the_image_the_drill_would_bake(tmp_path):
+    """As a drill renders it before the cluster is asked: the pods run the watcher on the script's
+    path in the image the lab would push (tests/test_registry.py runs the bake), and no path of
+    this machine's is in any object."""
+    runtime = KubernetesRuntime(RunDir(tmp_path / "run"), registry="127.0.0.1:5000")
+    spec = ScriptSpec(path=SCRIPT, args=("--epochs", "3"))
+    run = ScriptRun(spec, kill_worker, Topology(), runtime.script_workdir("kill-worker"), tmp_path, host_files=False)
+    topology, _ = recovery.choose(run.topology(DrillOptions(1, 3)), "auto", runtime.job_rendezvous())
+    text = runtime.plan(topology, spec.path, list(spec.args)).text()
+    objects = [o for o in yaml.safe_load_all(text) if o]
+    container = next(o for o in objects if o["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0]
+    assert runtime.bake is not None and container["image"] == runtime.bake.tag
+    assert container["image"].startswith("127.0.0.1:5000/torchrun-lab-user-user-scripts:")
+    config = next(o for o in objects if o["kind"] == "ConfigMap")["data"]
+    argv = k8s_pod.argv_from_env({**config, "JOB_COMPLETION_INDEX": "1"})
+    assert argv[-3:] == ["/opt/user/user_scripts/snapshot_every_epoch.py", "--epochs", "3"]
+    assert str(REPO) not in yaml.safe_dump_all(objects) and text.startswith("# would build ")

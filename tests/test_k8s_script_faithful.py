@@ -1,15 +1,15 @@
 """A drill on a user's own script in pods, as `lab exercise run kill-worker --runtime k8s
---image REF --script PATH` renders it, run on the faithful pods of tests/k8s_faithful.py.
+--registry REG --script PATH` renders it, run on the faithful pods of tests/k8s_faithful.py.
 
 The manifests come from the code the drill runs (ScriptRun's topology, the runtime's working
-dir for the run, recovery.choose, KubernetesRuntime.plan); the pods run the rendered command
-with the script where the image would hold it (here: this repository's copy, which the
-faithful pods see at the same path). A worker is SIGKILLed at epoch 3, and the script's
-judge draws the verdict from the events the pods echoed into their logs, as the drill reads
-them on a cluster. Two outcomes, both the truth of a cluster: with one ReadWriteMany volume
-for every pod (overlays/shared-checkpoints) the tutorial script resumes from rank 0's
-snapshot; with a volume per pod (the default) pod 1's ranks find no snapshot, start from
-epoch 0, and the drill says the resume failed.
+dir for the run, recovery.choose, KubernetesRuntime.plan): the script's folder baked into an
+image, the pods running it at its path there, /opt/user/user_scripts/ (the faithful pods have
+no image: they are handed this repository's copy of the folder, which the image would hold).
+A worker is SIGKILLed at epoch 3, and the script's judge draws the verdict from the events the
+pods echoed into their logs, as the drill reads them on a cluster. Two outcomes, both the
+truth of a cluster: with one ReadWriteMany volume for every pod (overlays/shared-checkpoints)
+the tutorial script resumes from rank 0's snapshot; with a volume per pod (the default) pod
+1's ranks find no snapshot, start from epoch 0, and the drill says the resume failed.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ TARGET, AT_EPOCH = 3, 3  # rank 3: pod 1's second worker
 
 
 def drill_job(tmp_path: Path, overlay: str) -> tuple[list[dict], ScriptRun]:
-    """The objects `lab exercise run kill-worker --runtime k8s --overlay OVERLAY --image ...
+    """The objects `lab exercise run kill-worker --runtime k8s --overlay OVERLAY --registry ...
     --script SCRIPT --ckpt-dir . -- --epochs 8` applies, and the run that judges them."""
-    runtime = KubernetesRuntime(RunDir(tmp_path / "run"), overlay=overlay, image="registry.example/team/train:1")
+    runtime = KubernetesRuntime(RunDir(tmp_path / "run"), overlay=overlay, registry="registry.example/team")
     spec = ScriptSpec(path=str(SCRIPT), args=("--epochs", "8", "--epoch-time", "0.4"), ckpt_dir=".")
     workdir, note = runtime.script_workdir(kill_worker.NAME), runtime.script_workdir_note()
     run = ScriptRun(spec, kill_worker, Topology(), workdir, tmp_path / "keep", host_files=False, workdir_note=note)
@@ -57,7 +57,11 @@ def drill_job(tmp_path: Path, overlay: str) -> tuple[list[dict], ScriptRun]:
     topology, how = recovery.choose(run.topology(options), "auto", runtime.job_rendezvous())
     assert how.style == "restart"
     manifests = runtime.plan(topology.replace(max_restarts=2), spec.path, list(spec.args)).text()
-    return [o for o in yaml.safe_load_all(manifests) if o], run
+    objects = [o for o in yaml.safe_load_all(manifests) if o]
+    config = next(o for o in objects if o["kind"] == "ConfigMap")["data"]
+    assert config["LAB_WORKLOAD"] == f"/opt/user/user_scripts/{SCRIPT.name}"  # in the image, not this machine's
+    config["LAB_WORKLOAD"] = str(SCRIPT)  # the folder the image would hold, for pods that have no image
+    return objects, run
 
 
 def kill_at_epoch(job: FaithfulJob, run: ScriptRun, deadline_s: float = 180) -> Seen:

@@ -1,6 +1,6 @@
 """The Kubernetes runtime: `lab up --runtime k8s [--context C] [--namespace NS] [--overlay O]`.
 
-It renders an overlay of k8s/ with `kubectl kustomize`, writes the job's Topology into
+It renders an overlay of k8s/ with `kubectl kustomize` (lab.runtimes.k8s_render), writes the job's Topology into
 the rendered ConfigMap (the node count into the Job, the GPUs into the pod), applies it
 with kubectl, follows every index's pods into the run directory (their log, and their
 events back into files: lab.runtimes.k8s_logs) and waits like any runtime. `lab down`
@@ -12,12 +12,9 @@ until `up`, so `--dry-run` prints the manifests offline.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shlex
-import subprocess
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -29,15 +26,11 @@ from lab.rundir import MARKER, RunDir
 from lab.runtimes import k8s_bake, pod_resources, user_image
 from lab.runtimes.base import IMAGE, Log, Node, Runtime
 from lab.runtimes.k8s_node import PodNode, follow_logs
-from lab.runtimes.kubectl import Kubectl, kubectl_exe
+from lab.runtimes.k8s_render import OVERLAY_RDZV, OVERLAYS, PodSpec, render
+from lab.runtimes.kubectl import Kubectl
 from lab.runtimes.plan import LaunchPlan
 from lab.topology import Topology
 
-K8S_DIR = Path(__file__).resolve().parents[2] / "k8s"
-OVERLAYS = ("cpu-gloo", "cuda-nccl", "elastic", "monitoring", "chaos", "shared-checkpoints")
-# Overlays whose pods rendezvous on a service of their own, not on pod 0 (k8s/overlays/*/).
-OVERLAY_RDZV = {"elastic": "etcd-v2"}
-GPU = "nvidia.com/gpu"
 WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
 POD_DATA_DIR = "/data"  # each pod's own emptyDir (k8s/base/job.yaml)
 POD_CKPT_DIR = "/data/checkpoints"  # LAB_CKPT_DIR in k8s/base/job.yaml
@@ -48,71 +41,6 @@ OVERLAY = Option("--overlay", "which k8s/overlays/ to apply (default %(default)s
 POD_CPU = Option("--pod-cpu", "CPU each pod requests, e.g. 500m or 4 (default: the overlay's; 500m on cpu-gloo)")
 POD_MEMORY = Option("--pod-memory", "memory each pod requests, e.g. 2Gi (default: the overlay's; 1Gi on cpu-gloo)")
 PULL_SECRET = Option("--image-pull-secret", "a Secret of the namespace the pods pull --image with (a private registry)")
-
-
-@dataclass(frozen=True)
-class PodSpec:
-    """What the user chose for the pods, over the overlay's: image and requests."""
-
-    image: str | None = None
-    cpu: str | None = None
-    memory: str | None = None
-    pull_secret: str | None = None
-
-
-def render(
-    overlay: str, topology: Topology, script: str, script_args: list[str], pods: PodSpec = PodSpec()
-) -> list[dict]:
-    """The overlay's objects, with this job's topology, node count, workload, image and requests in them."""
-    if overlay not in OVERLAYS:
-        raise LabError(f"unknown overlay {overlay!r}; choose one of: {', '.join(OVERLAYS)}")
-    done = subprocess.run(
-        [kubectl_exe(), "kustomize", str(K8S_DIR / "overlays" / overlay)], capture_output=True, text=True, timeout=120
-    )
-    if done.returncode != 0:
-        raise LabError(f"kubectl kustomize failed: {done.stderr.strip().splitlines()[0]}")
-    objects = [o for o in yaml.safe_load_all(done.stdout) if o]
-    for obj in objects:
-        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == "torchrun-lab-topology":
-            rendered = json.loads(obj["data"]["LAB_TOPOLOGY"])
-            fields = {**rendered, **pod_fields(topology, rendered)}
-            obj["data"].update(
-                LAB_TOPOLOGY=json.dumps(fields), LAB_WORKLOAD=script, LAB_WORKLOAD_ARGS=shlex.join(script_args)
-            )
-        if obj["kind"] == "Job":
-            obj["spec"]["completions"] = obj["spec"]["parallelism"] = topology.nodes
-            set_gpus(obj, topology.gpus_per_node)
-            pod_resources.set_requests(obj, pods.cpu, pods.memory)
-            pod = obj["spec"]["template"]["spec"]
-            if pods.image:
-                pod["containers"][0]["image"] = pods.image
-            if pods.pull_secret:
-                pod["imagePullSecrets"] = [{"name": pods.pull_secret}]
-    return objects
-
-
-def set_gpus(job: dict, gpus: int | None) -> None:
-    """--gpus-per-node: the GPUs each pod requests. The pod runs one worker per GPU it sees
-    ("nproc_per_node": "gpu"), so torchrun is told exactly what was requested."""
-    container = job["spec"]["template"]["spec"]["containers"][0]
-    resources = container.get("resources", {})
-    if gpus is None or GPU not in resources.get("limits", {}):
-        return
-    for kind in ("requests", "limits"):
-        resources[kind][GPU] = gpus
-
-
-def pod_fields(topology: Topology, rendered: dict) -> dict:
-    """The user's topology choices, keeping what the overlay decides (endpoint, ports, the
-    collective backend, a rendezvous service of its own and the elastic range it serves).
-    Pod 0's store is either the lab's rendezvous or c10d: the chosen recovery style picks."""
-    keep = {"rdzv_host", "rdzv_port", "metrics_ports", "backend"}
-    if rendered.get("rdzv_backend") in OVERLAY_RDZV.values():
-        keep |= {"rdzv_backend"} | ({"min_nodes"} if topology.min_nodes is None else set())
-    chosen = {k: v for k, v in topology.__dict__.items() if k not in keep}
-    if rendered.get("nproc_per_node") == "gpu":
-        chosen.pop("nproc_per_node")
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in chosen.items()}
 
 
 class KubernetesRuntime(Runtime):
@@ -127,7 +55,10 @@ class KubernetesRuntime(Runtime):
     RDZV_BACKENDS = ("lab", "c10d")
     HOST_FILES = False  # a pod's files are its volumes': a drill on a script reads them from its events
     MACHINES_ELSEWHERE = True
-    SCRIPT_DRILLS_NEED = "--image REF, the script baked in (lab image build), and --script its path in the image"
+    SCRIPT_DRILLS_NEED = (
+        "--registry REG, where the lab pushes the image it bakes of the script's folder (or --image REF with "
+        "the script baked in, lab image build, and --script its path in the image)"
+    )
 
     def __init__(
         self,
@@ -168,22 +99,35 @@ class KubernetesRuntime(Runtime):
         path = Path(script)
         if path.is_file() and path.resolve().parent == WORKLOADS:
             return str(path.resolve())
-        if k8s_bake.is_this_machines(script):  # baked into an image, its path there from now on
-            base = "cuda" if self.overlay == "cuda-nccl" else "cpu"
-            self.bake = k8s_bake.plan(script, self.registry, self.pods.image, base)
-            return self.bake.in_image
+        in_image = self._baking(script)
+        if in_image != script:
+            return in_image
         refused = k8s_bake.not_in_image(script, self.pods.image)
         if refused:
             raise LabError(refused)
         return script
 
+    def _baking(self, script: str) -> str:
+        """The script as the pods see it: one of this machine's (not the lab's own) is baked into an
+        image (lab.runtimes.k8s_bake, planned once) and named by its path there; others as given."""
+        if self.bake is None and k8s_bake.is_this_machines(script) and Path(script).resolve().parent != WORKLOADS:
+            base = "cuda" if self.overlay == "cuda-nccl" else "cpu"
+            self.bake = k8s_bake.plan(script, self.registry, self.pods.image, base)
+        if self.bake and Path(script).resolve() == self.bake.script.resolve():
+            return self.bake.in_image
+        return script
+
     @classmethod
     def refuse_script_drill(cls, args: argparse.Namespace) -> None:
-        """A drill on a user's script runs the script baked into --image (lab image build), at
-        its path there; its result file (--compare) ends with the pods' volumes."""
-        if getattr(args, "registry", None):
-            raise LabError(k8s_bake.NOT_IN_DRILLS)
-        refused = k8s_bake.not_in_image(args.script, getattr(args, "image", None))
+        """A drill on a user's script runs it from an image: one on this machine is baked and pushed
+        (a registry is needed), else it is the one in --image, at its path there; its result file
+        (--compare) ends with the pods' volumes."""
+        image, registry = getattr(args, "image", None), getattr(args, "registry", None)
+        if k8s_bake.is_this_machines(args.script):
+            k8s_bake.plan(args.script, registry, image, "cpu")  # no registry to push to: one line
+        elif registry:
+            raise LabError(k8s_bake.NOTHING_TO_BAKE.format(script=args.script))
+        refused = "" if k8s_bake.is_this_machines(args.script) else k8s_bake.not_in_image(args.script, image)
         if refused:
             raise LabError(refused)
         if getattr(args, "compare", None):
@@ -210,6 +154,7 @@ class KubernetesRuntime(Runtime):
     def plan(self, topology: Topology, script: str, script_args: list[str]) -> LaunchPlan:
         """The manifests `up` applies, rendered offline, and the pods they make; with a script to
         bake, the image by digest once pushed, else the tag it would push and a line saying so."""
+        script = self._baking(script)
         if self.registry and not self.bake:
             raise LabError(k8s_bake.NOTHING_TO_BAKE.format(script=script))
         spec = replace(self.pods, image=self.baked or self.bake.tag) if self.bake else self.pods

@@ -2,8 +2,9 @@
 FROM the lab's (lab.runtimes.user_image; what of the folder goes in: lab.runtimes.build_context),
 pushed to a registry, and named by digest in the Job, with the script's path in the image.
 
-`lab run --runtime k8s --registry HOST[:PORT] ./train.py` does it before the Job is applied (the
-registry of --image when no --registry is given); `--dry-run` says what it would build and push,
+`lab run --runtime k8s --registry HOST[:PORT] ./train.py`, and a drill on such a script, do it
+once a cluster answers, before the Job is applied (the registry of --image when no --registry is
+given); `--dry-run` says what it would build and push,
 and renders the Job with the tag it would push, building nothing. No registry: one line naming
 --registry and `lab image build`.
 """
@@ -30,10 +31,6 @@ REGISTRY = Option(
 NOTHING_TO_BAKE = (
     "--registry is where a script on this machine is pushed once baked; {script} is not one (a script in "
     "the image, or the lab's own workload): drop --registry"
-)
-NOT_IN_DRILLS = (
-    "--registry: a drill on k8s runs a script already in --image (lab image build DIR --script DIR/train.py "
-    "--tag REF --push); only lab run bakes one on the fly: drop --registry"
 )
 
 
