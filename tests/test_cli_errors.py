@@ -99,9 +99,10 @@ BAD_INPUT = [
     # A flag before the name it belongs to: its value would be read as the name.
     (
         ["exercise", "run", "--runtime", "docker", "kill-worker"],
-        ["--runtime comes after the name it is for: lab exercise run NAME --runtime"],
+        ["--runtime goes after the name: lab exercise run NAME"],
     ),
-    (["--run-dir", "/tmp/x", "up"], ["--run-dir comes after the command it is for: lab COMMAND --run-dir"]),
+    (["--run-dir", "/tmp/x", "up"], ["--run-dir goes after the command: lab COMMAND --run-dir ..."]),
+    (["image", "--tag", "r/x:1", "build"], ["--tag goes after 'build': lab image build --tag ..."]),
     (["exercise", "run", "nosuch", "--runtime", "docker"], ["invalid choice: 'nosuch'"]),  # the name first: as before
 ]
 

@@ -35,8 +35,12 @@ class Parser(argparse.ArgumentParser):
         if self._subparsers is not None and "invalid choice" in message and given and given[0].startswith("-"):
             # `lab exercise run --runtime docker kill-worker`: the flag's value was read as the name.
             names = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction))
-            name = str(names.metavar or names.dest or "name").upper()
-            message = f"{given[0]} comes after the {name.lower()} it is for: {self.prog} {name} {given[0]} ..."
+            choices = list(names.choices or ())
+            word = str(names.metavar or names.dest or "name")
+            what, example = (
+                (repr(choices[0]), choices[0]) if len(choices) == 1 else (f"the {word.lower()}", word.upper())
+            )
+            message = f"{given[0]} goes after {what}: {self.prog} {example} {given[0]} ..."
         self.exit(2, f"{self.prog}: error: {printable(message)}\n")
 
 
