@@ -34,6 +34,10 @@ SCRIPTS = REPO / "tests" / "user_scripts"
         ("Epoch [10/50], Step [100/600], Loss: 0.2173", (10, "epoch")),
         ("Epoch 3, loss 0.2", (3, "epoch")),
         ("step 12.", (12, "step")),
+        # A tqdm bar with no unit word (Hugging Face's Trainer, `tqdm(loader)`): its count, as steps.
+        ("  8%|8         | 5/60 [00:01<00:11,  4.93it/s]", (5, "step")),
+        ("Iteration:  45%|####5     | 45/100 [00:05<00:06,  8.91it/s]", (45, "step")),
+        ("Training step: 100%|##########| 500/500 [00:50<00:00,  9.9it/s, loss=0.1]", (500, "step")),
     ],
 )
 def test_the_default_regex_reads_the_common_forms(line, expected):
@@ -49,10 +53,9 @@ def test_the_default_regex_reads_the_common_forms(line, expected):
         # Hugging Face's Trainer logs a fractional epoch: 10.5 is no count, not epoch 1 either.
         "{'loss': 0.52, 'grad_norm': 1.1, 'learning_rate': 5e-05, 'epoch': 10.5}",
         "Epoch 12.25 done",
-        # tqdm's percentage after its description, not the iteration: "45%" is no step 45 (or 4).
-        "Iteration:  45%|####5     | 45/100 [00:05<00:06,  8.91it/s]",
-        "Training step: 100%|##########| 500/500",
+        # A percentage is no count: "step 7 %" is no step 7 (nor "45%" after a description step 45).
         "step 7 %",
+        "Training step: 45%",
         "step 1,234 loss 0.1",  # a thousands separator: read as 1 it would be wrong
     ],
 )  # fmt: skip
@@ -268,3 +271,25 @@ def test_the_labs_own_echoed_events_are_never_read_as_progress(tmp_path, monkeyp
     sys.stdout.write('{"step": 4, "loss": 0.5}\n')
     steps = [line for line in (tmp_path / "rank0.jsonl").read_text().splitlines() if '"event": "step"' in line]
     assert len(steps) == 1 and '"step": 4' in steps[0]
+
+
+def test_a_tqdm_bar_redrawn_after_carriage_returns_is_read_at_each_new_count_once(tmp_path, monkeypatch):
+    """tqdm writes each redraw after a \\r and no newline until the bar closes: every redraw is a
+    line to the watcher, and a redraw at the count already read is no new step."""
+    import io
+    import re
+    import sys
+
+    from lab.health.events import EventLog, read_events
+    from lab.node.user_script import watch_output
+
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    log = EventLog(tmp_path, 0, 0)
+    watch_output(log, re.compile(DEFAULT_REGEX))
+    bar = "\r  8%|8         | 5/60 [00:01<00:11,  4.9it/s]"
+    sys.stderr.write(bar + bar.replace("00:01", "00:02") + "\r 17%|#6        | 10/60 [00:02<00:10,  4.9it/s]")
+    sys.stderr.write("\r100%|##########| 60/60 [00:12<00:00,  4.9it/s]\n")
+    sys.stdout.write("{'loss': 0.5, 'epoch': 10.5}\r\nstep 61\n")
+    steps = [(e["step"], e["unit"]) for e in read_events(tmp_path) if e["event"] == "step"]
+    assert steps == [(5, "step"), (10, "step"), (60, "step"), (61, "step")]

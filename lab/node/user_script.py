@@ -37,63 +37,9 @@ from lab.health import hang_dump, injected_error
 from lab.health.error_text import error_text
 from lab.health.events import ECHO_PREFIX, Event, EventLog, ExitReason
 from lab.node.faulty_saves import onto_a_full_disk, pause_dcp_before_metadata, paused_torch_save
+from lab.node.progress_lines import DEFAULT_REGEX, LineWatcher, progress_value
 from lab.node_log import PrintedErrors
 from lab.nodeenv import NodeEnv
-
-# "step 12", "Step: 12", "Epoch 3", "epoch=3", "iter 40/100", "Iteration 40", "[GPU0] Epoch 3 | ...",
-# "Epoch: [14][1/4]" (pytorch/examples' imagenet), '"step": 12' (JSON logs), "global_step=300",
-# "Epoch 2: 45%|####" (tqdm, Lightning). Not "'epoch': 10.5" (Hugging Face's Trainer: a fraction
-# is not a count, whatever its digits), nor "Iteration:  45%|" (tqdm's percentage, not the
-# iteration), nor "step 1,234" (read as 1 it would be wrong: no count is safer). No quote or
-# percent character in the pattern itself (\x22, \x27, \x25): it travels in pods' and containers'
-# command lines.
-DEFAULT_REGEX = (
-    r"(?i)(?:\bglobal[_ ]|\b)(?P<unit>step|epoch|iter(?:ation)?)\b"
-    r"[\x22\x27]?\s*[:=#]?\s*\[?(?P<n>\d+)(?![.,]?\d|\s*\x25)"
-)
-UNITS = {"iteration": "iter"}
-# A line about a checkpoint's loading is not progress: minGPT-ddp prints "Resuming training from
-# snapshot at Epoch 13", the epoch it *finished*, then runs epoch 14; read as progress, it made
-# the work redone one epoch too many. (Scripts that print the epoch they start at print it again
-# on their next progress line.) Only the default pattern skips them: a --progress-regex is the user's.
-# A verb of loading followed by what is loaded ("data loading 0.1 s" in a progress line is progress).
-RESUMING = re.compile(
-    r"(?i)\b(?:resum\w*|restor\w*|load(?:ed|ing)?|continu\w*)\b.*\b(?:from|checkpoint|snapshot|ckpt|model|weights|state)"
-)
-
-
-def progress_value(pattern: re.Pattern[str], line: str) -> tuple[int, str] | None:
-    """(number, unit) from the first match in a line of output, or None."""
-    if pattern.pattern == DEFAULT_REGEX and RESUMING.search(line):
-        return None
-    match = pattern.search(line)
-    if not match:
-        return None
-    groups = match.groupdict()
-    try:
-        number = int(groups["n"] if groups.get("n") is not None else match.group(1))
-    except (IndexError, TypeError, ValueError):
-        return None
-    unit = (groups.get("unit") or "step").lower()
-    return number, UNITS.get(unit, unit)
-
-
-class LineWatcher:
-    """Stands in for sys.stdout/sys.stderr: passes everything through, reads whole lines."""
-
-    def __init__(self, stream: Any, on_line):
-        self._stream, self._on_line, self._partial = stream, on_line, ""
-
-    def write(self, text: str) -> int:
-        written = self._stream.write(text)
-        *lines, self._partial = (self._partial + text).split("\n")
-        for line in lines:
-            self._on_line(line)
-        return written
-
-    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding, buffer, ...
-        return getattr(self._stream, name)
-
 
 STDERR_KEPT = 5  # the script's last lines of stderr, kept in its exit record (argparse's error, say)
 
@@ -103,6 +49,7 @@ def watch_output(log: EventLog, pattern: re.Pattern[str]) -> tuple[collections.d
     and the exceptions it printed itself (a wrapper's traceback, on either stream)."""
     tail: collections.deque[str] = collections.deque(maxlen=STDERR_KEPT)
     printed = PrintedErrors()
+    last: list[tuple[int, str] | None] = [None]  # a bar redrawn at the same count is no new step
 
     def on_line(line: str) -> None:
         printed.feed(line)
@@ -111,7 +58,8 @@ def watch_output(log: EventLog, pattern: re.Pattern[str]) -> tuple[collections.d
         if line.startswith(ECHO_PREFIX):
             return  # the lab's own event, echoed (in pods): a step read there would echo again, for ever
         found = progress_value(pattern, line)
-        if found:
+        if found and found != last[0]:
+            last[0] = found
             log.write(Event.STEP, step=found[0], unit=found[1], source="output")
 
     def on_error_line(line: str) -> None:
