@@ -139,3 +139,25 @@ def test_the_job_finished_check_quotes_an_error_only_when_it_failed():
     )
     assert finished({"node0": 0, "node1": 1}, []).detail == "node exit codes {'node0': 0, 'node1': 1}"
     assert finished({"node0": 0, "node1": 1}, ["E: x (t.py:1)"]).detail.endswith("; E: x (t.py:1)")
+
+
+def test_a_fault_before_the_first_save_names_the_step_a_later_fault_needs():
+    """The HF-style script saving checkpoint-N/ every 10 steps, the fault at step 3: it first
+    saved after the fault, at step 10 (the restarted run's), so --at-step 11 is advised."""
+    report = Report("script", "local", 2)
+    report.facts["progress"] = {}
+    resume.check_resumed(report, seg(1, 3, 1), "step", [], None, {"unit": "step", "at": 10})
+    assert report.checks[0].detail.endswith(
+        "or your script does not checkpoint; it first saved after the fault, at step 10: --at-step 11 comes after it"
+    )
+
+
+def test_the_first_save_after_the_fault_is_read_at_the_step_the_script_was_on():
+    step = lambda t, n: {"event": "step", "time": t, "rank": 0, "step": n, "source": "output", "unit": "step"}  # noqa: E731
+    events = [
+        step(1.0, 1), step(2.0, 2), step(3.0, 3),  # the fault at 3.5
+        step(5.0, 1), *(step(5.0 + n, n) for n in range(2, 12)),
+        {"event": "saved", "time": 15.5, "rank": 0, "path": "out/checkpoint-10/state.pt"},
+    ]  # fmt: skip
+    assert resume.first_save_after(events, 3.5, "output", "step") == {"unit": "step", "at": 10}
+    assert resume.first_save_after(events, 20.0, "output", "step") is None

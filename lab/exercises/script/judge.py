@@ -244,7 +244,8 @@ def judge_fault(report: Report, seen: Seen) -> None:
         )
         return
     saved = resume.newest_save(events, fault["time"], source, unit)
-    resume.check_resumed(report, signals.segments(events, fault["time"], source, unit), unit, loaded, saved)
+    later = resume.first_save_after(events, fault["time"], source, unit) if saved is None else None
+    resume.check_resumed(report, signals.segments(events, fault["time"], source, unit), unit, loaded, saved, later)
 
 
 def check_finished(report: Report, codes: dict[str, int | None]) -> None:

@@ -39,9 +39,22 @@ def newest_save(events: list[dict], fault_time: float, source: str, unit: str) -
     return {"unit": unit, "at": max(steps, default=None)}
 
 
-def check_resumed(report: Report, seg: dict[str, Any], unit: str, loaded: list[str], saved: dict | None) -> None:
+def first_save_after(events: list[dict], fault_time: float, source: str, unit: str) -> dict | None:
+    """The script's first save after the fault, and its progress then (the latest step before
+    it): where a fault would have had a checkpoint to come back to. None: no save after either."""
+    times = sorted(e["time"] for e in events if e["event"] == Event.SAVED and e["time"] >= fault_time)
+    if not times:
+        return None
+    before = [e["step"] for e in signals.progress(events, source, unit) if e["time"] <= times[0]]
+    return {"unit": unit, "at": before[-1] if before else None}
+
+
+def check_resumed(
+    report: Report, seg: dict[str, Any], unit: str, loaded: list[str], saved: dict | None, later: dict | None = None
+) -> None:
     """Resumed: it went on past where it started, or it loaded a checkpoint and picked up where
-    its newest one (saved before the fault) left off, however sparse its snapshots."""
+    its newest one (saved before the fault) left off, however sparse its snapshots. `later`: its
+    first save after the fault (first_save_after), which says how late a fault must come."""
     report.facts["progress"].update(seg)
     report.facts["newest_checkpoint_before_fault"] = saved
     first, reached, resumed = seg["first"], seg["reached"], seg["resumed_at"]
@@ -73,6 +86,10 @@ def check_resumed(report: Report, seg: dict[str, Any], unit: str, loaded: list[s
             "fault either: it came before the first checkpoint (fire later: --at-step, --at-time), or your "
             "script does not checkpoint"
         )
+        if later and later["at"] is not None:  # the evidence says which
+            detail += (
+                f"; it first saved after the fault, at {unit} {later['at']}: --at-step {later['at'] + 1} comes after it"
+            )
     else:  # it saved, and no load was seen: say what was seen, and what else could explain it
         where = f" at {unit} {at_save}" if at_save is not None else ""
         detail = (
