@@ -2,6 +2,7 @@
 progress regex against the forms scripts print, and result-file comparison."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -34,10 +35,6 @@ SCRIPTS = REPO / "tests" / "user_scripts"
         ("Epoch [10/50], Step [100/600], Loss: 0.2173", (10, "epoch")),
         ("Epoch 3, loss 0.2", (3, "epoch")),
         ("step 12.", (12, "step")),
-        # A tqdm bar with no unit word (Hugging Face's Trainer, `tqdm(loader)`): its count, as steps.
-        ("  8%|8         | 5/60 [00:01<00:11,  4.93it/s]", (5, "step")),
-        ("Iteration:  45%|####5     | 45/100 [00:05<00:06,  8.91it/s]", (45, "step")),
-        ("Training step: 100%|##########| 500/500 [00:50<00:00,  9.9it/s, loss=0.1]", (500, "step")),
     ],
 )
 def test_the_default_regex_reads_the_common_forms(line, expected):
@@ -271,6 +268,36 @@ def test_the_labs_own_echoed_events_are_never_read_as_progress(tmp_path, monkeyp
     sys.stdout.write('{"step": 4, "loss": 0.5}\n')
     steps = [line for line in (tmp_path / "rank0.jsonl").read_text().splitlines() if '"event": "step"' in line]
     assert len(steps) == 1 and '"step": 4' in steps[0]
+
+
+@pytest.mark.parametrize(
+    ("line", "count"),
+    [
+        ("  8%|8         | 5/60 [00:01<00:11,  4.93it/s]", 5),  # Hugging Face's Trainer, `tqdm(loader)`
+        ("Iteration:  45%|####5     | 45/100 [00:05<00:06,  8.91it/s]", 45),
+        ("Training step: 100%|##########| 500/500 [00:50<00:00,  9.9it/s, loss=0.1]", 500),
+        ("loss 0.3 | 5/60 done", None),  # no bar: no "[elapsed<remaining" after the count
+    ],
+)
+def test_a_tqdm_bar_with_no_unit_word_is_read_by_its_count(line, count):
+    from lab.node.progress_lines import BarReader
+
+    assert progress_value(re.compile(DEFAULT_REGEX), line) is None  # no unit word: the bar reader's
+    assert BarReader().read(line) == count
+
+
+def test_only_the_first_bar_is_read_and_only_while_its_count_goes_on():
+    """Nested bars (epochs outside, batches inside) are two bars: the first drawn is read. A bar
+    drawn afresh every epoch counts that epoch's batches: once it goes back, none is read."""
+    from lab.node.progress_lines import BarReader
+
+    bar = "{0}%|###| {1}/{2} [00:01<00:02, 9.9it/s]"
+    nested = BarReader()
+    seen = [nested.read(bar.format(0, n, total)) for n, total in ((0, 3), (1, 100), (2, 100), (1, 3), (1, 100))]
+    assert seen == [0, None, None, 1, None]
+    per_epoch = BarReader()
+    seen = [per_epoch.read(bar.format(0, n, 100)) for n in (1, 2, 100, 1, 2, 100)]
+    assert seen == [1, 2, 100, None, None, None]
 
 
 def test_a_tqdm_bar_redrawn_after_carriage_returns_is_read_at_each_new_count_once(tmp_path, monkeypatch):

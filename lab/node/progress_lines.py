@@ -20,9 +20,9 @@ DEFAULT_REGEX = (
 )
 UNITS = {"iteration": "iter"}
 # A tqdm bar with no unit word before it (Hugging Face's Trainer, most scripts' `tqdm(loader)`):
-# "  8%|8         | 5/60 [00:01<00:11,  4.9it/s]" is step 5; read only where the pattern above finds
-# nothing (Lightning's "Epoch 2:  45%|...| 45/100 [" is epoch 2). The default pattern's alone.
-TQDM_BAR = re.compile(r"\|\s*(?P<n>\d+)/\d+\s*\[")
+# "  8%|8         | 5/60 [00:01<00:11,  4.9it/s]" is step 5 (BarReader); read only where the
+# pattern above finds nothing (Lightning's "Epoch 2:  45%|...| 45/100 [" is epoch 2).
+TQDM_BAR = re.compile(r"\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[")
 # tqdm redraws its bar after a carriage return, with no newline until it closes: each redraw is a line.
 LINE_ENDS = re.compile(r"\r\n|\r|\n")
 # A line about a checkpoint's loading is not progress: minGPT-ddp prints "Resuming training from
@@ -40,8 +40,6 @@ def progress_value(pattern: re.Pattern[str], line: str) -> tuple[int, str] | Non
     if pattern.pattern == DEFAULT_REGEX and RESUMING.search(line):
         return None
     match = pattern.search(line)
-    if not match and pattern.pattern == DEFAULT_REGEX:
-        match = TQDM_BAR.search(line)
     if not match:
         return None
     groups = match.groupdict()
@@ -69,3 +67,29 @@ class LineWatcher:
 
     def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding, buffer, ...
         return getattr(self._stream, name)
+
+
+class BarReader:
+    """One process's tqdm bar counts, as steps: of one bar only, the first one drawn (by its
+    total: an outer bar over epochs and an inner one over batches are two), and only while its
+    count does not go back, without a restart: a bar drawn afresh every epoch counts batches of
+    that epoch, not the job's steps, and from then on none of its counts is read."""
+
+    def __init__(self) -> None:
+        self.total: int | None = None
+        self.last = -1
+        self.off = False
+
+    def read(self, line: str) -> int | None:
+        match = None if self.off else TQDM_BAR.search(line)
+        if not match:
+            return None
+        count, total = int(match["n"]), int(match["total"])
+        self.total = total if self.total is None else self.total
+        if total != self.total:
+            return None
+        if count < self.last:
+            self.off = True
+            return None
+        self.last = count
+        return count

@@ -37,7 +37,7 @@ from lab.health import hang_dump, injected_error
 from lab.health.error_text import error_text
 from lab.health.events import ECHO_PREFIX, Event, EventLog, ExitReason
 from lab.node.faulty_saves import onto_a_full_disk, pause_dcp_before_metadata, paused_torch_save
-from lab.node.progress_lines import DEFAULT_REGEX, LineWatcher, progress_value
+from lab.node.progress_lines import DEFAULT_REGEX, BarReader, LineWatcher, progress_value
 from lab.node_log import PrintedErrors
 from lab.nodeenv import NodeEnv
 
@@ -50,6 +50,7 @@ def watch_output(log: EventLog, pattern: re.Pattern[str]) -> tuple[collections.d
     tail: collections.deque[str] = collections.deque(maxlen=STDERR_KEPT)
     printed = PrintedErrors()
     last: list[tuple[int, str] | None] = [None]  # a bar redrawn at the same count is no new step
+    bars = BarReader()
 
     def on_line(line: str) -> None:
         printed.feed(line)
@@ -58,6 +59,9 @@ def watch_output(log: EventLog, pattern: re.Pattern[str]) -> tuple[collections.d
         if line.startswith(ECHO_PREFIX):
             return  # the lab's own event, echoed (in pods): a step read there would echo again, for ever
         found = progress_value(pattern, line)
+        if not found and pattern.pattern == DEFAULT_REGEX:  # the default reads tqdm's bars too
+            count = bars.read(line)
+            found = (count, "step") if count is not None else None
         if found and found != last[0]:
             last[0] = found
             log.write(Event.STEP, step=found[0], unit=found[1], source="output")

@@ -161,3 +161,5 @@ def test_the_first_save_after_the_fault_is_read_at_the_step_the_script_was_on():
     ]  # fmt: skip
     assert resume.first_save_after(events, 3.5, "output", "step") == {"unit": "step", "at": 10}
     assert resume.first_save_after(events, 20.0, "output", "step") is None
+    # Its progress read no further than the save (a per-epoch bar no longer read): no step to advise.
+    assert resume.first_save_after(events[:-2] + events[-1:], 3.5, "output", "step") == {"unit": "step", "at": None}

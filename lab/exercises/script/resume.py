@@ -41,12 +41,16 @@ def newest_save(events: list[dict], fault_time: float, source: str, unit: str) -
 
 def first_save_after(events: list[dict], fault_time: float, source: str, unit: str) -> dict | None:
     """The script's first save after the fault, and its progress then (the latest step before
-    it): where a fault would have had a checkpoint to come back to. None: no save after either."""
+    it): where a fault would have had a checkpoint to come back to. None: no save after either.
+    "at" is None unless its progress went past that step afterwards (a step a fault can wait for)."""
     times = sorted(e["time"] for e in events if e["event"] == Event.SAVED and e["time"] >= fault_time)
     if not times:
         return None
-    before = [e["step"] for e in signals.progress(events, source, unit) if e["time"] <= times[0]]
-    return {"unit": unit, "at": before[-1] if before else None}
+    mine = signals.progress(events, source, unit)
+    before = [e["step"] for e in mine if e["time"] <= times[0]]
+    at = before[-1] if before else None
+    went_on = at is not None and any(e["step"] > at for e in mine if e["time"] > times[0])
+    return {"unit": unit, "at": at if went_on else None}
 
 
 def check_resumed(
