@@ -1,6 +1,7 @@
 """A script's progress, read from its own output as it prints it: which lines say a step (the
-default pattern, or the user's --progress-regex), and a stand-in for sys.stdout/sys.stderr that
-hands each whole line (a tqdm redraw included) to a reader. lab.node.user_script watches with them."""
+default pattern, or the user's --progress-regex), which count a tqdm bar shows (BarReader), and a
+stand-in for sys.stdout/sys.stderr that hands each whole line (a tqdm redraw included) to a
+reader. lab.node.user_script watches with them."""
 
 from __future__ import annotations
 
