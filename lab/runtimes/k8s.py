@@ -127,8 +127,7 @@ class KubernetesRuntime(Runtime):
             k8s_bake.plan(args.script, registry, image, "cpu")  # no registry to push to: one line
         elif registry:
             raise LabError(k8s_bake.NOTHING_TO_BAKE.format(script=args.script))
-        refused = "" if k8s_bake.is_this_machines(args.script) else k8s_bake.not_in_image(args.script, image)
-        if refused:
+        elif refused := k8s_bake.not_in_image(args.script, image):
             raise LabError(refused)
         if getattr(args, "compare", None):
             raise LabError(

@@ -4,9 +4,8 @@ pushed to a registry, and named by digest in the Job, with the script's path in 
 
 `lab run --runtime k8s --registry HOST[:PORT] ./train.py`, and a drill on such a script, do it
 once a cluster answers, before the Job is applied (the registry of --image when no --registry is
-given); `--dry-run` says what it would build and push,
-and renders the Job with the tag it would push, building nothing. No registry: one line naming
---registry and `lab image build`.
+given); `--dry-run` says what it would build and push, and renders the Job with the tag it would
+push, building nothing. No registry: one line naming --registry and `lab image build`.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typing import Any
 
 from lab.errors import LabError
 from lab.runtimes import fence
+from lab.runtimes.docker_runtime import daemon_is_local
 from lab.runtimes.hostcmd import TIMEOUT_S, must, query
 from lab.runtimes.netns import NETNS_ETC
 
@@ -180,7 +181,7 @@ def _container_firewall(plan: Any, index: int, undo: ExitStack) -> None:
 
 def _docker_host_firewall_lacking() -> str:
     """Why a rule cannot be set on the Docker host's DOCKER-USER chain from here ("" when it can)."""
-    if not os.environ.get("DOCKER_HOST", "unix://").startswith("unix://"):
+    if not daemon_is_local():
         return "the Docker daemon runs on another machine, whose firewall the lab does not set"
     if os.geteuid() != 0 or shutil.which("iptables") is None:
         return "it is a rule in the Docker host's DOCKER-USER chain, which needs root and iptables"

@@ -91,13 +91,12 @@ def build(directory: Path, script: Path, tag: str, base: str, log=print) -> str:
     log(f"building {tag} FROM {base_image} with {directory} at {IN_IMAGE}/{name}")
     staging = Path(tempfile.mkdtemp(prefix="tlab-build-"))
     try:
-        left = build_context.stage(directory, staging / "context")
+        left_out = build_context.left_out_line(build_context.stage(directory, staging / "context"))
         relative = script.resolve().relative_to(directory.resolve())
         if not (staging / "context" / relative).is_file():
-            why = build_context.left_out_line(left)
-            raise LabError(f"--script {script} is among what stays out of the image: {why}")
-        if build_context.left_out_line(left):
-            log(build_context.left_out_line(left))
+            raise LabError(f"--script {script} is among what stays out of the image: {left_out}")
+        if left_out:
+            log(left_out)
         label = f"{SCRIPT_LABEL}={in_image}"
         built = _docker(
             "build", "-q", "-t", tag, "--label", label, "-f", "-", str(staging / "context"),
