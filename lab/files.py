@@ -23,7 +23,7 @@ import errno
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -170,19 +170,8 @@ def write_beneath(root: Path, relative: str, text: str) -> Path:
     folders a container or a node can write into (a node's dir, the events), where a planted link
     would otherwise make the lab, as root, create or overwrite a file elsewhere."""
     *folders, name = Path(relative).parts
-    fd = open_nofollow(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = _folder_beneath(root, folders)
     try:
-        for folder in folders:
-            try:
-                os.mkdir(folder, 0o777, dir_fd=fd)  # as mkdir(1) would: the umask decides
-            except FileExistsError:
-                pass
-            try:
-                inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError as e:
-                raise _unsafe(root / folder, e) from None
-            os.close(fd)
-            fd = inner
         tmp = f".{name}.{os.getpid()}.tmp"
         try:
             os.unlink(tmp, dir_fd=fd)
@@ -195,3 +184,51 @@ def write_beneath(root: Path, relative: str, text: str) -> Path:
     finally:
         os.close(fd)
     return root / relative
+
+
+def put_beneath(root: Path, relative: str, data: bytes, offset: int) -> None:
+    """data into root/relative at offset, as a copy of another machine's file grows (offset 0: the
+    file afresh), no link followed anywhere and nothing outside root reached: relative is another
+    machine's word (lab.runtimes.ray_mirror), so ".." or a path from / is refused."""
+    parts = Path(relative).parts
+    if not parts or Path(relative).is_absolute() or any(p in ("..", ".") for p in parts):
+        raise UnsafePath(f"{relative!r}: not a path beneath {root}")
+    fd = _folder_beneath(root, parts[:-1])
+    try:
+        out = os.open(
+            parts[-1], os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=fd
+        )
+    except OSError as e:
+        raise _unsafe(root / relative, e) from None
+    finally:
+        os.close(fd)
+    try:
+        if not stat.S_ISREG(os.fstat(out).st_mode):
+            raise UnsafePath(f"{root / relative}: not a regular file")
+        if offset == 0:
+            os.ftruncate(out, 0)
+        os.pwrite(out, data, offset)
+    finally:
+        os.close(out)
+
+
+def _folder_beneath(root: Path, folders: Sequence[str]) -> int:
+    """A descriptor on root/folders..., each made if missing (as mkdir(1) would: the umask
+    decides), none reached through a link."""
+    fd = open_nofollow(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for folder in folders:
+            try:
+                os.mkdir(folder, 0o777, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as e:
+                raise _unsafe(root / folder, e) from None
+            os.close(fd)
+            fd = inner
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise

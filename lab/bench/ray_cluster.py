@@ -35,7 +35,13 @@ JOIN_S = 120.0
 # is not a machine that outlives its Ray head. Measured with the shim: when the head was killed,
 # node 0's shim, orphaned by its actor, was adopted by the machine's and then SIGTERMed or not,
 # as the race went (one CI run of tests/test_ray_runtime.py lost node 0's ranks that way).
-NAMED_EXEC = "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execv(sys.argv[2], sys.argv[2:])"
+# Folders listed before "--" get a disk of their own first: an empty tmpfs over each, in the
+# machine's own mount namespace (netns.exec_prefix), so nothing there is shared by accident.
+NAMED_EXEC = (
+    "import os, socket, subprocess, sys; socket.sethostname(sys.argv[1]); cut = sys.argv.index('--'); "
+    "[subprocess.run(['mount', '-t', 'tmpfs', '-o', 'mode=0755', 'tlab-own-disk', d], check=True) "
+    "for d in sys.argv[2:cut]]; os.execv(sys.argv[cut + 1], sys.argv[cut + 1:])"
+)
 
 
 class MachineEnded(LabError):
@@ -46,6 +52,8 @@ class MachineEnded(LabError):
 class RayCluster:
     net: netns.LabNet
     hosts: list[netns.Host] = field(default_factory=list)
+    own_disks: dict[int, list[str]] = field(default_factory=dict)  # machine index: its folders of its own
+    started: dict[int, subprocess.Popen] = field(default_factory=dict)  # each machine's `ray start --block`
     temp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tlab-rayc-")))
     env: dict[str, str] = field(
         default_factory=lambda: {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
@@ -74,6 +82,11 @@ class RayCluster:
             timeout=timeout,
         )
 
+    def as_seen_by(self, index: int, path: str | Path) -> Path:
+        """path as machine `index` sees it (its own disks mounted), from this machine: through its
+        `ray start` process's root (/proc/PID/root)."""
+        return Path(f"/proc/{self.started[index].pid}/root") / Path(path).relative_to("/")
+
     def kill_head(self) -> list[int]:
         """SIGKILL the head's Global Control Store, the one process every Ray machine reports to."""
         gcs = [p for p in self.pids() if procs.command(p) == "gcs_server"]
@@ -89,7 +102,7 @@ class RayCluster:
         load on 2 cores a worker's `ray start` once gave up before the head answered, and the
         machine never joined: 7 tests of a CI run errored on it, with nothing said of why)."""
         for attempt in (1, 2):
-            started = self._ray_start(index)
+            started = self.started[index] = self._ray_start(index)
             try:
                 return self.wait_for_machines(index + 1, started)
             except MachineEnded as ended:
@@ -106,7 +119,7 @@ class RayCluster:
         machine = self.temp / f"m{index}"
         argv = [
             *netns.exec_prefix(host),
-            sys.executable, "-c", NAMED_EXEC, host.name,
+            sys.executable, "-c", NAMED_EXEC, host.name, *self.own_disks.get(index, []), "--",
             RAY, "start", "--block", *role, f"--node-ip-address={host.address}", "--num-cpus=2",
             "--object-store-memory=100000000", f"--temp-dir={machine}", "--disable-usage-stats",
         ]  # fmt: skip
@@ -159,12 +172,13 @@ class RayCluster:
 
 
 @contextlib.contextmanager
-def ray_cluster(lab_id: str, machines: int = 2) -> Iterator[RayCluster]:
-    """A Ray cluster of `machines` netns hosts of lab id `lab_id` (the labs run on it get their own)."""
+def ray_cluster(lab_id: str, machines: int = 2, own_disks: dict[int, list[str]] | None = None) -> Iterator[RayCluster]:
+    """A Ray cluster of `machines` netns hosts of lab id `lab_id` (the labs run on it get their own).
+    own_disks: the folders a machine (by index) sees empty and its own, as if on its own disk."""
     reason = netns.unavailable_reason()
     if reason:
         raise LabError(f"a Ray cluster of netns hosts needs root and iproute2: {reason}")
-    cluster = RayCluster(netns.for_lab(lab_id))
+    cluster = RayCluster(netns.for_lab(lab_id), own_disks=dict(own_disks or {}))
     try:
         cluster.hosts = cluster.net.create(machines)
         for index in range(machines):

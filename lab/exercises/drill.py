@@ -22,7 +22,7 @@ from lab.exercises.whereabouts import Whereabouts
 from lab.health.events import read_events
 from lab.report import Report
 from lab.runtimes.base import Runtime
-from lab.runtimes.ray_runtime import ray_get
+from lab.runtimes.ray_calls import ray_get
 from lab.topology import Topology
 from lab.workloads import script_path
 

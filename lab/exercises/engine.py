@@ -27,7 +27,7 @@ from lab.report import Report
 from lab.rundir import MARKER
 from lab.runtimes.base import Runtime
 from lab.runtimes.monitored import MonitoredRuntime
-from lab.runtimes.ray_runtime import check_reachable, connect
+from lab.runtimes.ray_calls import check_reachable, connect
 from lab.runtimes.tempdirs import ray_session_prefix
 from lab.topology import Topology
 from lab.workloads import script_path

@@ -260,6 +260,10 @@ class Runtime(ABC):
         """Where a node's trainer keeps its checkpoints, as the node sees the path."""
         return str(self.run_dir.path / "checkpoints")
 
+    def checkpoints_shared(self) -> bool:
+        """Whether every node of this lab sees one checkpoints folder (SHARED_CHECKPOINTS)."""
+        return self.SHARED_CHECKPOINTS
+
     def node_env(self, node: Node) -> dict[str, str]:
         """Where a node's agent and workloads keep their state: all under the run directory
         (a fresh rerun's under its own folder there, state_dir)."""
@@ -267,9 +271,9 @@ class Runtime(ABC):
         return NodeEnv(
             events_dir=str(home / "events"),
             ckpt_dir=str(home / "checkpoints") if self.state_dir else self.checkpoint_dir(),
-            # Every node of these runtimes sees the run dir's one checkpoints folder: only rank 0
-            # writes it. (A pod has its own; k8s/base leaves this out: peer recovery.)
-            ckpt_shared=True,
+            # Where every node sees the run dir's one checkpoints folder, only rank 0 writes it;
+            # else each node keeps its own (peer recovery).
+            ckpt_shared=self.checkpoints_shared(),
             targets_dir=str(self.run_dir.path / "prometheus" / "targets"),
             workers_file=str(node.dir / WORKERS_FILE),
         ).render()

@@ -10,14 +10,17 @@ actor and its error comes back as the lab's own one-line error.
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import socket
 import sys
 from pathlib import Path
 from typing import ClassVar
 
+from lab import files
 from lab.errors import LabError
-from lab.rundir import RunDir
+from lab.runtimes import ray_mirror
 from lab.runtimes.base import Node
 from lab.runtimes.faults import FaultUnsupported
 from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
@@ -31,24 +34,33 @@ def actor_name(lab_id: str, index: int) -> str:
 
 
 class MachineAgent:
-    """Created with ray.remote(...)(MachineAgent) in a placement group bundle of its own."""
+    """Created with ray.remote(...)(MachineAgent) in a placement group bundle of its own.
 
-    def __init__(self, run_dir: str, name: str, index: int):
+    share_token is what the driver wrote into its run dir: a machine that does not read it
+    there has a disk of its own, and the agent makes the run dir there (lab.runtimes.ray_mirror),
+    unless a folder is already at that path, which it leaves alone (`where` says so)."""
+
+    def __init__(self, run_dir: str, name: str, index: int, lab_id: str, share_token: str):
         import ray
 
         from lab.runtimes.local_node import LocalNode
 
         self.address = ray.util.get_node_ip_address()
+        self.run_dir, self.lab_id = Path(run_dir), lab_id
+        self.own_disk = files.read_head(self.run_dir / ray_mirror.SHARE_TOKEN, 64) != share_token.encode()
+        self.found_there = self.own_disk and os.path.lexists(run_dir)
         self.node = LocalNode(
             name=name,
             index=index,
             address=self.address,
             netns=None,
-            dir=Path(run_dir) / "nodes" / name,
+            dir=self.run_dir / "nodes" / name,
             run_dir=run_dir,
         )
-        self.node.dir.mkdir(parents=True, exist_ok=True)
-        self.lab_id = RunDir(run_dir).lab_id
+        if self.own_disk and not self.found_there:
+            self.run_dir.mkdir(mode=0o700, parents=True)
+        if not self.found_there:
+            self.node.dir.mkdir(parents=True, exist_ok=True)
 
     def where(self) -> dict:
         import ray
@@ -57,7 +69,15 @@ class MachineAgent:
             "address": self.address,
             "hostname": socket.gethostname(),
             "machine": ray.get_runtime_context().get_node_id(),
+            "own_disk": self.own_disk,
+            "found_there": self.found_there,
         }
+
+    def sees(self, path: str) -> bool:
+        return os.path.isfile(path)
+
+    def changes(self, known: ray_mirror.Known) -> list[tuple[str, int, bytes, int, int]]:
+        return ray_mirror.changes(self.run_dir, known) if self.own_disk and not self.found_there else []
 
     def start(self, argv: list[str]) -> None:
         # The driver rendered argv with its own interpreter; this machine's may live elsewhere.
@@ -65,8 +85,13 @@ class MachineAgent:
         self.node.start([sys.executable, *argv[1:]])
 
     def cleanup(self) -> list[str]:
-        """Remove what the node left in this machine's temp dir."""
-        return remove_temp_dirs(self.lab_id)
+        """Remove what the node left in this machine's temp dir, and the run dir its agent made
+        on a disk of its own."""
+        removed = remove_temp_dirs(self.lab_id)
+        if self.own_disk and not self.found_there and self.run_dir.is_dir():
+            shutil.rmtree(self.run_dir)  # links inside are removed, never followed
+            removed.append(f"run dir {self.run_dir}")
+        return removed
 
     def pid(self) -> int | None:
         return self.node.pid
@@ -80,6 +105,7 @@ class RayNode(Node):
 
     def __init__(self, actor, name: str, index: int, address: str, dir: Path):
         self.actor, self.name, self.index, self.address, self.dir = actor, name, index, address, dir
+        self.mirror: ray_mirror.Mirror | None = None  # set where its machine has a disk of its own
 
     def _get(self, ref):
         import ray
@@ -107,7 +133,10 @@ class RayNode(Node):
         self._call("stop", grace_s=grace_s)
 
     def exit_code(self) -> int | None:
-        return self._call("exit_code")
+        code = self._call("exit_code")
+        if code is not None and self.mirror is not None:
+            self.mirror.sync([self.name])  # its last words here before its end is: a verdict reads them
+        return code
 
     # Every other fault runs on the node's own machine, as the local runtime runs it.
     def worker_pids(self) -> dict[int, int]:

@@ -27,16 +27,17 @@ from lab.errors import LabError
 from lab.health import prometheus
 from lab.options import Option
 from lab.rundir import RunDir
+from lab.runtimes import ray_mirror
 from lab.runtimes import state as runstate
 from lab.runtimes.base import Log, Node
 from lab.runtimes.monitored import MonitoredRuntime
 from lab.runtimes.plan import LaunchPlan
+from lab.runtimes.ray_calls import BUNDLE, bundles_by_address, check_reachable, connect, machines, ray_get
 from lab.runtimes.ray_node import ACTOR_NAMESPACE, MachineAgent, RayNode, actor_name
 from lab.runtimes.state import RunState
 from lab.runtimes.tempdirs import remove_temp_dirs, temp_dir
 from lab.topology import Topology
 
-BUNDLE = {"CPU": 0.01}  # a token share: the bundle only pins the node to a machine
 RAY_ADDRESS = Option(
     "--ray-address",
     "the Ray cluster: the ray runtime places one node on each of its machines; "
@@ -47,75 +48,6 @@ RAY_ADDRESS = Option(
 
 def placement_group_name(lab_id: str) -> str:
     return f"tlab-{lab_id}-nodes"
-
-
-def connect(address: str | None) -> None:
-    """Join the Ray cluster at address, unless this process already has: one-line errors."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    if not address:
-        raise LabError("the ray runtime needs --ray-address auto|HOST:PORT (a running Ray cluster)")
-    check_reachable(address)
-    try:
-        ray.init(address=address, namespace=ACTOR_NAMESPACE, log_to_driver=False, configure_logging=False)
-    except (ConnectionError, ValueError, RuntimeError) as e:
-        raise LabError(f"cannot join the Ray cluster at {address}: {str(e).strip().splitlines()[0]}") from None
-
-
-def check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Fail in one line, at once, when nothing answers at HOST:PORT: ray.init would retry
-    for minutes (and it rewrites a loopback address to this machine's own)."""
-    import socket
-
-    if address == "auto":
-        return
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise LabError(f"--ray-address must be auto or HOST:PORT, got {address!r}")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as e:
-        raise LabError(f"no Ray cluster answers at {address} ({e.strerror or e})") from None
-
-
-def bundles_by_address(group) -> list[int]:
-    """The group's bundle indices, ordered by the address of the machine each was placed on."""
-    import ipaddress
-
-    import ray
-    from ray.util.placement_group import placement_group_table
-
-    address_of = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
-    placed = placement_group_table(group)["bundles_to_node_id"]
-
-    def machine_order(bundle: int):
-        address = address_of.get(placed[bundle], "")
-        try:
-            ip = ipaddress.ip_address(address)
-            return (0, ip.version, ip, bundle)  # IPv4 before IPv6: the two do not compare
-        except ValueError:  # a name, or unknown: after the addresses, still deterministic
-            return (1, 0, address, bundle)
-
-    return sorted(placed, key=machine_order)
-
-
-def ray_get(refs, timeout_s: float, what: str):
-    """ray.get with a deadline: a one-line error instead of a wait without end."""
-    import ray
-
-    try:
-        return ray.get(refs, timeout=timeout_s)
-    except ray.exceptions.GetTimeoutError:
-        raise LabError(f"Ray: timed out after {timeout_s:.0f}s waiting for {what}") from None
-
-
-def machines() -> list[dict]:
-    """The cluster's live machines that can hold a lab node."""
-    import ray
-
-    return [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= BUNDLE["CPU"]]
 
 
 class RayRuntime(MonitoredRuntime):
@@ -139,6 +71,7 @@ class RayRuntime(MonitoredRuntime):
     ):
         super().__init__(run_dir, log=log, monitoring=monitoring, prometheus_port=prometheus_port)
         self.ray_address = ray_address
+        self.mirror: ray_mirror.Mirror | None = None  # where some machine has a disk of its own
 
     @classmethod
     def from_args(cls, run_dir: RunDir, args: argparse.Namespace, log: Log = print) -> RayRuntime:
@@ -180,7 +113,7 @@ class RayRuntime(MonitoredRuntime):
         url = self.prometheus.url if watch else None
         recorded = RunState(self.name, "machines", topology, script, list(script_args), prometheus=url, own=self._own())
         runstate.save(self.run_dir, recorded)  # first: if anything below fails, `lab down` still knows
-        actors = self.place_agents(topology.nodes)
+        actors = self.place_agents(topology.nodes, ray_mirror.new_share_token(self.run_dir.path))
         where = ray_get([a.where.remote() for a in actors], 120, "the machines' agents to start")
         topology = topology.replace(rdzv_host=where[0]["address"])
         nodes = [
@@ -189,18 +122,39 @@ class RayRuntime(MonitoredRuntime):
         ]
         placed = [
             {"name": n.name, "index": n.index, "address": n.address, "hostname": w["hostname"], "machine": w["machine"]}
+            | ({"own_disk": True} if w["own_disk"] else {})
             for n, w in zip(nodes, where, strict=True)
         ]
         recorded.topology, recorded.nodes = topology, placed
         runstate.save(self.run_dir, recorded)
+        why = ray_mirror.refusal(nodes, where, topology, script, self.run_dir.path)
+        if why:
+            raise LabError(why)
+        self.mirror_own_disks(nodes, placed)
         if watch:
             self.start_recorded_prometheus(recorded)
         return LaunchPlan(self.name, "machines", topology, script, list(script_args), nodes, "", url, self._own())
 
+    def checkpoints_shared(self) -> bool:
+        return self.mirror is None
+
+    def mirror_own_disks(self, nodes: list[RayNode], placed: list[dict]) -> None:
+        """Copy the files of the nodes whose machines have disks of their own (ray_mirror)."""
+        own = {n.name: n.actor for n, p in zip(nodes, placed, strict=True) if p.get("own_disk")}
+        if own and self.mirror is None:
+            self.mirror = ray_mirror.Mirror(self.run_dir.path, own, self.log)
+        for node in nodes:
+            node.mirror = self.mirror if node.name in own else None
+
+    def start_nodes(self, plan: LaunchPlan) -> None:
+        super().start_nodes(plan)
+        if self.mirror is not None:
+            self.mirror.start()
+
     def _own(self) -> dict[str, Any]:
         return {"ray_address": self.ray_address}
 
-    def place_agents(self, count: int) -> list[Any]:
+    def place_agents(self, count: int, share_token: str) -> list[Any]:
         """One MachineAgent actor per node, each on a machine of its own (a detached placement
         group, named in the lab's namespace so that `lab down` finds it from any shell)."""
         import ray
@@ -222,7 +176,7 @@ class RayRuntime(MonitoredRuntime):
                 namespace=ACTOR_NAMESPACE,
                 lifetime="detached",
                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=b),
-            ).remote(str(self.run_dir.path), f"node{i}", i)
+            ).remote(str(self.run_dir.path), f"node{i}", i, self.run_dir.lab_id, share_token)
             for i, b in enumerate(bundles_by_address(group))
         ]
 
@@ -239,6 +193,9 @@ class RayRuntime(MonitoredRuntime):
         gone = [n["name"] for n in state["nodes"] if n["name"] not in {node.name for node in nodes}]
         if gone:
             raise LabError(f"{', '.join(gone)}: the actor is gone from the Ray cluster")
+        self.mirror_own_disks(nodes, state["nodes"])
+        if self.mirror is not None:
+            self.mirror.sync()  # what the nodes wrote since this run dir last heard from them
         return nodes
 
     def _recorded_nodes(self, state: dict) -> list[RayNode]:
