@@ -77,7 +77,14 @@ def _bring_up(runtime: Runtime, topology: Topology) -> tuple[LaunchPlan, list[Fi
     (loopback hosts share it) is a finding, and the rest is probed on a free one."""
     script = script_path("ddp_train")
     try:
-        return runtime.hosts_up(topology, script, []), []
+        plan = runtime.hosts_up(topology, script, [])
+        if runtime.apart():
+            raise LabError(
+                f"lab doctor's probes meet in the run dir, and {', '.join(runtime.apart())} does not share "
+                f"{runtime.run_dir.path} with this machine (a disk of its own): mount one disk there on every "
+                f"machine (docs/ray.md), or run the job and read `lab why`"
+            )
+        return plan, []
     except PortInUse as e:
         if e.option != "--rdzv-port":
             raise

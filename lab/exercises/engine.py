@@ -82,7 +82,12 @@ def bring_up(exercise: ModuleType, options: DrillOptions, runtime: Runtime, topo
 
     workload = getattr(exercise, "SCRIPT", None) or script_path(getattr(exercise, "WORKLOAD", "trainer"))
     topology, nodes = runtime.up(topology, workload, exercise.trainer_args(options))
-    actor = ray.remote(num_cpus=0)(NodeAgent)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # On this machine, which has the run dir (a Ray machine may have a disk of its own): a fault
+    # still lands on its node's machine, through the runtime's handle.
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    actor = ray.remote(num_cpus=0)(NodeAgent).options(scheduling_strategy=here)
     where = str(runtime.run_dir.path)
     agents = {n.name: actor.remote(where, n.name) for n in sorted(nodes, key=lambda n: n.index)}
     drill = Drill(

@@ -1,5 +1,6 @@
-"""The Ray actor a drill keeps per lab node: it owns that node through the runtime's Node handle
-and injects faults there (on the node's own machine, on a Ray cluster)."""
+"""The Ray actor a drill keeps per lab node, on the driver's machine: it owns that node through the
+runtime's Node handle, which injects each fault on the node's own machine (on a Ray cluster,
+through the machine's agent: lab.runtimes.ray_node)."""
 
 from __future__ import annotations
 

@@ -264,6 +264,10 @@ class Runtime(ABC):
         """Whether every node of this lab sees one checkpoints folder (SHARED_CHECKPOINTS)."""
         return self.SHARED_CHECKPOINTS
 
+    def apart(self) -> list[str]:
+        """The nodes up now that do not see this machine's run dir (a Ray machine's own disk)."""
+        return []
+
     def node_env(self, node: Node) -> dict[str, str]:
         """Where a node's agent and workloads keep their state: all under the run directory
         (a fresh rerun's under its own folder there, state_dir)."""

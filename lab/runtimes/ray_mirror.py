@@ -5,11 +5,12 @@ The driver writes a token into its run dir before it places the nodes' agents; a
 does not find it there is on a disk of its own (lab.runtimes.ray_node), makes the run dir there
 itself, and its node writes into that copy. What the node writes (its log, its ranks' and
 agent's events, its exporters' Prometheus targets, a rerun's events) comes to the driver's run
-dir through the agent (`MachineAgent.changes`): every half second while the driver's process
-runs the job (`lab up`, `lab run`, a drill), at once when a command attaches (`lab status`,
-`lab why`), and before a node's end is reported, so that a verdict is drawn from the whole
-record. Checkpoints stay on their machine: each node keeps its own, and a node that lacks the
-newest gets it from a peer (the trainer's peer recovery, as between Kubernetes pods).
+dir through the agent (`MachineAgent.changes`): every half second, by a process on the driver's
+machine that `lab up` (or `lab run`, a drill) starts and `lab down` stops; at once when a command
+attaches (`lab status`, a drill's node agents); and before a node's end is reported, so that a
+verdict is drawn from the whole record. Checkpoints stay on their machine: each node keeps its
+own, and a node that lacks the newest gets it from a peer (the trainer's peer recovery, as
+between Kubernetes pods).
 
 A node's own folder (nodes/NAME/) keeps its name on the driver; any other file gets the node's
 name before its suffix (node1's events/rank2.jsonl is events/rank2.node1.jsonl): after a restart
@@ -19,13 +20,23 @@ readers glob the events and sort them by time, so they read every copy.
 
 from __future__ import annotations
 
-import atexit
+import contextlib
+import fcntl
+import json
+import os
 import secrets
+import signal
+import subprocess
+import sys
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from lab import files
+from lab.errors import LabError
+from lab.rundir import MARKER, RunDir
 from lab.runtimes.base import Log
 from lab.topology import Topology
 
@@ -33,6 +44,7 @@ SHARE_TOKEN = ".shared-disk-token"  # in the driver's run dir: a machine that re
 KEPT_ON_THE_MACHINE = "checkpoints"  # a folder of this name (the run's, a rerun's) is never copied
 CHUNK = 4 << 20  # the most bytes one call brings: a larger record comes over several calls
 PERIOD_S = 0.5
+KNOWN_DIR = ".mirror"  # in the driver's run dir: how far each node's files were copied, and the lock
 Known = dict[str, tuple[int, int, int]]  # a file's (inode, mtime_ns, bytes sent) at its last copy
 
 
@@ -103,55 +115,92 @@ def placed(node: str, relative: str) -> str:
 
 
 class Mirror:
-    """Copies the files of the nodes on disks of their own (name: MachineAgent actor) into run_dir."""
+    """Copies the files of the nodes on disks of their own (name: MachineAgent actor) into run_dir.
+
+    Any process may copy (the one that runs the job, `lab status` from another shell, a drill's
+    node agents): one at a time, under a lock in the run dir, each going on from where the last
+    copy ended (KNOWN_DIR holds each node's), so that no two ever write one file."""
 
     def __init__(self, run_dir: Path, agents: dict[str, Any], log: Log = print):
         self.run_dir, self.agents, self.log = run_dir, agents, log
-        self.known: dict[str, Known] = {name: {} for name in agents}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._failed: set[str] = set()
 
     def sync(self, names: list[str] | None = None) -> None:
         """Bring what the nodes (all, or those named) wrote since the last copy."""
-        with self._lock:
-            for name in names if names is not None else list(self.agents):
-                if name in self.agents:
-                    self._pull(name)
+        wanted = [n for n in (names if names is not None else list(self.agents)) if n in self.agents]
+        if not wanted:
+            return
+        with self._lock, self._runs_alone():
+            for name in wanted:
+                self._pull(name)
+
+    @contextlib.contextmanager
+    def _runs_alone(self) -> Iterator[None]:
+        files.put_beneath(self.run_dir, f"{KNOWN_DIR}/lock", b"", 0)  # made in place: one file every process locks
+        fd = files.open_nofollow(self.run_dir / KNOWN_DIR / "lock", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def _pull(self, name: str) -> None:
         from lab.runtimes.ray_calls import ray_get
 
-        while True:
-            try:
-                pieces = ray_get(self.agents[name].changes.remote(self.known[name]), 60, f"{name}'s files")
-            except Exception as e:  # an actor gone with its machine, a cluster lost: said once, not raised
-                if name not in self._failed:
-                    self._failed.add(name)
-                    self.log(f"note: {name}'s files no longer come to this run dir: {str(e).splitlines()[0]}")
-                return
-            for relative, offset, data, ino, mtime in pieces:
-                self.known[name][relative] = (ino, mtime, offset + len(data))
-                try:
-                    files.put_beneath(self.run_dir, placed(name, relative), data, offset)
-                except (files.UnsafePath, OSError) as e:  # a link planted here: never written through
-                    self.log(f"note: {name}'s {relative} was not copied: {e}")
-            if sum(len(piece[2]) for piece in pieces) < CHUNK:
-                return
+        saved = files.read_regular(self.run_dir / KNOWN_DIR / f"{name}.json", 1 << 24)
+        known: Known = {k: (v[0], v[1], v[2]) for k, v in json.loads(saved).items()} if saved else {}
+        try:
+            while True:
+                pieces = ray_get(self.agents[name].changes.remote(known), 60, f"{name}'s files")
+                for relative, offset, data, ino, mtime in pieces:
+                    known[relative] = (ino, mtime, offset + len(data))
+                    try:
+                        files.put_beneath(self.run_dir, placed(name, relative), data, offset)
+                    except (files.UnsafePath, OSError) as e:  # a link planted here: never written through
+                        self.log(f"note: {name}'s {relative} was not copied: {e}")
+                if sum(len(piece[2]) for piece in pieces) < CHUNK:
+                    break
+        except Exception as e:  # an actor gone with its machine, a cluster lost: said once, not raised
+            if name not in self._failed:
+                self._failed.add(name)
+                self.log(f"note: {name}'s files no longer come to this run dir: {str(e).splitlines()[0]}")
+        finally:
+            files.write_beneath(self.run_dir, f"{KNOWN_DIR}/{name}.json", json.dumps(known))
 
-    def start(self) -> None:
-        """Copy every PERIOD_S in a thread of this process, until stop (or the process ends)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="lab-ray-mirror", daemon=True)
-            self._thread.start()
-            atexit.register(self.stop)  # after ray.init's own: runs first, while Ray still answers
 
-    def _run(self) -> None:
-        while not self._stop.wait(PERIOD_S):
-            self.sync()
+def start_follower(run_dir: Path) -> subprocess.Popen:
+    """This machine's copier for the lab at run_dir, in a session of its own and carrying the run
+    dir's mark: it outlives a detached `lab up`, and `lab down` stops it (procs.marked_pids)."""
+    files.put_beneath(run_dir, f"{KNOWN_DIR}/lock", b"", 0)
+    log = files.open_nofollow(run_dir / KNOWN_DIR / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        argv = [sys.executable, "-m", "lab.runtimes.ray_mirror", f"--run-dir={run_dir}"]
+        env = {**os.environ, MARKER: str(run_dir)}
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env)
+    finally:
+        os.close(log)
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
+
+def follow(run_dir: Path) -> None:
+    """Copy the nodes' files every PERIOD_S while the lab is up (until SIGTERM, or its run dir is gone)."""
+    from lab.runtimes.ray_runtime import RayRuntime
+
+    state = RunDir(run_dir).read_state() or {}
+    runtime = RayRuntime(RunDir(run_dir), ray_address=state.get("ray_address"))
+    runtime.attach()
+    while runtime.mirror is not None and (run_dir / KNOWN_DIR).is_dir():
+        time.sleep(PERIOD_S)
+        runtime.mirror.sync()
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m lab.runtimes.ray_mirror", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-dir", type=Path, required=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        follow(parser.parse_args().run_dir)
+    except LabError as e:
+        sys.exit(f"ray_mirror: {e}")

@@ -136,7 +136,10 @@ class RayRuntime(MonitoredRuntime):
         return LaunchPlan(self.name, "machines", topology, script, list(script_args), nodes, "", url, self._own())
 
     def checkpoints_shared(self) -> bool:
-        return self.mirror is None
+        return not self.apart()
+
+    def apart(self) -> list[str]:
+        return list(self.mirror.agents) if self.mirror is not None else []
 
     def mirror_own_disks(self, nodes: list[RayNode], placed: list[dict]) -> None:
         """Copy the files of the nodes whose machines have disks of their own (ray_mirror)."""
@@ -149,7 +152,7 @@ class RayRuntime(MonitoredRuntime):
     def start_nodes(self, plan: LaunchPlan) -> None:
         super().start_nodes(plan)
         if self.mirror is not None:
-            self.mirror.start()
+            ray_mirror.start_follower(self.run_dir.path)
 
     def _own(self) -> dict[str, Any]:
         return {"ray_address": self.ray_address}
