@@ -61,6 +61,8 @@ LAB_ENTRIES = (
     "work",
     "userns.log",
     "doctor.json",  # lab.why.doctor_note
+    ".shared-disk-token",  # lab.runtimes.ray_mirror: SHARE_TOKEN, KNOWN_DIR
+    ".mirror",
 )
 
 
