@@ -143,7 +143,7 @@ class Drill:
         the job whose events go to events_dir (default: the drill's own job)."""
         events_dir = events_dir or self.events_dir
         events = list(read_events(events_dir)) if events_dir.exists() else []
-        return forensics.where_they_stand(events_dir, self.topology.world_size, events)
+        return forensics.where_they_stand(events_dir, self.topology.world_size, events, self.runtime.gather)
 
     def wait_job_while_stepping(self, events_dir: Path, stall_s: float) -> dict[str, int]:
         """Until the job ends, however long it runs, while its ranks keep stepping: an unpaced

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,11 @@ LIBRARY = ("/site-packages/", "<frozen", "/lab/health/hang_dump.py", "/threading
 IN_COLLECTIVE = ("/torch/distributed/", "/torch/autograd/")
 
 
-def collect(events_dir: Path, world_size: int, wait_s: float = ANSWER_WITHIN_S) -> dict[str, Any]:
-    """Request dumps, wait up to wait_s for every rank, analyse what came back."""
+def collect(
+    events_dir: Path, world_size: int, wait_s: float = ANSWER_WITHIN_S, relay: Callable[[], None] = lambda: None
+) -> dict[str, Any]:
+    """Request dumps, wait up to wait_s for every rank, analyse what came back. relay: carries the
+    request to the nodes and their dumps back where they do not share events_dir (Runtime.gather)."""
     directory = events_dir / DIRECTORY
     request = f"{time.time():.6f}"
     # The ranks (in containers too) write into the events folder: no link there is followed.
@@ -37,16 +41,27 @@ def collect(events_dir: Path, world_size: int, wait_s: float = ANSWER_WITHIN_S) 
     deadline = asked + wait_s
     dumps: dict[int, dict] = {}
     while time.monotonic() < deadline and len(dumps) < world_size:
+        relay()
         for rank in range(world_size):
             if rank not in dumps:
-                try:
-                    record = json.loads(files.read_regular(directory / f"rank{rank}.json", 16 << 20) or b"")
-                except ValueError:
-                    continue
-                if record.get("request") == request:
-                    dumps[rank] = record
+                answer = _answer(directory, rank, request)
+                if answer is not None:
+                    dumps[rank] = answer
         time.sleep(0.1)
     return {**analyse(dumps, world_size), "seconds": round(time.monotonic() - asked, 2)}
+
+
+def _answer(directory: Path, rank: int, request: str) -> dict | None:
+    """The rank's dump for this request: rank<N>.json, or its copy from a machine with a disk of
+    its own (rank<N>.<node>.json, lab.runtimes.ray_mirror)."""
+    for path in [directory / f"rank{rank}.json", *sorted(directory.glob(f"rank{rank}.*.json"))]:
+        try:
+            record = json.loads(files.read_regular(path, 16 << 20) or b"")
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("request") == request:
+            return record
+    return None
 
 
 def where(stack: list[str]) -> list[str]:
@@ -142,12 +157,14 @@ def _finding(
     return f"every rank entered {_describe(waiting)}: none is behind (a network or peer problem, not a stuck rank)"
 
 
-def where_they_stand(events_dir: Path, world_size: int, events: list[dict]) -> str:
+def where_they_stand(
+    events_dir: Path, world_size: int, events: list[dict], relay: Callable[[], None] = lambda: None
+) -> str:
     """Where each rank of a job that outlived its bound stands, in one line, from the ranks' own
     stacks, and whose script had returned: a job still running after every rank printed its last
     line names the line it waits on (a CI run once ended "still running at the bound" with
     nothing to say where the ranks waited)."""
-    found = collect(events_dir, world_size)
+    found = collect(events_dir, world_size, relay=relay)
     standing = [
         f"rank {rank} at {info['stack'][-1] if info['stack'] else 'an unknown place'}"
         for rank, info in sorted(found["ranks"].items(), key=lambda item: int(item[0]))

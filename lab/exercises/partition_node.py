@@ -118,7 +118,7 @@ def cut_off(drill, node: str) -> tuple[dict, dict]:
     Returns the fault record and the forensics."""
     fault = drill.inject(node, "partition")
     time.sleep(2.0)  # long enough for every rank to block in the next all-reduce
-    found = forensics.collect(drill.events_dir, drill.topology.world_size)
+    found = forensics.collect(drill.events_dir, drill.topology.world_size, relay=drill.runtime.gather)
     drill.progress(f"forensics: {found['finding']}")
     time.sleep(max(0.0, HOLD_S - (time.time() - fault["time"])))
     drill.inject(node, "heal")

@@ -264,6 +264,9 @@ class Runtime(ABC):
         """Whether every node of this lab sees one checkpoints folder (SHARED_CHECKPOINTS)."""
         return self.SHARED_CHECKPOINTS
 
+    def gather(self) -> None:  # noqa: B027  # a hook: most runtimes' nodes write where the lab reads
+        """Bring what the nodes wrote into the run dir now, and what the lab wrote for them to them."""
+
     def apart(self) -> list[str]:
         """The nodes up now that do not see this machine's run dir (a Ray machine's own disk)."""
         return []

@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from lab import files
@@ -45,6 +45,9 @@ KEPT_ON_THE_MACHINE = "checkpoints"  # a folder of this name (the run's, a rerun
 CHUNK = 4 << 20  # the most bytes one call brings: a larger record comes over several calls
 PERIOD_S = 0.5
 KNOWN_DIR = ".mirror"  # in the driver's run dir: how far each node's files were copied, and the lock
+# What the lab writes for the nodes to read, carried to each machine with a disk of its own: hang
+# forensics' request (lab.health.hang_dump), in the run's events or a rerun's.
+DOWNLINKS = ("events/forensics/request", "*/events/forensics/request")
 Known = dict[str, tuple[int, int, int]]  # a file's (inode, mtime_ns, bytes sent) at its last copy
 
 
@@ -106,6 +109,14 @@ def refusal(nodes: list[Any], where: list[dict], topology: Topology, script: str
     return ""
 
 
+def put(run_dir: Path, relative: str, data: bytes) -> None:
+    """A DOWNLINK from the driver, written on this machine whole at once (a rank polling it reads
+    the old request or the new one, never half)."""
+    if not any(PurePath(relative).match(pattern) for pattern in DOWNLINKS) or ".." in PurePath(relative).parts:
+        raise LabError(f"{relative!r}: not a file the lab carries to the nodes")
+    files.write_beneath(run_dir, relative, data.decode())
+
+
 def placed(node: str, relative: str) -> str:
     """Where node's file goes in the driver's run dir (see the module's docstring)."""
     path = Path(relative)
@@ -125,6 +136,7 @@ class Mirror:
         self.run_dir, self.agents, self.log = run_dir, agents, log
         self._lock = threading.Lock()
         self._failed: set[str] = set()
+        self._pushed: dict[tuple[str, str], bytes] = {}
 
     def sync(self, names: list[str] | None = None) -> None:
         """Bring what the nodes (all, or those named) wrote since the last copy."""
@@ -146,27 +158,43 @@ class Mirror:
             os.close(fd)
 
     def _pull(self, name: str) -> None:
-        from lab.runtimes.ray_calls import ray_get
-
         saved = files.read_regular(self.run_dir / KNOWN_DIR / f"{name}.json", 1 << 24)
         known: Known = {k: (v[0], v[1], v[2]) for k, v in json.loads(saved).items()} if saved else {}
         try:
-            while True:
-                pieces = ray_get(self.agents[name].changes.remote(known), 60, f"{name}'s files")
-                for relative, offset, data, ino, mtime in pieces:
-                    known[relative] = (ino, mtime, offset + len(data))
-                    try:
-                        files.put_beneath(self.run_dir, placed(name, relative), data, offset)
-                    except (files.UnsafePath, OSError) as e:  # a link planted here: never written through
-                        self.log(f"note: {name}'s {relative} was not copied: {e}")
-                if sum(len(piece[2]) for piece in pieces) < CHUNK:
-                    break
+            self._push(name)
+            while self._bring(name, known) >= CHUNK:
+                pass
         except Exception as e:  # an actor gone with its machine, a cluster lost: said once, not raised
             if name not in self._failed:
                 self._failed.add(name)
                 self.log(f"note: {name}'s files no longer come to this run dir: {str(e).splitlines()[0]}")
         finally:
             files.write_beneath(self.run_dir, f"{KNOWN_DIR}/{name}.json", json.dumps(known))
+
+    def _bring(self, name: str, known: Known) -> int:
+        """One call's worth of what changed on name's machine, written here; returns its bytes."""
+        from lab.runtimes.ray_calls import ray_get
+
+        pieces = ray_get(self.agents[name].changes.remote(known), 60, f"{name}'s files")
+        for relative, offset, data, ino, mtime in pieces:
+            known[relative] = (ino, mtime, offset + len(data))
+            try:
+                files.put_beneath(self.run_dir, placed(name, relative), data, offset)
+            except (files.UnsafePath, OSError) as e:  # a link planted here: never written through
+                self.log(f"note: {name}'s {relative} was not copied: {e}")
+        return sum(len(piece[2]) for piece in pieces)
+
+    def _push(self, name: str) -> None:
+        """The DOWNLINKS written here since the last push, to name's machine."""
+        from lab.runtimes.ray_calls import ray_get
+
+        for pattern in DOWNLINKS:
+            for path in self.run_dir.glob(pattern):
+                relative = str(path.relative_to(self.run_dir))
+                data = files.read_regular(path, 1 << 16)
+                if data is not None and self._pushed.get((name, relative)) != data:
+                    ray_get(self.agents[name].put.remote(relative, data), 60, f"{relative} to {name}")
+                    self._pushed[(name, relative)] = data
 
 
 def start_follower(run_dir: Path) -> subprocess.Popen:

@@ -76,6 +76,10 @@ class MachineAgent:
     def sees(self, path: str) -> bool:
         return os.path.isfile(path)
 
+    def put(self, relative: str, data: bytes) -> None:
+        if self.own_disk and not self.found_there:
+            ray_mirror.put(self.run_dir, relative, data)
+
     def changes(self, known: ray_mirror.Known) -> list[tuple[str, int, bytes, int, int]]:
         return ray_mirror.changes(self.run_dir, known) if self.own_disk and not self.found_there else []
 

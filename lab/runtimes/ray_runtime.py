@@ -138,6 +138,10 @@ class RayRuntime(MonitoredRuntime):
     def checkpoints_shared(self) -> bool:
         return not self.apart()
 
+    def gather(self) -> None:
+        if self.mirror is not None:
+            self.mirror.sync()
+
     def apart(self) -> list[str]:
         return list(self.mirror.agents) if self.mirror is not None else []
 

@@ -115,7 +115,7 @@ class ScriptRun:
         found = fault.pop("forensics", None)  # taken by the fault itself, during it (partition-node)
         if found is None and getattr(self.fault, "SCRIPT_FORENSICS", False):  # a hang: ask every rank, now
             time.sleep(max(0.0, FORENSICS_AFTER_S - (time.time() - fault["time"])))
-            found = forensics.collect(drill.events_dir, drill.topology.world_size)
+            found = forensics.collect(drill.events_dir, drill.topology.world_size, relay=drill.runtime.gather)
             drill.progress(f"forensics: {found['finding']}")
         waited_s, pg_timeout_s = self.spec.deadline_s, None
         if getattr(self.fault, "SCRIPT_HANGS_FOR_GOOD", False):
