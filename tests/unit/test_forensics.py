@@ -131,12 +131,32 @@ def test_a_drill_whose_job_outlives_its_wait_says_where_each_rank_stands(tmp_pat
     import pytest
 
     from lab.exercises.drill import Drill, TimedOut
+    from lab.rundir import RunDir
+    from lab.runtimes.local import LocalRuntime
     from lab.topology import Topology
 
-    drill = Drill(None, Topology(nodes=1, nproc_per_node=1), {}, tmp_path, "", None, out=io.StringIO())  # type: ignore[arg-type]
+    runtime = LocalRuntime(RunDir(tmp_path / "run"))  # its nodes write where the drill reads: no relay
+    drill = Drill(runtime, Topology(nodes=1, nproc_per_node=1), {}, tmp_path, "", None, out=io.StringIO())  # type: ignore[arg-type]
     monkeypatch.setattr(drill, "exit_codes", lambda: {"node0": None})  # still running
     with pytest.raises(TimedOut) as timed_out:
         drill.wait_job(0.2)
     assert str(timed_out.value) == (
         "timed out after 0s waiting for the job to end: rank 0 did not answer (ended, stopped, or holding the GIL)"
     )
+
+
+def test_a_dump_copied_from_a_machine_with_a_disk_of_its_own_is_read_and_a_stale_one_is_not(tmp_path):
+    """The relay runs while the lab waits (here it does what the Ray runtime's copy does: rank 1's
+    dump arrives as rank1.node1.json); a copy answering an older request is not an answer."""
+    import json
+
+    folder = tmp_path / "forensics"
+    folder.mkdir()
+    (folder / "rank0.node1.json").write_text(json.dumps({"request": "0.5", "stacks": {}}))  # an older request's
+
+    def relay() -> None:
+        request = (folder / "request").read_text()
+        (folder / "rank1.node1.json").write_text(json.dumps({"request": request, "stacks": {"MainThread": []}}))
+
+    found = forensics.collect(tmp_path, 2, wait_s=0.5, relay=relay)
+    assert found["answered"] == [1] and found["silent"] == [0], found

@@ -108,3 +108,20 @@ def test_a_fifo_planted_where_a_copy_goes_is_refused_at_once(tmp_path):
 
 def test_lab_down_removes_what_the_copying_writes_in_the_run_dir():
     assert {SHARE_TOKEN, KNOWN_DIR} <= set(LAB_ENTRIES)
+
+
+def test_only_what_the_lab_writes_for_the_nodes_is_carried_to_a_machine(tmp_path):
+    from lab.errors import LabError
+    from lab.runtimes.ray_mirror import put
+
+    put(tmp_path, "events/forensics/request", b"1765000000.5")
+    put(tmp_path, "reference/events/forensics/request", b"1765000001.5")
+    assert (tmp_path / "events" / "forensics" / "request").read_text() == "1765000000.5"
+    assert (tmp_path / "reference" / "events" / "forensics" / "request").read_text() == "1765000001.5"
+    for other in ("events/rank0.jsonl", "nodes/node1/node.log", "../events/forensics/request", "state.json"):
+        with pytest.raises(LabError, match="not a file the lab carries"):
+            put(tmp_path, other, b"x")
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
+        "events/forensics/request",
+        "reference/events/forensics/request",
+    ]
