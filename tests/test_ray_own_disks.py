@@ -75,7 +75,7 @@ def test_a_job_runs_each_machine_writes_its_own_disk_and_the_driver_holds_the_re
     assert (run_dir / "nodes" / "node1" / "node.log").read_text().count("[lab.node.launch]") >= 1
     ranks = {int(p.name[4]) for p in (run_dir / "events").glob("rank*.jsonl")}
     assert ranks == {0, 1, 2, 3}, "ranks 2 and 3 wrote on machine 1's disk; their events are here"
-    follower = [p for p in procs.marked_pids(str(run_dir)) if b"lab.runtimes.ray_mirror" in cmdline(p)]
+    follower = [p for p in procs.marked_pids(str(run_dir)) if b"lab.runtimes.ray_follower" in cmdline(p)]
     assert len(follower) == 1, "one copier on the driver's machine, outliving the detached `lab up`"
     down = cluster.on_head("down", run_dir=run_dir, timeout=120)
     assert f"removed run dir {run_dir} on {cluster.hosts[1].address}" in down.stdout, down.stdout

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from lab.errors import LabError
-from lab.runtimes.ray_node import ACTOR_NAMESPACE
 
+ACTOR_NAMESPACE = "torchrun-lab"  # the lab's actors' Ray namespace: `lab down` finds them from any shell
 BUNDLE = {"CPU": 0.01}  # a token share: a node's bundle only pins it to a machine
 
 

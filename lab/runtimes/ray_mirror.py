@@ -6,7 +6,7 @@ does not find it there is on a disk of its own (lab.runtimes.ray_node), makes th
 itself, and its node writes into that copy. What the node writes (its log, its ranks' and
 agent's events, its exporters' Prometheus targets, a rerun's events) comes to the driver's run
 dir through the agent (`MachineAgent.changes`): every half second, by a process on the driver's
-machine that `lab up` (or `lab run`, a drill) starts and `lab down` stops; at once when a command
+machine that `lab up` (or `lab run`, a drill) starts and `lab down` stops (ray_follower); at once when a command
 attaches (`lab status`, a drill's node agents); and before a node's end is reported, so that a
 verdict is drawn from the whole record. Checkpoints stay on their machine: each node keeps its
 own, and a node that lacks the newest gets it from a peer (the trainer's peer recovery, as
@@ -25,19 +25,15 @@ import fcntl
 import json
 import os
 import secrets
-import signal
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path, PurePath
 from typing import Any
 
 from lab import files
 from lab.errors import LabError
-from lab.rundir import MARKER, RunDir
 from lab.runtimes.base import Log
+from lab.runtimes.ray_calls import ray_get
 from lab.topology import Topology
 
 SHARE_TOKEN = ".shared-disk-token"  # in the driver's run dir: a machine that reads it shares the disk
@@ -173,8 +169,6 @@ class Mirror:
 
     def _bring(self, name: str, known: Known) -> int:
         """One call's worth of what changed on name's machine, written here; returns its bytes."""
-        from lab.runtimes.ray_calls import ray_get
-
         pieces = ray_get(self.agents[name].changes.remote(known), 60, f"{name}'s files")
         for relative, offset, data, ino, mtime in pieces:
             known[relative] = (ino, mtime, offset + len(data))
@@ -186,8 +180,6 @@ class Mirror:
 
     def _push(self, name: str) -> None:
         """The DOWNLINKS written here since the last push, to name's machine."""
-        from lab.runtimes.ray_calls import ray_get
-
         for pattern in DOWNLINKS:
             for path in self.run_dir.glob(pattern):
                 relative = str(path.relative_to(self.run_dir))
@@ -195,40 +187,3 @@ class Mirror:
                 if data is not None and self._pushed.get((name, relative)) != data:
                     ray_get(self.agents[name].put.remote(relative, data), 60, f"{relative} to {name}")
                     self._pushed[(name, relative)] = data
-
-
-def start_follower(run_dir: Path) -> subprocess.Popen:
-    """This machine's copier for the lab at run_dir, in a session of its own and carrying the run
-    dir's mark: it outlives a detached `lab up`, and `lab down` stops it (procs.marked_pids)."""
-    files.put_beneath(run_dir, f"{KNOWN_DIR}/lock", b"", 0)
-    log = files.open_nofollow(run_dir / KNOWN_DIR / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    try:
-        argv = [sys.executable, "-m", "lab.runtimes.ray_mirror", f"--run-dir={run_dir}"]
-        env = {**os.environ, MARKER: str(run_dir)}
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env)
-    finally:
-        os.close(log)
-
-
-def follow(run_dir: Path) -> None:
-    """Copy the nodes' files every PERIOD_S while the lab is up (until SIGTERM, or its run dir is gone)."""
-    from lab.runtimes.ray_runtime import RayRuntime
-
-    state = RunDir(run_dir).read_state() or {}
-    runtime = RayRuntime(RunDir(run_dir), ray_address=state.get("ray_address"))
-    runtime.attach()
-    while runtime.mirror is not None and (run_dir / KNOWN_DIR).is_dir():
-        time.sleep(PERIOD_S)
-        runtime.mirror.sync()
-
-
-if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m lab.runtimes.ray_mirror", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run-dir", type=Path, required=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        follow(parser.parse_args().run_dir)
-    except LabError as e:
-        sys.exit(f"ray_mirror: {e}")

@@ -20,12 +20,12 @@ from typing import ClassVar
 
 from lab import files
 from lab.errors import LabError
-from lab.runtimes import ray_mirror
+from lab.runtimes import ray_calls, ray_mirror
 from lab.runtimes.base import Node
 from lab.runtimes.faults import FaultUnsupported
 from lab.runtimes.tempdirs import make_private_dir, remove_temp_dirs, temp_dir
 
-ACTOR_NAMESPACE = "torchrun-lab"
+ACTOR_NAMESPACE = ray_calls.ACTOR_NAMESPACE
 
 
 def actor_name(lab_id: str, index: int) -> str:

@@ -27,7 +27,7 @@ from lab.errors import LabError
 from lab.health import prometheus
 from lab.options import Option
 from lab.rundir import RunDir
-from lab.runtimes import ray_mirror
+from lab.runtimes import ray_follower, ray_mirror
 from lab.runtimes import state as runstate
 from lab.runtimes.base import Log, Node
 from lab.runtimes.monitored import MonitoredRuntime
@@ -156,7 +156,7 @@ class RayRuntime(MonitoredRuntime):
     def start_nodes(self, plan: LaunchPlan) -> None:
         super().start_nodes(plan)
         if self.mirror is not None:
-            ray_mirror.start_follower(self.run_dir.path)
+            ray_follower.start_follower(self.run_dir.path)
 
     def _own(self) -> dict[str, Any]:
         return {"ray_address": self.ray_address}

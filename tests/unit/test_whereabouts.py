@@ -11,6 +11,8 @@ import pytest
 from lab.errors import LabError
 from lab.exercises.drill import Drill
 from lab.health.events import read_events
+from lab.rundir import RunDir
+from lab.runtimes.local import LocalRuntime
 from lab.topology import Topology
 
 
@@ -28,7 +30,8 @@ def append(events, rank: int, *records: dict, torn: str = "") -> None:
 
 
 def drill_on(events) -> Drill:
-    return Drill(None, Topology(nodes=2, nproc_per_node=1), {}, events, "", None, out=io.StringIO())  # type: ignore[arg-type]
+    runtime = LocalRuntime(RunDir(events.parent / "run"))  # its nodes write where the drill reads
+    return Drill(runtime, Topology(nodes=2, nproc_per_node=1), {}, events, "", None, out=io.StringIO())  # type: ignore[arg-type]
 
 
 def whole_read(events, rank: int) -> tuple[tuple[str, int], int]:
@@ -146,7 +149,9 @@ def test_a_long_reference_is_waited_for_while_it_steps_and_one_that_stops_steppi
     monkeypatch.setattr(drill, "exit_codes", running_for(10**6))
     monkeypatch.setattr(drill_module.time, "sleep", lambda seconds: real_sleep(0.05))  # stepping no more
     asked = []  # where forensics looked: the reference's own events, not the drill's job's
-    monkeypatch.setattr(drill_module.forensics, "where_they_stand", lambda d, w, e: asked.append(d) or "rank 0 at X")
+    monkeypatch.setattr(
+        drill_module.forensics, "where_they_stand", lambda d, w, e, relay: asked.append(d) or "rank 0 at X"
+    )
     reference = tmp_path
     drill.events_dir = tmp_path / "the-drills-own-job"
     with pytest.raises(TimedOut, match=r"^no step for 0s waiting for the job to end \(at step 30\): rank 0 at X$"):
