@@ -55,7 +55,7 @@ class RayRuntime(MonitoredRuntime):
     NODE = RayNode
     OPTIONS = (RAY_ADDRESS, *MonitoredRuntime.OPTIONS)
     DRILLS = True
-    DOCTOR = True  # its probes meet in the run dir, which every machine shares (docs/ray.md)
+    DOCTOR = True  # its probes meet in the run dir: refused where a machine has a disk of its own
     MACHINES_ELSEWHERE = True
     NODES_ARE = "Ray machines"
     RDZV_BACKENDS = ("c10d", "lab")  # node0's agent hosts either store on its machine
