@@ -1,6 +1,7 @@
 """The Ray runtime on machines that share no disk (lab.runtimes.ray_mirror): a real two-machine Ray
-cluster of netns hosts (lab.bench.ray_cluster) whose second machine has a disk of its own, an
-empty tmpfs over the folder the run dirs are in, seen only in its mount namespace. The driver runs
+cluster of netns hosts (lab.bench.ray_cluster) whose second machine has a disk of its own: an
+empty tmpfs over /tmp (the run dirs, Ray's session, the nodes' temp dirs), seen only in its mount
+namespace, so that nothing there can be shared with the first by accident. The driver runs
 on the first machine, as a user on a cluster would run it."""
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ def base(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cluster(base):
-    with ray_cluster("ee0b5", own_disks={1: [str(base)]}) as started:  # a test-only lab id
+def cluster():
+    # Machine 1 has a disk of its own over the run dirs and /tmp too (Ray's session, the nodes' TMPDIR)
+    with ray_cluster("ee0b5", own_disks={1: ["/tmp"]}) as started:  # a test-only lab id
         yield started
 
 
