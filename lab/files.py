@@ -30,6 +30,7 @@ from typing import IO
 from lab.errors import LabError
 
 READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class UnsafePath(LabError):
@@ -44,17 +45,23 @@ def open_nofollow(path: str | os.PathLike, flags: int = READ, mode: int = 0o644)
     try:
         for i, name in enumerate(parts[1:], start=1):
             last = i == len(parts) - 1
-            step = flags | os.O_NOFOLLOW if last else os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-            try:
-                inner = os.open(name, step, mode, dir_fd=fd)
-            except OSError as e:
-                raise _unsafe(Path(*parts[: i + 1]), e) from None
-            os.close(fd)
-            fd = inner
+            step = flags | os.O_NOFOLLOW if last else FOLDER
+            fd = _descend(fd, name, step, mode, Path(*parts[: i + 1]))
         return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def _descend(fd: int, name: str, flags: int, mode: int, where: Path) -> int:
+    """name in the folder fd, opened without following a link; fd is closed once it is (left
+    open for the caller to close when it is not). where: the path, for UnsafePath's words."""
+    try:
+        inner = os.open(name, flags, mode, dir_fd=fd)
+    except OSError as e:
+        raise _unsafe(where, e) from None
+    os.close(fd)
+    return inner
 
 
 def _unsafe(where: Path, e: OSError) -> Exception:
@@ -222,12 +229,7 @@ def _folder_beneath(root: Path, folders: Sequence[str]) -> int:
                 os.mkdir(folder, 0o777, dir_fd=fd)
             except FileExistsError:
                 pass
-            try:
-                inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except OSError as e:
-                raise _unsafe(root / folder, e) from None
-            os.close(fd)
-            fd = inner
+            fd = _descend(fd, folder, FOLDER, 0o777, root / folder)
         return fd
     except BaseException:
         os.close(fd)

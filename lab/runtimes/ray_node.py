@@ -49,6 +49,7 @@ class MachineAgent:
         self.run_dir, self.lab_id = Path(run_dir), lab_id
         self.own_disk = files.read_head(self.run_dir / ray_mirror.SHARE_TOKEN, 64) != share_token.encode()
         self.found_there = self.own_disk and os.path.lexists(run_dir)
+        self.made_here = self.own_disk and not self.found_there  # this machine's copy of the run dir, ours
         self.node = LocalNode(
             name=name,
             index=index,
@@ -57,7 +58,7 @@ class MachineAgent:
             dir=self.run_dir / "nodes" / name,
             run_dir=run_dir,
         )
-        if self.own_disk and not self.found_there:
+        if self.made_here:
             self.run_dir.mkdir(mode=0o700, parents=True)
         if not self.found_there:
             self.node.dir.mkdir(parents=True, exist_ok=True)
@@ -77,11 +78,11 @@ class MachineAgent:
         return os.path.isfile(path)
 
     def put(self, relative: str, data: bytes) -> None:
-        if self.own_disk and not self.found_there:
+        if self.made_here:
             ray_mirror.put(self.run_dir, relative, data)
 
     def changes(self, known: ray_mirror.Known) -> list[tuple[str, int, bytes, int, int]]:
-        return ray_mirror.changes(self.run_dir, known) if self.own_disk and not self.found_there else []
+        return ray_mirror.changes(self.run_dir, known) if self.made_here else []
 
     def start(self, argv: list[str]) -> None:
         # The driver rendered argv with its own interpreter; this machine's may live elsewhere.
@@ -92,7 +93,7 @@ class MachineAgent:
         """Remove what the node left in this machine's temp dir, and the run dir its agent made
         on a disk of its own."""
         removed = remove_temp_dirs(self.lab_id)
-        if self.own_disk and not self.found_there and self.run_dir.is_dir():
+        if self.made_here and self.run_dir.is_dir():
             shutil.rmtree(self.run_dir)  # links inside are removed, never followed
             removed.append(f"run dir {self.run_dir}")
         return removed
