@@ -70,6 +70,13 @@ class ScriptRun:
     def run(self, drill: Any, options: DrillOptions) -> Report:
         """The act: fire the fault (or not: the reference), wait for the end, keep the result;
         then lab.exercises.script.judge draws the verdict from what was seen."""
+        apart = drill.runtime.apart()
+        if apart:
+            raise LabError(
+                f"a drill on your script: its ranks resume from what it saved in its working dir, and "
+                f"{', '.join(apart)} does not share that disk with this machine; give the machines one disk at the run "
+                f"dir's path (docs/ray.md), or drill the lab's trainer, which keeps a copy per node"
+            )
         setup = {
             "script": self.spec.path,
             "script_args": list(self.spec.args),
