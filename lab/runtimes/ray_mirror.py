@@ -92,11 +92,8 @@ def refusal(nodes: list[Any], where: list[dict], topology: Topology, script: str
             f"{', '.join(n.name for n in own)} shares no disk with this machine; give the machines one "
             f"(NFS, docs/ray.md) or use --parallel ddp"
         )
-    import ray
-
-    lacking = [
-        n.name for n, sees in zip(own, ray.get([n.actor.sees.remote(script) for n in own]), strict=True) if not sees
-    ]
+    seen = ray_get([n.actor.sees.remote(script) for n in own], 60, "the machines to look for the script")
+    lacking = [n.name for n, sees in zip(own, seen, strict=True) if not sees]
     if lacking:
         return (
             f"{script} is not on {', '.join(lacking)}'s machine, which shares no disk with this one: put it at "
