@@ -1,7 +1,7 @@
 """The Ray runtime on machines that share no disk (lab.runtimes.ray_mirror): a real two-machine Ray
 cluster of netns hosts (lab.bench.ray_cluster) whose second machine has a disk of its own: an
-empty tmpfs over /tmp (the run dirs, Ray's session, the nodes' temp dirs), seen only in its mount
-namespace, so that nothing there can be shared with the first by accident. The driver runs
+empty tmpfs over the folder of the run dirs, which is also its TMPDIR (the nodes' temp dirs), seen
+only in its mount namespace, so that nothing there can be shared with the first by accident. The driver runs
 on the first machine, as a user on a cluster would run it."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from conftest import REPO, needs_netns, report_of
 
 from lab import procs
 from lab.bench.ray_cluster import ray_cluster
+from lab.rundir import RunDir
 from lab.runtimes.ray_mirror import SHARE_TOKEN
 
 pytestmark = [pytest.mark.slow, needs_netns, pytest.mark.xdist_group("ray-own-disks")]
@@ -26,9 +27,9 @@ def base(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    # Machine 1 has a disk of its own over the run dirs and /tmp too (Ray's session, the nodes' TMPDIR)
-    with ray_cluster("ee0b5", own_disks={1: ["/tmp"]}) as started:  # a test-only lab id
+def cluster(base):
+    # Machine 1 has a disk of its own over the run dirs, its TMPDIR there (the nodes' temp dirs)
+    with ray_cluster("ee0b5", own_disks={1: [str(base)]}) as started:  # a test-only lab id
         yield started
 
 
@@ -66,6 +67,8 @@ def test_a_job_runs_each_machine_writes_its_own_disk_and_the_driver_holds_the_re
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
     there = cluster.as_seen_by(1, run_dir)
     assert (there / "nodes" / "node1").is_dir() and not (there / SHARE_TOKEN).exists(), "machine 1's own copy"
+    temp = run_dir.parent / f"tlab-tmp-{RunDir(run_dir).lab_id}"  # node1's TMPDIR, on machine 1's own disk
+    assert cluster.as_seen_by(1, temp).is_dir() and not temp.exists()
     assert not (run_dir / "nodes" / "node0").is_relative_to(there)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:  # node1's exporter found by Prometheus beside the driver
@@ -82,6 +85,7 @@ def test_a_job_runs_each_machine_writes_its_own_disk_and_the_driver_holds_the_re
     down = cluster.on_head("down", run_dir=run_dir, timeout=120)
     assert f"removed run dir {run_dir} on {cluster.hosts[1].address}" in down.stdout, down.stdout
     assert not procs.marked_pids(str(run_dir)), "the copier outlived lab down"
+    assert not cluster.as_seen_by(1, temp).exists(), "node1's temp dir outlived lab down"
 
 
 @pytest.mark.parametrize(

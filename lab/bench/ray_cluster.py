@@ -124,6 +124,8 @@ class RayCluster:
             "--object-store-memory=100000000", f"--temp-dir={machine}", "--disable-usage-stats",
         ]  # fmt: skip
         env = {**os.environ, **self.env, CLUSTER_MARK: self.net.lab_id}
+        if self.own_disks.get(index):  # its temp files (the nodes' TMPDIR among them) on its own disk too
+            env["TMPDIR"] = self.own_disks[index][0]
         # Its output in the cluster's own 0700 temp dir, which no job writes: what a machine that
         # never joined said.
         log = os.open(self.temp / f"m{index}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
@@ -174,7 +176,8 @@ class RayCluster:
 @contextlib.contextmanager
 def ray_cluster(lab_id: str, machines: int = 2, own_disks: dict[int, list[str]] | None = None) -> Iterator[RayCluster]:
     """A Ray cluster of `machines` netns hosts of lab id `lab_id` (the labs run on it get their own).
-    own_disks: the folders a machine (by index) sees empty and its own, as if on its own disk."""
+    own_disks: the folders a machine (by index) sees empty and its own, as if on its own disk (the
+    first is its TMPDIR too). Not a folder the lab or its venv is in: that machine would not see it."""
     reason = netns.unavailable_reason()
     if reason:
         raise LabError(f"a Ray cluster of netns hosts needs root and iproute2: {reason}")
