@@ -123,7 +123,7 @@ def test_what_cannot_run_without_a_shared_disk_is_one_line(cluster, run_dir):
     copied = REPO / "tests" / "user_scripts" / "snapshot_every_epoch.py"  # on every machine, with the lab
     drill = on_ray(cluster, "exercise", "run", "kill-worker", "--script", str(copied), run_dir=run_dir)
     assert drill.returncode != 0, drill.stdout[-2000:]
-    assert "reference: error: a drill on your script: its ranks resume from what it saved" in drill.stdout
+    assert "kill-worker: a drill on your script: its ranks resume from what it saved" in drill.stdout
     script = run_dir.parent / "only_here.py"  # on the driver's disk, not on machine 1's
     script.write_text("print('never runs')\n")
     missing = on_ray(cluster, "run", "--prometheus", "off", str(script), run_dir=run_dir)

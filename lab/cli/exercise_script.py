@@ -142,7 +142,7 @@ def run(args: argparse.Namespace, faults: list[ModuleType], out_dir: Path, refer
             if row.label == script_run.REPEAT:  # --compare: a result differed, and the reference runs once more
                 bar.update(task, total=rows + 1)
             bar.advance(task)
-            bar.console.print(f"{row.label}: {row.verdict}" + (f": {row.error}" if row.error else ""))
+            bar.console.print(f"{row.label}: {row.verdict}")
 
         runner = script_matrix.Runner(
             the_spec,
