@@ -110,9 +110,8 @@ def run(drill, options) -> Report:
     drill.reach(target, options.at_step)
     fault = hang(drill, target, in_python)
     time.sleep(FORENSICS_AFTER_S)  # the others are in the next collective by then
-    found = forensics.collect(
-        drill.events_dir, drill.topology.world_size, relay=drill.runtime.gather
-    )  # before anything tears it down
+    # before anything tears it down
+    found = forensics.collect(drill.events_dir, drill.topology.world_size, relay=drill.runtime.gather)
     drill.progress(f"forensics: {found['finding']}")
     prom = drill.runtime.prometheus
     seen_down = None  # a rank hung in Python still answers Prometheus: its exporter's thread runs
