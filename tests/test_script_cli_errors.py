@@ -39,7 +39,8 @@ SNAPSHOT = str(REPO / "tests" / "user_scripts" / "snapshot_every_epoch.py")
         (["run", "collective-mismatch", "--script", SNAPSHOT], ["cannot run on your script", "collective_loop"]),
         (["run", "kill-rendezvous-host", "--script", SNAPSHOT], ["cannot run on your script", "kill-node"]),
         # A drill's flag that acts on the lab's trainer only is refused on a script, never ignored.
-        (["run", "kill-node", "--script", SNAPSHOT, "--elastic"], ["--elastic", "fixed-size", "drop --elastic"]),
+        (["run", "kill-node", "--script", SNAPSHOT, "--rejoin"], ["--rejoin", "elastic", "add --elastic"]),
+        (["run", "kill-node", "--script", SNAPSHOT, "--elastic", "--nodes", "1"], ["kill-node", "2 nodes"]),
         (["run", "hang-rank", "--script", SNAPSHOT, "--watchdog", "3"], ["--watchdog", "registers none"]),
     ],
 )

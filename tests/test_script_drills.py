@@ -153,3 +153,22 @@ def test_a_dcp_script_that_trusts_a_folder_of_two_steps_fails_the_drill_saying_w
     failed = [c for c in report["checks"] if not c["ok"]]
     assert [c["name"] for c in failed] == ["it did not resume from the step the drill damaged"], failed
     assert "writes a manifest (each file's size and sha256)" in failed[0]["detail"]
+
+
+def test_a_node_lost_for_good_from_an_elastic_job_leaves_the_survivors_to_finish_your_script(lab):
+    """kill-node --elastic on the tutorial script: torchrun's --nnodes 1:2 closes its next round
+    with node0 alone, the script resumes from its snapshot at world size 2 and finishes; node1,
+    dead for good, is neither waited for nor stopped by the drill, and not asked to end well.
+    (--rejoin and the verdicts' failing sides: tests/unit/test_script_resize.py, on recorded runs.)"""
+    out = lab(
+        "exercise", "run", "kill-node", "--elastic", "--script", script("snapshot_every_epoch.py"),
+        "--", "--epochs", "12",
+        timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    report = report_of(out)
+    assert report["verdict"] == "pass" and report["world_sizes_after"] == [2], report["checks"]
+    assert report["faults"][0]["node"] == "node1" and report["faults"][0]["lost_for_good"] is True
+    progress = report["progress"]  # from its snapshot: the epoch after the last one saved, or the one in flight
+    assert progress["reached"] <= progress["resumed_at"] <= progress["reached"] + 1, progress
+    assert report["loaded_after_fault"][0] == "snapshot.pt"

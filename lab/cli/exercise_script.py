@@ -84,7 +84,7 @@ def topology_for(args: argparse.Namespace, fault: ModuleType | None) -> Topology
         rdzv_port=args.rdzv_port,
     )
     if fault is not None:
-        return exercises.topology(fault, sized).replace(min_nodes=None)
+        return exercises.topology(fault, sized)
     plain = Topology(
         nodes=size(args.nodes), nproc_per_node=size(args.nproc_per_node), torch_defaults=args.torch_defaults
     )

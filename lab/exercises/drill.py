@@ -172,11 +172,12 @@ class Drill:
 
         return self.wait_for(codes, timeout_s, "a node to fail")
 
-    def wait_end(self, timeout_s: float, alone_s: float) -> dict[str, int | None]:
+    def wait_end(self, timeout_s: float, alone_s: float, gone: frozenset[str] = frozenset()) -> dict[str, int | None]:
         """Each node's exit status once all have ended, or as they stand after timeout_s (None:
         still running; lab down stops it). Once a node has ended, the others get alone_s to end
         on their own and are then stopped, as a scheduler ends a fixed-size job that lost a node
-        (it cannot finish without it: a preempted node's peers wait for it in the rendezvous)."""
+        (it cannot finish without it: a preempted node's peers wait for it in the rendezvous).
+        gone: nodes lost for good from an elastic job, which goes on without them: not such an end."""
         deadline = time.monotonic() + timeout_s
         self.progress(f"waiting up to {timeout_s:g} s for the job to end")
         first_end = None
@@ -184,7 +185,7 @@ class Drill:
             codes = self.exit_codes()
             if all(c is not None for c in codes.values()) or time.monotonic() > deadline:
                 return codes
-            if first_end is None and any(c is not None for c in codes.values()):
+            if first_end is None and any(c is not None for n, c in codes.items() if n not in gone):
                 first_end = time.monotonic()
             if first_end is not None and time.monotonic() - first_end > alone_s:
                 for node in self.runtime.attach():

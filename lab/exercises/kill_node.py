@@ -21,12 +21,17 @@ keeper asks for a round, and every rank restarts from the checkpoint (lab.node.i
 
     lab exercise run kill-node [--target-rank 3] [--at-step 25] [--elastic [--rejoin] | --recovery in-process]
 
+On your own script (`--script PATH`) --elastic and --rejoin do the same: the script starts again
+at the new WORLD_SIZE from its own checkpoint (lab.exercises.script.resize adds the checks).
+
 The target rank's node must not be node0, which hosts the c10d rendezvous store:
 that is `kill-rendezvous-host`. Look for: "failed (exitcode" on the survivor, a new
 rendezvous round in its log, and in the events the next round's world size.
 """
 
 from __future__ import annotations
+
+import time
 
 from lab.errors import LabError
 from lab.exercises import drill_job, inprocess_verdict, observe, samples
@@ -52,10 +57,7 @@ OPTIONS = (
         switch=True,
     ),
 )
-SCRIPT_REFUSES = {
-    "elastic": "on your script the drill runs a fixed-size job and brings the node back",
-    "rejoin": "on your script the drill runs a fixed-size job and brings the node back",
-}
+SCRIPT_OPTIONS = ("elastic", "rejoin")  # your script on an elastic job: lab.exercises.script.resize judges it
 
 
 # A node's loss changes the rendezvous' membership, which torch's c10d rendezvous is built for
@@ -69,18 +71,14 @@ IN_PROCESS_JUDGED, IN_PROCESS_FIRST = True, False
 
 def topology(options) -> Topology:
     elastic = options.own.get("elastic", False)
+    if options.own.get("rejoin") and not elastic:  # on the trainer and on a script alike
+        raise LabError("--rejoin is an elastic job's: add --elastic (a fixed-size job always gets its node back)")
     return drill_job(options, max_restarts=2, min_nodes=1 if elastic else None, last_call_timeout_s=5)
 
 
 def injects(options) -> tuple[str, ...]:
     shrinks_for_good = options.own.get("elastic") and not options.own.get("rejoin")
     return ("kill_node",) if shrinks_for_good else INJECTS  # nobody brings that node back
-
-
-def trainer_refusal(options) -> str:
-    if options.own.get("rejoin") and not options.own.get("elastic"):
-        return "--rejoin is an elastic job's: add --elastic (a fixed-size job always gets its node back)"
-    return ""
 
 
 def trainer_args(options) -> list[str]:
@@ -109,7 +107,7 @@ def judge(seen: Seen, options) -> Report:
     events, codes, fault = seen.events, seen.codes, seen.injected("kill_node")
     after = [e for e in events if e["time"] > fault["time"]]
     worlds = sorted({e["world_size"] for e in after if e["event"] == Event.RENDEZVOUS_DONE})
-    grew = world_sizes_in_turn(after)
+    grew = observe.world_sizes_in_turn(after)
     saved, reached, loaded = observe.checkpoint_progress(events, fault["time"])
     report.facts["restarts"] = observe.restarts(events)
     report.facts["lost_steps"] = reached - loaded[0] if loaded else None
@@ -144,15 +142,6 @@ def judge(seen: Seen, options) -> Report:
         )
         observe.judge_reference(report, seen)
     return report
-
-
-def world_sizes_in_turn(events: list[dict]) -> list[int]:
-    """The world sizes the job's groups formed with, in the order they formed (each once in a row)."""
-    sizes: list[int] = []
-    for e in sorted(events, key=lambda e: e["time"]):
-        if e["event"] == Event.RENDEZVOUS_DONE and (not sizes or sizes[-1] != e["world_size"]):
-            sizes.append(e["world_size"])
-    return sizes
 
 
 def judge_rejoin(report: Report, seen: Seen, grew: list[int]) -> None:
@@ -225,7 +214,11 @@ def rejoin_once_shrunk(drill, node: str, fault: dict) -> None:
         shrunk = observe.first_time(
             events, fault["time"], lambda e: e["event"] == Event.RENDEZVOUS_DONE and e["world_size"] < full
         )
-        return shrunk is not None and any(e["event"] == Event.STEP and e["time"] > shrunk for e in events)
+        if shrunk is None:
+            return False
+        if any(e["event"] == Event.STEP for e in drill.events()):
+            return any(e["event"] == Event.STEP and e["time"] > shrunk for e in events)
+        return time.time() - shrunk > UNSEEN_TRAINING_S  # a script that prints no step: its group up a while
 
     drill.wait_for(trained_without_it, 120, "the survivors to train without the node")
     drill.inject(node, "restart")
@@ -245,11 +238,18 @@ def bring_back(drill, node: str, fault: dict) -> None:
 
 
 SCRIPT_RECOVERY = "restart"
+UNSEEN_TRAINING_S = 3.0  # --rejoin on a script that prints no step: how long the shrunk group runs first
 
 
 def break_script(drill, target: int, ckpt_dir: str | None, own: dict) -> dict:
-    """On a user's script: SIGKILL a whole node (not node0's rendezvous), and bring it back."""
+    """On a user's script: SIGKILL a whole node (not node0's rendezvous), and bring it back; on an
+    elastic job (--elastic) leave it dead, or (--rejoin) start it once the survivors train without it.
+    The record says whether the node is gone for good (lab.exercises.script.resize judges that)."""
     target, node = off_the_store_host(drill, target, chosen=False)
     fault = drill.inject(node, "kill_node")
-    bring_back(drill, node, fault)
+    if not own.get("elastic"):
+        bring_back(drill, node, fault)
+    elif own.get("rejoin"):
+        rejoin_once_shrunk(drill, node, fault)
+    fault["lost_for_good"] = bool(own.get("elastic")) and not own.get("rejoin")
     return aimed(fault, target)

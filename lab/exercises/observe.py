@@ -106,6 +106,15 @@ def check_in_flight(report, saved: list[int], reached: int, loaded: list[int], c
         )
 
 
+def world_sizes_in_turn(events: list[dict]) -> list[int]:
+    """The world sizes the job's groups formed with, in the order they formed (each once in a row)."""
+    sizes: list[int] = []
+    for e in sorted(events, key=lambda e: e["time"]):
+        if e["event"] == Event.RENDEZVOUS_DONE and (not sizes or sizes[-1] != e["world_size"]):
+            sizes.append(e["world_size"])
+    return sizes
+
+
 def restarts(events: list[dict]) -> int:
     return max((e["restart"] for e in events), default=0)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from lab.exercises import observe, samples
-from lab.exercises.script import cut, damaged, resume, signals, writers
+from lab.exercises.script import cut, damaged, resize, resume, signals, writers
 from lab.exercises.script.spec import ScriptSpec
 from lab.exercises.seen import Seen
 from lab.health.events import Event, ExitReason
@@ -112,7 +112,7 @@ def judge(seen: Seen) -> Report:
     else:
         judge_fault(report, seen)
     if extra.get("compared") is not None:
-        judge_result(report, extra)
+        judge_result(report, extra, resize.not_comparable(seen) if "recovery" in extra else "")
     report.facts["shared_writes"] = writers.shared_writes(seen.events)
     report.facts["finding"] = finding(report)
     report.explanation = report.facts["finding"]
@@ -127,17 +127,17 @@ NOT_DETERMINISTIC = (
 )
 
 
-def judge_result(report: Report, extra: dict) -> None:
+def judge_result(report: Report, extra: dict, unjudged: str = "") -> None:
     """The result file against the reference's: a fault's check, or, for the fault-free run
     repeated, whether the script gives the same result twice (not judged for a fault once it
-    does not: extra["not_deterministic"])."""
+    does not: extra["not_deterministic"]; nor where unjudged says why not)."""
     ok, detail = extra["compared"]
     report.facts["compared"] = detail
-    report.facts["result_differs"] = not ok and extra.get("result_written", True)  # not: wrote none
+    report.facts["result_differs"] = not ok and extra.get("result_written", True) and not unjudged  # not: wrote none
     if extra.get("repeat"):
         report.check(REPEATED, ok, detail if ok else f"{detail}: {NOT_DETERMINISTIC}")
-    elif extra.get("not_deterministic"):
-        report.facts["compared"] = f"{detail} (not judged: {extra['not_deterministic']})"
+    elif extra.get("not_deterministic") or unjudged:
+        report.facts["compared"] = f"{detail} (not judged: {extra.get('not_deterministic') or unjudged})"
     else:
         report.check(COMPARED, ok, detail)
 
@@ -191,7 +191,7 @@ def check_long_enough(report: Report, seen: Seen) -> None:
 
 def judge_fault(report: Report, seen: Seen) -> None:
     """Checks and facts for one fault run (recovery: restart, rerun or none)."""
-    events, codes, fault, fire = seen.events, seen.codes, seen.extra["fault"], seen.extra["fire"]
+    events, fault, fire = seen.events, seen.extra["fault"], seen.extra["fire"]
     recovery = seen.extra["recovery"]
     found = signals.step_source(events)
     source, unit = found if found else (fire["source"], None)
@@ -219,7 +219,8 @@ def judge_fault(report: Report, seen: Seen) -> None:
     if unit is not None:  # first: ranks apart is why such a job then hangs or fails
         resume.check_together(report, signals.resumed_by_rank(events, fault["time"], source, unit), unit, seen.extra)
     cut.check(report, facts["cut_save"])  # first: a half-written checkpoint loaded is why such a job then fails
-    check_finished(report, codes)
+    check_finished(report, resize.expected_to_finish(seen))  # an elastic job's node lost for good: not expected
+    resize.check(report, seen)
     samples.check(report, events)  # where the script records its samples (lab.progress.step(n, samples=...))
     if recovery == "none":
         report.check("no restart was needed", facts["restarts"] == 0, f"restarts {facts['restarts']}")
@@ -279,6 +280,8 @@ def finding(report: Report) -> str:
             if redone["count"]
             else f"redid no {redone['unit']}"
         )
+    if facts.get("world_sizes_after"):  # an elastic job's (lab.exercises.script.resize)
+        parts.append(f"went on at {' then '.join(map(str, facts['world_sizes_after']))} ranks")
     rate = (facts.get("progress") or {}).get("rate_per_s")
     if rate and rate["before"] is not None and rate["during"] is not None:
         parts.append(f"{rate['during']:g} {facts['progress']['unit']}/s while slowed, {rate['before']:g} before")

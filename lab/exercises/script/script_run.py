@@ -127,7 +127,8 @@ class ScriptRun:
         waited_s, pg_timeout_s = self.spec.deadline_s, None
         if getattr(self.fault, "SCRIPT_HANGS_FOR_GOOD", False):
             waited_s, pg_timeout_s = signals.hang_wait_s(drill.events(), self.spec.deadline_s)
-        codes = drill.wait_end(waited_s, RERUN_WAIT_S)
+        gone = frozenset({fault["node"]} if fault.get("lost_for_good") else ())  # an elastic job goes on without it
+        codes = drill.wait_end(waited_s, RERUN_WAIT_S, gone)
         rerun = recovery == "rerun" and all(c is not None for c in codes.values())
         if rerun:
             drill.progress("starting the job again, as after a preemption")

@@ -87,10 +87,15 @@ def resumed_by_rank(events: list[dict], fault_time: float, source: str, unit: st
     restarted = restarted_at(events, fault_time)
     if restarted is None:
         return {}
+    # Up to the group's next change of size (an elastic job grown back): ranks that join then
+    # resume where the grown group does, later than the survivors did.
+    worlds = sorted((e["time"], e["world_size"]) for e in events if e["event"] == Event.RENDEZVOUS_DONE)
+    first = next((size for when, size in worlds if when > restarted), None)
+    until = min((when for when, size in worlds if when > restarted and size != first), default=float("inf"))
     ranks = sorted({e["rank"] for e in events if e["event"] == Event.STEP and e.get("source") == source})
     found = {}
     for rank in ranks:
-        after = [e["step"] for e in series(events, rank, source, unit) if e["time"] > restarted]
+        after = [e["step"] for e in series(events, rank, source, unit) if restarted < e["time"] < until]
         if after:
             found[rank] = after[0]
     return found

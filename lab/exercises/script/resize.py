@@ -1,0 +1,71 @@
+"""A user's script on an elastic job whose world changed under it: `kill-node --elastic` (the node
+stays dead, the survivors go on with fewer ranks) and `--elastic --rejoin` (it comes back and the
+job grows again). What the verdict on such a run adds to a restart's: the world sizes the groups
+formed with, which nodes had to finish, and why its result is not compared with a fault-free run's.
+
+The script is the user's, unchanged: it resumes from its own checkpoint at whatever WORLD_SIZE
+torchrun gives it. A DDP job at another world size averages its gradients over other ranks, so
+its result differs from the reference's by design, not by a fault's damage.
+"""
+
+from __future__ import annotations
+
+from lab.exercises import observe
+from lab.exercises.seen import Seen
+from lab.report import Report
+
+
+def elastic(seen: Seen) -> bool:
+    return seen.topology.min_nodes is not None
+
+
+def lost_for_good(seen: Seen) -> set[str]:
+    """The nodes the fault left dead on an elastic job (the job is to go on without them)."""
+    fault = seen.extra.get("fault") or {}
+    return {fault["node"]} if fault.get("lost_for_good") else set()
+
+
+def expected_to_finish(seen: Seen) -> dict[str, int | None]:
+    """The exit codes of the nodes that had to end well: all but those lost for good."""
+    gone = lost_for_good(seen)
+    return {node: code for node, code in seen.codes.items() if node not in gone}
+
+
+def worlds_after(seen: Seen) -> list[int]:
+    fault_time = seen.extra["fault"]["time"]
+    return observe.world_sizes_in_turn([e for e in seen.events if e["time"] > fault_time])
+
+
+def check(report: Report, seen: Seen) -> None:
+    """On an elastic job: it went on with the ranks it had (and, with --rejoin, grew back)."""
+    if not elastic(seen):
+        return
+    shape = seen.topology
+    full, fewer = shape.world_size, shape.world_size - shape.nproc_per_node  # one node's ranks lost
+    grew = worlds_after(seen)
+    report.facts["world_sizes_after"] = grew
+    if lost_for_good(seen):
+        gone = ", ".join(sorted(lost_for_good(seen)))
+        report.check(
+            f"the job carried on with {fewer} ranks without {gone}", grew == [fewer], f"world sizes after: {grew}"
+        )
+    else:
+        report.check(
+            f"it shrank to {fewer} ranks, then grew back to {full} when the node rejoined",
+            grew == [fewer, full],
+            f"world sizes after the kill, in turn: {grew}",
+        )
+
+
+def not_comparable(seen: Seen) -> str:
+    """Why the result is not judged against the reference's ("" where it is): the job trained
+    at another world size for a while."""
+    if not elastic(seen):
+        return ""
+    grew = worlds_after(seen)
+    if all(size == seen.topology.world_size for size in grew):
+        return ""
+    return (
+        f"the job trained on {' then '.join(map(str, grew))} ranks after the kill, the reference on "
+        f"{seen.topology.world_size}: DDP averages over the ranks it has, so the result differs by design"
+    )
