@@ -58,6 +58,7 @@ declare -A CASES=(
   [script-preempt]="preempt --script tests/user_scripts/snapshot_every_epoch.py -- --epochs 8"
   [script-straggler]="straggler --script tests/user_scripts/snapshot_every_epoch.py -- --epochs 30"
   [script-kill-node-elastic]="kill-node --elastic --script tests/user_scripts/snapshot_every_epoch.py --compare result.pt -- --epochs 12"
+  [script-kill-node-elastic-samples]="kill-node --elastic --script tests/user_scripts/mid_epoch_resume.py --ckpt-dir . --at-step 22 -- --steps 40"
   [script-kill-node-elastic-rejoin]="kill-node --elastic --rejoin --script tests/user_scripts/snapshot_every_epoch.py -- --epochs 40"
   [why-raise]="raise"
   [why-kill]="kill"

@@ -99,16 +99,21 @@ def ledger(events: list[dict]) -> list[Epoch]:
     lines = lineages(events)
     # Events read from their tail (a very long run's): the first epoch in view began out of sight.
     cut = min((min(line.steps) for line in lines.values()), default=1) > 1
-    for rank, line in sorted(lines.items()):
-        for step, (epoch, samples) in sorted(line.steps.items()):
-            record = epochs.setdefault(epoch, Epoch(epoch))  # its expected count: once its last step is known
-            steps.setdefault(epoch, {}).setdefault(step, []).append(len(samples))
-            counts = seen.setdefault(epoch, Counter())
-            for sample in samples:
-                counts[sample] += 1
-                if counts[sample] == 2 and (record.first_repeat is None or step < record.first_repeat["step"]):
-                    record.first_repeat = {"rank": rank, "step": step, "sample": sample}
-            record.consumed += len(samples)
+    # In the job's step order, every rank's step at once: the second time a sample is consumed is
+    # the repeat (by rank first, a resized job's early step on a high rank read as the repeat).
+    taken = sorted(
+        (step, rank, epoch, samples) for rank, line in lines.items() for step, (epoch, samples) in line.steps.items()
+    )
+    for step, rank, epoch, samples in taken:
+        record = epochs.setdefault(epoch, Epoch(epoch))  # its expected count: once its last step is known
+        steps.setdefault(epoch, {}).setdefault(step, []).append(len(samples))
+        counts = seen.setdefault(epoch, Counter())
+        for sample in samples:
+            counts[sample] += 1
+            if counts[sample] == 2 and record.first_repeat is None:
+                record.first_repeat = {"rank": rank, "step": step, "sample": sample}
+        record.consumed += len(samples)
+    for line in lines.values():
         for epoch in line.adopted_epochs & set(epochs):
             epochs[epoch].adopted = True
     last, first = max(epochs, default=-1), min(epochs, default=-1)
@@ -147,10 +152,13 @@ def summary(events: list[dict]) -> dict[str, Any] | None:
     }
 
 
+CHECK = "every sample once per epoch"
+
+
 def check(report, events: list[dict]) -> bool | None:
     """The report's check that every sample was consumed once per epoch (None: nothing recorded)."""
     found = summary(events)
     if found is None:
         return None
     report.facts["samples"] = found
-    return report.check("every sample once per epoch", not found["repeated"] and not found["skipped"], found["why"])
+    return report.check(CHECK, not found["repeated"] and not found["skipped"], found["why"])

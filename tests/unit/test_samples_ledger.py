@@ -233,3 +233,16 @@ def test_an_epoch_at_one_world_size_is_held_to_that_size_s_count():
         events.append({"time": 300.0, "event": "step", "rank": rank, "step": 12, "epoch": 2, "samples": [rank]})
     epoch1 = samples.ledger(events)[1]
     assert (epoch1.expected, epoch1.tail, epoch1.distinct, epoch1.skipped) == (40, 0, 40, 0)
+
+
+def test_the_repeat_named_is_the_later_use_in_the_jobs_steps_whatever_the_ranks():
+    """A resized job's early step on a high rank consumed the sample first; rank 0 took it again
+    after the resize: the repeat is rank 0's, at its step (ranks read in their order once named
+    rank 1's early step, the sample's first and rightful use)."""
+    job = Job()
+    job.add(1, "step", step=2, epoch=0, samples=[7])
+    job.add(0, "step", step=1, epoch=0, samples=[3])
+    job.add(0, "step", step=5, epoch=0, samples=[7])
+    (epoch,) = samples.ledger(job.events)
+    assert epoch.repeated == 1 and epoch.first_repeat == {"rank": 0, "step": 5, "sample": 7}
+    assert samples.summary(job.events)["why"].endswith("first repeat: sample 7 again at rank 0's step 5")

@@ -1,11 +1,12 @@
-"""`kill-node --elastic [--rejoin]` on a user's script (lab.exercises.script.resize, through the script
-judge), on what two real runs saw: the tutorial script (tests/user_scripts/snapshot_every_epoch.py)
-on 2 x 2 netns hosts, node1 killed at epoch 3 and left dead (`--compare result.pt`), and the same
-with node1 started again once the survivors trained without it (recorded by
-scripts/record-fixtures.sh: script-kill-node-elastic, script-kill-node-elastic-rejoin). The truth,
-read from the runs' events by hand: the first went on at world size 2 and node0 ended 0; the
-second formed groups of 2, then 4, and both nodes ended 0; each resumed at epoch 4 from
-snapshot.pt. Then the same evidence changed the way a failed run would differ. No process runs."""
+"""`kill-node --elastic [--rejoin]` on a user's script (lab.exercises.script.resize, through the
+script judge), on what three real runs saw: the tutorial script
+(tests/user_scripts/snapshot_every_epoch.py) on 2 x 2 netns hosts, node1 killed at epoch 3 and left
+dead (`--compare result.pt`), and the same with node1 started again once the survivors trained
+without it; the third, the samples ledger across the resize, is described at its test (recorded
+by scripts/record-fixtures.sh: script-kill-node-elastic, -rejoin, -samples). The truth, read from
+the runs' events by hand: the first went on at world size 2 and node0 ended 0; the second formed
+groups of 2, then 4, and both nodes ended 0; each resumed at epoch 4 from snapshot.pt. Then the
+same evidence changed the way a failed run would differ. No process runs."""
 
 from __future__ import annotations
 
@@ -113,3 +114,19 @@ def test_a_fixed_size_run_is_judged_as_before():
     report = judge.judge(evidence)
     assert not checks(report)["the job finished with exit 0"] and "world_sizes_after" not in report.facts
     assert checks(report)[judge.COMPARED] is False  # at the size of the reference, a different result is a failure
+
+
+def test_a_sampler_position_kept_per_rank_repeats_samples_at_the_new_size_counted_and_explained():
+    """tests/user_scripts/mid_epoch_resume.py (2 x 2, 256 samples, batches of 4 a rank: 16 steps an
+    epoch at 4 ranks, 32 at 2) keeps its place as the global step. Saved at step 20 (epoch 1, its
+    4th step) and resumed on 2 ranks, it reads step 20 as epoch 0's 20th of 32 steps. By hand: it
+    deals epoch 0's positions 80..127 a rank again (12 steps x 2 ranks x 4 = 96 samples, all of
+    epoch 0 consumed at 4 ranks), then epoch 1 from its start, whose first 64 samples (4 ranks x 4
+    steps x 4 at world 4; 2 ranks x 8 steps x 4 at world 2) it takes again: 160 repeated. The
+    first repeat is rank 0's first step at world 2, step 21."""
+    report = judge.judge(seen("kill-node-elastic-samples"))
+    assert report.facts["world_sizes_after"] == [2] and report.facts["samples"]["repeated"] == 96 + 64
+    failed = [c for c in report.checks if not c.ok]
+    assert [c.name for c in failed] == ["every sample once per epoch"]
+    assert "first repeat: sample" in failed[0].detail and "again at rank 0's step 21" in failed[0].detail
+    assert "the job's world changed (4 -> 2)" in failed[0].detail and "consumed" in failed[0].detail

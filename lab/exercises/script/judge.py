@@ -220,8 +220,8 @@ def judge_fault(report: Report, seen: Seen) -> None:
         resume.check_together(report, signals.resumed_by_rank(events, fault["time"], source, unit), unit, seen.extra)
     cut.check(report, facts["cut_save"])  # first: a half-written checkpoint loaded is why such a job then fails
     check_finished(report, resize.expected_to_finish(seen))  # an elastic job's node lost for good: not expected
-    resize.check(report, seen)
     samples.check(report, events)  # where the script records its samples (lab.progress.step(n, samples=...))
+    resize.check(report, seen)
     if recovery == "none":
         report.check("no restart was needed", facts["restarts"] == 0, f"restarts {facts['restarts']}")
         facts["work_redone"] = None

@@ -10,7 +10,9 @@ its result differs from the reference's by design, not by a fault's damage.
 
 from __future__ import annotations
 
-from lab.exercises import observe
+from dataclasses import replace
+
+from lab.exercises import observe, samples
 from lab.exercises.seen import Seen
 from lab.report import Report
 
@@ -37,13 +39,16 @@ def worlds_after(seen: Seen) -> list[int]:
 
 
 def check(report: Report, seen: Seen) -> None:
-    """On an elastic job: it went on with the ranks it had (and, with --rejoin, grew back)."""
+    """On an elastic job: it went on with the ranks it had (and, with --rejoin, grew back); after
+    samples.check, whose failure across a change of size it explains."""
     if not elastic(seen):
         return
     shape = seen.topology
     full, fewer = shape.world_size, shape.world_size - shape.nproc_per_node  # one node's ranks lost
     grew = worlds_after(seen)
     report.facts["world_sizes_after"] = grew
+    if any(size != full for size in grew):
+        advise_on_samples(report, seen, grew)
     if lost_for_good(seen):
         gone = ", ".join(sorted(lost_for_good(seen)))
         report.check(
@@ -55,6 +60,22 @@ def check(report: Report, seen: Seen) -> None:
             grew == [fewer, full],
             f"world sizes after the kill, in turn: {grew}",
         )
+
+
+SAMPLES_ADVICE = (
+    "; the job's world changed ({sizes}): a place in the epoch kept per rank (a step count, a "
+    "sampler's offset) deals other samples at another world size: keep how many samples the whole job "
+    "consumed, and skip that many of the epoch's order before dealing the rest to the ranks there are"
+)
+
+
+def advise_on_samples(report: Report, seen: Seen, grew: list[int]) -> None:
+    """Where the script's samples were skipped or repeated across a change of size, say the likely
+    reason with the count (samples.check made the check; lab.exercises.samples)."""
+    for i, found in enumerate(report.checks):
+        if found.name == samples.CHECK and not found.ok:
+            sizes = " -> ".join(map(str, [seen.topology.world_size, *grew]))
+            report.checks[i] = replace(found, detail=found.detail + SAMPLES_ADVICE.format(sizes=sizes))
 
 
 def not_comparable(seen: Seen) -> str:
