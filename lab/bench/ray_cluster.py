@@ -169,8 +169,10 @@ class RayCluster:
         for pid in left:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        self.net.destroy()
-        shutil.rmtree(self.temp, ignore_errors=True)
+        try:
+            self.net.destroy()
+        finally:  # a destroy that refuses (hosts not this lab's) still leaves no temp dir
+            shutil.rmtree(self.temp, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -21,9 +21,9 @@ from pathlib import Path
 from lab import files
 from lab.errors import LabError
 from lab.rundir import MARKER, RunDir
-from lab.runtimes.ray_calls import ACTOR_NAMESPACE, connect
+from lab.runtimes.ray_calls import connect
 from lab.runtimes.ray_mirror import KNOWN_DIR, PERIOD_S, Mirror
-from lab.runtimes.ray_node import actor_name
+from lab.runtimes.ray_node import recorded_actors
 
 
 def start_follower(run_dir: Path) -> subprocess.Popen:
@@ -41,16 +41,10 @@ def start_follower(run_dir: Path) -> subprocess.Popen:
 
 def follow(run_dir: Path) -> None:
     """Copy the recorded nodes' files every PERIOD_S while the lab is up."""
-    import ray
-
     lab = RunDir(run_dir)
     state = lab.read_state() or {}
     connect(state.get("ray_address"))
-    agents = {
-        n["name"]: ray.get_actor(actor_name(lab.lab_id, n["index"]), namespace=ACTOR_NAMESPACE)
-        for n in state.get("nodes", [])
-        if n.get("own_disk")
-    }
+    agents = recorded_actors(lab.lab_id, [n for n in state.get("nodes", []) if n.get("own_disk")])
     mirror = Mirror(run_dir, agents)
     while agents and (run_dir / KNOWN_DIR).is_dir():
         time.sleep(PERIOD_S)
@@ -65,5 +59,5 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         follow(parser.parse_args().run_dir)
-    except (LabError, ValueError) as e:  # ValueError: an actor gone (ray.get_actor)
+    except LabError as e:
         sys.exit(f"ray_follower: {e}")

@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from lab import files
 from lab.errors import LabError
@@ -31,6 +31,19 @@ ACTOR_NAMESPACE = ray_calls.ACTOR_NAMESPACE
 def actor_name(lab_id: str, index: int) -> str:
     """Named by the lab id: two labs on one Ray cluster keep their own actors."""
     return f"tlab-{lab_id}-node{index}"
+
+
+def recorded_actors(lab_id: str, nodes: list[dict]) -> dict[str, Any]:
+    """The actors of the recorded nodes (the run dir's state) that the cluster still has, by name."""
+    import ray
+
+    found = {}
+    for node in nodes:
+        try:
+            found[node["name"]] = ray.get_actor(actor_name(lab_id, node["index"]), namespace=ACTOR_NAMESPACE)
+        except ValueError:  # gone with its machine, or never made
+            continue
+    return found
 
 
 class MachineAgent:
@@ -111,6 +124,7 @@ class RayNode(Node):
     def __init__(self, actor, name: str, index: int, address: str, dir: Path):
         self.actor, self.name, self.index, self.address, self.dir = actor, name, index, address, dir
         self.mirror: ray_mirror.Mirror | None = None  # set where its machine has a disk of its own
+        self.end_copied = False  # its files copied since it last ended (a drill polls its end every 0.1 s)
 
     def _get(self, ref):
         import ray
@@ -133,14 +147,18 @@ class RayNode(Node):
 
     def start(self, argv: list[str]) -> None:
         self._get(self.actor.start.remote(argv))
+        self.end_copied = False
 
     def stop(self, grace_s: float = 10.0) -> None:
         self._call("stop", grace_s=grace_s)
 
     def exit_code(self) -> int | None:
         code = self._call("exit_code")
-        if code is not None and self.mirror is not None:
+        if code is None:
+            self.end_copied = False  # running (again): its next end is copied once more
+        elif self.mirror is not None and not self.end_copied:
             self.mirror.sync([self.name])  # its last words here before its end is: a verdict reads them
+            self.end_copied = True
         return code
 
     # Every other fault runs on the node's own machine, as the local runtime runs it.
@@ -158,6 +176,7 @@ class RayNode(Node):
 
     def restart(self) -> None:
         self._call("restart")
+        self.end_copied = False
 
     def slow_worker(self, local_rank: int, stopped_fraction: float = 0.75, period_s: float = 0.2) -> int:
         return self._call("slow_worker", local_rank=local_rank, stopped_fraction=stopped_fraction, period_s=period_s)

@@ -33,7 +33,7 @@ from lab.runtimes.base import Log, Node
 from lab.runtimes.monitored import MonitoredRuntime
 from lab.runtimes.plan import LaunchPlan
 from lab.runtimes.ray_calls import BUNDLE, bundles_by_address, check_reachable, connect, machines, ray_get
-from lab.runtimes.ray_node import ACTOR_NAMESPACE, MachineAgent, RayNode, actor_name
+from lab.runtimes.ray_node import ACTOR_NAMESPACE, MachineAgent, RayNode, actor_name, recorded_actors
 from lab.runtimes.state import RunState
 from lab.runtimes.tempdirs import remove_temp_dirs, temp_dir
 from lab.topology import Topology
@@ -207,16 +207,12 @@ class RayRuntime(MonitoredRuntime):
 
     def _recorded_nodes(self, state: dict) -> list[RayNode]:
         """Handles of the recorded nodes whose actors the cluster still has."""
-        import ray
-
-        nodes = []
-        for n in state.get("nodes", []):
-            try:
-                actor = ray.get_actor(actor_name(self.run_dir.lab_id, n["index"]), namespace=ACTOR_NAMESPACE)
-            except ValueError:
-                continue
-            nodes.append(RayNode(actor, n["name"], n["index"], n["address"], self.run_dir.path / "nodes" / n["name"]))
-        return nodes
+        actors = recorded_actors(self.run_dir.lab_id, state.get("nodes", []))
+        return [
+            RayNode(actors[n["name"]], n["name"], n["index"], n["address"], self.run_dir.path / "nodes" / n["name"])
+            for n in state.get("nodes", [])
+            if n["name"] in actors
+        ]
 
     def down(self, grace_s: float = 10.0) -> list[str]:
         """Stop every node through its actor, then remove the actors, the placement group,
