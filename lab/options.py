@@ -87,9 +87,10 @@ class _GivenTrue(_Given, argparse._StoreTrueAction):
     pass
 
 
-def add_all(parser: Adder, options: Iterable[Option]) -> None:
+def add_all(parser: Adder, options: Iterable[Option], recorded: bool = False) -> None:
+    """recorded: given() says which of them the user gave (to refuse one, whatever its value)."""
     for option in options:
-        option.add_to(parser)
+        option.add_to(parser, recorded=recorded)
 
 
 def port(text: str) -> int:

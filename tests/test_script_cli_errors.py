@@ -42,6 +42,10 @@ SNAPSHOT = str(REPO / "tests" / "user_scripts" / "snapshot_every_epoch.py")
         (["run", "kill-node", "--script", SNAPSHOT, "--rejoin"], ["--rejoin", "elastic", "add --elastic"]),
         (["run", "kill-node", "--script", SNAPSHOT, "--elastic", "--nodes", "1"], ["kill-node", "2 nodes"]),
         (["run", "hang-rank", "--script", SNAPSHOT, "--watchdog", "3"], ["--watchdog", "registers none"]),
+        # Given at its default value, a flag is given all the same (issue 54): refused, not ignored.
+        (["run", "kill-worker", "--script", SNAPSHOT, "--save", "sync"], ["--save", "drop --save, or drop --script"]),
+        (["run", "kill-worker", "--deadline", "180"], ["--deadline", "only with --script"]),
+        (["run", "kill-worker", "--at-time", "15"], ["--at-time", "only with --script"]),
     ],
 )
 def test_bad_script_drill_input_is_one_line(lab, args, words):

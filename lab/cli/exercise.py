@@ -53,7 +53,8 @@ def add_exercise_parser(names: argparse._SubParsersAction, name: str, module: Mo
         parser.set_defaults(handler=handle_lesson, exercise=module)
     else:
         own = exercises.own_options(module)
-        add_all(parser, (TARGET_RANK, AT_STEP, *spec.SCRIPT_TOPOLOGY, TORCH_DEFAULTS, RECOVERY, PARALLEL_OPTION, *own))
+        add_all(parser, (TARGET_RANK, AT_STEP, *spec.SCRIPT_TOPOLOGY, TORCH_DEFAULTS, RECOVERY, PARALLEL_OPTION))
+        add_all(parser, own, recorded=True)  # refused on a script where it acts on the trainer alone, at any value
         # Every drill takes --script: one without a script side refuses it in words (NO_SCRIPT).
         exercise_script.add_script_options(parser, job_size=False)
         runtimes.add_options(parser, drills_only=True, default="local")

@@ -16,7 +16,7 @@ from lab.errors import LabError
 from lab.exercises import DrillOptions, grid
 from lab.exercises.script import matrix as script_matrix
 from lab.exercises.script import script_run, spec
-from lab.options import RECOVERY, TORCH_DEFAULTS, Option, add_all, run_dir_from_args
+from lab.options import RECOVERY, TORCH_DEFAULTS, Option, add_all, given, run_dir_from_args
 from lab.topology import Topology
 
 FAULTS = Option("--faults", "comma-separated drills to run on the script, e.g. kill-worker,preempt", metavar="LIST")
@@ -34,24 +34,23 @@ def add_script_options(parser: argparse.ArgumentParser, job_size: bool = True) -
     if job_size:
         add_all(parser, spec.SCRIPT_TOPOLOGY)
     group = parser.add_argument_group("your own script (instead of the lab's trainer)")
-    add_all(group, spec.OPTIONS)
+    add_all(group, spec.OPTIONS, recorded=True)  # refused on the trainer when given, at any value
     parser.add_argument("script_args", nargs="*", metavar="-- ARGS", help="arguments for --script")
 
 
 def refuse_script_flags(args: argparse.Namespace) -> None:
     """A drill on the lab's trainer: the --script flags say nothing there, so refuse them (the
     job's size and restart budget, --nodes, --nproc-per-node and --max-restarts, it takes)."""
-    given = [o.flag for o in spec.OPTIONS if getattr(args, o.name) not in (None, o.default)]
-    if given or args.script_args:
-        raise LabError(f"{', '.join(given) or 'arguments after --'}: only with --script (your own training script)")
+    gave = [o.flag for o in spec.OPTIONS if o.name in given(args)]
+    if gave or args.script_args:
+        raise LabError(f"{', '.join(gave) or 'arguments after --'}: only with --script (your own training script)")
 
 
 def refuse_trainer_flags(args: argparse.Namespace, fault: ModuleType) -> None:
     """A drill's own flag that acts on the lab's trainer only (not in its SCRIPT_OPTIONS), given
     with --script: one line, never a flag accepted and then ignored."""
     for option in exercises.own_options(fault):
-        given = getattr(args, option.name, None)
-        if given not in (None, False, option.default) and option.name not in getattr(fault, "SCRIPT_OPTIONS", ()):
+        if option.name in given(args) and option.name not in getattr(fault, "SCRIPT_OPTIONS", ()):
             raise LabError(
                 f"{option.flag}: {fault.NAME} takes it on the lab's trainer, not on your script "
                 f"({getattr(fault, 'SCRIPT_REFUSES', {}).get(option.name, 'the trainer does what it needs')}); "
