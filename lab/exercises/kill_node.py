@@ -210,13 +210,14 @@ def rejoin_once_shrunk(drill, node: str, fault: dict) -> None:
     full = drill.topology.world_size
 
     def trained_without_it() -> bool:
-        events = [e for e in drill.events() if e["time"] > fault["time"]]
+        everything = drill.events()
+        events = [e for e in everything if e["time"] > fault["time"]]
         shrunk = observe.first_time(
             events, fault["time"], lambda e: e["event"] == Event.RENDEZVOUS_DONE and e["world_size"] < full
         )
         if shrunk is None:
             return False
-        if any(e["event"] == Event.STEP for e in drill.events()):
+        if any(e["event"] == Event.STEP for e in everything):
             return any(e["event"] == Event.STEP and e["time"] > shrunk for e in events)
         return time.time() - shrunk > UNSEEN_TRAINING_S  # a script that prints no step: its group up a while
 

@@ -130,3 +130,13 @@ def test_a_sampler_position_kept_per_rank_repeats_samples_at_the_new_size_counte
     assert [c.name for c in failed] == ["every sample once per epoch"]
     assert "first repeat: sample" in failed[0].detail and "again at rank 0's step 21" in failed[0].detail
     assert "the job's world changed (4 -> 2)" in failed[0].detail and "consumed" in failed[0].detail
+
+
+def test_an_elastic_drill_whose_fault_never_fired_compares_its_result_as_any_run():
+    """No fault, no change of size: the result is judged, and nothing asks for the fault's record."""
+    evidence = seen("kill-node-elastic")
+    evidence.extra.pop("fault")
+    evidence.extra["fire"] = None
+    assert resize.worlds_after(evidence) == [] and resize.not_comparable(evidence) == ""
+    report = judge.judge(evidence)
+    assert checks(report)["the fault fired while the job ran"] is False and judge.COMPARED in checks(report)

@@ -34,8 +34,9 @@ def expected_to_finish(seen: Seen) -> dict[str, int | None]:
 
 
 def worlds_after(seen: Seen) -> list[int]:
-    fault_time = seen.extra["fault"]["time"]
-    return observe.world_sizes_in_turn([e for e in seen.events if e["time"] > fault_time])
+    """The sizes the groups formed with after the fault, in turn ([] where none fired)."""
+    fault = seen.extra.get("fault")
+    return observe.world_sizes_in_turn([e for e in seen.events if e["time"] > fault["time"]]) if fault else []
 
 
 def check(report: Report, seen: Seen) -> None:
