@@ -107,7 +107,6 @@ def judge(seen: Seen, options) -> Report:
     events, codes, fault = seen.events, seen.codes, seen.injected("kill_node")
     after = [e for e in events if e["time"] > fault["time"]]
     worlds = sorted({e["world_size"] for e in after if e["event"] == Event.RENDEZVOUS_DONE})
-    grew = observe.world_sizes_in_turn(after)
     saved, reached, loaded = observe.checkpoint_progress(events, fault["time"])
     report.facts["restarts"] = observe.restarts(events)
     report.facts["lost_steps"] = reached - loaded[0] if loaded else None
@@ -120,12 +119,12 @@ def judge(seen: Seen, options) -> Report:
     )
     shape = seen.topology
     if shape.min_nodes is not None and options.own.get("rejoin"):
-        judge_rejoin(report, seen, grew)
+        judge_rejoin(report, seen, after)
     elif shape.min_nodes is not None:
         fewer = shape.world_size - shape.nproc_per_node
         survivor = seen.extra["survivor"]
         report.check("the survivor finished the job", codes.get(survivor) == 0, f"exit codes {codes}")
-        report.check("the job carried on with fewer ranks", worlds == [fewer], f"world size after the kill: {worlds}")
+        observe.check_resized(report, shape, after, rejoined=False)
         samples.check(report, events)  # the rest of the epoch dealt to fewer ranks: none skipped, none twice
         report.explanation = (
             f"an elastic job (--nnodes={shape.min_nodes}:{shape.nodes}) closes its next rendezvous round after the "
@@ -144,17 +143,13 @@ def judge(seen: Seen, options) -> Report:
     return report
 
 
-def judge_rejoin(report: Report, seen: Seen, grew: list[int]) -> None:
+def judge_rejoin(report: Report, seen: Seen, after: list[dict]) -> None:
     """--elastic --rejoin: fewer ranks, then all of them again once the node was back; both nodes
     finished, and every sample of the epoch was trained once through both changes."""
     shape, codes = seen.topology, seen.codes
     fewer = shape.world_size - shape.nproc_per_node
     report.check("the job ended well on every node", all(c == 0 for c in codes.values()), f"exit codes {codes}")
-    report.check(
-        f"it shrank to {fewer} ranks, then grew back to {shape.world_size} when the node rejoined",
-        grew == [fewer, shape.world_size],
-        f"world sizes after the kill, in turn: {grew}",
-    )
+    observe.check_resized(report, shape, after, rejoined=True)
     samples.check(report, seen.events)  # the epoch dealt to fewer ranks, then to all again
     report.explanation = (
         f"an elastic job (--nnodes={shape.min_nodes}:{shape.nodes}) went on with the {fewer} ranks it had after "

@@ -115,6 +115,23 @@ def world_sizes_in_turn(events: list[dict]) -> list[int]:
     return sizes
 
 
+def check_resized(report, shape, after: list[dict], rejoined: bool) -> None:
+    """An elastic job that lost one node (shape: its full size; after: the events after the kill):
+    it went on with the ranks it had, or, once the node rejoined, grew back to all of them. Judged
+    alike on the lab's trainer (kill-node) and on a user's script (lab.exercises.script.resize)."""
+    fewer = shape.world_size - shape.nproc_per_node
+    if rejoined:
+        grew = world_sizes_in_turn(after)
+        report.check(
+            f"it shrank to {fewer} ranks, then grew back to {shape.world_size} when the node rejoined",
+            grew == [fewer, shape.world_size],
+            f"world sizes after the kill, in turn: {grew}",
+        )
+    else:
+        worlds = sorted({e["world_size"] for e in after if e["event"] == Event.RENDEZVOUS_DONE})
+        report.check("the job carried on with fewer ranks", worlds == [fewer], f"world size after the kill: {worlds}")
+
+
 def restarts(events: list[dict]) -> int:
     return max((e["restart"] for e in events), default=0)
 

@@ -17,7 +17,7 @@ from lab.exercises.script import judge, resize, signals
 from lab.exercises.seen import Seen
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "drills"
-SHRINK = "the job carried on with 2 ranks without node1"
+SHRINK = "the job carried on with fewer ranks"  # as on the trainer (kill-node's judge)
 REGROW = "it shrank to 2 ranks, then grew back to 4 when the node rejoined"
 
 
@@ -67,7 +67,7 @@ def test_a_job_that_never_shrank_fails_the_drill_with_the_sizes_it_formed():
             e["world_size"] = 4
     report = judge.judge(evidence)
     assert not checks(report)[SHRINK]
-    assert next(c.detail for c in report.checks if c.name == SHRINK) == "world sizes after: [4]"
+    assert next(c.detail for c in report.checks if c.name == SHRINK) == "world size after the kill: [4]"
     assert resize.not_comparable(evidence) == ""  # at its own size the result is judged as any other
 
 

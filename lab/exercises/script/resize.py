@@ -40,27 +40,19 @@ def worlds_after(seen: Seen) -> list[int]:
 
 
 def check(report: Report, seen: Seen) -> None:
-    """On an elastic job: it went on with the ranks it had (and, with --rejoin, grew back); after
-    samples.check, whose failure across a change of size it explains."""
+    """On an elastic job: it went on with the ranks it had (and, with --rejoin, grew back), judged
+    as on the lab's trainer (observe.check_resized); after samples.check, whose failure across a
+    change of size it explains."""
     if not elastic(seen):
         return
-    shape = seen.topology
-    full, fewer = shape.world_size, shape.world_size - shape.nproc_per_node  # one node's ranks lost
+    fault_time = seen.extra["fault"]["time"]
+    observe.check_resized(
+        report, seen.topology, [e for e in seen.events if e["time"] > fault_time], not lost_for_good(seen)
+    )
     grew = worlds_after(seen)
     report.facts["world_sizes_after"] = grew
-    if any(size != full for size in grew):
+    if any(size != seen.topology.world_size for size in grew):
         advise_on_samples(report, seen, grew)
-    if lost_for_good(seen):
-        gone = ", ".join(sorted(lost_for_good(seen)))
-        report.check(
-            f"the job carried on with {fewer} ranks without {gone}", grew == [fewer], f"world sizes after: {grew}"
-        )
-    else:
-        report.check(
-            f"it shrank to {fewer} ranks, then grew back to {full} when the node rejoined",
-            grew == [fewer, full],
-            f"world sizes after the kill, in turn: {grew}",
-        )
 
 
 SAMPLES_ADVICE = (
