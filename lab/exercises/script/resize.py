@@ -33,10 +33,15 @@ def expected_to_finish(seen: Seen) -> dict[str, int | None]:
     return {node: code for node, code in seen.codes.items() if node not in gone}
 
 
+def after_fault(seen: Seen) -> list[dict]:
+    """The run's events after the fault ([] where none fired)."""
+    fault = seen.extra.get("fault")
+    return [e for e in seen.events if e["time"] > fault["time"]] if fault else []
+
+
 def worlds_after(seen: Seen) -> list[int]:
     """The sizes the groups formed with after the fault, in turn ([] where none fired)."""
-    fault = seen.extra.get("fault")
-    return observe.world_sizes_in_turn([e for e in seen.events if e["time"] > fault["time"]]) if fault else []
+    return observe.world_sizes_in_turn(after_fault(seen))
 
 
 def check(report: Report, seen: Seen) -> None:
@@ -45,10 +50,7 @@ def check(report: Report, seen: Seen) -> None:
     change of size it explains."""
     if not elastic(seen):
         return
-    fault_time = seen.extra["fault"]["time"]
-    observe.check_resized(
-        report, seen.topology, [e for e in seen.events if e["time"] > fault_time], not lost_for_good(seen)
-    )
+    observe.check_resized(report, seen.topology, after_fault(seen), rejoined=not lost_for_good(seen))
     grew = worlds_after(seen)
     report.facts["world_sizes_after"] = grew
     if any(size != seen.topology.world_size for size in grew):
